@@ -1,0 +1,30 @@
+# The two commands of the README: `make run` (the embedded default pipeline) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+# CPU machines take the local torch 2.13.0 CPU wheel; on a GPU machine: make TORCH_SPEC="torch==2.13.0" run
+TORCH_SPEC ?= torch==2.13.0
+CORES ?= 2
+BIN := $(VENV)/bin
+export PATH := $(abspath $(BIN)):$(PATH)
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: run test venv clean
+
+$(BIN)/stillroom: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[test]"
+	touch $@
+
+venv: $(BIN)/stillroom
+
+run: venv
+	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/stillroom show results/tiny
+
+test: venv
+	$(BIN)/pytest -q
+
+clean:
+	rm -rf results .snakemake

@@ -1,0 +1,87 @@
+# Shared by every stage: config validation, path helpers, wildcard constraints, params as JSON.
+import json
+import os
+import shutil
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+import stillroom.config
+
+try:
+    validate(config, schema="../config/schema.yaml")
+except WorkflowError:
+    stillroom.config.validate(config)  # the same schema, re-checked to name every bad key
+    raise
+stillroom.config.validate(config)  # cross-references a schema cannot express
+
+if shutil.which("stillroom") is None:
+    raise WorkflowError("`stillroom` is not on PATH: run `make run`, or `source .venv/bin/activate` first")
+
+REPO = Path(workflow.basedir)
+EXP = config["experiment"]
+R = f"results/{EXP}"
+TEACHER = config["generation"]["teacher"]
+EFFORTS = config["generation"]["efforts"]
+SHARDS = [f"{i:05d}" for i in range(config["generation"]["shards"])]
+RATIOS = [str(r) for r in config["merge"]["ratios"]]
+MODELS = ["base", "sft"] + [f"merge-{r}" for r in RATIOS]
+
+# Provenance: every job records the hash of the resolved config and where a snapshot of it is.
+CONFIG_SHA256 = stillroom.config.config_hash(config)
+CONFIG_SNAPSHOT = Path(R, "config", f"{CONFIG_SHA256[:16]}.json")
+if not CONFIG_SNAPSHOT.exists():  # content-addressed, so writing it never dirties anything
+    CONFIG_SNAPSHOT.parent.mkdir(parents=True, exist_ok=True)
+    CONFIG_SNAPSHOT.write_text(json.dumps(config, indent=2, sort_keys=True))
+os.environ["STILLROOM_CONFIG_SHA256"] = CONFIG_SHA256
+os.environ["STILLROOM_CONFIG_PATH"] = str(CONFIG_SNAPSHOT.resolve())
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+wildcard_constraints:
+    effort="|".join(EFFORTS),
+    teacher=r"[^/]+",
+    shard=r"\d{5}",
+    model="base|sft|merge-[0-9.]+",
+    ratio=r"[0-9.]+",
+    bench=r"[^/]+",
+
+
+def repo_path(path):
+    """Config paths are relative to the repository root."""
+    return str(path if Path(path).is_absolute() else REPO / path)
+
+
+BENCHMARKS = {name: repo_path(p) for name, p in config["benchmarks"].items()}
+
+
+def tracked(**outputs):
+    """Each artifact plus its provenance sidecar (`<name>_prov`), both declared so a failed job removes both."""
+    declared = {}
+    for name, path in outputs.items():
+        declared[name] = path
+        declared[f"{name}_prov"] = str(path).rstrip("/") + ".prov.json"
+    return declared
+
+
+def as_json(**values):
+    """Params for one rule: only what that stage depends on, so only real changes rerun it."""
+    return json.dumps({"seed": config["seed"], **values}, sort_keys=True)
+
+
+def named(mapping):
+    return [f"{name}={path}" for name, path in mapping.items()]
+
+
+def benchmark_file(bench):
+    return f"{R}/pool/heldout.jsonl" if bench == "heldout" else BENCHMARKS[bench]
+
+
+def all_tables():
+    return [f"{R}/tables/{b}.md" for b in config["eval"]["benchmarks"]]
+
+
+# Appended to every `stillroom <stage>` command: provenance, threads, progress log, params.
+STAGE_ARGS = " --rule {rule} --threads {threads} --log {log} --params {params.p:q}"

@@ -1,0 +1,47 @@
+# Stages 1-3: prompt pool and held-out split, decontamination, shards.
+
+
+rule pool:
+    input:
+        benchmarks=list(BENCHMARKS.values()),
+    output:
+        **tracked(pool=f"{R}/pool/pool.jsonl", heldout=f"{R}/pool/heldout.jsonl"),
+    params:
+        p=as_json(sources=config["sources"], heldout=config["heldout"]),
+        benchmarks=named(BENCHMARKS),
+    log:
+        f"{R}/logs/pool.log",
+    shell:
+        "stillroom pool --benchmarks {params.benchmarks} --out-pool {output.pool} --out-heldout {output.heldout}"
+        + STAGE_ARGS
+
+
+rule decontam:
+    input:
+        pool=f"{R}/pool/pool.jsonl",
+        heldout=f"{R}/pool/heldout.jsonl",
+        benchmarks=list(BENCHMARKS.values()),
+    output:
+        **tracked(clean=f"{R}/pool/decontaminated.jsonl", report=f"{R}/pool/decontam_report.json"),
+    params:
+        p=as_json(**config["decontam"]),
+        benchmarks=named({**BENCHMARKS, "heldout": f"{R}/pool/heldout.jsonl"}),
+    log:
+        f"{R}/logs/decontam.log",
+    shell:
+        "stillroom decontam --pool {input.pool} --benchmarks {params.benchmarks}"
+        " --out-clean {output.clean} --out-report {output.report}" + STAGE_ARGS
+
+
+rule shard:
+    input:
+        f"{R}/pool/decontaminated.jsonl",
+    output:
+        **tracked(**{f"shard{s}": f"{R}/shards/shard-{s}.jsonl" for s in SHARDS}),
+    params:
+        p=as_json(shards=len(SHARDS)),
+        shards=[f"{R}/shards/shard-{s}.jsonl" for s in SHARDS],
+    log:
+        f"{R}/logs/shard.log",
+    shell:
+        "stillroom shard --pool {input} --out-shards {params.shards}" + STAGE_ARGS

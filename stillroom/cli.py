@@ -1,0 +1,164 @@
+"""One CLI for every stage: ``stillroom <stage> --<input> PATH ... --<output> PATH --params JSON``.
+
+Each stage is a library function; this module parses paths and params, times the call, and writes
+the provenance sidecar of every output. Rules in ``rules/*.smk`` call these commands and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .io import DataError
+
+
+@dataclass(frozen=True)
+class Stage:
+    target: str                 # "module:function" in stillroom
+    inputs: tuple[str, ...]     # a trailing "*" takes several NAME=PATH (or PATH) values
+    outputs: tuple[str, ...]    # a trailing "*" takes several paths
+    help: str
+
+
+STAGES: dict[str, Stage] = {
+    "pool": Stage("pool:build_pool", ("benchmarks*",), ("pool", "heldout"),
+                  "build the prompt pool and the held-out test split from the configured sources"),
+    "decontam": Stage("decontam:run", ("pool", "benchmarks*"), ("clean", "report"),
+                      "drop every prompt sharing an n-gram with a benchmark item; write a report"),
+    "shard": Stage("pool:assign_shards", ("pool",), ("shards*",),
+                   "split the pool into shards by prompt-id hash"),
+    "generate": Stage("generate:run", ("shard",), ("samples",),
+                      "teacher samples for one (teacher, effort, shard)"),
+    "grade": Stage("grading:run", ("samples",), ("graded",),
+                   "grade samples: math-verify for math, strict letter match for multiple choice"),
+    "dataset": Stage("dataset:build", ("graded*",), ("dataset",),
+                     "shortest correct trace per prompt and effort, effort-tagged"),
+    "tokenizer": Stage("student:run_tokenizer", ("pool",), ("tokenizer",),
+                       "train the student's byte-level BPE tokenizer on the pool"),
+    "base": Stage("student:run_base", ("tokenizer",), ("model",),
+                  "build the student base model with random weights"),
+    "train": Stage("train:run", ("base", "dataset"), ("model",), "supervised fine-tuning"),
+    "merge": Stage("merge:run", ("base", "tuned"), ("model",), "interpolate base and fine-tuned weights"),
+    "evaluate": Stage("evaluate:run", ("model", "problems"), ("samples",),
+                      "sample answers to a benchmark, k per problem"),
+    "tables": Stage("tables:run", ("graded*",), ("markdown", "csv", "plot"),
+                    "paired bootstrap tables and the accuracy/length plot"),
+}
+
+
+def _named(values: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        name, sep, path = v.partition("=")
+        name, path = (name, path) if sep else (Path(v).name.split(".")[0], v)
+        if name in out:
+            raise DataError(f"two inputs named '{name}': {out[name]} and {path}")
+        out[name] = path
+    return out
+
+
+def _load_params(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    if text.startswith("@"):
+        text = Path(text[1:]).read_text()
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"--params: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(params, dict):
+        raise DataError("--params: expected a JSON object")
+    return params
+
+
+def _logger(stage: str, log_path: str | None) -> Callable[[str], None]:
+    fh = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115 (lives for the process)
+    t0 = time.monotonic()
+
+    def log(msg: str) -> None:
+        line = f"[{stage} {time.monotonic() - t0:6.1f}s] {msg}"
+        print(line, file=sys.stderr, flush=True)
+        if fh:
+            fh.write(line + "\n")
+            fh.flush()
+    return log
+
+
+def run_stage(name: str, args: argparse.Namespace) -> None:
+    from .provenance import now, write_sidecars
+
+    stage = STAGES[name]
+    inputs: dict[str, Any] = {}
+    for spec in stage.inputs:
+        key = spec.rstrip("*")
+        value = getattr(args, key)
+        inputs[key] = _named(value) if spec.endswith("*") else value
+    outputs = {spec.rstrip("*"): getattr(args, "out_" + spec.rstrip("*")) for spec in stage.outputs}
+    params = _load_params(args.params)
+    if args.rule:
+        os.environ["STILLROOM_RULE"] = args.rule
+    log = _logger(name, args.log)
+    module, func = stage.target.split(":")
+    fn = getattr(importlib.import_module(f"stillroom.{module}"), func)
+    started = now()
+    t0 = time.monotonic()
+    metrics = fn(**inputs, **{f"out_{k}": v for k, v in outputs.items()},
+                 params=params, threads=args.threads, log=log) or {}
+    metrics["wall_s"] = round(time.monotonic() - t0, 3)
+    flat_outputs: dict[str, str] = {}
+    for key, value in outputs.items():
+        if isinstance(value, list):
+            flat_outputs.update({f"{key}[{i}]": v for i, v in enumerate(value)})
+        else:
+            flat_outputs[key] = value
+    flat_inputs = {k: (list(v.values()) if isinstance(v, dict) else v) for k, v in inputs.items()}
+    write_sidecars(flat_outputs, flat_inputs, stage=name, params=params, started=started, metrics=metrics)
+    log(f"done in {metrics['wall_s']:.1f}s")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stillroom", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, stage in STAGES.items():
+        p = sub.add_parser(name, help=stage.help, description=stage.help)
+        for spec in stage.inputs:
+            multi = spec.endswith("*")
+            p.add_argument(f"--{spec.rstrip('*')}", required=True, nargs="+" if multi else None,
+                           metavar="NAME=PATH" if multi else "PATH")
+        for spec in stage.outputs:
+            multi = spec.endswith("*")
+            p.add_argument(f"--out-{spec.rstrip('*')}", dest="out_" + spec.rstrip("*"), required=True,
+                           nargs="+" if multi else None, metavar="PATH")
+        p.add_argument("--params", help="JSON object, or @file.json")
+        p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--rule", help="the Snakemake rule, recorded in provenance")
+        p.add_argument("--log", help="also append progress lines to this file")
+    show = sub.add_parser("show", help="print the result tables of an experiment and where its artifacts are")
+    show.add_argument("experiment_dir")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "show":
+            from .tables import show
+            show(args.experiment_dir)
+        else:
+            run_stage(args.command, args)
+    except (DataError, ValueError, FileNotFoundError) as exc:
+        print(f"stillroom {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Config validation against the JSON schema, with messages that name the key and what was expected."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SCHEMA = Path(__file__).resolve().parent.parent / "config" / "schema.yaml"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _where(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def validate(config: Mapping[str, Any], schema_path: str | Path = SCHEMA) -> None:
+    """Raise ConfigError listing every violation as `key.path: what was expected`."""
+    import jsonschema
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(dict(config)), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = []
+        for e in errors:
+            where = _where(e.absolute_path)
+            if e.validator == "additionalProperties":
+                extra = sorted(set(e.instance) - set(e.schema.get("properties", {})))
+                lines.append(f"{where}: unknown key(s) {', '.join(map(repr, extra))}; "
+                             f"allowed: {', '.join(sorted(e.schema.get('properties', {})))}")
+            else:
+                lines.append(f"{where}: {e.message}")
+        raise ConfigError("invalid config:\n  " + "\n  ".join(lines))
+    _cross_check(config)
+
+
+def _cross_check(config: Mapping[str, Any]) -> None:
+    """Constraints a JSON schema cannot express: references between sections."""
+    problems = []
+    gen = config["generation"]
+    if gen["teacher"] not in config["teachers"]:
+        problems.append(f"generation.teacher: '{gen['teacher']}' is not a key of teachers ({sorted(config['teachers'])})")
+    if config["dataset"]["default_effort"] not in gen["efforts"]:
+        problems.append(f"dataset.default_effort: '{config['dataset']['default_effort']}' is not in generation.efforts")
+    for i, src in enumerate(config["sources"]):
+        need = {"arithmetic": "count", "choice": "count", "echo": "benchmark", "jsonl": "path"}[src["kind"]]
+        if need not in src:
+            problems.append(f"sources.{i} ({src['name']}): kind '{src['kind']}' needs key '{need}'")
+        if src["kind"] == "echo" and src.get("benchmark") not in config["benchmarks"]:
+            problems.append(f"sources.{i}.benchmark: '{src.get('benchmark')}' is not a key of benchmarks")
+    for i, name in enumerate(config["eval"]["benchmarks"]):
+        if name != "heldout" and name not in config["benchmarks"]:
+            problems.append(f"eval.benchmarks.{i}: '{name}' is neither 'heldout' nor a key of benchmarks")
+    names = [s["name"] for s in config["sources"]]
+    if len(set(names)) != len(names):
+        problems.append(f"sources: names must be unique, got {names}")
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

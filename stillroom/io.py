@@ -1,0 +1,139 @@
+"""Atomic writes and validated JSONL reading.
+
+Every artifact is written to a temporary name beside its destination and renamed into place, so a
+crashed job never leaves a file that looks finished. Readers name the file, line and key on bad data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file, the row and the key."""
+
+
+def _tmp_beside(path: Path, suffix: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary file path; on success fsync it and rename it onto ``path``."""
+    path = Path(path)
+    tmp = _tmp_beside(path)
+    try:
+        yield tmp
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; artifacts are shared like normal files
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory; on success replace ``path`` with it in one rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_UMASK)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def dumps_line(record: Mapping[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> int:
+    """Write all records atomically; return how many were written."""
+    n = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(dumps_line(rec))
+            n += 1
+    return n
+
+
+def read_jsonl(
+    path: str | os.PathLike,
+    required: Sequence[str] = (),
+    types: Mapping[str, type | tuple[type, ...]] | None = None,
+) -> list[dict[str, Any]]:
+    """Read a JSONL file, checking each row has ``required`` keys (and ``types`` where given).
+
+    Raises DataError naming the file, the 1-based line number and the key.
+    """
+    return list(iter_jsonl(path, required, types))
+
+
+def iter_jsonl(
+    path: str | os.PathLike,
+    required: Sequence[str] = (),
+    types: Mapping[str, type | tuple[type, ...]] | None = None,
+) -> Iterator[dict[str, Any]]:
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(rec, dict):
+                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+            for key in required:
+                if key not in rec:
+                    raise DataError(f"{path}:{lineno}: missing key '{key}' (row has: {', '.join(sorted(rec))})")
+            for key, typ in (types or {}).items():
+                if key in rec and not isinstance(rec[key], typ):
+                    want = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+                    raise DataError(
+                        f"{path}:{lineno}: key '{key}' should be {want}, got {type(rec[key]).__name__} {rec[key]!r:.60}"
+                    )
+            yield rec

@@ -1,0 +1,144 @@
+"""Provenance sidecars: ``<artifact>.prov.json`` beside every artifact.
+
+A sidecar names the stage and rule, every input with its sha256 (directories: a manifest of
+per-file hashes) and the path of the input's own sidecar, the params, the resolved config's hash,
+the code commit and dirty state, package versions, host, SLURM job, times, seed and stage metrics.
+``audit`` walks these links from a table back to the raw teacher records and re-hashes each file.
+Nothing secret is written: environment values and params whose names look like credentials are
+redacted.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import os
+import platform
+import re
+import socket
+import subprocess
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .io import read_json, write_json
+
+SCHEMA = "stillroom.provenance/1"
+PACKAGES = ("stillroom", "torch", "transformers", "trl", "accelerate", "tokenizers", "safetensors",
+            "math-verify", "numpy", "scipy", "pandas", "snakemake")
+SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
+ENV_KEPT = re.compile(r"^(STILLROOM_|SLURM_JOB_ID$|SLURM_JOB_NODELIST$|SLURM_NNODES$|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$)")
+REPO = Path(__file__).resolve().parent.parent
+SUFFIX = ".prov.json"
+
+
+def sidecar_path(artifact: str | os.PathLike) -> Path:
+    return Path(str(artifact).rstrip("/") + SUFFIX)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def digest(path: str | os.PathLike) -> dict[str, Any]:
+    """sha256 of a file, or for a directory a manifest of per-file hashes and a hash over it."""
+    path = Path(path)
+    if path.is_dir():
+        files = {str(p.relative_to(path)): sha256_file(p) for p in sorted(path.rglob("*")) if p.is_file()}
+        total = hashlib.sha256("".join(f"{k}\0{v}\n" for k, v in files.items()).encode()).hexdigest()
+        return {"sha256": total, "files": files}
+    return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+
+
+def redact(obj: Any) -> Any:
+    """Copy of params with every value under a credential-like key replaced."""
+    if isinstance(obj, Mapping):
+        return {k: ("<redacted>" if SECRET.search(str(k)) and not str(k).endswith("_env") else redact(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [redact(v) for v in obj]
+    return obj
+
+
+@functools.cache
+def git_state() -> dict[str, Any] | None:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                              check=True, timeout=20).stdout.strip()
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": dirty}
+
+
+@functools.cache
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def environment() -> dict[str, str]:
+    return {k: ("<redacted>" if SECRET.search(k) else v) for k, v in sorted(os.environ.items()) if ENV_KEPT.match(k)}
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def describe_input(path: str | os.PathLike) -> dict[str, Any]:
+    side = sidecar_path(path)
+    return {"path": str(path), **digest(path), "provenance": str(side) if side.exists() else None}
+
+
+def write_sidecars(
+    outputs: Mapping[str, str | os.PathLike],
+    inputs: Mapping[str, str | os.PathLike | list],
+    *,
+    stage: str,
+    params: Mapping[str, Any],
+    started: str,
+    metrics: Mapping[str, Any] | None = None,
+) -> None:
+    """One sidecar per output; each names its siblings so audit sees the whole job."""
+    described = {name: ([describe_input(p) for p in v] if isinstance(v, list) else describe_input(v))
+                 for name, v in inputs.items()}
+    common = {
+        "schema": SCHEMA,
+        "stage": stage,
+        "rule": os.environ.get("STILLROOM_RULE") or stage,
+        "inputs": described,
+        "outputs": {name: str(p) for name, p in outputs.items()},
+        "params": redact(dict(params)),
+        "seed": params.get("seed"),
+        "config_sha256": os.environ.get("STILLROOM_CONFIG_SHA256"),
+        "config_path": os.environ.get("STILLROOM_CONFIG_PATH"),
+        "git": git_state(),
+        "packages": package_versions(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "env": environment(),
+        "started_at": started,
+        "ended_at": now(),
+        "metrics": dict(metrics or {}),
+    }
+    for name, path in outputs.items():
+        write_json(sidecar_path(path), {**common, "artifact": str(path), "output_name": name, **digest(path)})
+
+
+def read_sidecar(artifact: str | os.PathLike) -> dict[str, Any]:
+    return read_json(sidecar_path(artifact))

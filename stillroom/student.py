@@ -1,0 +1,128 @@
+"""The student: a byte-level BPE tokenizer trained on the corpus and a small randomly initialised Qwen3.
+
+Everything is built locally (no model hub). The ChatML template marks assistant content plus its
+``<|im_end|>`` as ``{% generation %}`` so ``assistant_only_loss`` trains the model to stop.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from stillroom.io import atomic_dir
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+THINK_TOKENS = ["<think>", "</think>"]
+
+# Newlines after block tags are emitted as {{ '\n' }}: transformers renders with trim_blocks=True,
+# which would swallow a literal newline following a tag.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}"
+    "<|im_start|>assistant\n{% generation %}{{ message['content'] }}<|im_end|>{% endgeneration %}{{ '\\n' }}"
+    "{% else %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>{{ '\\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+MODEL_KEYS = {
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "max_position_embeddings", "tie_word_embeddings",
+}
+OPTIONAL_MODEL_KEYS = {"rope_theta"}
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    out_dir: str | os.PathLike,
+    *,
+    vocab_size: int,
+    min_frequency: int = 2,
+    model_max_length: int = 2048,
+):
+    """Train a byte-level BPE on ``texts`` and save it (with the chat template) to ``out_dir``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import AddedToken, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        unk_token=None,
+        additional_special_tokens=["<|im_start|>"],
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=model_max_length,
+    )
+    # Plain added tokens, not special: the reasoning markers must survive decode(skip_special_tokens=True).
+    hf.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
+    with atomic_dir(out_dir) as tmp:
+        hf.save_pretrained(tmp)
+    return hf
+
+
+def _model_config(tokenizer, model: Mapping):
+    from transformers import Qwen3Config
+
+    unknown = sorted(set(model) - MODEL_KEYS - OPTIONAL_MODEL_KEYS)
+    if unknown:
+        raise ValueError(f"unknown model key(s): {', '.join(unknown)}")
+    missing = sorted(MODEL_KEYS - set(model))
+    if missing:
+        raise ValueError(f"missing model key(s): {', '.join(missing)}")
+    kwargs = {k: model[k] for k in MODEL_KEYS}
+    kwargs["tie_word_embeddings"] = bool(kwargs["tie_word_embeddings"])
+    if "rope_theta" in model:
+        kwargs["rope_parameters"] = {"rope_type": "default", "rope_theta": float(model["rope_theta"])}
+    return Qwen3Config(
+        vocab_size=-(-len(tokenizer) // 8) * 8,  # multiple of 8 keeps the embedding matmuls aligned
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+        **kwargs,
+    )
+
+
+def generation_config(tokenizer):
+    """Defaults saved beside every student checkpoint; samplers downstream override them."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        do_sample=True,
+        temperature=1.0,
+    )
+
+
+def build_model(tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike, *, model: Mapping, seed: int) -> dict:
+    """Randomly initialise a Qwen3 student for the tokenizer in ``tokenizer_dir``; save both to ``out_dir``."""
+    import torch
+    from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(Path(tokenizer_dir))
+    config = _model_config(tokenizer, model)
+    torch.manual_seed(seed)
+    net = Qwen3ForCausalLM(config)
+    net.generation_config = generation_config(tokenizer)
+    with atomic_dir(out_dir) as tmp:
+        net.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return {"parameters": sum(p.numel() for p in net.parameters()), "vocab_size": config.vocab_size}

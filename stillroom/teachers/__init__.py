@@ -1,0 +1,44 @@
+"""Teacher backends: one interface, chosen per teacher in config.
+
+A backend turns (problem, effort, sample index) into a ``Completion``. The embedded default uses
+the offline ``procedural`` teacher; real teachers (an OpenAI-compatible API, a self-hosted SGLang
+server, local transformers) plug in here with the same interface.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Completion:
+    text: str                    # what the teacher wrote, reasoning included (<think>…</think> answer)
+    finish_reason: str           # "stop" or "length"
+    prompt_tokens: int
+    completion_tokens: int
+    model: str                   # the model id the backend reports
+    reasoning: str | None = None  # the reasoning part alone, when the backend separates it
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Teacher(ABC):
+    def __init__(self, name: str, spec: Mapping[str, Any]):
+        self.name, self.spec = name, dict(spec)
+
+    @abstractmethod
+    def complete(self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int) -> Completion:
+        """One sample for one problem at one effort level."""
+
+
+def make_teacher(name: str, spec: Mapping[str, Any]) -> Teacher:
+    backend = spec.get("backend")
+    if backend == "procedural":
+        from .procedural import ProceduralTeacher
+        return ProceduralTeacher(name, spec)
+    raise ValueError(f"teacher '{name}': unknown backend {backend!r} (available: procedural)")

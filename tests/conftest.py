@@ -1,0 +1,55 @@
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def default_config() -> dict:
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def small_config() -> dict:
+    """The embedded default shrunk so the whole DAG runs in about a minute."""
+    cfg = copy.deepcopy(default_config())
+    cfg["experiment"] = "small"
+    cfg["sources"] = [
+        {"name": "arith", "kind": "arithmetic", "count": 240, "max_operand": 6},
+        {"name": "mcq", "kind": "choice", "count": 120, "max_operand": 6},
+        {"name": "scraped", "kind": "echo", "benchmark": "tinybench", "count": 6},
+    ]
+    cfg["heldout"] = {"size": 24}
+    cfg["generation"].update(efforts=["low", "medium"], samples_per_prompt=1, shards=2)
+    cfg["student"]["tokenizer"]["vocab_size"] = 400
+    cfg["student"]["model"].update(hidden_size=32, intermediate_size=64, num_hidden_layers=1, head_dim=8)
+    cfg["train"].update(max_steps=8, batch_size=2, max_length=256, logging_steps=4)
+    cfg["merge"]["ratios"] = [0.5]
+    cfg["eval"].update(samples=2, max_new_tokens=24, batch_size=48)
+    cfg["tables"]["n_resamples"] = 500
+    return cfg
+
+
+def run_snakemake(workdir: Path, config: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the real workflow in ``workdir`` with ``config`` (written to workdir/config.yaml)."""
+    cfg_path = workdir / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    bindir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ["PATH"]}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(cfg_path), "--cores", "2", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+@pytest.fixture
+def small_cfg() -> dict:
+    return small_config()

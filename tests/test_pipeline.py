@@ -1,0 +1,107 @@
+"""The real workflow on a reduced config: every stage runs, outputs and provenance are checked, and
+a dry run after config changes schedules only what is stale."""
+
+import copy
+import json
+import re
+
+import pytest
+
+from stillroom.io import read_json, read_jsonl
+from stillroom.provenance import digest, sidecar_path
+
+from .conftest import run_snakemake, small_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("pipeline")
+    cfg = small_config()
+    proc = run_snakemake(workdir, cfg)
+    return workdir, cfg, proc
+
+
+def scheduled(proc) -> dict[str, int]:
+    """Job counts from a dry run's 'Job stats' table."""
+    text = proc.stdout + proc.stderr
+    if "Nothing to be done" in text:
+        return {}
+    table = text.split("Job stats:")[1].split("total")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+def test_every_stage_produced_its_artifacts(done):
+    workdir, cfg, _ = done
+    r = workdir / "results" / "small"
+    for rel in ["pool/pool.jsonl", "pool/heldout.jsonl", "pool/decontaminated.jsonl", "pool/decontam_report.json",
+                "shards/shard-00000.jsonl", "gen/procedural/low/shard-00001.jsonl",
+                "graded/procedural/medium/shard-00000.jsonl", "dataset/train.jsonl", "student/tokenizer",
+                "ckpt/base", "ckpt/sft", "ckpt/merge-0.5", "eval/merge-0.5/heldout/graded.jsonl",
+                "tables/heldout.md", "tables/heldout.csv", "tables/heldout.png"]:
+        assert (r / rel).exists(), rel
+        assert sidecar_path(r / rel).exists(), f"no provenance for {rel}"
+    assert (r / "tables" / "heldout.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_decontamination_drops_the_scraped_benchmark_copies(done):
+    workdir, _, _ = done
+    r = workdir / "results" / "small" / "pool"
+    report = read_json(r / "decontam_report.json")
+    dropped = {d["prompt_id"] for d in report["dropped"]}
+    scraped = {p["prompt_id"] for p in read_jsonl(r / "pool.jsonl") if p["source"] == "scraped"}
+    assert scraped and scraped <= dropped
+    assert all(d["matches"] and {"benchmark", "item", "ngram"} <= set(d["matches"][0]) for d in report["dropped"])
+    clean = {p["prompt_id"] for p in read_jsonl(r / "decontaminated.jsonl")}
+    assert not clean & dropped
+    held = {p["prompt_id"] for p in read_jsonl(r / "heldout.jsonl")}
+    assert not held & clean
+
+
+def test_tables_compare_every_model_with_base_and_tuned(done):
+    workdir, _, _ = done
+    md = (workdir / "results" / "small" / "tables" / "heldout.md").read_text()
+    for model in ("base", "sft", "merge-0.5"):
+        assert f"| {model} |" in md
+    rows = (workdir / "results" / "small" / "tables" / "heldout.csv").read_text().splitlines()
+    assert rows[0].startswith("benchmark,model,problems,samples,accuracy,mean_tokens,reference,delta,ci_low,ci_high,verdict")
+    assert len(rows) == 1 + 3 * 2
+
+
+def test_provenance_links_inputs_by_hash(done):
+    workdir, _, _ = done
+    r = workdir / "results" / "small"
+    prov = read_json(sidecar_path(r / "tables" / "heldout.md"))
+    assert prov["stage"] == "tables" and prov["rule"] == "tables" and prov["config_sha256"]
+    for item in prov["inputs"]["graded"]:
+        assert digest(workdir / item["path"])["sha256"] == item["sha256"]
+        assert item["provenance"] and (workdir / item["provenance"]).exists()
+    model = read_json(sidecar_path(r / "ckpt" / "sft"))
+    assert "config.json" in model["files"] and model["metrics"]["final_loss"] < model["metrics"]["first_loss"]
+    assert set(model["packages"]) >= {"torch", "transformers", "trl"}
+    assert model["params"]["seed"] == 1234
+
+
+def test_nothing_is_stale_after_a_complete_run(done):
+    workdir, cfg, _ = done
+    assert scheduled(run_snakemake(workdir, cfg, "-n")) == {}
+
+
+def test_changing_merge_ratios_reruns_only_those_merges(done):
+    workdir, cfg, _ = done
+    cfg = copy.deepcopy(cfg)
+    cfg["merge"]["ratios"] = [0.5, 0.25]
+    jobs = scheduled(run_snakemake(workdir, cfg, "-n"))
+    assert jobs == {"merge": 1, "evaluate": 1, "grade_eval": 1, "tables": 1, "all": 1}
+
+
+def test_changing_efforts_keeps_pool_and_tokenizer(done):
+    workdir, cfg, _ = done
+    cfg = copy.deepcopy(cfg)
+    cfg["generation"]["efforts"] = ["low", "medium", "high"]
+    jobs = scheduled(run_snakemake(workdir, cfg, "-n"))
+    for rule in ("pool", "decontam", "shard", "tokenizer", "base"):
+        assert rule not in jobs, jobs
+    assert jobs["generate"] == 2 and jobs["grade_generation"] == 2  # only the new effort's shards
+    assert jobs["train"] == 1 and jobs["evaluate"] == 2  # sft and the merge; base is unchanged
