@@ -55,7 +55,7 @@ def run(*, shard: str, out_samples: str, params: Mapping[str, Any], log: Callabl
     if done:
         log(f"resuming: {len(done)} samples already done")
     total = len(problems) * k
-    t0, every = time.monotonic(), max(1, total // 10)
+    t0 = last_log = time.monotonic()
     with open(partial, "a", encoding="utf-8") as fh:
         for problem in problems:
             for index in range(k):
@@ -77,8 +77,9 @@ def run(*, shard: str, out_samples: str, params: Mapping[str, Any], log: Callabl
                 fh.flush()
                 os.fsync(fh.fileno())
                 done[key] = rec
-                if len(done) % every == 0:
-                    log(f"{len(done)}/{total} samples ({len(done) / (time.monotonic() - t0 + 1e-9):.0f}/s)")
+                if time.monotonic() - last_log > 10:  # a progress line every 10 s on long shards
+                    last_log = time.monotonic()
+                    log(f"{len(done)}/{total} samples ({len(done) / (last_log - t0):.0f}/s)")
     records = sorted(done.values(), key=lambda r: (r["prompt_id"], r["sample_index"]))
     write_jsonl(out_samples, records)
     partial.unlink()

@@ -126,3 +126,27 @@ def build_model(tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
         net.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return {"parameters": sum(p.numel() for p in net.parameters()), "vocab_size": config.vocab_size}
+
+
+# CLI stages (stillroom/cli.py calls these with keyword paths, params, threads and log).
+
+
+def run_tokenizer(*, pool: str, out_tokenizer: str, params: Mapping, log=print, **_) -> dict:
+    from stillroom.io import iter_jsonl
+
+    kwargs = {k: v for k, v in params.items() if k != "seed"}  # BPE training has no randomness
+    unknown = sorted(set(kwargs) - {"vocab_size", "min_frequency", "model_max_length"})
+    if unknown:
+        raise ValueError(f"unknown tokenizer param(s): {', '.join(unknown)}")
+    # Prompts and boxed gold answers: the pool's own text, independent of any teacher or effort setting.
+    texts = [text for rec in iter_jsonl(pool, required=("prompt", "answer"), types={"prompt": str})
+             for text in (rec["prompt"], f"The answer is \\boxed{{{rec['answer']}}}.")]
+    tok = train_tokenizer(texts, out_tokenizer, **kwargs)
+    log(f"tokenizer: {len(tok)} tokens trained on {len(texts)} prompts")
+    return {"texts": len(texts), "vocab": len(tok)}
+
+
+def run_base(*, tokenizer: str, out_model: str, params: Mapping, log=print, **_) -> dict:
+    metrics = build_model(tokenizer, out_model, model=params["model"], seed=params["seed"])
+    log(f"base model: {metrics['parameters']:,} parameters, vocab {metrics['vocab_size']}")
+    return metrics

@@ -1,12 +1,15 @@
-"""Full-parameter SFT of the student on teacher traces, with TRL's packed, padding-free SFTTrainer.
+"""Full-parameter SFT of the student on teacher traces, with TRL's SFTTrainer and BFD packing.
 
 Packed documents are kept apart by restarting position_ids: transformers derives a block-diagonal
 causal mask from them only when there is no attention_mask and no KV cache, hence use_cache=False.
+Packed rows are batched as (batch, max_length), not flattened padding-free into one (1, batch *
+max_length) row: sdpa materialises a dense mask, so one long row costs batch times more attention
+(2-4x slower steps on CPU).
 """
 
 from __future__ import annotations
 
-import math
+import functools
 import os
 import shutil
 import time
@@ -29,9 +32,10 @@ def check_params(params: Mapping) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown training param(s): {', '.join(unknown)} (known: {', '.join(PARAM_DEFAULTS)})")
     p = {**PARAM_DEFAULTS, **params}
-    for key in ("batch_size", "grad_accum", "max_length", "logging_steps"):
-        if not isinstance(p[key], int) or p[key] < 1:
-            raise ValueError(f"training param {key} must be a positive int, got {p[key]!r}")
+    lowest = {"batch_size": 1, "grad_accum": 1, "max_length": 1, "logging_steps": 1, "max_steps": -1, "seed": 0}
+    for key, low in lowest.items():
+        if isinstance(p[key], bool) or not isinstance(p[key], int) or p[key] < low:
+            raise ValueError(f"training param {key} must be an int >= {low}, got {p[key]!r}")
     if not 0 <= p["warmup_ratio"] < 1:
         raise ValueError(f"training param warmup_ratio must be in [0, 1), got {p['warmup_ratio']!r}")
     return p
@@ -47,7 +51,7 @@ def load_examples(path: str | os.PathLike) -> list[dict[str, Any]]:
         where = f"{path}:{lineno}: key 'messages'"
         for i, msg in enumerate(row["messages"]):
             if not isinstance(msg, dict) or msg.get("role") not in ROLES or not isinstance(msg.get("content"), str):
-                raise DataError(f"{where}: message {i} needs role in {sorted(ROLES)} and string content, got {msg!r:.80}")
+                raise DataError(f"{where}: message {i} needs a role in {sorted(ROLES)} and string content: {msg!r:.80}")
         if not any(m["role"] == "assistant" for m in row["messages"]):
             raise DataError(f"{where}: no assistant turn to train on")
         messages = [{"role": m["role"], "content": m["content"]} for m in row["messages"]]
@@ -97,11 +101,27 @@ def progress_callback(log: Callable[[str], Any]):
     return Progress()
 
 
+def collate_packed_rows(examples: list[dict], *, pad_token_id: int) -> dict:
+    """Stack packed rows (input_ids, labels, seq_lengths) into right-padded tensors with restarting positions."""
+    import torch
+
+    shape = (len(examples), max(len(ex["input_ids"]) for ex in examples))
+    ids, labels = torch.full(shape, pad_token_id), torch.full(shape, -100)
+    positions = torch.zeros(shape, dtype=torch.long)
+    for row, ex in enumerate(examples):
+        n = len(ex["input_ids"])
+        ids[row, :n] = torch.tensor(ex["input_ids"])
+        labels[row, :n] = torch.tensor(ex["labels"])
+        positions[row, :n] = torch.cat([torch.arange(k) for k in ex["seq_lengths"]])
+    labels[positions == 0] = -100  # a document's first token is never predicted from the one before it
+    return {"input_ids": ids, "labels": labels, "position_ids": positions}
+
+
 def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, callbacks=()):
     """The SFTTrainer for ``examples`` (validated ``params``), model loaded fresh from ``base_dir``."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     cuda = torch.cuda.is_available()
@@ -125,11 +145,10 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
         max_length=params["max_length"],
         packing=True,
         packing_strategy="bfd",
-        padding_free=True,
         assistant_only_loss=True,
         use_cpu=not cuda,
         bf16=cuda,
-        include_num_input_tokens_seen=True,
+        include_num_input_tokens_seen="non_padding",
         save_strategy="no",
         report_to=[],
         dataloader_num_workers=0,
@@ -137,7 +156,12 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
         gradient_checkpointing=False,  # TRL turns it on by default; needless recompute at student sizes
     )
     dataset = Dataset.from_list([{"messages": ex["messages"]} for ex in examples])
-    return SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=list(callbacks))
+    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
+                         callbacks=list(callbacks))
+    # TRL refuses a custom collator with BFD packing (it assumes flash-attention varlen); swap it in after.
+    trainer.data_collator = functools.partial(collate_packed_rows, pad_token_id=tokenizer.pad_token_id)
+    trainer.remove_callback(PrinterCallback)  # progress goes through our own log callable
+    return trainer
 
 
 def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int = 1, log=print) -> dict:
@@ -163,7 +187,7 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
-        model = trainer.model
+        model = trainer.accelerator.unwrap_model(trainer.model)
         model.config.use_cache = True  # inference downstream wants the cache back
         if not (Path(base_dir) / "generation_config.json").exists():
             model.generation_config = generation_config(tokenizer)
@@ -172,13 +196,20 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
         shutil.rmtree(tmp / "trainer", ignore_errors=True)
 
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    tokens_seen = trainer.state.num_input_tokens_seen
-    return {
+    metrics = {
         **{k: stats[k] for k in ("examples", "supervised_tokens", "total_tokens")},
         "steps": trainer.state.global_step,
-        "first_loss": losses[0] if losses else math.nan,
-        "final_loss": sum(losses[-3:]) / len(losses[-3:]) if losses else math.nan,
+        "first_loss": losses[0] if losses else None,
+        "final_loss": sum(losses[-3:]) / len(losses[-3:]) if losses else None,
         "train_seconds": round(seconds, 3),
-        "tokens_per_second": round(tokens_seen / seconds, 1) if seconds > 0 else math.nan,
+        "tokens_per_second": round(trainer.state.num_input_tokens_seen / max(seconds, 1e-9), 1),
         "packing_efficiency": round(real / (len(packed) * p["max_length"]), 4),
     }
+    log(f"trained {metrics['steps']} steps in {seconds:.1f} s ({metrics['tokens_per_second']:.0f} tokens/s), "
+        f"loss {metrics['first_loss']} -> {metrics['final_loss']}")
+    return metrics
+
+
+def run(*, base: str, dataset: str, out_model: str, params: Mapping, threads: int = 1, log=print, **_) -> dict:
+    """The CLI's ``train`` stage."""
+    return train_sft(base, dataset, out_model, params=params, threads=threads, log=log)
