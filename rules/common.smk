@@ -75,8 +75,9 @@ def named(mapping):
     return [f"{name}={path}" for name, path in mapping.items()]
 
 
-def benchmark_file(bench):
-    return f"{R}/pool/heldout.jsonl" if bench == "heldout" else BENCHMARKS[bench]
+def benchmark_file(wildcards):
+    """The problems of an evaluation benchmark: the held-out split, or a configured benchmark file."""
+    return f"{R}/pool/heldout.jsonl" if wildcards.bench == "heldout" else BENCHMARKS[wildcards.bench]
 
 
 def all_tables():

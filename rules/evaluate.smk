@@ -11,7 +11,7 @@ def eval_params(wildcards):
 rule evaluate:
     input:
         model=f"{R}/ckpt/{{model}}",
-        problems=lambda w: benchmark_file(w.bench),
+        problems=benchmark_file,
     output:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/samples.jsonl"),
     params:

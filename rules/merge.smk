@@ -1,6 +1,10 @@
 # Stage 8: interpolate base and fine-tuned weights, one job per ratio.
 
 
+def merge_params(wildcards):
+    return as_json(tuned_weight=float(wildcards.ratio))
+
+
 rule merge:
     input:
         base=f"{R}/ckpt/base",
@@ -8,7 +12,7 @@ rule merge:
     output:
         **tracked(model=directory(f"{R}/ckpt/merge-{{ratio}}")),
     params:
-        p=lambda w: as_json(tuned_weight=float(w.ratio)),
+        p=merge_params,
     log:
         f"{R}/logs/merge-{{ratio}}.log",
     shell:

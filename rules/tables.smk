@@ -1,18 +1,30 @@
 # Stage 11: paired bootstrap tables (vs base and vs the fine-tune) and the accuracy/length plot.
 
 
-def graded_models(bench):
-    return {m: f"{R}/eval/{m}/{bench}/graded.jsonl" for m in MODELS}
+def graded_models(wildcards):
+    return {m: f"{R}/eval/{m}/{wildcards.bench}/graded.jsonl" for m in MODELS}
+
+
+def tables_params(wildcards):
+    return as_json(benchmark=wildcards.bench, base="base", tuned="sft", **config["tables"])
+
+
+def tables_inputs(wildcards):
+    return list(graded_models(wildcards).values())
+
+
+def tables_named_inputs(wildcards):
+    return named(graded_models(wildcards))
 
 
 rule tables:
     input:
-        lambda w: list(graded_models(w.bench).values()),
+        tables_inputs,
     output:
         **tracked(markdown=f"{R}/tables/{{bench}}.md", csv=f"{R}/tables/{{bench}}.csv", plot=f"{R}/tables/{{bench}}.png"),
     params:
-        p=lambda w: as_json(benchmark=w.bench, base="base", tuned="sft", **config["tables"]),
-        graded=lambda w: named(graded_models(w.bench)),
+        p=tables_params,
+        graded=tables_named_inputs,
     log:
         f"{R}/logs/tables-{{bench}}.log",
     shell:
