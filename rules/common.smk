@@ -36,6 +36,7 @@ if not CONFIG_SNAPSHOT.exists():  # content-addressed, so writing it never dirti
     CONFIG_SNAPSHOT.write_text(json.dumps(config, indent=2, sort_keys=True))
 os.environ["STILLROOM_CONFIG_SHA256"] = CONFIG_SHA256
 os.environ["STILLROOM_CONFIG_PATH"] = str(CONFIG_SNAPSHOT.resolve())
+os.environ["STILLROOM_REPO"] = str(REPO)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

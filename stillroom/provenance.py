@@ -30,8 +30,8 @@ PACKAGES = ("stillroom", "torch", "transformers", "trl", "accelerate", "tokenize
             "math-verify", "numpy", "scipy", "pandas", "snakemake")
 SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
 ENV_KEPT = re.compile(r"^(STILLROOM_|SLURM_JOB_ID$|SLURM_JOB_NODELIST$|SLURM_NNODES$|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$)")
-REPO = Path(__file__).resolve().parent.parent
 SUFFIX = ".prov.json"
+IGNORED = {".snakemake_timestamp"}  # Snakemake marks finished directory outputs with it after the job
 
 
 def sidecar_path(artifact: str | os.PathLike) -> Path:
@@ -50,7 +50,8 @@ def digest(path: str | os.PathLike) -> dict[str, Any]:
     """sha256 of a file, or for a directory a manifest of per-file hashes and a hash over it."""
     path = Path(path)
     if path.is_dir():
-        files = {str(p.relative_to(path)): sha256_file(p) for p in sorted(path.rglob("*")) if p.is_file()}
+        files = {str(p.relative_to(path)): sha256_file(p) for p in sorted(path.rglob("*"))
+                 if p.is_file() and p.name not in IGNORED}
         total = hashlib.sha256("".join(f"{k}\0{v}\n" for k, v in files.items()).encode()).hexdigest()
         return {"sha256": total, "files": files}
     return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
@@ -68,8 +69,11 @@ def redact(obj: Any) -> Any:
 
 @functools.cache
 def git_state() -> dict[str, Any] | None:
+    """Commit and dirty state of the workflow's repository (set by the Snakefile), else of this package's."""
+    repo = os.environ.get("STILLROOM_REPO") or str(Path(__file__).resolve().parent.parent)
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
                               check=True, timeout=20).stdout.strip()
     try:
         commit = git("rev-parse", "HEAD")

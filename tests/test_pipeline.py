@@ -105,3 +105,29 @@ def test_changing_efforts_keeps_pool_and_tokenizer(done):
         assert rule not in jobs, jobs
     assert jobs["generate"] == 2 and jobs["grade_generation"] == 2  # only the new effort's shards
     assert jobs["train"] == 1 and jobs["evaluate"] == 2  # sft and the merge; base is unchanged
+
+
+def test_provenance_walks_from_the_table_to_the_teacher_records(done):
+    """The sidecar links are enough for an audit: every input re-hashes to what its consumer recorded,
+    and following them from the table reaches the raw generation shards and the sources."""
+    workdir, _, _ = done
+    todo = [sidecar_path(workdir / "results" / "small" / "tables" / "heldout.md")]
+    seen, stages = set(), set()
+    while todo:
+        side = todo.pop()
+        if side in seen:
+            continue
+        seen.add(side)
+        prov = read_json(side)
+        stages.add(prov["stage"])
+        assert digest(workdir / prov["artifact"])["sha256"] == prov["sha256"], prov["artifact"]
+        for entry in prov["inputs"].values():
+            for item in entry if isinstance(entry, list) else [entry]:
+                assert digest(workdir / item["path"])["sha256"] == item["sha256"], item["path"]
+                if item["provenance"]:
+                    todo.append(workdir / item["provenance"])
+    assert {"tables", "grade", "evaluate", "merge", "train", "dataset", "generate", "shard", "decontam", "pool",
+            "base", "tokenizer"} <= stages
+    example = read_jsonl(workdir / "results" / "small" / "dataset" / "train.jsonl")[0]
+    graded = {r["key"]: r for r in read_jsonl(workdir / example["source_record"]["file"])}
+    assert graded[example["id"]]["response"] == example["messages"][-1]["content"]
