@@ -14,7 +14,7 @@ try:
 except WorkflowError:
     stillroom.config.validate(config)  # the same schema, re-checked to name every bad key
     raise
-stillroom.config.validate(config)  # cross-references a schema cannot express
+stillroom.config.cross_check(config)  # references between sections, which a schema cannot express
 
 if shutil.which("stillroom") is None:
     raise WorkflowError("`stillroom` is not on PATH: run `make run`, or `source .venv/bin/activate` first")

@@ -39,10 +39,10 @@ def validate(config: Mapping[str, Any], schema_path: str | Path = SCHEMA) -> Non
             else:
                 lines.append(f"{where}: {e.message}")
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines))
-    _cross_check(config)
+    cross_check(config)
 
 
-def _cross_check(config: Mapping[str, Any]) -> None:
+def cross_check(config: Mapping[str, Any]) -> None:
     """Constraints a JSON schema cannot express: references between sections."""
     problems = []
     gen = config["generation"]

@@ -27,7 +27,7 @@ from .io import read_json, write_json
 
 SCHEMA = "stillroom.provenance/1"
 PACKAGES = ("stillroom", "torch", "transformers", "trl", "accelerate", "tokenizers", "safetensors",
-            "math-verify", "numpy", "scipy", "pandas", "snakemake")
+            "math-verify", "numpy", "scipy", "snakemake")
 SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
 ENV_KEPT = re.compile(r"^(STILLROOM_|SLURM_JOB_ID$|SLURM_JOB_NODELIST$|SLURM_NNODES$|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$)")
 SUFFIX = ".prov.json"

@@ -119,3 +119,17 @@ def test_chunking_covers_many_resamples():
 def test_validation(a, b, kwargs, match):
     with pytest.raises(ValueError, match=match):
         paired_bootstrap(a, b, **kwargs)
+
+
+def test_interval_agrees_with_scipy_percentile_bootstrap():
+    """Same estimand as scipy.stats.bootstrap (paired, percentile): intervals agree within resampling noise."""
+    from scipy.stats import bootstrap
+
+    rng = np.random.default_rng(11)
+    a = (rng.random((400, 4)) < 0.55).astype(float)
+    b = (rng.random((400, 4)) < 0.45).astype(float)
+    ours = paired_bootstrap(a, b, n_resamples=20_000, seed=1)
+    ref = bootstrap((a.mean(1), b.mean(1)), lambda x, y: np.mean(x - y), paired=True, vectorized=False,
+                    n_resamples=20_000, method="percentile", random_state=2).confidence_interval
+    half = (ours.high - ours.low) / 2
+    assert abs(ours.low - ref.low) < 0.05 * half and abs(ours.high - ref.high) < 0.05 * half
