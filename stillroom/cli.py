@@ -147,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .teachers import TeacherError
+
     args = build_parser().parse_args(argv)
     try:
         if args.command == "show":
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             show(args.experiment_dir)
         else:
             run_stage(args.command, args)
-    except (DataError, ValueError, FileNotFoundError) as exc:
+    except (DataError, ValueError, FileNotFoundError, TeacherError) as exc:
         print(f"stillroom {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -6,6 +6,7 @@ stopped; the final file appears (atomically, sorted by key) only once every samp
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -16,7 +17,7 @@ from typing import Any
 from .io import dumps_line, read_jsonl, write_jsonl
 from .pool import POOL_KEYS
 from .provenance import now
-from .teachers import make_teacher
+from .teachers import Completion, Teacher, TeacherError, make_teacher
 
 
 def sample_key(prompt_id: str, teacher: str, effort: str, index: int) -> str:
@@ -45,45 +46,82 @@ def _resume(partial: Path, log: Callable[[str], None]) -> dict[str, dict[str, An
     return done
 
 
+def _record(problem: Mapping[str, Any], teacher: str, effort: str, index: int, completion: Completion | None,
+            latency: float, error: TeacherError | None = None) -> dict[str, Any]:
+    c = completion
+    return {
+        "key": sample_key(problem["prompt_id"], teacher, effort, index), "prompt_id": problem["prompt_id"],
+        "teacher": teacher, "effort": effort, "sample_index": index, "source": problem["source"],
+        "kind": problem["kind"], "prompt": problem["prompt"], "answer": problem["answer"],
+        "response": c.text if c else None, "reasoning": c.reasoning if c else None,
+        "finish_reason": c.finish_reason if c else None, "prompt_tokens": c.prompt_tokens if c else 0,
+        "completion_tokens": c.completion_tokens if c else 0, "model": c.model if c else None,
+        "attempts": c.extra.get("attempts", 1) if c else error.attempts, "sampling": c.extra.get("sampling") if c else None,
+        "latency_s": round(latency, 6), "created_at": now(), "error": str(error) if error else None,
+    }
+
+
+async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int]], params: Mapping[str, Any],
+                 sink: Callable[[dict[str, Any]], None], log: Callable[[str], None]) -> None:
+    """Complete ``pending`` samples with at most ``concurrency`` requests in flight; each record goes to
+    ``sink`` as soon as it exists, so a kill loses only what was in flight."""
+    todo = iter(pending)
+    t0 = last_log = time.monotonic()
+    state = {"done": 0, "tokens": 0}
+
+    async def worker() -> None:
+        nonlocal last_log
+        for problem, index in todo:  # shared iterator: each sample goes to exactly one worker
+            start = time.monotonic()
+            try:
+                c = await teacher.acomplete(problem, params["effort"], index, params["seed"])
+                rec = _record(problem, teacher.name, params["effort"], index, c, time.monotonic() - start)
+            except TeacherError as exc:
+                rec = _record(problem, teacher.name, params["effort"], index, None, time.monotonic() - start, exc)
+            sink(rec)
+            state["done"] += 1
+            state["tokens"] += rec["completion_tokens"]
+            if time.monotonic() - last_log > 10:  # a progress line every 10 s on long shards
+                last_log = time.monotonic()
+                rate = state["done"] / (last_log - t0)
+                log(f"{state['done']}/{len(pending)} samples, {state['tokens'] / (last_log - t0):.0f} output tok/s, "
+                    f"ETA {(len(pending) - state['done']) / rate:.0f} s")
+
+    concurrency = max(1, int(teacher.spec.get("concurrency", 1)))
+    try:
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(pending))))))
+    finally:
+        await teacher.aclose()
+
+
 def run(*, shard: str, out_samples: str, params: Mapping[str, Any], log: Callable[[str], None] = print,
         **_: Any) -> dict[str, Any]:
-    teacher_name, effort, k, seed = params["teacher"], params["effort"], params["samples"], params["seed"]
+    teacher_name, effort, k = params["teacher"], params["effort"], params["samples"]
     teacher = make_teacher(teacher_name, params["spec"])
     problems = read_jsonl(shard, required=POOL_KEYS)
     partial = Path(out_samples + ".partial")
-    done = _resume(partial, log)
+    done = {key: rec for key, rec in _resume(partial, log).items() if not rec.get("error")}  # failures: retry
     if done:
         log(f"resuming: {len(done)} samples already done")
-    total = len(problems) * k
-    t0 = last_log = time.monotonic()
+    pending = [(p, i) for p in problems for i in range(k) if sample_key(p["prompt_id"], teacher_name, effort, i) not in done]
     with open(partial, "a", encoding="utf-8") as fh:
-        for problem in problems:
-            for index in range(k):
-                key = sample_key(problem["prompt_id"], teacher_name, effort, index)
-                if key in done:
-                    continue
-                start = time.monotonic()
-                completion = teacher.complete(problem, effort, index, seed)
-                rec = {
-                    "key": key, "prompt_id": problem["prompt_id"], "teacher": teacher_name, "effort": effort,
-                    "sample_index": index, "source": problem["source"], "kind": problem["kind"],
-                    "prompt": problem["prompt"], "answer": problem["answer"], "response": completion.text,
-                    "reasoning": completion.reasoning, "finish_reason": completion.finish_reason,
-                    "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
-                    "model": completion.model, "latency_s": round(time.monotonic() - start, 6),
-                    "created_at": now(),
-                }
-                fh.write(dumps_line(rec))
-                fh.flush()
-                os.fsync(fh.fileno())
-                done[key] = rec
-                if time.monotonic() - last_log > 10:  # a progress line every 10 s on long shards
-                    last_log = time.monotonic()
-                    log(f"{len(done)}/{total} samples ({len(done) / (last_log - t0):.0f}/s)")
+        def sink(rec: dict[str, Any]) -> None:
+            fh.write(dumps_line(rec))
+            fh.flush()
+            os.fsync(fh.fileno())
+            done[rec["key"]] = rec
+        asyncio.run(_drive(teacher, pending, params, sink, log))
     records = sorted(done.values(), key=lambda r: (r["prompt_id"], r["sample_index"]))
+    failed = [r for r in records if r["error"]]
+    allowed = teacher.spec.get("max_failed_fraction", 0.0) * len(records)
+    if len(failed) > allowed:
+        raise TeacherError(f"{len(failed)} of {len(records)} samples failed for good (e.g. {failed[0]['key']}: "
+                           f"{failed[0]['error']}); they stay in {partial} and are retried on the next run",
+                           failed[0]["attempts"])
     write_jsonl(out_samples, records)
     partial.unlink()
     tokens = sum(r["completion_tokens"] for r in records)
-    log(f"{teacher_name}/{effort}: {len(records)} samples, {tokens} completion tokens")
-    return {"samples": len(records), "prompts": len(problems), "completion_tokens": tokens,
-            "prompt_tokens": sum(r["prompt_tokens"] for r in records)}
+    log(f"{teacher_name}/{effort}: {len(records)} samples ({len(failed)} failed), {tokens} completion tokens")
+    return {"samples": len(records), "failed": len(failed), "prompts": len(problems), "completion_tokens": tokens,
+            "prompt_tokens": sum(r["prompt_tokens"] for r in records),
+            "attempts": sum(r["attempts"] for r in records)}

@@ -160,7 +160,8 @@ def run(*, samples: str, out_graded: str, params: Mapping[str, Any], threads: in
         log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
     """Stages 5 and 10: add a ``grade`` to every sample record (teacher or evaluation samples)."""
     rows = read_jsonl(samples, required=("key", "response", "answer", "kind"))
-    grades = grade_many([(r["response"], r["answer"], r["kind"]) for r in rows], workers=threads)
+    # A sample whose request failed for good has no response: it is graded as no answer.
+    grades = grade_many([(r["response"] or "", r["answer"], r["kind"]) for r in rows], workers=threads)
     for row, g in zip(rows, grades):
         row["grade"] = asdict(g)
     write_jsonl(out_graded, rows)

@@ -7,7 +7,7 @@ server, local transformers) plug in here with the same interface.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -27,13 +27,27 @@ class Completion:
         return asdict(self)
 
 
+class TeacherError(RuntimeError):
+    """A sample that failed for good; the driver records it with its error instead of dropping it."""
+
+    def __init__(self, message: str, attempts: int):
+        super().__init__(message)
+        self.attempts = attempts
+
+
 class Teacher(ABC):
     def __init__(self, name: str, spec: Mapping[str, Any]):
         self.name, self.spec = name, dict(spec)
 
-    @abstractmethod
     def complete(self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int) -> Completion:
-        """One sample for one problem at one effort level."""
+        """One sample for one problem at one effort level (backends implement this or ``acomplete``)."""
+        raise TypeError(f"teacher '{self.name}' ({type(self).__name__}) is asynchronous: use acomplete")
+
+    async def acomplete(self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int) -> Completion:
+        return self.complete(problem, effort, sample_index, seed)
+
+    async def aclose(self) -> None:
+        """Release connections; the driver calls it once the shard is done."""
 
 
 def make_teacher(name: str, spec: Mapping[str, Any]) -> Teacher:
@@ -41,4 +55,7 @@ def make_teacher(name: str, spec: Mapping[str, Any]) -> Teacher:
     if backend == "procedural":
         from .procedural import ProceduralTeacher
         return ProceduralTeacher(name, spec)
-    raise ValueError(f"teacher '{name}': unknown backend {backend!r} (available: procedural)")
+    if backend == "openai":
+        from .openai import OpenAITeacher
+        return OpenAITeacher(name, spec)
+    raise ValueError(f"teacher '{name}': unknown backend {backend!r} (available: procedural, openai)")
