@@ -148,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from .teachers import TeacherError
+    from .teachers.budget import BudgetExhausted
 
     args = build_parser().parse_args(argv)
     try:
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             show(args.experiment_dir)
         else:
             run_stage(args.command, args)
-    except (DataError, ValueError, FileNotFoundError, TeacherError) as exc:
+    except (DataError, ValueError, FileNotFoundError, TeacherError, BudgetExhausted) as exc:
         print(f"stillroom {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -17,7 +17,8 @@ from typing import Any
 from .io import dumps_line, read_jsonl, write_jsonl
 from .pool import POOL_KEYS
 from .provenance import now
-from .teachers import Completion, Teacher, TeacherError, make_teacher
+from .teachers import Completion, SkipSample, Teacher, TeacherError, make_teacher
+from .teachers.budget import BudgetExhausted
 
 
 def sample_key(prompt_id: str, teacher: str, effort: str, index: int) -> str:
@@ -47,7 +48,7 @@ def _resume(partial: Path, log: Callable[[str], None]) -> dict[str, dict[str, An
 
 
 def _record(problem: Mapping[str, Any], teacher: str, effort: str, index: int, completion: Completion | None,
-            latency: float, error: TeacherError | None = None) -> dict[str, Any]:
+            latency: float, error: TeacherError | None = None, skipped: str | None = None) -> dict[str, Any]:
     c = completion
     return {
         "key": sample_key(problem["prompt_id"], teacher, effort, index), "prompt_id": problem["prompt_id"],
@@ -56,8 +57,10 @@ def _record(problem: Mapping[str, Any], teacher: str, effort: str, index: int, c
         "response": c.text if c else None, "reasoning": c.reasoning if c else None,
         "finish_reason": c.finish_reason if c else None, "prompt_tokens": c.prompt_tokens if c else 0,
         "completion_tokens": c.completion_tokens if c else 0, "model": c.model if c else None,
-        "attempts": c.extra.get("attempts", 1) if c else error.attempts, "sampling": c.extra.get("sampling") if c else None,
-        "latency_s": round(latency, 6), "created_at": now(), "error": str(error) if error else None,
+        "attempts": c.extra.get("attempts", 1) if c else (error.attempts if error else 0),
+        "sampling": c.extra.get("sampling") if c else None, "latency_s": round(latency, 6), "created_at": now(),
+        "error": str(error) if error else None, "skipped": skipped,
+        "max_tokens_clamped_from": c.extra.get("max_tokens_clamped_from") if c else None,
     }
 
 
@@ -67,17 +70,25 @@ async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int]], pa
     ``sink`` as soon as it exists, so a kill loses only what was in flight."""
     todo = iter(pending)
     t0 = last_log = time.monotonic()
-    state = {"done": 0, "tokens": 0}
+    state: dict[str, Any] = {"done": 0, "tokens": 0, "exhausted": None}
 
     async def worker() -> None:
         nonlocal last_log
         for problem, index in todo:  # shared iterator: each sample goes to exactly one worker
+            if state["exhausted"]:
+                return
             start = time.monotonic()
+            args = (problem, teacher.name, params["effort"], index)
             try:
                 c = await teacher.acomplete(problem, params["effort"], index, params["seed"])
-                rec = _record(problem, teacher.name, params["effort"], index, c, time.monotonic() - start)
+                rec = _record(*args, c, time.monotonic() - start)
             except TeacherError as exc:
-                rec = _record(problem, teacher.name, params["effort"], index, None, time.monotonic() - start, exc)
+                rec = _record(*args, None, time.monotonic() - start, error=exc)
+            except SkipSample as exc:
+                rec = _record(*args, None, time.monotonic() - start, skipped=str(exc))
+            except BudgetExhausted as exc:  # stop admitting; requests in flight still finish and are kept
+                state["exhausted"] = exc
+                return
             sink(rec)
             state["done"] += 1
             state["tokens"] += rec["completion_tokens"]
@@ -92,6 +103,9 @@ async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int]], pa
         await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(pending))))))
     finally:
         await teacher.aclose()
+    if state["exhausted"]:
+        raise BudgetExhausted(f"{state['exhausted']}. {state['done']} samples were done in this run, "
+                              f"{len(pending) - state['done']} remain; rerun after the reset to resume")
 
 
 def run(*, shard: str, out_samples: str, params: Mapping[str, Any], log: Callable[[str], None] = print,
@@ -121,7 +135,10 @@ def run(*, shard: str, out_samples: str, params: Mapping[str, Any], log: Callabl
     write_jsonl(out_samples, records)
     partial.unlink()
     tokens = sum(r["completion_tokens"] for r in records)
-    log(f"{teacher_name}/{effort}: {len(records)} samples ({len(failed)} failed), {tokens} completion tokens")
-    return {"samples": len(records), "failed": len(failed), "prompts": len(problems), "completion_tokens": tokens,
+    skipped = sum(bool(r.get("skipped")) for r in records)
+    log(f"{teacher_name}/{effort}: {len(records)} samples ({len(failed)} failed, {skipped} skipped), "
+        f"{tokens} completion tokens")
+    return {"samples": len(records), "failed": len(failed), "skipped": skipped, "prompts": len(problems),
+            "completion_tokens": tokens,
             "prompt_tokens": sum(r["prompt_tokens"] for r in records),
             "attempts": sum(r["attempts"] for r in records)}

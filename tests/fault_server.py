@@ -27,6 +27,7 @@ class FaultServer:
         self.bodies: list[dict] = []
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda request, address: None  # clients hanging up on injected faults
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property

@@ -35,6 +35,10 @@ class TeacherError(RuntimeError):
         self.attempts = attempts
 
 
+class SkipSample(Exception):
+    """A sample deliberately not requested (e.g. its prompt cannot fit the context); recorded with the reason."""
+
+
 class Teacher(ABC):
     def __init__(self, name: str, spec: Mapping[str, Any]):
         self.name, self.spec = name, dict(spec)

@@ -18,12 +18,13 @@ from collections.abc import Mapping
 from string import Template
 from typing import Any
 
-from . import Completion, Teacher, TeacherError
+from . import Completion, SkipSample, Teacher, TeacherError
+from .budget import Budget, BudgetExhausted
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 THINK = re.compile(r"<think>(.*?)</think>", re.S)
 DEFAULTS = {"endpoint": "chat", "timeout_s": 600.0, "max_attempts": 8, "backoff_base_s": 1.0,
-            "backoff_max_s": 120.0, "sampling": {}, "effort": {"field": "reasoning_effort"}}
+            "backoff_max_s": 120.0, "sampling": {}, "effort": {"field": "reasoning_effort"}, "on_overflow": "clamp"}
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -46,6 +47,39 @@ class OpenAITeacher(Teacher):
         if self.spec["endpoint"] not in ("chat", "completions"):
             raise ValueError(f"teacher '{name}': endpoint must be 'chat' or 'completions', got {self.spec['endpoint']!r}")
         self._client = None
+        self._tokenizer = None
+        b = self.spec.get("budget")
+        if b and not (self.spec["sampling"].get("max_tokens") or self.spec.get("context_length")):
+            raise ValueError(f"teacher '{name}': a budget needs sampling.max_tokens (each request's worst case)")
+        self.budget = Budget(b.get("ledger", f"results/budget/{name}.json"), b["daily_output_tokens"],
+                             b.get("reset_hour_utc", 0)) if b else None
+
+    def count_prompt_tokens(self, body: Mapping[str, Any]) -> int:
+        """With the teacher's tokenizer when configured, else a conservative estimate (3 bytes a token)."""
+        if self.spec.get("tokenizer"):
+            if self._tokenizer is None:
+                from transformers import AutoTokenizer
+                self._tokenizer = AutoTokenizer.from_pretrained(self.spec["tokenizer"])
+            if "messages" in body:
+                return len(self._tokenizer.apply_chat_template(body["messages"], add_generation_prompt=True,
+                                                               tokenize=True, return_dict=True)["input_ids"])
+            return len(self._tokenizer(body["prompt"])["input_ids"])
+        texts = [m["content"] for m in body["messages"]] if "messages" in body else [body["prompt"]]
+        return sum(len(t.encode()) // 3 + 8 for t in texts)
+
+    def guard_context(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Keep prompt + max_tokens inside the context length: clamp max_tokens, or skip the sample."""
+        limit = self.spec.get("context_length")
+        if not limit:
+            return body
+        prompt = self.count_prompt_tokens(body)
+        want = body.get("max_tokens", limit)
+        if prompt + want <= limit:
+            return body
+        room = limit - prompt
+        if self.spec["on_overflow"] == "skip" or room < 1:
+            raise SkipSample(f"prompt {prompt} + max_tokens {want} tokens exceeds context_length {limit}")
+        return {**body, "max_tokens": room, "max_tokens_clamped_from": want}
 
     def _headers(self) -> dict[str, str]:
         env = self.spec.get("api_key_env")
@@ -77,8 +111,27 @@ class OpenAITeacher(Teacher):
         if self._client is None:
             self._client = httpx.AsyncClient(base_url=self.spec["base_url"].rstrip("/"), headers=self._headers(),
                                              timeout=self.spec["timeout_s"])
+        body = self.guard_context(self.request_body(problem, effort, sample_index, seed))
+        worst = int(body.get("max_tokens") or self.spec.get("context_length") or 0)
+        if self.budget and not self.budget.reserve(worst):
+            st = self.budget.status()
+            raise BudgetExhausted(f"teacher '{self.name}': daily output-token budget reached ({st['spent']:,} of "
+                                  f"{st['limit']:,} spent, {st['in_flight']:,} in flight); it resets at {st['resets_at']}")
+        used = 0
+        try:
+            completion = await self._send(body, problem, effort, sample_index, seed)
+            used = completion.completion_tokens
+            return completion
+        finally:
+            if self.budget:
+                self.budget.settle(worst, used)
+
+    async def _send(self, body: dict[str, Any], problem: Mapping[str, Any], effort: str, sample_index: int,
+                    seed: int) -> Completion:
+        import httpx
+
         path = "/chat/completions" if self.spec["endpoint"] == "chat" else "/completions"
-        body = self.request_body(problem, effort, sample_index, seed)
+        clamped = body.pop("max_tokens_clamped_from", None)
         rng = random.Random(f"{seed}:{problem['prompt_id']}:{effort}:{sample_index}")
         last = ""
         for attempt in range(1, self.spec["max_attempts"] + 1):
@@ -86,7 +139,10 @@ class OpenAITeacher(Teacher):
             try:
                 resp = await self._client.post(path, json=body)
                 if resp.status_code == 200:
-                    return self._parse(resp.json(), body, attempt)
+                    completion = self._parse(resp.json(), body, attempt)
+                    if clamped is not None:
+                        completion.extra["max_tokens_clamped_from"] = clamped
+                    return completion
                 last = f"HTTP {resp.status_code}: {resp.text[:200]}"
                 if resp.status_code not in RETRY_STATUS:
                     raise TeacherError(last, attempt)
