@@ -19,10 +19,10 @@ FAULTS = ("error500", "rate429", "malformed", "reset", "slow")
 
 class FaultServer:
     def __init__(self, rates: dict[str, float] | None = None, seed: int = 0, slow_s: float = 1.0,
-                 retry_after: str = "0"):
+                 retry_after: str = "0", delay_s: float = 0.0):
         self.rates = {f: (rates or {}).get(f, 0.0) for f in FAULTS}
         self.rng, self.lock = random.Random(seed), threading.Lock()
-        self.slow_s, self.retry_after = slow_s, retry_after
+        self.slow_s, self.retry_after, self.delay_s = slow_s, retry_after, delay_s
         self.counts = {f: 0 for f in FAULTS} | {"requests": 0, "ok": 0}
         self.bodies: list[dict] = []
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -83,8 +83,7 @@ class FaultServer:
                     return self._send(429, b'{"error": "slow down"}', {"Retry-After": server.retry_after})
                 if fault == "malformed":
                     return self._send(200, b'{"choices": [{"message": ')
-                if fault == "slow":
-                    time.sleep(server.slow_s)
+                time.sleep(server.slow_s if fault == "slow" else server.delay_s)
                 with server.lock:
                     server.bodies.append(body)
                 prompt = body["messages"][-1]["content"] if "messages" in body else body["prompt"]

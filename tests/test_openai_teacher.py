@@ -110,3 +110,39 @@ def test_snakemake_generates_a_shard_from_an_openai_teacher(tmp_path, small_cfg)
     rows = read_jsonl(tmp_path / "results" / "small" / "gen" / "api" / "low" / "shard-00000.jsonl")
     assert rows and all(r["error"] is None and r["teacher"] == "api" and r["effort"] == "low" for r in rows)
     assert sum(r["attempts"] for r in rows) >= server.counts["requests"] > len(rows)
+
+
+def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path):
+    """Kill the real CLI process with SIGKILL several times mid-shard; each rerun resumes."""
+    import json
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    shard = _problems(tmp_path, 60)
+    with FaultServer({"error500": 0.05}, delay_s=0.01) as server:
+        params = {"teacher": "api", "effort": "low", "samples": 2, "seed": 3,
+                  "spec": {**FAST, "base_url": server.base_url, "concurrency": 4}}
+        reference = str(tmp_path / "reference.jsonl")
+        generate.run(shard=shard, out_samples=reference, params=params, log=lambda _: None)
+        out = tmp_path / "killed.jsonl"
+        cmd = [sys.executable, "-m", "stillroom", "generate", "--shard", shard, "--out-samples", str(out),
+               "--params", json.dumps(params)]
+        partial = tmp_path / "killed.jsonl.partial"
+        kills = 0
+        for threshold in sorted(random.Random(7).sample(range(10, 110), 3)) + [None]:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while threshold and proc.poll() is None:  # kill once `threshold` records are on disk
+                if partial.exists() and partial.read_bytes().count(b"\n") >= threshold:
+                    proc.send_signal(signal.SIGKILL)
+                    kills += 1
+                    break
+                time.sleep(0.002)
+            proc.wait(timeout=120)
+            if threshold is None:
+                assert proc.returncode == 0
+    rows = read_jsonl(out)
+    assert kills == 3
+    assert sorted(r["key"] for r in rows) == sorted(r["key"] for r in read_jsonl(reference))
+    assert len({r["key"] for r in rows}) == len(rows) == 120
