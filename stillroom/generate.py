@@ -100,7 +100,9 @@ async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int]], pa
 
     concurrency = max(1, int(teacher.spec.get("concurrency", 1)))
     try:
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(pending))))))
+        if pending:  # a finished shard starts no server
+            await teacher.astart()
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(pending)))))
     finally:
         await teacher.aclose()
     if state["exhausted"]:

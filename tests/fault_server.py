@@ -70,6 +70,11 @@ class FaultServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
+            def do_GET(self):
+                if self.path.rstrip("/") in ("/health", "/v1/models"):
+                    return self._send(200, b'{"status": "ok"}')
+                self._send(404, b'{"error": "not found"}')
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fault = server._draw()
@@ -96,3 +101,13 @@ class FaultServer:
                 self._send(200, json.dumps(payload).encode())
 
         return Handler
+
+
+if __name__ == "__main__":  # a stand-in for a served model: python tests/fault_server.py PORT [STARTUP_DELAY_S]
+    import sys
+
+    time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)
+    server = FaultServer()
+    server.httpd.server_close()
+    server.httpd = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), server._handler())
+    server.httpd.serve_forever()

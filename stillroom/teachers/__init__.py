@@ -50,8 +50,11 @@ class Teacher(ABC):
     async def acomplete(self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int) -> Completion:
         return self.complete(problem, effort, sample_index, seed)
 
+    async def astart(self) -> None:
+        """Acquire what the backend needs (e.g. start a server); the driver calls it before the first sample."""
+
     async def aclose(self) -> None:
-        """Release connections; the driver calls it once the shard is done."""
+        """Release connections and servers; the driver calls it once the shard is done, also on failure."""
 
 
 def make_teacher(name: str, spec: Mapping[str, Any]) -> Teacher:
@@ -62,4 +65,7 @@ def make_teacher(name: str, spec: Mapping[str, Any]) -> Teacher:
     if backend == "openai":
         from .openai import OpenAITeacher
         return OpenAITeacher(name, spec)
-    raise ValueError(f"teacher '{name}': unknown backend {backend!r} (available: procedural, openai)")
+    if backend == "sglang":
+        from .sglang import SGLangTeacher
+        return SGLangTeacher(name, spec)
+    raise ValueError(f"teacher '{name}': unknown backend {backend!r} (available: procedural, openai, sglang)")

@@ -1,0 +1,111 @@
+"""A teacher served inside the job: start SGLang (or any OpenAI-compatible server) from a command
+template, wait for its health endpoint, generate through the ``openai`` backend, always stop it.
+
+SGLang pins its own torch and CUDA stack, so it lives in its own environment (``envs/sglang.yaml``)
+and is reached only over HTTP; the command template says which Python runs it. The server gets its
+own process group so that stopping it (on success, failure, SIGTERM from Snakemake or SLURM, or
+interpreter exit) takes its workers down too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from . import TeacherError
+from .openai import OpenAITeacher
+
+SERVER_DEFAULTS = {"health_path": "/health", "startup_timeout_s": 1800.0, "stop_timeout_s": 30.0, "host": "127.0.0.1"}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _exit_on_sigterm(signum, frame):  # unwind (finally blocks, atexit) instead of dying on the spot
+    raise SystemExit(128 + signum)
+
+
+class SGLangTeacher(OpenAITeacher):
+    def __init__(self, name: str, spec: Mapping[str, Any]):
+        server = {**SERVER_DEFAULTS, **spec.get("server", {})}
+        if "command" not in server:
+            raise ValueError(f"teacher '{name}': backend sglang needs server.command (a template with {{port}})")
+        super().__init__(name, {**spec, "server": server, "base_url": spec.get("base_url", "http://pending/v1")})
+        self.proc: subprocess.Popen | None = None
+        self.log_path: str | None = None
+
+    def command(self, port: int) -> list[str]:
+        server = self.spec["server"]
+        values = {k: v for k, v in server.items() if isinstance(v, str | int | float)}
+        return shlex.split(server["command"].format(**values, port=port, python=sys.executable))
+
+    async def astart(self) -> None:
+        import httpx
+
+        server = self.spec["server"]
+        port = free_port(server["host"])
+        fd, self.log_path = tempfile.mkstemp(prefix=f"stillroom-{self.name}-", suffix=".log")
+        env = {**os.environ, **{k: str(v) for k, v in server.get("env", {}).items()}}
+        self.proc = subprocess.Popen(self.command(port), stdout=fd, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        os.close(fd)
+        atexit.register(self.stop)
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        root = f"http://{server['host']}:{port}"
+        deadline = time.monotonic() + server["startup_timeout_s"]
+        async with httpx.AsyncClient(timeout=5) as client:
+            while True:
+                if self.proc.poll() is not None:
+                    raise TeacherError(f"teacher '{self.name}': server exited with {self.proc.returncode} before it was "
+                                       f"healthy; log tail:\n{self.log_tail()}", 1)
+                try:
+                    if (await client.get(root + server["health_path"])).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise TeacherError(f"teacher '{self.name}': server not healthy after {server['startup_timeout_s']} s "
+                                       f"at {root}{server['health_path']}; log tail:\n{self.log_tail()}", 1)
+                await asyncio.sleep(0.2)
+        self.spec["base_url"] = root + "/v1"
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
+                return "".join(fh.readlines()[-lines:])
+        except (OSError, TypeError):
+            return ""
+
+    def stop(self) -> None:
+        """Terminate the server's process group; kill it if it does not exit in time."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, self.spec["server"]["stop_timeout_s"]), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        self.stop()
