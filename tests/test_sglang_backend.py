@@ -99,3 +99,29 @@ def test_sigterm_to_the_job_stops_the_server(tmp_path):
     time.sleep(0.5)
     assert all(_gone(int(p)) for p in servers)
     assert not (tmp_path / "gen.jsonl").exists() and partial.exists()  # resumable, not finished
+
+
+@pytest.mark.slow
+def test_real_transformers_serve_as_the_served_teacher(tmp_path):
+    """A real OpenAI-compatible server (`transformers serve`) with a tiny local student, through the
+    sglang backend's lifecycle and the openai client: usage, finish_reason and the served model id."""
+    from stillroom.student import build_model, train_tokenizer
+
+    rows = sources.generate("arithmetic", "a", 200, 1)
+    train_tokenizer([r["prompt"] for r in rows], tmp_path / "tok", vocab_size=300)
+    build_model(tmp_path / "tok", tmp_path / "model", seed=0, model=dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=16, max_position_embeddings=256, tie_word_embeddings=True))
+    model = str(tmp_path / "model")
+    serve = str(Path(sys.executable).parent / "transformers")
+    spec = {**_spec(f"{serve} serve {model} --host 127.0.0.1 --port {{port}} --device cpu", startup_timeout_s=120),
+            "model": model, "concurrency": 2, "sampling": {"temperature": 1.0, "max_tokens": 12}}
+    out = str(tmp_path / "gen.jsonl")
+    m = generate.run(shard=_shard(tmp_path, 3), out_samples=out, log=lambda _: None,
+                     params={**_params(spec), "samples": 2})
+    got = read_jsonl(out)
+    assert m["samples"] == len(got) == 6 and m["failed"] == 0
+    for r in got:  # a random-weight student rarely says <|im_end|> within 12 tokens: most are cut at the cap
+        assert r["model"] == model and r["finish_reason"] in ("length", "stop") and isinstance(r["response"], str)
+        assert 0 < r["completion_tokens"] <= 12 and r["prompt_tokens"] > 0
+    assert len({r["response"] for r in got}) > 1  # do_sample in the student's generation config: samples differ
