@@ -29,44 +29,31 @@ def load_problems(path: str, benchmark: str) -> list[dict[str, Any]]:
 
 def run(*, model: str, problems: str, out_samples: str, params: Mapping[str, Any], threads: int = 1,
         log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from .local_lm import LocalLM
 
-    torch.set_num_threads(max(1, threads))
     k, name, bench = params["samples"], params["model_name"], params["benchmark"]
     rows = load_problems(problems, bench)
-    tok = AutoTokenizer.from_pretrained(model)
-    tok.padding_side = "left"
-    lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    lm = LocalLM(model, threads)
     system = [{"role": "system", "content": effort_tag(params["effort_tag"], params["effort"])}] if params.get("effort") else []
-    texts = [tok.apply_chat_template(system + [{"role": "user", "content": r["prompt"]}],
-                                     add_generation_prompt=True, tokenize=False) for r in rows]
+    texts = [lm.render(system + [{"role": "user", "content": r["prompt"]}]) for r in rows]
     order = sorted(range(len(rows)), key=lambda i: len(texts[i]))  # similar lengths share a batch: less padding
     per_batch = max(1, params["batch_size"] // k)
-    eos = tok.convert_tokens_to_ids("<|im_end|>")
     records: list[dict[str, Any]] = []
     t0, generated = time.monotonic(), 0
     for b in range(0, len(order), per_batch):
         idx = order[b: b + per_batch]
-        enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False)
-        torch.manual_seed(params["seed"] + b)
-        with torch.no_grad():
-            out = lm.generate(**enc, do_sample=params["temperature"] > 0, temperature=params["temperature"] or None,
-                              top_p=params["top_p"], max_new_tokens=params["max_new_tokens"],
-                              num_return_sequences=k, eos_token_id=eos, pad_token_id=tok.pad_token_id)
-        new = out[:, enc["input_ids"].shape[1]:]
-        for j, seq in enumerate(new):
-            row = rows[idx[j // k]]
-            ids = seq.tolist()
-            stopped = eos in ids
-            ids = ids[: ids.index(eos) + 1] if stopped else [t for t in ids if t != tok.pad_token_id]
-            generated += len(ids)
-            records.append({
-                "key": f"{row['prompt_id']}/{name}/{j % k}", "prompt_id": row["prompt_id"], "model": name,
-                "benchmark": bench, "sample_index": j % k, "kind": row["kind"], "prompt": row["prompt"],
-                "answer": row["answer"], "response": tok.decode(ids, skip_special_tokens=True),
-                "finish_reason": "stop" if stopped else "length", "completion_tokens": len(ids),
-            })
+        batch = lm.sample([texts[i] for i in idx], k=k, temperature=params["temperature"], top_p=params["top_p"],
+                          max_new_tokens=params["max_new_tokens"], seed=params["seed"] + b)
+        for i, samples in zip(idx, batch):
+            row = rows[i]
+            for s, sample in enumerate(samples):
+                generated += sample.completion_tokens
+                records.append({
+                    "key": f"{row['prompt_id']}/{name}/{s}", "prompt_id": row["prompt_id"], "model": name,
+                    "benchmark": bench, "sample_index": s, "kind": row["kind"], "prompt": row["prompt"],
+                    "answer": row["answer"], "response": sample.text, "finish_reason": sample.finish_reason,
+                    "completion_tokens": sample.completion_tokens,
+                })
         done = min(b + per_batch, len(order))
         log(f"{name} on {bench}: {done}/{len(rows)} problems, {generated / (time.monotonic() - t0):.0f} tok/s")
     records.sort(key=lambda r: (r["prompt_id"], r["sample_index"]))

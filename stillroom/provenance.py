@@ -28,7 +28,8 @@ from .io import read_json, write_json
 SCHEMA = "stillroom.provenance/1"
 PACKAGES = ("stillroom", "torch", "transformers", "trl", "accelerate", "tokenizers", "safetensors",
             "math-verify", "numpy", "scipy", "snakemake")
-SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
+# Credential-like names (api_key, HF_TOKEN, password, ...), but not counts such as max_tokens.
+SECRET = re.compile(r"api[_-]?key|secret|passw(or)?d|credential|authorization|(^|[_-])token$|^token", re.I)
 ENV_KEPT = re.compile(r"^(STILLROOM_|SLURM_JOB_ID$|SLURM_JOB_NODELIST$|SLURM_NNODES$|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$)")
 SUFFIX = ".prov.json"
 IGNORED = {".snakemake_timestamp"}  # Snakemake marks finished directory outputs with it after the job

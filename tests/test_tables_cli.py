@@ -86,6 +86,10 @@ def test_cli_bad_input_is_a_clear_error(tmp_path, capsys):
 def test_redact_and_directory_digest(tmp_path):
     assert redact({"a": {"token": "t", "n": 1}, "list": [{"password": "p"}]}) == \
         {"a": {"token": "<redacted>", "n": 1}, "list": [{"password": "<redacted>"}]}
+    counts = {"max_tokens": 5, "max_new_tokens": 6, "completion_tokens": 7, "daily_output_tokens": 8}
+    assert redact(counts) == counts  # token counts are not credentials
+    assert redact({"hf_token": "x", "OPENAI_API_KEY": "y", "api_key_env": "OPENAI_API_KEY"}) == \
+        {"hf_token": "<redacted>", "OPENAI_API_KEY": "<redacted>", "api_key_env": "OPENAI_API_KEY"}
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x.bin").write_bytes(b"1")
     first = digest(tmp_path / "d")

@@ -65,7 +65,10 @@ def make_teacher(name: str, spec: Mapping[str, Any]) -> Teacher:
     if backend == "openai":
         from .openai import OpenAITeacher
         return OpenAITeacher(name, spec)
+    if backend == "hf":
+        from .hf import HFTeacher
+        return HFTeacher(name, spec)
     if backend == "sglang":
         from .sglang import SGLangTeacher
         return SGLangTeacher(name, spec)
-    raise ValueError(f"teacher '{name}': unknown backend {backend!r} (available: procedural, openai, sglang)")
+    raise ValueError(f"teacher '{name}': unknown backend {backend!r} (available: procedural, openai, sglang, hf)")

@@ -39,6 +39,8 @@ def _retry_after(value: str | None) -> float | None:
 
 
 class OpenAITeacher(Teacher):
+    THINK = THINK
+
     def __init__(self, name: str, spec: Mapping[str, Any]):
         super().__init__(name, {**DEFAULTS, **spec})
         for key in ("base_url", "model"):
