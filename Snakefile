@@ -5,7 +5,12 @@ from snakemake.utils import min_version
 min_version("9.19")
 
 
-configfile: "config/config.yaml"
+# An experiment given with --configfile (config/experiments/*.yaml) replaces the embedded default whole,
+# so no key of the default leaks into it.
+if not workflow.config_settings.configfiles:
+
+    configfile: "config/config.yaml"
+
 
 
 include: "rules/common.smk"

@@ -55,7 +55,26 @@ def repo_path(path):
     return str(path if Path(path).is_absolute() else REPO / path)
 
 
-BENCHMARKS = {name: repo_path(p) for name, p in config["benchmarks"].items()}
+# A benchmark is a JSONL file, or a dataset spec (hub id or file) that rule `benchmark` materialises.
+BENCHMARKS = {name: (f"{R}/benchmarks/{name}.jsonl" if isinstance(b, dict) else repo_path(b))
+              for name, b in config["benchmarks"].items()}
+LOCAL_DATA = (".jsonl", ".json", ".parquet", ".csv")
+
+
+def local_path(spec):
+    """A source or benchmark spec with its local file resolved against the repository root."""
+    if isinstance(spec, dict) and str(spec.get("path", "")).endswith(LOCAL_DATA):
+        return {**spec, "path": repo_path(spec["path"])}
+    return spec
+
+
+SOURCES = [local_path(s) for s in config["sources"]]
+
+
+def shards_of(effort):
+    """Efforts listed in generation.effort_shards run on that many shards (a hash-random subset of
+    prompts); the others on all of them."""
+    return SHARDS[: config["generation"].get("effort_shards", {}).get(effort, len(SHARDS))]
 
 
 def tracked(**outputs):

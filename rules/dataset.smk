@@ -2,7 +2,7 @@
 
 
 def graded_shards():
-    return {f"{e}-{s}": f"{R}/graded/{TEACHER}/{e}/shard-{s}.jsonl" for e in EFFORTS for s in SHARDS}
+    return {f"{e}-{s}": f"{R}/graded/{TEACHER}/{e}/shard-{s}.jsonl" for e in EFFORTS for s in shards_of(e)}
 
 
 rule dataset:

@@ -1,13 +1,29 @@
-# Stages 1-3: prompt pool and held-out split, decontamination, shards.
+# Stages 1-3: benchmarks, prompt pool and held-out split, decontamination, shards.
+
+
+def benchmark_params(wildcards):
+    return as_json(name=wildcards.bench, spec=local_path(config["benchmarks"][wildcards.bench]))
+
+
+rule benchmark:
+    output:
+        **tracked(benchmark=f"{R}/benchmarks/{{bench}}.jsonl"),
+    params:
+        p=benchmark_params,
+    log:
+        f"{R}/logs/benchmark-{{bench}}.log",
+    shell:
+        "stillroom benchmark --out-benchmark {output.benchmark}" + STAGE_ARGS
 
 
 rule pool:
     input:
         benchmarks=list(BENCHMARKS.values()),
+        files=[s["path"] for s in SOURCES if s.get("path", "").endswith(LOCAL_DATA)],
     output:
         **tracked(pool=f"{R}/pool/pool.jsonl", heldout=f"{R}/pool/heldout.jsonl"),
     params:
-        p=as_json(sources=config["sources"], heldout=config["heldout"]),
+        p=as_json(sources=SOURCES, heldout=config["heldout"]),
         benchmarks=named(BENCHMARKS),
     log:
         f"{R}/logs/pool.log",

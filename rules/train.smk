@@ -1,30 +1,44 @@
-# Stage 7: the student (tokenizer trained on the pool, random-weight base) and its fine-tune.
+# Stage 7: the student — a pretrained model (path or hub id), or for the embedded default a tokenizer
+# trained on the pool and a random-weight base — and its fine-tune.
 
 
-rule tokenizer:
-    input:
-        f"{R}/pool/decontaminated.jsonl",
-    output:
-        **tracked(tokenizer=directory(f"{R}/student/tokenizer")),
-    params:
-        p=as_json(**config["student"]["tokenizer"]),
-    log:
-        f"{R}/logs/tokenizer.log",
-    shell:
-        "stillroom tokenizer --pool {input} --out-tokenizer {output.tokenizer}" + STAGE_ARGS
+if "pretrained" in config["student"]:
 
+    rule pretrained:
+        output:
+            **tracked(model=directory(f"{R}/ckpt/base")),
+        params:
+            p=as_json(pretrained=config["student"]["pretrained"]),
+        log:
+            f"{R}/logs/base.log",
+        shell:
+            "stillroom pretrained --out-model {output.model}" + STAGE_ARGS
 
-rule base:
-    input:
-        f"{R}/student/tokenizer",
-    output:
-        **tracked(model=directory(f"{R}/ckpt/base")),
-    params:
-        p=as_json(model=config["student"]["model"]),
-    log:
-        f"{R}/logs/base.log",
-    shell:
-        "stillroom base --tokenizer {input} --out-model {output.model}" + STAGE_ARGS
+else:
+
+    rule tokenizer:
+        input:
+            f"{R}/pool/decontaminated.jsonl",
+        output:
+            **tracked(tokenizer=directory(f"{R}/student/tokenizer")),
+        params:
+            p=as_json(**config["student"]["tokenizer"]),
+        log:
+            f"{R}/logs/tokenizer.log",
+        shell:
+            "stillroom tokenizer --pool {input} --out-tokenizer {output.tokenizer}" + STAGE_ARGS
+
+    rule base:
+        input:
+            f"{R}/student/tokenizer",
+        output:
+            **tracked(model=directory(f"{R}/ckpt/base")),
+        params:
+            p=as_json(model=config["student"]["model"]),
+        log:
+            f"{R}/logs/base.log",
+        shell:
+            "stillroom base --tokenizer {input} --out-model {output.model}" + STAGE_ARGS
 
 
 rule train:

@@ -29,6 +29,8 @@ class Stage:
 
 
 STAGES: dict[str, Stage] = {
+    "benchmark": Stage("sources:fetch_benchmark", (), ("benchmark",),
+                       "materialise a benchmark from a hub id or a local file as prompt/answer/kind JSONL"),
     "pool": Stage("pool:build_pool", ("benchmarks*",), ("pool", "heldout"),
                   "build the prompt pool and the held-out test split from the configured sources"),
     "decontam": Stage("decontam:run", ("pool", "benchmarks*"), ("clean", "report"),
@@ -45,6 +47,8 @@ STAGES: dict[str, Stage] = {
                        "train the student's byte-level BPE tokenizer on the pool"),
     "base": Stage("student:run_base", ("tokenizer",), ("model",),
                   "build the student base model with random weights"),
+    "pretrained": Stage("student:run_pretrained", (), ("model",),
+                        "save a pretrained student (path or hub id) as the experiment's base"),
     "train": Stage("train:run", ("base", "dataset"), ("model",), "supervised fine-tuning"),
     "merge": Stage("merge:run", ("base", "tuned"), ("model",), "interpolate base and fine-tuned weights"),
     "evaluate": Stage("evaluate:run", ("model", "problems"), ("samples",),

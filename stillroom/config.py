@@ -50,13 +50,20 @@ def cross_check(config: Mapping[str, Any]) -> None:
         problems.append(f"generation.teacher: '{gen['teacher']}' is not a key of teachers ({sorted(config['teachers'])})")
     if config["dataset"]["default_effort"] not in gen["efforts"]:
         problems.append(f"dataset.default_effort: '{config['dataset']['default_effort']}' is not in generation.efforts")
+    for effort, n in gen.get("effort_shards", {}).items():
+        if effort not in gen["efforts"]:
+            problems.append(f"generation.effort_shards.{effort}: '{effort}' is not in generation.efforts")
+        elif n > gen["shards"]:
+            problems.append(f"generation.effort_shards.{effort}: {n} is more than generation.shards ({gen['shards']})")
     for i, src in enumerate(config["sources"]):
-        need = {"arithmetic": "count", "choice": "count", "echo": "benchmark", "jsonl": "path"}[src["kind"]]
+        need = {"arithmetic": "count", "choice": "count", "echo": "benchmark", "jsonl": "path", "dataset": "path"}[src["kind"]]
         if need not in src:
             problems.append(f"sources.{i} ({src['name']}): kind '{src['kind']}' needs key '{need}'")
         if src["kind"] == "echo" and src.get("benchmark") not in config["benchmarks"]:
             problems.append(f"sources.{i}.benchmark: '{src.get('benchmark')}' is not a key of benchmarks")
     for i, name in enumerate(config["eval"]["benchmarks"]):
+        if name == "heldout" and not config["heldout"]["size"]:
+            problems.append(f"eval.benchmarks.{i}: 'heldout' needs heldout.size > 0")
         if name != "heldout" and name not in config["benchmarks"]:
             problems.append(f"eval.benchmarks.{i}: '{name}' is neither 'heldout' nor a key of benchmarks")
     names = [s["name"] for s in config["sources"]]

@@ -31,7 +31,7 @@ def build_pool(*, benchmarks: Mapping[str, str], out_pool: str, out_heldout: str
     candidates = sorted((r for r in records.values() if r["source"] in generated),
                         key=lambda r: (bucket(f"{seed}:{r['prompt_id']}", 1 << 62), r["prompt_id"]))
     size = params["heldout"]["size"]
-    if size > len(candidates) // 2:
+    if size and size > len(candidates) // 2:
         raise DataError(f"heldout.size={size} would take more than half of the {len(candidates)} generated problems")
     heldout = candidates[:size]
     held_ids = {r["prompt_id"] for r in heldout}

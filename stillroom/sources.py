@@ -9,7 +9,7 @@ at increasing levels of detail (the teacher's effort levels) from a possibly wro
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .ids import normalize_prompt, prompt_id
@@ -179,5 +179,65 @@ def iter_sources(specs: list[Mapping[str, Any]], benchmarks: Mapping[str, str], 
         elif kind == "jsonl":
             for row in load_benchmark(spec["path"]):
                 yield _record(name, row["kind"], row["prompt"], row["answer"], row.get("meta", {}))
+        elif kind == "dataset":
+            yield from dataset_records(spec)
         else:
             raise DataError(f"source '{name}': unknown kind '{kind}'")
+
+
+LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def _passes(value: Any, rule: Mapping[str, Any]) -> bool:
+    return (("min" not in rule or value >= rule["min"]) and ("max" not in rule or value <= rule["max"])
+            and ("equals" not in rule or value == rule["equals"]) and ("in" not in rule or value in rule["in"]))
+
+
+def dataset_records(spec: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Rows of a hub dataset (by id, loaded in the job, never at DAG build) or of a local parquet/JSONL/CSV
+    file, mapped to pool records: ``prompt`` and ``answer`` name the fields, ``where`` filters rows
+    (``{field: {min, max, equals, in}}``), ``limit`` keeps the first N rows that pass."""
+    from pathlib import Path
+
+    import datasets
+
+    name, path = spec["name"], spec["path"]
+    suffix = Path(path).suffix
+    if suffix in LOCAL_SUFFIXES:
+        if not Path(path).exists():
+            raise DataError(f"source '{name}': {path}: file not found")
+        ds = datasets.load_dataset(LOCAL_SUFFIXES[suffix], data_files=path, split="train")
+    else:
+        ds = datasets.load_dataset(path, spec.get("subset"), split=spec.get("split", "train"),
+                                   revision=spec.get("revision"))
+    fields = {"prompt": spec.get("prompt", "prompt"), "answer": spec.get("answer", "answer")}
+    where = spec.get("where", {})
+    for key in [*fields.values(), *where]:
+        if key not in ds.column_names:
+            raise DataError(f"source '{name}': {path} has no field '{key}' (fields: {', '.join(ds.column_names)})")
+    kept = 0
+    for i, row in enumerate(ds):
+        if not all(_passes(row[k], rule) for k, rule in where.items()):
+            continue
+        prompt, answer = row[fields["prompt"]], row[fields["answer"]]
+        if not isinstance(prompt, str) or not prompt.strip() or answer is None or str(answer).strip() == "":
+            raise DataError(f"source '{name}': {path} row {i}: field '{fields['prompt']}' or '{fields['answer']}' "
+                            f"is empty or not text ({prompt!r:.40}, {answer!r:.40})")
+        yield _record(name, spec.get("answer_kind", "math"), prompt, str(answer).strip(), {"row": i})
+        kept += 1
+        if spec.get("limit") and kept >= spec["limit"]:
+            return
+
+
+def fetch_benchmark(*, out_benchmark: str, params: Mapping[str, Any], log: Callable[[str], None] = print,
+                    **_: Any) -> dict[str, Any]:
+    """Materialise a benchmark given as a dataset spec (hub id or file) as a JSONL of prompt/answer/kind."""
+    from .io import write_jsonl
+
+    rows = [{"prompt_id": r["prompt_id"], "prompt": r["prompt"], "answer": r["answer"], "kind": r["kind"]}
+            for r in dataset_records({**params["spec"], "name": params["name"]})]
+    if not rows:
+        raise DataError(f"benchmark '{params['name']}': no rows from {params['spec']['path']}")
+    write_jsonl(out_benchmark, rows)
+    log(f"benchmark {params['name']}: {len(rows)} items from {params['spec']['path']}")
+    return {"items": len(rows)}

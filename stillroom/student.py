@@ -150,3 +150,19 @@ def run_base(*, tokenizer: str, out_model: str, params: Mapping, log=print, **_)
     metrics = build_model(tokenizer, out_model, model=params["model"], seed=params["seed"])
     log(f"base model: {metrics['parameters']:,} parameters, vocab {metrics['vocab_size']}")
     return metrics
+
+
+def run_pretrained(*, out_model: str, params: Mapping, log=print, **_) -> dict:
+    """A pretrained student (path or hub id), saved into the experiment: the download happens in this job."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = params["pretrained"]
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    net = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16 if torch.cuda.is_available() else None)
+    with atomic_dir(out_model) as tmp:
+        net.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    n = sum(p.numel() for p in net.parameters())
+    log(f"pretrained student {source}: {n:,} parameters")
+    return {"parameters": n, "source": source}

@@ -1,0 +1,73 @@
+"""Real-recipe configs build their DAG offline; dataset sources and benchmarks load from local files."""
+
+import json
+
+import pytest
+import yaml
+
+from stillroom import sources
+from stillroom.io import DataError, read_jsonl
+
+from .conftest import REPO, run_snakemake
+from .test_pipeline import scheduled
+
+
+@pytest.mark.slow
+def test_beam_distill_dag_builds_offline(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "experiments" / "beam-distill.yaml").read_text())
+    proc = run_snakemake(tmp_path, cfg, "-n")
+    jobs = scheduled(proc)
+    # medium on all 62 shards, low/high/xhigh on 20 each; every job graded
+    assert jobs["generate"] == jobs["grade_generation"] == 62 + 3 * 20
+    assert jobs["benchmark"] == 3 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
+    assert jobs["evaluate"] == 5 * 3 and jobs["tables"] == 3
+    assert "beam-sglang/xhigh/shard-00019" in proc.stdout and "beam-sglang/xhigh/shard-00020" not in proc.stdout
+    assert not (tmp_path / "results" / "beam-distill" / "pool").exists()  # nothing fetched at DAG build
+
+
+@pytest.mark.slow
+def test_effort_shards_limit_an_effort_to_a_subset(tmp_path, small_cfg):
+    small_cfg["generation"]["effort_shards"] = {"low": 1}
+    jobs = scheduled(run_snakemake(tmp_path, small_cfg, "-n"))
+    assert jobs["generate"] == 2 + 1
+
+
+def _write(tmp_path, rows, name="data.jsonl"):
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        import pandas as pd
+        pd.DataFrame(rows).to_parquet(path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["data.jsonl", "data.parquet"])
+def test_dataset_source_maps_fields_and_filters(tmp_path, name):
+    rows = [{"question": f"What is {i} squared?", "final_answer": i * i, "difficulty": i % 10} for i in range(40)]
+    spec = {"name": "deepmath", "kind": "dataset", "path": _write(tmp_path, rows, name), "prompt": "question",
+            "answer": "final_answer", "answer_kind": "math", "where": {"difficulty": {"min": 5}}, "limit": 15}
+    out = list(sources.iter_sources([spec], {}, seed=0))
+    assert len(out) == 15 and all(r["source"] == "deepmath" and r["kind"] == "math" for r in out)
+    assert out[0]["prompt"] == "What is 5 squared?" and out[0]["answer"] == "25" and out[0]["meta"] == {"row": 5}
+
+
+def test_dataset_source_errors_name_the_field_and_row(tmp_path):
+    path = _write(tmp_path, [{"q": "a", "a": "1"}, {"q": "", "a": "2"}])
+    with pytest.raises(DataError, match=r"has no field 'question' \(fields: q, a\)"):
+        list(sources.dataset_records({"name": "s", "path": path, "prompt": "question", "answer": "a"}))
+    with pytest.raises(DataError, match=r"row 1: field 'q' or 'a' is empty"):
+        list(sources.dataset_records({"name": "s", "path": path, "prompt": "q", "answer": "a"}))
+    with pytest.raises(DataError, match="file not found"):
+        list(sources.dataset_records({"name": "s", "path": str(tmp_path / "missing.parquet")}))
+
+
+def test_benchmark_from_a_dataset_spec(tmp_path):
+    path = _write(tmp_path, [{"problem": f"Find {i} + {i}.", "answer": str(2 * i)} for i in range(5)])
+    out = tmp_path / "bench.jsonl"
+    m = sources.fetch_benchmark(out_benchmark=str(out), log=lambda _: None, params={
+        "name": "aime", "spec": {"path": path, "prompt": "problem", "answer": "answer", "answer_kind": "math"}})
+    rows = read_jsonl(out)
+    assert m["items"] == 5 and rows[1] == {"prompt_id": rows[1]["prompt_id"], "prompt": "Find 1 + 1.", "answer": "2",
+                                           "kind": "math"}
+    assert sources.load_benchmark(str(out))  # the format every stage reads
