@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import os
 import random
 import re
@@ -108,11 +109,6 @@ class OpenAITeacher(Teacher):
         return body
 
     async def acomplete(self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int) -> Completion:
-        import httpx
-
-        if self._client is None:
-            self._client = httpx.AsyncClient(base_url=self.spec["base_url"].rstrip("/"), headers=self._headers(),
-                                             timeout=self.spec["timeout_s"])
         body = self.guard_context(self.request_body(problem, effort, sample_index, seed))
         worst = int(body.get("max_tokens") or self.spec.get("context_length") or 0)
         if self.budget and not self.budget.reserve(worst):
@@ -128,28 +124,41 @@ class OpenAITeacher(Teacher):
             if self.budget:
                 self.budget.settle(worst, used)
 
+    def _session(self):
+        import aiohttp
+
+        if self._client is None:
+            # One kept-alive connection per request in flight. (aiohttp, not httpx: measured here, httpx's
+            # pool costs ~5 ms of client CPU per request at 64 in flight against aiohttp's 0.3 ms.)
+            n = max(1, int(self.spec.get("concurrency", 1)))
+            self._client = aiohttp.ClientSession(headers=self._headers(),
+                                                 timeout=aiohttp.ClientTimeout(total=self.spec["timeout_s"]),
+                                                 connector=aiohttp.TCPConnector(limit=n))
+        return self._client
+
     async def _send(self, body: dict[str, Any], problem: Mapping[str, Any], effort: str, sample_index: int,
                     seed: int) -> Completion:
-        import httpx
+        import aiohttp
 
-        path = "/chat/completions" if self.spec["endpoint"] == "chat" else "/completions"
+        url = self.spec["base_url"].rstrip("/") + ("/chat/completions" if self.spec["endpoint"] == "chat" else "/completions")
         clamped = body.pop("max_tokens_clamped_from", None)
         rng = random.Random(f"{seed}:{problem['prompt_id']}:{effort}:{sample_index}")
-        last = ""
+        session, last = self._session(), ""
         for attempt in range(1, self.spec["max_attempts"] + 1):
             wait = None
             try:
-                resp = await self._client.post(path, json=body)
-                if resp.status_code == 200:
-                    completion = self._parse(resp.json(), body, attempt)
+                async with session.post(url, json=body) as resp:
+                    status, text, retry_after = resp.status, await resp.text(), resp.headers.get("retry-after")
+                if status == 200:
+                    completion = self._parse(json.loads(text), body, attempt)
                     if clamped is not None:
                         completion.extra["max_tokens_clamped_from"] = clamped
                     return completion
-                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                if resp.status_code not in RETRY_STATUS:
+                last = f"HTTP {status}: {text[:200]}"
+                if status not in RETRY_STATUS:
                     raise TeacherError(last, attempt)
-                wait = _retry_after(resp.headers.get("retry-after"))
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                wait = _retry_after(retry_after)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             except (ValueError, KeyError, IndexError, TypeError) as exc:  # malformed body
                 last = f"malformed response: {type(exc).__name__}: {exc}"
@@ -185,5 +194,5 @@ class OpenAITeacher(Teacher):
 
     async def aclose(self) -> None:
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
             self._client = None

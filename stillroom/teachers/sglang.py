@@ -53,7 +53,7 @@ class SGLangTeacher(OpenAITeacher):
         return shlex.split(server["command"].format(**values, port=port, python=sys.executable))
 
     async def astart(self) -> None:
-        import httpx
+        import aiohttp
 
         server = self.spec["server"]
         port = free_port(server["host"])
@@ -66,15 +66,16 @@ class SGLangTeacher(OpenAITeacher):
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
         root = f"http://{server['host']}:{port}"
         deadline = time.monotonic() + server["startup_timeout_s"]
-        async with httpx.AsyncClient(timeout=5) as client:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as client:
             while True:
                 if self.proc.poll() is not None:
                     raise TeacherError(f"teacher '{self.name}': server exited with {self.proc.returncode} before it was "
                                        f"healthy; log tail:\n{self.log_tail()}", 1)
                 try:
-                    if (await client.get(root + server["health_path"])).status_code == 200:
-                        break
-                except httpx.TransportError:
+                    async with client.get(root + server["health_path"]) as resp:
+                        if resp.status == 200:
+                            break
+                except (aiohttp.ClientError, asyncio.TimeoutError):
                     pass
                 if time.monotonic() > deadline:
                     self.stop()
