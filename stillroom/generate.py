@@ -140,7 +140,10 @@ def run(*, shard: str, out_samples: str, params: Mapping[str, Any], log: Callabl
     skipped = sum(bool(r.get("skipped")) for r in records)
     log(f"{teacher_name}/{effort}: {len(records)} samples ({len(failed)} failed, {skipped} skipped), "
         f"{tokens} completion tokens")
+    price = teacher.spec.get("price", {})  # dollars per million tokens
+    prompt_tokens = sum(r["prompt_tokens"] for r in records)
+    cost = (prompt_tokens * price.get("input_per_mtok", 0) + tokens * price.get("output_per_mtok", 0)) / 1e6
     return {"samples": len(records), "failed": len(failed), "skipped": skipped, "prompts": len(problems),
-            "completion_tokens": tokens,
-            "prompt_tokens": sum(r["prompt_tokens"] for r in records),
+            "completion_tokens": tokens, "cost_usd": round(cost, 6),
+            "prompt_tokens": prompt_tokens,
             "attempts": sum(r["attempts"] for r in records)}

@@ -55,7 +55,8 @@ def test_every_sample_survives_injected_faults(tmp_path):
     rates = {"error500": 0.1, "rate429": 0.1, "malformed": 0.1, "reset": 0.1, "slow": 0.05}
     with FaultServer(rates, seed=1, slow_s=1.0) as server:
         out = str(tmp_path / "gen.jsonl")
-        m = _run(_problems(tmp_path), out, {**FAST, "base_url": server.base_url})
+        m = _run(_problems(tmp_path), out, {**FAST, "base_url": server.base_url,
+                                            "price": {"input_per_mtok": 1.0, "output_per_mtok": 4.0}})
     rows = read_jsonl(out)
     assert len(rows) == len({r["key"] for r in rows}) == 60 and m["failed"] == 0
     for r in rows:  # the fault server answers with the sum of the prompt's numbers
@@ -65,6 +66,7 @@ def test_every_sample_survives_injected_faults(tmp_path):
     # the server had already dropped never reaches the handler, so the client may count a few more).
     assert server.counts["requests"] <= sum(r["attempts"] for r in rows) == m["attempts"]
     assert {r["model"] for r in rows} == {"m-served"} and rows[0]["sampling"]["top_p"] == 0.99
+    assert m["cost_usd"] == pytest.approx((m["prompt_tokens"] * 1.0 + m["completion_tokens"] * 4.0) / 1e6)
 
 
 def test_retry_after_is_honoured():
