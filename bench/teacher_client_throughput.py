@@ -54,9 +54,9 @@ def run_driver(url: str, rows: list[dict], concurrency: int, sink) -> tuple[floa
 
     teacher = make_teacher("bench", {"backend": "openai", "base_url": url, "model": "bench", "concurrency": concurrency,
                                      "sampling": {"max_tokens": 64}})
-    pending = [(p, 0) for p in rows]
+    pending = [(p, 0, "medium") for p in rows]
     wall, cpu = time.perf_counter(), time.process_time()
-    asyncio.run(_drive(teacher, pending, {"effort": "medium", "seed": 0}, sink, lambda _: None))
+    asyncio.run(_drive(teacher, pending, 0, sink, lambda _: None))
     return time.perf_counter() - wall, time.process_time() - cpu
 
 

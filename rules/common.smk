@@ -1,4 +1,5 @@
 # Shared by every stage: config validation, path helpers, wildcard constraints, params as JSON.
+import functools
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ EXP = config["experiment"]
 R = f"results/{EXP}"
 TEACHER = config["generation"]["teacher"]
 EFFORTS = config["generation"]["efforts"]
+GROUPED = {e for g in config["generation"].get("effort_groups", []) for e in g}
 SHARDS = [f"{i:05d}" for i in range(config["generation"]["shards"])]
 RATIOS = [str(r) for r in config["merge"]["ratios"]]
 MODELS = ["base", "sft"] + [f"merge-{r}" for r in RATIOS]

@@ -1,10 +1,11 @@
 # Stages 4-5: teacher samples per (teacher, effort, shard), then grading.
 
 
-def generation_params(wildcards):
+def generation_params(wildcards, efforts=None):
     gen = config["generation"]
-    return as_json(teacher=wildcards.teacher, spec=config["teachers"][wildcards.teacher],
-                   effort=wildcards.effort, samples=gen["samples_per_prompt"])
+    effort = {"efforts": efforts} if efforts else {"effort": wildcards.effort}
+    return as_json(teacher=wildcards.teacher, spec=config["teachers"][wildcards.teacher], **effort,
+                   samples=gen["samples_per_prompt"])
 
 
 rule generate:
@@ -12,12 +13,34 @@ rule generate:
         f"{R}/shards/shard-{{shard}}.jsonl",
     output:
         **tracked(samples=f"{R}/gen/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
+    wildcard_constraints:
+        effort="|".join(e for e in EFFORTS if e not in GROUPED) or "^$",
     params:
         p=generation_params,
     log:
         f"{R}/logs/generate/{{teacher}}-{{effort}}-{{shard}}.log",
     shell:
         "stillroom generate --shard {input} --out-samples {output.samples}" + STAGE_ARGS
+
+
+# Efforts in one of generation.effort_groups share a job per shard: one server start serves them all.
+for group in config["generation"].get("effort_groups", []):
+
+    rule:
+        name:
+            f"generate_{'_'.join(group)}"
+        input:
+            f"{R}/shards/shard-{{shard}}.jsonl",
+        output:
+            **tracked(**{e: f"{R}/gen/{{teacher}}/{e}/shard-{{shard}}.jsonl" for e in group}),
+        params:
+            p=functools.partial(generation_params, efforts=group),
+        log:
+            f"{R}/logs/generate/{{teacher}}-{'-'.join(group)}-{{shard}}.log",
+        shell:
+            "stillroom generate --shard {input} --out-samples "
+            + " ".join(f"{{output.{e}}}" for e in group)
+            + STAGE_ARGS
 
 
 rule grade_generation:

@@ -55,6 +55,14 @@ def cross_check(config: Mapping[str, Any]) -> None:
             problems.append(f"generation.effort_shards.{effort}: '{effort}' is not in generation.efforts")
         elif n > gen["shards"]:
             problems.append(f"generation.effort_shards.{effort}: {n} is more than generation.shards ({gen['shards']})")
+    seen: set[str] = set()
+    for i, group in enumerate(gen.get("effort_groups", [])):
+        if set(group) - set(gen["efforts"]) or set(group) & seen:
+            problems.append(f"generation.effort_groups.{i}: {group} must list efforts of generation.efforts, "
+                            f"each in at most one group")
+        seen |= set(group)
+        if len({gen.get("effort_shards", {}).get(e, gen["shards"]) for e in group}) > 1:
+            problems.append(f"generation.effort_groups.{i}: efforts of one group need the same effort_shards")
     for i, src in enumerate(config["sources"]):
         need = {"arithmetic": "count", "choice": "count", "echo": "benchmark", "jsonl": "path", "dataset": "path"}[src["kind"]]
         if need not in src:

@@ -7,6 +7,7 @@ stopped; the final file appears (atomically, sorted by key) only once every samp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -14,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .io import dumps_line, read_jsonl, write_jsonl
+from .io import DataError, dumps_line, read_jsonl, write_jsonl
 from .pool import POOL_KEYS
 from .provenance import now
 from .teachers import Completion, SkipSample, Teacher, TeacherError, make_teacher
@@ -64,23 +65,23 @@ def _record(problem: Mapping[str, Any], teacher: str, effort: str, index: int, c
     }
 
 
-async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int]], params: Mapping[str, Any],
+async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int, str]], seed: int,
                  sink: Callable[[dict[str, Any]], None], log: Callable[[str], None]) -> None:
-    """Complete ``pending`` samples with at most ``concurrency`` requests in flight; each record goes to
-    ``sink`` as soon as it exists, so a kill loses only what was in flight."""
+    """Complete ``pending`` (problem, sample index, effort) samples with at most ``concurrency`` requests in
+    flight; each record goes to ``sink`` as soon as it exists, so a kill loses only what was in flight."""
     todo = iter(pending)
     t0 = last_log = time.monotonic()
     state: dict[str, Any] = {"done": 0, "tokens": 0, "exhausted": None}
 
     async def worker() -> None:
         nonlocal last_log
-        for problem, index in todo:  # shared iterator: each sample goes to exactly one worker
+        for problem, index, effort in todo:  # shared iterator: each sample goes to exactly one worker
             if state["exhausted"]:
                 return
             start = time.monotonic()
-            args = (problem, teacher.name, params["effort"], index)
+            args = (problem, teacher.name, effort, index)
             try:
-                c = await teacher.acomplete(problem, params["effort"], index, params["seed"])
+                c = await teacher.acomplete(problem, effort, index, seed)
                 rec = _record(*args, c, time.monotonic() - start)
             except TeacherError as exc:
                 rec = _record(*args, None, time.monotonic() - start, error=exc)
@@ -110,40 +111,58 @@ async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int]], pa
                               f"{len(pending) - state['done']} remain; rerun after the reset to resume")
 
 
-def run(*, shard: str, out_samples: str, params: Mapping[str, Any], log: Callable[[str], None] = print,
-        **_: Any) -> dict[str, Any]:
-    teacher_name, effort, k = params["teacher"], params["effort"], params["samples"]
+def _summary(records: list[dict[str, Any]], price: Mapping[str, float]) -> dict[str, Any]:
+    prompt, completion = sum(r["prompt_tokens"] for r in records), sum(r["completion_tokens"] for r in records)
+    return {"samples": len(records), "failed": sum(bool(r["error"]) for r in records),
+            "skipped": sum(bool(r.get("skipped")) for r in records), "prompt_tokens": prompt,
+            "completion_tokens": completion, "attempts": sum(r["attempts"] for r in records),
+            # price: dollars per million tokens
+            "cost_usd": round((prompt * price.get("input_per_mtok", 0) + completion * price.get("output_per_mtok", 0))
+                              / 1e6, 6)}
+
+
+def run(*, shard: str, out_samples: str | list[str], params: Mapping[str, Any],
+        log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+    """One shard at ``params["effort"]``, or at several ``params["efforts"]`` (one output each, in order)
+    in one run, so that one server start serves them all."""
+    efforts = params.get("efforts") or [params["effort"]]
+    outs = [out_samples] if isinstance(out_samples, str) else list(out_samples)
+    if len(outs) != len(efforts):
+        raise DataError(f"generate: {len(efforts)} efforts {efforts} but {len(outs)} output paths")
+    teacher_name, k = params["teacher"], params["samples"]
     teacher = make_teacher(teacher_name, params["spec"])
     problems = read_jsonl(shard, required=POOL_KEYS)
-    partial = Path(out_samples + ".partial")
-    done = {key: rec for key, rec in _resume(partial, log).items() if not rec.get("error")}  # failures: retry
-    if done:
-        log(f"resuming: {len(done)} samples already done")
-    pending = [(p, i) for p in problems for i in range(k) if sample_key(p["prompt_id"], teacher_name, effort, i) not in done]
-    with open(partial, "a", encoding="utf-8") as fh:
+    partials = {e: Path(o + ".partial") for e, o in zip(efforts, outs)}
+    done = {e: {key: r for key, r in _resume(partials[e], log).items() if not r.get("error")}  # failures: retry
+            for e in efforts}
+    if any(done.values()):
+        log(f"resuming: {sum(map(len, done.values()))} samples already done")
+    pending = [(p, i, e) for e in efforts for p in problems for i in range(k)
+               if sample_key(p["prompt_id"], teacher_name, e, i) not in done[e]]
+    with contextlib.ExitStack() as stack:
+        handles = {e: stack.enter_context(open(partials[e], "a", encoding="utf-8")) for e in efforts}
+
         def sink(rec: dict[str, Any]) -> None:
+            fh = handles[rec["effort"]]
             fh.write(dumps_line(rec))
             fh.flush()
             os.fsync(fh.fileno())
-            done[rec["key"]] = rec
-        asyncio.run(_drive(teacher, pending, params, sink, log))
-    records = sorted(done.values(), key=lambda r: (r["prompt_id"], r["sample_index"]))
-    failed = [r for r in records if r["error"]]
-    allowed = teacher.spec.get("max_failed_fraction", 0.0) * len(records)
-    if len(failed) > allowed:
-        raise TeacherError(f"{len(failed)} of {len(records)} samples failed for good (e.g. {failed[0]['key']}: "
-                           f"{failed[0]['error']}); they stay in {partial} and are retried on the next run",
-                           failed[0]["attempts"])
-    write_jsonl(out_samples, records)
-    partial.unlink()
-    tokens = sum(r["completion_tokens"] for r in records)
-    skipped = sum(bool(r.get("skipped")) for r in records)
-    log(f"{teacher_name}/{effort}: {len(records)} samples ({len(failed)} failed, {skipped} skipped), "
-        f"{tokens} completion tokens")
-    price = teacher.spec.get("price", {})  # dollars per million tokens
-    prompt_tokens = sum(r["prompt_tokens"] for r in records)
-    cost = (prompt_tokens * price.get("input_per_mtok", 0) + tokens * price.get("output_per_mtok", 0)) / 1e6
-    return {"samples": len(records), "failed": len(failed), "skipped": skipped, "prompts": len(problems),
-            "completion_tokens": tokens, "cost_usd": round(cost, 6),
-            "prompt_tokens": prompt_tokens,
-            "attempts": sum(r["attempts"] for r in records)}
+            done[rec["effort"]][rec["key"]] = rec
+        asyncio.run(_drive(teacher, pending, params["seed"], sink, log))
+    records = {e: sorted(done[e].values(), key=lambda r: (r["prompt_id"], r["sample_index"])) for e in efforts}
+    for e, recs in records.items():
+        failed = [r for r in recs if r["error"]]
+        if len(failed) > teacher.spec.get("max_failed_fraction", 0.0) * len(recs):
+            raise TeacherError(f"{len(failed)} of {len(recs)} samples failed for good (e.g. {failed[0]['key']}: "
+                               f"{failed[0]['error']}); they stay in {partials[e]} and are retried on the next run",
+                               failed[0]["attempts"])
+    per_effort = {}
+    for e, out in zip(efforts, outs):
+        write_jsonl(out, records[e])
+        partials[e].unlink()
+        per_effort[e] = _summary(records[e], teacher.spec.get("price", {}))
+        m = per_effort[e]
+        log(f"{teacher_name}/{e}: {m['samples']} samples ({m['failed']} failed, {m['skipped']} skipped), "
+            f"{m['completion_tokens']} completion tokens")
+    total = _summary([r for recs in records.values() for r in recs], teacher.spec.get("price", {}))
+    return {**total, "prompts": len(problems), **({"per_effort": per_effort} if len(efforts) > 1 else {})}

@@ -17,8 +17,9 @@ def test_beam_distill_dag_builds_offline(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "experiments" / "beam-distill.yaml").read_text())
     proc = run_snakemake(tmp_path, cfg, "-n")
     jobs = scheduled(proc)
-    # medium on all 62 shards, low/high/xhigh on 20 each; every job graded
-    assert jobs["generate"] == jobs["grade_generation"] == 62 + 3 * 20
+    # medium on all 62 shards; low/high/xhigh on 20, all three in one job (one server start) per shard
+    assert jobs["generate"] == 62 and jobs["generate_low_high_xhigh"] == 20
+    assert jobs["grade_generation"] == 62 + 3 * 20
     assert jobs["benchmark"] == 3 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
     assert jobs["evaluate"] == 5 * 3 and jobs["tables"] == 3
     assert "beam-sglang/xhigh/shard-00019" in proc.stdout and "beam-sglang/xhigh/shard-00020" not in proc.stdout
@@ -71,3 +72,14 @@ def test_benchmark_from_a_dataset_spec(tmp_path):
     assert m["items"] == 5 and rows[1] == {"prompt_id": rows[1]["prompt_id"], "prompt": "Find 1 + 1.", "answer": "2",
                                            "kind": "math"}
     assert sources.load_benchmark(str(out))  # the format every stage reads
+
+
+@pytest.mark.slow
+def test_an_effort_group_is_generated_by_one_job(tmp_path, small_cfg):
+    small_cfg["generation"]["effort_groups"] = [["low", "medium"]]
+    proc = run_snakemake(tmp_path, small_cfg, "results/small/gen/procedural/low/shard-00000.jsonl")
+    assert "generate_low_medium" in proc.stdout + proc.stderr
+    gen = tmp_path / "results" / "small" / "gen" / "procedural"
+    low, medium = read_jsonl(gen / "low" / "shard-00000.jsonl"), read_jsonl(gen / "medium" / "shard-00000.jsonl")
+    assert {r["effort"] for r in low} == {"low"} and {r["effort"] for r in medium} == {"medium"}
+    assert [r["prompt_id"] for r in low] == [r["prompt_id"] for r in medium]

@@ -125,3 +125,21 @@ def test_real_transformers_serve_as_the_served_teacher(tmp_path):
         assert r["model"] == model and r["finish_reason"] in ("length", "stop") and isinstance(r["response"], str)
         assert 0 < r["completion_tokens"] <= 12 and r["prompt_tokens"] > 0
     assert len({r["response"] for r in got}) > 1  # do_sample in the student's generation config: samples differ
+
+
+def test_one_server_start_serves_several_efforts(tmp_path, monkeypatch):
+    from stillroom.teachers.sglang import SGLangTeacher
+
+    starts = []
+    original = SGLangTeacher.astart
+
+    async def counting(self):
+        starts.append(1)
+        await original(self)
+
+    monkeypatch.setattr(SGLangTeacher, "astart", counting)
+    outs = [str(tmp_path / f"{e}.jsonl") for e in ("low", "high")]
+    m = generate.run(shard=_shard(tmp_path), out_samples=outs, log=lambda _: None,
+                     params={**_params(_spec("{python} " + STANDIN + " {port}")), "efforts": ["low", "high"]})
+    assert len(starts) == 1 and m["per_effort"]["low"]["samples"] == m["per_effort"]["high"]["samples"] == 20
+    assert [{r["effort"] for r in read_jsonl(o)} for o in outs] == [{"low"}, {"high"}]
