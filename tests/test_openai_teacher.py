@@ -1,6 +1,7 @@
 """The openai backend and the concurrent generation driver against a fault-injection server."""
 
 import asyncio
+import json
 import re
 import time
 
@@ -55,8 +56,10 @@ def test_every_sample_survives_injected_faults(tmp_path):
     rates = {"error500": 0.1, "rate429": 0.1, "malformed": 0.1, "reset": 0.1, "slow": 0.05}
     with FaultServer(rates, seed=1, slow_s=1.0) as server:
         out = str(tmp_path / "gen.jsonl")
+        ledger = tmp_path / "ledger.json"
         m = _run(_problems(tmp_path), out, {**FAST, "base_url": server.base_url,
-                                            "price": {"input_per_mtok": 1.0, "output_per_mtok": 4.0}})
+                                            "price": {"input_per_mtok": 1.0, "output_per_mtok": 4.0},
+                                            "budget": {"daily_output_tokens": 10**9, "ledger": str(ledger)}})
     rows = read_jsonl(out)
     assert len(rows) == len({r["key"] for r in rows}) == 60 and m["failed"] == 0
     for r in rows:  # the fault server answers with the sum of the prompt's numbers
@@ -66,6 +69,9 @@ def test_every_sample_survives_injected_faults(tmp_path):
     # the server had already dropped never reaches the handler, so the client may count a few more).
     assert server.counts["requests"] <= sum(r["attempts"] for r in rows) == m["attempts"]
     assert {r["model"] for r in rows} == {"m-served"} and rows[0]["sampling"]["top_p"] == 0.99
+    state = json.loads(ledger.read_text())  # the budget ledger is exact under faults
+    assert state["spent"] == sum(r["completion_tokens"] for r in rows) and state["reserved"] == {}
+    assert state["requests"] == 60
     assert m["cost_usd"] == pytest.approx((m["prompt_tokens"] * 1.0 + m["completion_tokens"] * 4.0) / 1e6)
 
 
@@ -116,7 +122,6 @@ def test_snakemake_generates_a_shard_from_an_openai_teacher(tmp_path, small_cfg)
 
 def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path):
     """Kill the real CLI process with SIGKILL several times mid-shard; each rerun resumes."""
-    import json
     import random
     import signal
     import subprocess
