@@ -1,7 +1,9 @@
-"""Stage 4: teacher samples for one (teacher, effort, shard).
+"""Stage 4: teacher samples for one (teacher, shard) at one effort, or at a group of efforts in one run.
 
-Records are appended to ``<out>.partial`` and fsynced one by one, so a killed job resumes where it
-stopped; the final file appears (atomically, sorted by key) only once every sample is present.
+Requests go out concurrently (the teacher's ``concurrency``). Each record is appended to
+``<out>.partial`` and fsynced, so a job killed at any point resumes where it stopped without losing or
+duplicating a sample; samples that failed for good are recorded with their error and retried on the
+next run; the final file appears (atomically, sorted by key) only once every sample is present.
 """
 
 from __future__ import annotations

@@ -75,12 +75,28 @@ def test_every_sample_survives_injected_faults(tmp_path):
     assert m["cost_usd"] == pytest.approx((m["prompt_tokens"] * 1.0 + m["completion_tokens"] * 4.0) / 1e6)
 
 
+def test_retry_after_header_forms():
+    from email.utils import format_datetime
+    from datetime import datetime, timedelta, timezone
+
+    from stillroom.teachers.openai import _retry_after
+
+    assert _retry_after("2.5") == 2.5 and _retry_after(None) is None and _retry_after("soon") is None
+    later = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True)
+    assert 25 < _retry_after(later) <= 30
+
+
 def test_retry_after_is_honoured():
     with FaultServer({"rate429": 1.0}, retry_after="0.4") as server:
         t = make_teacher("api", {**FAST, "base_url": server.base_url, "max_attempts": 3})
         start = time.monotonic()
         with pytest.raises(TeacherError, match="gave up after 3 attempts; last: HTTP 429") as err:
-            asyncio.run(t.acomplete({"prompt_id": "p", "prompt": "1 + 1"}, "low", 0, 0))
+            async def once():
+                try:
+                    await t.acomplete({"prompt_id": "p", "prompt": "1 + 1"}, "low", 0, 0)
+                finally:
+                    await t.aclose()
+            asyncio.run(once())
         assert time.monotonic() - start >= 0.8 and err.value.attempts == 3 and server.counts["requests"] == 3
 
 
