@@ -2,7 +2,6 @@
 a dry run after config changes schedules only what is stale."""
 
 import copy
-import json
 import re
 
 import pytest

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -22,9 +22,6 @@ class Completion:
     model: str                   # the model id the backend reports
     reasoning: str | None = None  # the reasoning part alone, when the backend separates it
     extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class TeacherError(RuntimeError):
