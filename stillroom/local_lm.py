@@ -23,6 +23,10 @@ class LocalLM:
         self.tok = AutoTokenizer.from_pretrained(path)
         self.tok.padding_side = "left"
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        # MoE training turns router logits on for the auxiliary loss; sampling needs none of it, and with
+        # padded batches transformers' load-balancing loss fails on mismatched shapes.
+        if getattr(self.model.config, "output_router_logits", False):
+            self.model.config.output_router_logits = False
         self.eos = self.tok.convert_tokens_to_ids("<|im_end|>")
         if self.eos is None or self.eos == self.tok.unk_token_id:
             self.eos = self.tok.eos_token_id

@@ -26,7 +26,7 @@ from typing import Any
 from .io import read_json, write_json
 
 SCHEMA = "stillroom.provenance/1"
-PACKAGES = ("stillroom", "torch", "transformers", "trl", "accelerate", "tokenizers", "safetensors",
+PACKAGES = ("stillroom", "torch", "transformers", "trl", "peft", "accelerate", "tokenizers", "safetensors",
             "math-verify", "numpy", "scipy", "snakemake")
 # Credential-like names (api_key, HF_TOKEN, password, ...), but not counts such as max_tokens.
 SECRET = re.compile(r"api[_-]?key|secret|passw(or)?d|credential|authorization|(^|[_-])token$|^token", re.I)

@@ -32,7 +32,9 @@ MODEL_KEYS = {
     "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "head_dim", "max_position_embeddings", "tie_word_embeddings",
 }
-OPTIONAL_MODEL_KEYS = {"rope_theta"}
+MOE_KEYS = {"num_experts", "num_experts_per_tok", "moe_intermediate_size"}  # family qwen3_moe
+OPTIONAL_MODEL_KEYS = {"rope_theta", "family", "norm_topk_prob", "router_aux_loss_coef"}
+FAMILIES = ("qwen3", "qwen3_moe")
 
 
 def train_tokenizer(
@@ -77,19 +79,24 @@ def train_tokenizer(
 
 
 def _model_config(tokenizer, model: Mapping):
-    from transformers import Qwen3Config
+    from transformers import Qwen3Config, Qwen3MoeConfig
 
-    unknown = sorted(set(model) - MODEL_KEYS - OPTIONAL_MODEL_KEYS)
+    family = model.get("family", "qwen3")
+    if family not in FAMILIES:
+        raise ValueError(f"model key family: {family!r} is not one of {', '.join(FAMILIES)}")
+    required = MODEL_KEYS | (MOE_KEYS if family == "qwen3_moe" else set())
+    unknown = sorted(set(model) - required - OPTIONAL_MODEL_KEYS)
     if unknown:
-        raise ValueError(f"unknown model key(s): {', '.join(unknown)}")
-    missing = sorted(MODEL_KEYS - set(model))
+        raise ValueError(f"unknown model key(s) for family {family}: {', '.join(unknown)}")
+    missing = sorted(required - set(model))
     if missing:
-        raise ValueError(f"missing model key(s): {', '.join(missing)}")
-    kwargs = {k: model[k] for k in MODEL_KEYS}
+        raise ValueError(f"missing model key(s) for family {family}: {', '.join(missing)}")
+    kwargs = {k: model[k] for k in required | (set(model) & {"norm_topk_prob", "router_aux_loss_coef"})}
     kwargs["tie_word_embeddings"] = bool(kwargs["tie_word_embeddings"])
     if "rope_theta" in model:
         kwargs["rope_parameters"] = {"rope_type": "default", "rope_theta": float(model["rope_theta"])}
-    return Qwen3Config(
+    config_class = Qwen3MoeConfig if family == "qwen3_moe" else Qwen3Config
+    return config_class(
         vocab_size=-(-len(tokenizer) // 8) * 8,  # multiple of 8 keeps the embedding matmuls aligned
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -115,12 +122,12 @@ def generation_config(tokenizer):
 def build_model(tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike, *, model: Mapping, seed: int) -> dict:
     """Randomly initialise a Qwen3 student for the tokenizer in ``tokenizer_dir``; save both to ``out_dir``."""
     import torch
-    from transformers import AutoTokenizer, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(Path(tokenizer_dir))
     config = _model_config(tokenizer, model)
     torch.manual_seed(seed)
-    net = Qwen3ForCausalLM(config)
+    net = AutoModelForCausalLM.from_config(config)
     net.generation_config = generation_config(tokenizer)
     with atomic_dir(out_dir) as tmp:
         net.save_pretrained(tmp)

@@ -17,12 +17,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from stillroom.adapters import check_lora, lora_config, resolve_targets, trainable_breakdown
 from stillroom.io import DataError, atomic_dir, read_jsonl
 
 ROLES = {"system", "user", "assistant"}
 PARAM_DEFAULTS: dict[str, Any] = {
     "lr": 1e-3, "epochs": 1.0, "max_steps": -1, "batch_size": 8, "grad_accum": 1, "max_length": 1024,
     "warmup_ratio": 0.0, "lr_scheduler": "cosine", "weight_decay": 0.0, "seed": 0, "logging_steps": 10,
+    "method": "full", "lora": None,
 }
 
 
@@ -38,6 +40,7 @@ def check_params(params: Mapping) -> dict[str, Any]:
             raise ValueError(f"training param {key} must be an int >= {low}, got {p[key]!r}")
     if not 0 <= p["warmup_ratio"] < 1:
         raise ValueError(f"training param warmup_ratio must be in [0, 1), got {p['warmup_ratio']!r}")
+    p["lora"] = check_lora(p)
     return p
 
 
@@ -157,7 +160,7 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
     )
     dataset = Dataset.from_list([{"messages": ex["messages"]} for ex in examples])
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
-                         callbacks=list(callbacks))
+                         callbacks=list(callbacks), peft_config=lora_config(params["lora"]) if params["lora"] else None)
     # TRL refuses a custom collator with BFD packing (it assumes flash-attention varlen); swap it in after.
     trainer.data_collator = functools.partial(collate_packed_rows, pad_token_id=tokenizer.pad_token_id)
     trainer.remove_callback(PrinterCallback)  # progress goes through our own log callable
@@ -172,6 +175,8 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
     from stillroom.student import generation_config
 
     p = check_params(params)
+    if p["lora"]:
+        resolve_targets(base_dir, p["lora"])
     torch.set_num_threads(threads)
     examples = load_examples(dataset_path)
     tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
@@ -182,12 +187,18 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
     )
     with atomic_dir(out_dir) as tmp:
         trainer = build_trainer(base_dir, examples, p, tmp / "trainer", callbacks=[progress_callback(log)])
+        breakdown = trainable_breakdown(trainer.model)
+        log(f"trainable parameters {breakdown['trainable']} of {breakdown['parameters_total']:,} "
+            f"({breakdown['adapter_bytes'] / 2**20:.2f} MiB)")
         packed = trainer.train_dataset
         real = sum(len(ids) for ids in packed["input_ids"])
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
         model = trainer.accelerator.unwrap_model(trainer.model)
+        if p["lora"]:  # keep the adapter, and give later stages (merge, evaluation) the merged model
+            model.save_pretrained(tmp / "adapter")
+            model = model.merge_and_unload()
         model.config.use_cache = True  # inference downstream wants the cache back
         if not (Path(base_dir) / "generation_config.json").exists():
             model.generation_config = generation_config(tokenizer)
@@ -204,6 +215,7 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
         "train_seconds": round(seconds, 3),
         "tokens_per_second": round(trainer.state.num_input_tokens_seen / max(seconds, 1e-9), 1),
         "packing_efficiency": round(real / (len(packed) * p["max_length"]), 4),
+        **breakdown,
     }
     log(f"trained {metrics['steps']} steps in {seconds:.1f} s ({metrics['tokens_per_second']:.0f} tokens/s), "
         f"loss {metrics['first_loss']} -> {metrics['final_loss']}")

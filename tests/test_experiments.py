@@ -83,3 +83,21 @@ def test_an_effort_group_is_generated_by_one_job(tmp_path, small_cfg):
     low, medium = read_jsonl(gen / "low" / "shard-00000.jsonl"), read_jsonl(gen / "medium" / "shard-00000.jsonl")
     assert {r["effort"] for r in low} == {"low"} and {r["effort"] for r in medium} == {"medium"}
     assert [r["prompt_id"] for r in low] == [r["prompt_id"] for r in medium]
+
+
+@pytest.mark.slow
+def test_beam_tiny_smoke_runs_end_to_end(tmp_path):
+    """Seed 000's smoke: tiny MoE, LoRA on attention + experts, merge, evaluation, table."""
+    import torch
+    from safetensors.torch import load_file
+
+    cfg = yaml.safe_load((REPO / "config" / "experiments" / "beam-tiny-smoke.yaml").read_text())
+    run_snakemake(tmp_path, cfg)
+    r = tmp_path / "results" / "beam-tiny-smoke"
+    assert "| merge-0.5 |" in (r / "tables" / "heldout.md").read_text()
+    assert (r / "ckpt" / "sft" / "adapter" / "adapter_config.json").exists()
+    base, sft = load_file(r / "ckpt" / "base" / "model.safetensors"), load_file(r / "ckpt" / "sft" / "model.safetensors")
+    routers = [k for k in base if k.endswith("mlp.gate.weight")]
+    assert routers and all(torch.equal(base[k], sft[k]) for k in routers)
+    prov = json.loads((r / "ckpt" / "sft.prov.json").read_text())
+    assert prov["metrics"]["trainable"]["experts"] > 0 and prov["metrics"]["trainable"]["other"] == 0

@@ -1,0 +1,78 @@
+"""LoRA on attention and fused MoE experts of a tiny random Qwen3-MoE; the router is never adapted."""
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from stillroom.adapters import check_lora, resolve_targets
+from stillroom.io import write_jsonl
+from stillroom.student import build_model, train_tokenizer
+from stillroom.train import train_sft
+
+from .test_train import synthetic_rows
+
+MOE = dict(family="qwen3_moe", hidden_size=32, intermediate_size=64, moe_intermediate_size=32, num_experts=4,
+           num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+           max_position_embeddings=256, tie_word_embeddings=False)
+LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+        "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]}
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory):
+    root = tmp_path_factory.mktemp("moe")
+    rows = synthetic_rows(120)
+    write_jsonl(root / "train.jsonl", rows)
+    train_tokenizer([m["content"] for r in rows for m in r["messages"]], root / "tok", vocab_size=320)
+    m = build_model(root / "tok", root / "base", model=MOE, seed=0)
+    return root, m
+
+
+def test_tiny_moe_builder(moe):
+    root, m = moe
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(root / "base")
+    assert model.config.model_type == "qwen3_moe" and model.config.num_experts == 4 and m["parameters"] > 0
+    assert model.model.layers[0].mlp.experts.gate_up_proj.dim() == 3  # fused experts in memory
+    with pytest.raises(ValueError, match="missing model key"):
+        build_model(root / "tok", root / "x", model={k: v for k, v in MOE.items() if k != "num_experts"}, seed=0)
+
+
+def test_lora_trains_attention_and_experts_but_never_the_router(moe, tmp_path):
+    root, _ = moe
+    params = {"method": "lora", "lora": LORA, "lr": 5e-3, "max_steps": 12, "batch_size": 2, "max_length": 128,
+              "logging_steps": 4, "seed": 0}
+    m = train_sft(root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None)
+    assert m["trainable"]["attention"] > 0 and m["trainable"]["experts"] > 0 and m["trainable"]["other"] == 0
+    assert m["adapter_bytes"] == 4 * m["trainable_total"] and m["final_loss"] < m["first_loss"]
+    adapter = load_file(tmp_path / "sft" / "adapter" / "adapter_model.safetensors")
+    lora_b = {k: v for k, v in adapter.items() if "lora_B" in k}
+    assert lora_b and all(v.abs().sum() > 0 for v in lora_b.values())  # every adapter got gradients (B starts at 0)
+    base, tuned = load_file(root / "base" / "model.safetensors"), load_file(tmp_path / "sft" / "model.safetensors")
+    assert set(base) == set(tuned)
+    routers = [k for k in base if k.endswith("mlp.gate.weight")]
+    assert routers and all(torch.equal(base[k], tuned[k]) for k in routers)
+    assert any(not torch.equal(base[k], tuned[k]) for k in base if ".experts." in k)
+    assert any(not torch.equal(base[k], tuned[k]) for k in base if "q_proj" in k)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"method": "full", "lora": LORA}, "a full fine-tune has no adapter"),
+    ({"method": "lora"}, "needs train.lora"),
+    ({"method": "qlora", "lora": LORA}, "not one of full, lora"),
+    ({"method": "lora", "lora": {**LORA, "dropout": 0.1}}, "dropout must be 0 with target_parameters"),
+    ({"method": "lora", "lora": {**LORA, "target_modules": ["q_proj", "mlp.gate"]}}, "targets the router"),
+    ({"method": "lora", "lora": {**LORA, "rank": 8}}, "unknown key"),
+])
+def test_lora_config_fails_before_loading(params, message):
+    with pytest.raises(ValueError, match=message):
+        check_lora(params)
+
+
+def test_router_override_and_unresolvable_targets(moe):
+    root, _ = moe
+    assert check_lora({"method": "lora", "lora": {**LORA, "target_modules": ["mlp.gate"], "allow_router": True}})
+    with pytest.raises(ValueError, match="target_modules: 'qproj' matches nothing"):
+        resolve_targets(root / "base", {**LORA, "target_modules": ["qproj"]})
+    resolve_targets(root / "base", LORA)
