@@ -10,6 +10,7 @@ max_length) row: sdpa materialises a dense mask, so one long row costs batch tim
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import time
@@ -18,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from stillroom.adapters import check_lora, lora_config, resolve_targets, trainable_breakdown
-from stillroom.io import DataError, atomic_dir, read_jsonl
+from stillroom.io import DataError, atomic_dir, read_jsonl, write_json
+from stillroom.provenance import digest
 
 ROLES = {"system", "user", "assistant"}
 PARAM_DEFAULTS: dict[str, Any] = {
     "lr": 1e-3, "epochs": 1.0, "max_steps": -1, "batch_size": 8, "grad_accum": 1, "max_length": 1024,
     "warmup_ratio": 0.0, "lr_scheduler": "cosine", "weight_decay": 0.0, "seed": 0, "logging_steps": 10,
-    "method": "full", "lora": None,
+    "method": "full", "lora": None, "save_steps": 0,
 }
 
 
@@ -34,7 +36,8 @@ def check_params(params: Mapping) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown training param(s): {', '.join(unknown)} (known: {', '.join(PARAM_DEFAULTS)})")
     p = {**PARAM_DEFAULTS, **params}
-    lowest = {"batch_size": 1, "grad_accum": 1, "max_length": 1, "logging_steps": 1, "max_steps": -1, "seed": 0}
+    lowest = {"batch_size": 1, "grad_accum": 1, "max_length": 1, "logging_steps": 1, "max_steps": -1, "seed": 0,
+              "save_steps": 0}
     for key, low in lowest.items():
         if isinstance(p[key], bool) or not isinstance(p[key], int) or p[key] < low:
             raise ValueError(f"training param {key} must be an int >= {low}, got {p[key]!r}")
@@ -152,7 +155,9 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
         use_cpu=not cuda,
         bf16=cuda,
         include_num_input_tokens_seen="non_padding",
-        save_strategy="no",
+        save_strategy="steps" if params["save_steps"] else "no",
+        save_steps=params["save_steps"] or 500,
+        save_total_limit=2,
         report_to=[],
         dataloader_num_workers=0,
         disable_tqdm=True,
@@ -165,6 +170,25 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
     trainer.data_collator = functools.partial(collate_packed_rows, pad_token_id=tokenizer.pad_token_id)
     trainer.remove_callback(PrinterCallback)  # progress goes through our own log callable
     return trainer
+
+
+def _last_checkpoint(checkpoints: Path, fingerprint: Mapping, log) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if not checkpoints.is_dir():
+        return None
+    saved = checkpoints / "fingerprint.json"
+    if not saved.exists() or json.loads(saved.read_text()) != json.loads(json.dumps(fingerprint)):
+        log(f"discarding checkpoints in {checkpoints}: made with other params or inputs")
+        shutil.rmtree(checkpoints)
+        return None
+    # A kill during a save leaves a checkpoint without trainer_state.json (transformers writes it last): drop it.
+    while (last := get_last_checkpoint(str(checkpoints))) and not (Path(last) / "trainer_state.json").exists():
+        log(f"discarding incomplete {last}")
+        shutil.rmtree(last)
+    if last:
+        log(f"resuming from {last}")
+    return last
 
 
 def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int = 1, log=print) -> dict:
@@ -185,15 +209,25 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
         f"{stats['examples']} examples, {stats['supervised_tokens']} supervised of {stats['total_tokens']} tokens "
         f"({stats['truncated']} truncated at max_length {p['max_length']})"
     )
+    # Checkpoints live beside the output (which appears only when training is done), so a job killed by
+    # preemption or wall time resumes there; a fingerprint keeps a changed run from resuming a stale one.
+    checkpoints = Path(str(out_dir).rstrip("/") + ".checkpoints")
+    fingerprint, last = None, None
+    if p["save_steps"]:
+        fingerprint = {"params": p, "base": digest(base_dir)["sha256"], "dataset": digest(dataset_path)["sha256"]}
+        last = _last_checkpoint(checkpoints, fingerprint, log)
     with atomic_dir(out_dir) as tmp:
-        trainer = build_trainer(base_dir, examples, p, tmp / "trainer", callbacks=[progress_callback(log)])
+        trainer = build_trainer(base_dir, examples, p, checkpoints, callbacks=[progress_callback(log)])
         breakdown = trainable_breakdown(trainer.model)
         log(f"trainable parameters {breakdown['trainable']} of {breakdown['parameters_total']:,} "
             f"({breakdown['adapter_bytes'] / 2**20:.2f} MiB)")
         packed = trainer.train_dataset
         real = sum(len(ids) for ids in packed["input_ids"])
         start = time.perf_counter()
-        trainer.train()
+        if p["save_steps"]:
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            write_json(checkpoints / "fingerprint.json", fingerprint)
+        trainer.train(resume_from_checkpoint=last)
         seconds = time.perf_counter() - start
         model = trainer.accelerator.unwrap_model(trainer.model)
         if p["lora"]:  # keep the adapter, and give later stages (merge, evaluation) the merged model
@@ -204,7 +238,7 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
             model.generation_config = generation_config(tokenizer)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        shutil.rmtree(tmp / "trainer", ignore_errors=True)
+    shutil.rmtree(checkpoints, ignore_errors=True)
 
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     metrics = {

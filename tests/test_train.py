@@ -164,3 +164,37 @@ def test_unknown_param_raises(setup):
         check_params({"learning_rate": 1e-3})
     with pytest.raises(ValueError, match="max_length"):
         check_params({"max_length": 0})
+
+
+def test_killed_training_resumes_to_the_same_weights(setup, tmp_path):
+    """SIGKILL the real CLI after a checkpoint is written; the rerun resumes from it and ends where an
+    uninterrupted run ends (same data order, optimizer and scheduler state, RNG)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from safetensors.torch import load_file
+
+    params = {"lr": 3e-3, "max_steps": 24, "batch_size": 2, "max_length": 128, "logging_steps": 4, "seed": 0,
+              "save_steps": 6}
+
+    def cmd(out):
+        return [sys.executable, "-m", "stillroom", "train", "--base", str(setup / "base"), "--dataset",
+                str(setup / "train.jsonl"), "--out-model", str(out), "--params", json.dumps(params)]
+
+    subprocess.run(cmd(tmp_path / "straight"), check=True, capture_output=True)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "killed.checkpoints" / "checkpoint-12").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists() and (tmp_path / "killed.checkpoints" / "checkpoint-12").exists()
+    resumed = subprocess.run(cmd(out), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stderr and "checkpoint-" in resumed.stderr
+    a, b = load_file(tmp_path / "straight" / "model.safetensors"), load_file(out / "model.safetensors")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    assert not (tmp_path / "killed.checkpoints").exists()  # cleaned once the model is in place
