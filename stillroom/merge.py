@@ -11,8 +11,8 @@ import math
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -143,3 +143,13 @@ def run(*, base: str, tuned: str, out_model: str, params: Mapping[str, Any],
     log(f"merged {summary['tensors']} tensors ({summary['parameters']:,} parameters) at "
         f"tuned_weight={params['tuned_weight']} in {summary['seconds']:.2f}s")
     return summary
+
+
+def merge_adapter(base, adapter):
+    """The model in ``base``, loaded in the dtype it was saved in (bf16 for a real QLoRA base, never the
+    NF4 weights the adapter was trained against), with the LoRA adapter in ``adapter`` merged in."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(Path(base), dtype="auto")
+    return PeftModel.from_pretrained(model, Path(adapter)).merge_and_unload()

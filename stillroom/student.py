@@ -17,10 +17,21 @@ THINK_TOKENS = ["<think>", "</think>"]
 
 # Newlines after block tags are emitted as {{ '\n' }}: transformers renders with trim_blocks=True,
 # which would swallow a literal newline following a tag.
+# Tool calls render Qwen-style inside the assistant's generation block (the model learns to emit them);
+# tool results get their own "tool" turn naming the function, outside it (the model never writes them).
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{% if message['role'] == 'assistant' %}"
-    "<|im_start|>assistant\n{% generation %}{{ message['content'] }}<|im_end|>{% endgeneration %}{{ '\\n' }}"
+    "<|im_start|>assistant\n{% generation %}{{ message['content'] }}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "{% if message['content'] or not loop.first %}{{ '\\n' }}{% endif %}"
+    "<tool_call>\n{{ '{\"name\": ' }}{{ call['function']['name'] | tojson }}"
+    "{{ ', \"arguments\": ' }}{{ call['function']['arguments'] | tojson }}{{ '}' }}\n</tool_call>"
+    "{% endfor %}"
+    "<|im_end|>{% endgeneration %}{{ '\\n' }}"
+    "{% elif message['role'] == 'tool' %}"
+    "<|im_start|>tool\n<tool_response name={{ message['name'] | tojson }}>\n{{ message['content'] }}"
+    "\n</tool_response><|im_end|>{{ '\\n' }}"
     "{% else %}"
     "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>{{ '\\n' }}"
     "{% endif %}"

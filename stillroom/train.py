@@ -13,25 +13,41 @@ import functools
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from stillroom.adapters import check_lora, lora_config, resolve_targets, trainable_breakdown
-from stillroom.io import DataError, atomic_dir, read_jsonl, write_json
+from stillroom import launch
+from stillroom.adapters import (
+    check_lora,
+    disable_cpu_repacking,
+    lora_config,
+    quantization_config,
+    resolve_targets,
+    trainable_breakdown,
+)
+from stillroom.conversations import check_renders, load_conversations
+from stillroom.hooks import WeightHooks, check_options, step_callback
+from stillroom.io import DataError, atomic_dir, write_json
+from stillroom.launch import check_distributed
 from stillroom.provenance import digest
 
-ROLES = {"system", "user", "assistant"}
 PARAM_DEFAULTS: dict[str, Any] = {
     "lr": 1e-3, "epochs": 1.0, "max_steps": -1, "batch_size": 8, "grad_accum": 1, "max_length": 1024,
     "warmup_ratio": 0.0, "lr_scheduler": "cosine", "weight_decay": 0.0, "seed": 0, "logging_steps": 10,
-    "method": "full", "lora": None, "save_steps": 0,
+    "method": "full", "lora": None, "load_in_4bit": False, "save_steps": 0,
+    "dtype": "auto", "attn_implementation": "sdpa", "gradient_checkpointing": False,
+    "distributed": None, "device_map": None, "gpu_memory_limit": None, "max_memory": None,
+    "weight_hooks": [], "sampled_options": {},
 }
+DTYPES = ("auto", "float32", "bfloat16")
 
 
 def check_params(params: Mapping) -> dict[str, Any]:
-    """Return ``params`` over the defaults; unknown keys and out-of-range values raise ValueError."""
+    """Return ``params`` over the defaults; unknown keys, out-of-range values and inconsistent
+    combinations raise ValueError naming the key. Nothing is loaded: these fail in a second."""
     unknown = sorted(set(params) - set(PARAM_DEFAULTS))
     if unknown:
         raise ValueError(f"unknown training param(s): {', '.join(unknown)} (known: {', '.join(PARAM_DEFAULTS)})")
@@ -43,28 +59,16 @@ def check_params(params: Mapping) -> dict[str, Any]:
             raise ValueError(f"training param {key} must be an int >= {low}, got {p[key]!r}")
     if not 0 <= p["warmup_ratio"] < 1:
         raise ValueError(f"training param warmup_ratio must be in [0, 1), got {p['warmup_ratio']!r}")
+    if p["dtype"] not in DTYPES:
+        raise ValueError(f"train.dtype: {p['dtype']!r} is not one of {', '.join(DTYPES)}")
     p["lora"] = check_lora(p)
+    p["distributed"] = check_distributed(p)
+    if p["weight_hooks"] and p["method"] != "full":
+        raise ValueError("student.weight_hooks re-normalise trained weights after each step; with an adapter "
+                         f"(train.method {p['method']}) the base is frozen and they have nothing to act on")
+    WeightHooks(p["weight_hooks"])
+    p["sampled_options"] = check_options(p["sampled_options"])
     return p
-
-
-def load_examples(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read and validate the SFT JSONL; keep only id and messages."""
-    rows = read_jsonl(path, required=("messages",), types={"messages": list})
-    with open(path, encoding="utf-8") as fh:  # read_jsonl skips blank lines; recover real line numbers
-        linenos = [n for n, line in enumerate(fh, 1) if line.strip()]
-    examples = []
-    for lineno, row in zip(linenos, rows):
-        where = f"{path}:{lineno}: key 'messages'"
-        for i, msg in enumerate(row["messages"]):
-            if not isinstance(msg, dict) or msg.get("role") not in ROLES or not isinstance(msg.get("content"), str):
-                raise DataError(f"{where}: message {i} needs a role in {sorted(ROLES)} and string content: {msg!r:.80}")
-        if not any(m["role"] == "assistant" for m in row["messages"]):
-            raise DataError(f"{where}: no assistant turn to train on")
-        messages = [{"role": m["role"], "content": m["content"]} for m in row["messages"]]
-        examples.append({"id": str(row.get("id", f"line {lineno}")), "messages": messages})
-    if not examples:
-        raise DataError(f"{path}: no examples")
-    return examples
 
 
 def supervision_stats(tokenizer, examples: list[dict], max_length: int, source: str = "dataset") -> dict[str, int]:
@@ -123,17 +127,43 @@ def collate_packed_rows(examples: list[dict], *, pad_token_id: int) -> dict:
     return {"input_ids": ids, "labels": labels, "position_ids": positions}
 
 
+def _dtype(params: Mapping, cuda: bool):
+    import torch
+
+    name = params["dtype"] if params["dtype"] != "auto" else "bfloat16" if cuda else "float32"
+    return getattr(torch, name)
+
+
+def load_model(base_dir, params: Mapping):
+    """The model to train, placed and sharded as ``params`` say: full precision, NF4 for QLoRA, FSDP2
+    shards across the processes of ``params["distributed"]``, or a device map across one process's GPUs."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cuda = torch.cuda.is_available()
+    dtype = _dtype(params, cuda)
+    kwargs = launch.load_kwargs(params, params["distributed"])
+    if params["load_in_4bit"]:
+        kwargs["quantization_config"] = quantization_config(dtype)
+        kwargs.setdefault("device_map", {"": int(os.environ.get("LOCAL_RANK", "0"))} if cuda else "cpu")
+    model = AutoModelForCausalLM.from_pretrained(
+        Path(base_dir), attn_implementation=params["attn_implementation"], dtype=dtype, **kwargs)
+    model.config.use_cache = False  # a cache disables the packed-document mask (see module docstring)
+    if params["load_in_4bit"] and not cuda:
+        disable_cpu_repacking(model)
+    return model
+
+
 def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, callbacks=()):
     """The SFTTrainer for ``examples`` (validated ``params``), model loaded fresh from ``base_dir``."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
+    from transformers import AutoTokenizer, PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     cuda = torch.cuda.is_available()
     tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
-    model = AutoModelForCausalLM.from_pretrained(Path(base_dir), attn_implementation="sdpa", dtype=torch.float32)
-    model.config.use_cache = False  # a cache disables the packed-document mask (see module docstring)
+    model = load_model(base_dir, params)
     config = SFTConfig(
         output_dir=str(output_dir),
         learning_rate=params["lr"],
@@ -153,7 +183,7 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
         packing_strategy="bfd",
         assistant_only_loss=True,
         use_cpu=not cuda,
-        bf16=cuda,
+        bf16=cuda and _dtype(params, cuda) == torch.bfloat16,
         include_num_input_tokens_seen="non_padding",
         save_strategy="steps" if params["save_steps"] else "no",
         save_steps=params["save_steps"] or 500,
@@ -161,7 +191,8 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
         report_to=[],
         dataloader_num_workers=0,
         disable_tqdm=True,
-        gradient_checkpointing=False,  # TRL turns it on by default; needless recompute at student sizes
+        # TRL turns it on by default: needless recompute at student sizes, essential at 16k on a large model
+        gradient_checkpointing=params["gradient_checkpointing"],
     )
     dataset = Dataset.from_list([{"messages": ex["messages"]} for ex in examples])
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
@@ -191,19 +222,53 @@ def _last_checkpoint(checkpoints: Path, fingerprint: Mapping, log) -> str | None
     return last
 
 
+def _gather_state(model) -> dict:
+    """The full state dict of an FSDP2-sharded model, on CPU; every rank must call it (it all-gathers)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def _adapter_state(model, state: dict | None) -> dict | None:
+    from peft import get_peft_model_state_dict
+
+    return None if state is None else get_peft_model_state_dict(model, state_dict=state)
+
+
+def _unsharded(model, state: dict):
+    """A plain single-process copy of ``model`` holding ``state``. Saving the sharded model itself writes
+    tied weights twice (transformers 5.24), which later merges would reject as a different architecture."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    config.distributed_config = None
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
+    plain.load_state_dict(state, assign=True)
+    plain.tie_weights()
+    return plain
+
+
 def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int = 1, log=print) -> dict:
-    """Fine-tune the model in ``base_dir`` on ``dataset_path``; save it to ``out_dir``; return metrics."""
+    """Fine-tune the model in ``base_dir`` on ``dataset_path``; save it to ``out_dir``; return metrics.
+
+    Inside a torchrun worker every rank runs this; rank 0 alone writes files and logs progress lines.
+    """
     import torch
     from transformers import AutoTokenizer
 
+    from stillroom.merge import merge_adapter
     from stillroom.student import generation_config
 
     p = check_params(params)
     if p["lora"]:
         resolve_targets(base_dir, p["lora"])
+    main = launch.rank() == 0
     torch.set_num_threads(threads)
-    examples = load_examples(dataset_path)
+    examples = load_conversations(dataset_path)
     tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
+    check_renders(tokenizer, examples, source=str(dataset_path))
     stats = supervision_stats(tokenizer, examples, p["max_length"], source=str(dataset_path))
     log(
         f"{stats['examples']} examples, {stats['supervised_tokens']} supervised of {stats['total_tokens']} tokens "
@@ -216,8 +281,15 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
     if p["save_steps"]:
         fingerprint = {"params": p, "base": digest(base_dir)["sha256"], "dataset": digest(dataset_path)["sha256"]}
         last = _last_checkpoint(checkpoints, fingerprint, log)
-    with atomic_dir(out_dir) as tmp:
-        trainer = build_trainer(base_dir, examples, p, checkpoints, callbacks=[progress_callback(log)])
+    sampled: dict[str, dict] = {}
+    callbacks = [progress_callback(log)] if main else []
+    hooks = WeightHooks(p["weight_hooks"])
+    if hooks or p["sampled_options"]:
+        callbacks.append(step_callback(hooks, p["sampled_options"], p["seed"], sampled))
+    # Every rank takes part in gathering the sharded weights for the save; only rank 0 keeps a directory.
+    with (atomic_dir(out_dir) if main else tempfile.TemporaryDirectory()) as tmp:
+        tmp = Path(tmp)
+        trainer = build_trainer(base_dir, examples, p, checkpoints, callbacks=callbacks)
         breakdown = trainable_breakdown(trainer.model)
         log(f"trainable parameters {breakdown['trainable']} of {breakdown['parameters_total']:,} "
             f"({breakdown['adapter_bytes'] / 2**20:.2f} MiB)")
@@ -230,25 +302,35 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
         trainer.train(resume_from_checkpoint=last)
         seconds = time.perf_counter() - start
         model = trainer.accelerator.unwrap_model(trainer.model)
-        if p["lora"]:  # keep the adapter, and give later stages (merge, evaluation) the merged model
-            model.save_pretrained(tmp / "adapter")
-            model = model.merge_and_unload()
-        model.config.use_cache = True  # inference downstream wants the cache back
-        if not (Path(base_dir) / "generation_config.json").exists():
-            model.generation_config = generation_config(tokenizer)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    shutil.rmtree(checkpoints, ignore_errors=True)
+        state = _gather_state(model) if p["distributed"]["world_size"] > 1 else None
+        if main:
+            if p["lora"]:
+                # Keep the adapter, and give later stages the adapter merged into the full-precision base:
+                # for QLoRA that is the original bf16/fp32 base, not the NF4 weights trained against.
+                model.save_pretrained(tmp / "adapter", state_dict=_adapter_state(model, state))
+                model = merge_adapter(base_dir, tmp / "adapter")
+            elif state is not None:
+                model = _unsharded(model, state)
+            model.config.use_cache = True  # inference downstream wants the cache back
+            if not (Path(base_dir) / "generation_config.json").exists():
+                model.generation_config = generation_config(tokenizer)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+    if main:
+        shutil.rmtree(checkpoints, ignore_errors=True)
 
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     metrics = {
         **{k: stats[k] for k in ("examples", "supervised_tokens", "total_tokens")},
         "steps": trainer.state.global_step,
+        "losses": losses,
         "first_loss": losses[0] if losses else None,
         "final_loss": sum(losses[-3:]) / len(losses[-3:]) if losses else None,
         "train_seconds": round(seconds, 3),
         "tokens_per_second": round(trainer.state.num_input_tokens_seen / max(seconds, 1e-9), 1),
         "packing_efficiency": round(real / (len(packed) * p["max_length"]), 4),
+        "world_size": p["distributed"]["world_size"],
+        **({"sampled_options": sampled} if sampled else {}),
         **breakdown,
     }
     log(f"trained {metrics['steps']} steps in {seconds:.1f} s ({metrics['tokens_per_second']:.0f} tokens/s), "
@@ -257,5 +339,10 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
 
 
 def run(*, base: str, dataset: str, out_model: str, params: Mapping, threads: int = 1, log=print, **_) -> dict:
-    """The CLI's ``train`` stage."""
-    return train_sft(base, dataset, out_model, params=params, threads=threads, log=log)
+    """The CLI's ``train`` stage: in this process, or on every process of ``train.distributed``."""
+    layout = check_params(params)["distributed"]
+    if layout["world_size"] == 1:
+        return train_sft(base, dataset, out_model, params=params, threads=threads, log=log)
+    per_process = max(1, threads // layout["gpus_per_node"])
+    return launch.spawn(layout, {"base_dir": base, "dataset_path": dataset, "out_dir": out_model, "params": dict(params),
+                                 "threads": per_process}, log)

@@ -60,7 +60,11 @@ def test_lora_trains_attention_and_experts_but_never_the_router(moe, tmp_path):
 @pytest.mark.parametrize("params, message", [
     ({"method": "full", "lora": LORA}, "a full fine-tune has no adapter"),
     ({"method": "lora"}, "needs train.lora"),
-    ({"method": "qlora", "lora": LORA}, "not one of full, lora"),
+    ({"method": "dora", "lora": LORA}, "not one of full, lora, qlora"),
+    ({"method": "qlora", "lora": LORA}, "qlora' needs train.load_in_4bit"),
+    ({"method": "lora", "lora": LORA, "load_in_4bit": True}, "set method: qlora"),
+    ({"method": "full", "load_in_4bit": True}, "4-bit weights cannot be fine-tuned directly"),
+    ({"method": "qlora", "lora": LORA, "load_in_4bit": "yes"}, "load_in_4bit must be true or false"),
     ({"method": "lora", "lora": {**LORA, "dropout": 0.1}}, "dropout must be 0 with target_parameters"),
     ({"method": "lora", "lora": {**LORA, "target_modules": ["q_proj", "mlp.gate"]}}, "targets the router"),
     ({"method": "lora", "lora": {**LORA, "rank": 8}}, "unknown key"),
@@ -76,3 +80,56 @@ def test_router_override_and_unresolvable_targets(moe):
     with pytest.raises(ValueError, match="target_modules: 'qproj' matches nothing"):
         resolve_targets(root / "base", {**LORA, "target_modules": ["qproj"]})
     resolve_targets(root / "base", LORA)
+
+
+QLORA = {"method": "qlora", "load_in_4bit": True, "lora": {**LORA, "target_parameters": []}}
+
+
+def test_qlora_every_trainable_parameter_gets_a_gradient_after_an_eval_forward(moe):
+    """The AVX512-BF16 trap: a no-grad eval forward repacks NF4 weights into a kernel without autograd."""
+    import bitsandbytes as bnb
+    from peft import get_peft_model
+
+    from stillroom.adapters import lora_config
+    from stillroom.train import check_params, load_model
+
+    root, _ = moe
+    p = check_params(QLORA)
+    model = load_model(root / "base", p)
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert layers and all(not m.support_avx512bf16_for_cpu for m in layers)
+    model = get_peft_model(model, lora_config(p["lora"]))
+    ids = torch.randint(0, model.config.vocab_size, (2, 16))
+    model.eval()
+    with torch.no_grad():  # as a generate or an evaluation between steps would
+        model(input_ids=ids)
+    model.train()
+    model(input_ids=ids, labels=ids).loss.backward()
+    trainable = {n: q for n, q in model.named_parameters() if q.requires_grad}
+    assert trainable and all(".experts." not in n for n in trainable)
+    missing = [n for n, q in trainable.items() if q.grad is None]
+    assert not missing, f"no gradient for {missing}"
+    assert all(q.grad.abs().sum() > 0 for n, q in trainable.items() if "lora_B" in n)
+
+
+def test_qlora_adapter_merges_onto_the_full_precision_base(moe, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    root, _ = moe
+    params = {**QLORA, "lr": 5e-3, "max_steps": 8, "batch_size": 2, "max_length": 128, "logging_steps": 4}
+    m = train_sft(root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None)
+    assert m["trainable"]["attention"] > 0 and m["trainable"]["experts"] == 0
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "sft")
+    assert not getattr(merged, "is_loaded_in_4bit", False)
+    assert all(q.dtype == torch.float32 for q in merged.parameters())
+    # The merge is W + BA on the unquantised base, identical to applying the adapter to it at run time.
+    base = AutoModelForCausalLM.from_pretrained(root / "base")
+    with_adapter = PeftModel.from_pretrained(base, tmp_path / "sft" / "adapter").eval()
+    ids = torch.randint(0, merged.config.vocab_size, (1, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(merged(input_ids=ids).logits, with_adapter(input_ids=ids).logits,
+                                   rtol=1e-4, atol=1e-4)
+    tuned = load_file(tmp_path / "sft" / "model.safetensors")
+    assert any(not torch.equal(load_file(root / "base" / "model.safetensors")[k], tuned[k])
+               for k in tuned if "q_proj" in k)

@@ -5,9 +5,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from stillroom.conversations import load_conversations
 from stillroom.io import DataError, write_jsonl
 from stillroom.student import build_model, train_tokenizer
-from stillroom.train import build_trainer, check_params, collate_packed_rows, load_examples, train_sft
+from stillroom.train import build_trainer, check_params, collate_packed_rows, train_sft
 
 MODEL = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, max_position_embeddings=512, tie_word_embeddings=True)
@@ -80,7 +81,7 @@ def test_packed_documents_do_not_attend_to_each_other(setup):
 
 
 def test_trainer_batches_label_only_assistant_tokens(setup, tmp_path):
-    examples = load_examples(setup / "train.jsonl")[:40]
+    examples = load_conversations(setup / "train.jsonl")[:40]
     params = check_params(dict(batch_size=4, max_length=128))
     trainer = build_trainer(setup / "base", examples, params, tmp_path / "trainer")
     tok = trainer.processing_class

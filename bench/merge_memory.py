@@ -1,0 +1,178 @@
+"""Merge peak memory and wall time against model size: stillroom's streaming interpolate next to the
+naive "load both models, lerp, save".
+
+For each size (millions of fp32 parameters) two random-weight Qwen3 checkpoints (tied embeddings,
+different seeds, saved in 100 MB shards) are written to a temporary directory; each merge at
+tuned_weight 0.5 then runs in a fresh subprocess so its peak memory is its own. Peak anonymous RSS
+is the max of RssAnon sampled every 10 ms: VmHWM (also printed) counts the page cache of the
+mmapped safetensors inputs, which is reclaimable. The inputs were just written, so both methods
+read them from a warm page cache. The two outputs are compared (max abs diff). Prints numbers only.
+
+    .venv/bin/python bench/merge_memory.py [--sizes 25,100,250] [--shard-mb MB]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VOCAB = 32000
+
+
+def status_kib(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+class AnonPeak:
+    """Max RssAnon sampled by a background thread (the kernel keeps no high-water mark for it)."""
+
+    def __init__(self, interval: float = 0.01):
+        self.interval, self.peak, self._stop = interval, status_kib("RssAnon"), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, status_kib("RssAnon"))
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, status_kib("RssAnon"))
+
+
+def qwen3_config(millions: float):
+    """A Qwen3 shape near ``millions`` parameters: width by size, then as many layers as fit."""
+    from transformers import Qwen3Config
+
+    hidden = 512 if millions <= 50 else 1024
+    heads = hidden // 64
+    per_layer = 3 * hidden * hidden + 9 * hidden * hidden  # q, k+v (half the heads), o; gate, up, down at 3x
+    layers = max(1, round((millions * 1e6 - VOCAB * hidden) / per_layer))
+    return Qwen3Config(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=heads // 2, head_dim=64,
+                       max_position_embeddings=512, tie_word_embeddings=True, dtype="float32")
+
+
+def build(config, seed: int, out: Path) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # save_pretrained's shard bar would clutter the table
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(out, max_shard_size="100MB")
+    return sum(p.numel() for p in model.parameters())
+
+
+def worker(mode: str, base: str, tuned: str, out: str, shard_mb: int | None) -> None:
+    """One merge in this (fresh) process; prints a JSON line of seconds and memory in KiB."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from stillroom.merge import interpolate
+
+    start_anon = status_kib("RssAnon")  # after imports: the floor both methods share
+    t0 = time.perf_counter()
+    with AnonPeak() as peak:
+        if mode == "stream":
+            kwargs = {"max_shard_bytes": shard_mb * 2**20} if shard_mb else {}
+            interpolate(base, tuned, out, 0.5, **kwargs)
+        else:
+            b = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+            t = AutoModelForCausalLM.from_pretrained(tuned, dtype=torch.float32)
+            tuned_sd, seen = t.state_dict(), set()
+            with torch.no_grad():
+                for key, tensor in b.state_dict().items():
+                    if tensor.data_ptr() in seen:  # tied lm_head / embed_tokens: merge once
+                        continue
+                    seen.add(tensor.data_ptr())
+                    # Same arithmetic as interpolate, so the outputs should match exactly.
+                    tensor.mul_(0.5).add_(tuned_sd[key], alpha=0.5)
+            b.save_pretrained(out)
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "start_anon": start_anon, "peak_anon": peak.peak,
+                      "hwm": status_kib("VmHWM")}))
+
+
+def measure(mode: str, base: Path, tuned: Path, out: Path, shard_mb: int | None) -> dict:
+    cmd = [sys.executable, __file__, "--worker", mode, str(base), str(tuned), str(out)]
+    if shard_mb:
+        cmd += ["--shard-mb", str(shard_mb)]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode:
+        sys.exit(f"{mode} merge failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def max_abs_diff(a: Path, b: Path) -> float:
+    """Largest elementwise difference between two checkpoints, tensor by tensor."""
+    from safetensors import safe_open
+
+    from stillroom.merge import _weight_map
+
+    map_a, map_b = _weight_map(a), _weight_map(b)
+    if map_a.keys() != map_b.keys():
+        return float("nan")
+    worst = 0.0
+    for key in map_a:
+        with safe_open(a / map_a[key], framework="pt") as fa, safe_open(b / map_b[key], framework="pt") as fb:
+            worst = max(worst, (fa.get_tensor(key) - fb.get_tensor(key)).abs().max().item())
+    return worst
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="25,100,250", help="comma-separated millions of parameters")
+    ap.add_argument("--shard-mb", type=int, default=None,
+                    help="interpolate's output shard size (default: the library's, 2 GiB)")
+    ap.add_argument("--worker", nargs=4, metavar=("MODE", "BASE", "TUNED", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        sys.path.insert(0, str(REPO))
+        worker(*args.worker, args.shard_mb)
+        return
+
+    sys.path.insert(0, str(REPO))
+    mib = 1 / 1024  # KiB -> MiB
+    print(f"output shards: {args.shard_mb or 2048} MB (streaming); memory in MiB; RssAnon sampled every 10 ms")
+    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (other work skews times)")
+    for millions in [float(s) for s in args.sizes.split(",")]:
+        config = qwen3_config(millions)
+        with tempfile.TemporaryDirectory(prefix="merge_memory_") as tmp:
+            tmp = Path(tmp)
+            n = build(config, 0, tmp / "base")
+            build(config, 1, tmp / "tuned")
+            size = sum(f.stat().st_size for f in (tmp / "base").glob("*.safetensors"))
+            stream = measure("stream", tmp / "base", tmp / "tuned", tmp / "stream", args.shard_mb)
+            load = measure("load", tmp / "base", tmp / "tuned", tmp / "load", args.shard_mb)
+            diff = max_abs_diff(tmp / "stream", tmp / "load")
+        print(f"\n{n / 1e6:.1f}M parameters ({config.num_hidden_layers} layers x {config.hidden_size}), "
+              f"{size / 2**20:.0f} MiB per checkpoint")
+        print(f"{'method':<12}{'seconds':>9}{'anon start':>12}{'peak anon':>11}{'peak-start':>12}{'VmHWM':>9}")
+        for name, r in (("streaming", stream), ("load both", load)):
+            print(f"{name:<12}{r['seconds']:>9.2f}{r['start_anon'] * mib:>12.0f}{r['peak_anon'] * mib:>11.0f}"
+                  f"{(r['peak_anon'] - r['start_anon']) * mib:>12.0f}{r['hwm'] * mib:>9.0f}")
+        net = (load["peak_anon"] - load["start_anon"]) / (stream["peak_anon"] - stream["start_anon"])
+        print(f"{'load/stream':<12}{load['seconds'] / stream['seconds']:>9.2f}{'':>12}"
+              f"{load['peak_anon'] / stream['peak_anon']:>11.2f}{net:>12.2f}{load['hwm'] / stream['hwm']:>9.2f}")
+        print(f"max abs diff between the two outputs: {diff:.3g}")
+
+
+if __name__ == "__main__":
+    main()

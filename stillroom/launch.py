@@ -1,0 +1,155 @@
+"""How a training job is laid out and started: processes, nodes, FSDP2 sizes, device_map model parallel.
+
+One launcher serves the train rule everywhere. World size 1 trains in the calling process. Otherwise
+the stage re-runs itself as ``python -m stillroom.launch`` workers: under SLURM one ``srun`` task per
+node (``--ntasks-per-node=1``) starts ``torchrun`` with the allocation's node count, rendezvous (c10d)
+on the allocation's first host and a port derived from the job id, so two jobs sharing a node never
+collide; outside SLURM a local ``torchrun --standalone``. Sharding is transformers' own load-time
+FSDP2 (``DistributedConfig``): the Trainer then neither wraps the DTensor model in DDP nor shards it
+again, and unlike accelerate's FSDP it also runs on CPU with gloo (measured).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+DISTRIBUTED_DEFAULTS = {"nodes": 1, "gpus_per_node": 1, "fsdp_size": None, "dp_replicate_size": 1}
+BASE_PORT, PORT_RANGE = 20000, 30000
+
+
+def check_distributed(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate ``train.distributed`` and the device_map keys against each other; return the layout."""
+    dist = params.get("distributed") or {}
+    unknown = sorted(set(dist) - set(DISTRIBUTED_DEFAULTS))
+    if unknown:
+        raise ValueError(f"train.distributed: unknown key(s) {', '.join(unknown)} "
+                         f"(known: {', '.join(DISTRIBUTED_DEFAULTS)})")
+    d = {**DISTRIBUTED_DEFAULTS, **dist}
+    for key in ("nodes", "gpus_per_node", "dp_replicate_size"):
+        if isinstance(d[key], bool) or not isinstance(d[key], int) or d[key] < 1:
+            raise ValueError(f"train.distributed.{key} must be an int >= 1, got {d[key]!r}")
+    world = d["nodes"] * d["gpus_per_node"]
+    if d["fsdp_size"] is None:
+        if world % d["dp_replicate_size"]:
+            raise ValueError(f"train.distributed.dp_replicate_size {d['dp_replicate_size']} does not divide the "
+                             f"world size {world} (nodes {d['nodes']} x gpus_per_node {d['gpus_per_node']})")
+        d["fsdp_size"] = world // d["dp_replicate_size"]
+    if d["fsdp_size"] * d["dp_replicate_size"] != world:
+        raise ValueError(f"train.distributed: fsdp_size {d['fsdp_size']} x dp_replicate_size "
+                         f"{d['dp_replicate_size']} must equal the world size {world} "
+                         f"(nodes {d['nodes']} x gpus_per_node {d['gpus_per_node']})")
+    d["world_size"] = world
+
+    device_map, limit, max_memory = params.get("device_map"), params.get("gpu_memory_limit"), params.get("max_memory")
+    if limit is not None and max_memory is not None:
+        raise ValueError("train.gpu_memory_limit and train.max_memory are exclusive: the limit sets max_memory "
+                         "for every GPU; give one of them")
+    if (limit is not None or max_memory is not None) and device_map is None:
+        raise ValueError("train.gpu_memory_limit / train.max_memory only apply with train.device_map (model parallel)")
+    if device_map is not None and world > 1:
+        raise ValueError(f"train.device_map model parallel runs as one process that spreads layers over the GPUs; "
+                         f"train.distributed asks for {world} processes (set nodes and gpus_per_node to 1)")
+    if params.get("save_steps") and world > 1:
+        # transformers 5 refuses optimizer checkpoints of load-time-sharded models; resuming with the model
+        # alone would silently restart the optimizer and the lr schedule.
+        raise ValueError(f"train.save_steps with {world} FSDP processes: transformers cannot checkpoint the "
+                         "optimizer of a load-time-sharded model, so preemption resume is single-process only; "
+                         "set save_steps: 0")
+    return d
+
+
+def load_kwargs(params: Mapping[str, Any], layout: Mapping[str, Any]) -> dict[str, Any]:
+    """Extra ``from_pretrained`` arguments: the FSDP2 mesh for several processes, or a device map."""
+    if layout["world_size"] > 1:
+        from transformers.distributed import DistributedConfig
+
+        return {"distributed_config": DistributedConfig(fsdp_size=layout["fsdp_size"],
+                                                        dp_replicate_size=layout["dp_replicate_size"])}
+    if params.get("device_map") is None:
+        return {}
+    kwargs: dict[str, Any] = {"device_map": params["device_map"]}
+    if params.get("gpu_memory_limit") is not None:
+        import torch
+
+        kwargs["max_memory"] = {i: params["gpu_memory_limit"] for i in range(torch.cuda.device_count())}
+    elif params.get("max_memory") is not None:
+        kwargs["max_memory"] = {int(k) if str(k).isdigit() else k: v for k, v in params["max_memory"].items()}
+    return kwargs
+
+
+def in_worker() -> bool:
+    """True inside a process started by torchrun."""
+    return "LOCAL_RANK" in os.environ
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def job_port(job_id: str | int) -> int:
+    """A rendezvous port per SLURM job: jobs sharing a node do not collide."""
+    return BASE_PORT + int(job_id) % PORT_RANGE
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list (``node[01-04]`` -> ``node01``), expanded by scontrol."""
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], check=True, capture_output=True, text=True)
+    return out.stdout.split()[0]
+
+
+def command(layout: Mapping[str, Any], worker: list[str], env: Mapping[str, str] = os.environ,
+            host_of: Callable[[str], str] = first_host) -> list[str]:
+    """The command that starts ``worker`` on every process of ``layout``."""
+    nproc = f"--nproc-per-node={layout['gpus_per_node']}"
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]  # torchrun of this very environment
+    if "SLURM_JOB_ID" not in env:
+        if layout["nodes"] > 1:
+            raise ValueError(f"train.distributed.nodes is {layout['nodes']} but this is not a SLURM job: "
+                             "multi-node training runs under sbatch/srun (snakemake --profile profiles/slurm)")
+        return [*torchrun, "--standalone", "--nnodes=1", nproc, *worker]
+    nodes = int(env.get("SLURM_NNODES", "1"))
+    if nodes != layout["nodes"]:
+        raise ValueError(f"train.distributed.nodes is {layout['nodes']} but SLURM job {env['SLURM_JOB_ID']} "
+                         f"has {nodes} node(s)")
+    endpoint = f"{host_of(env['SLURM_JOB_NODELIST'])}:{job_port(env['SLURM_JOB_ID'])}"
+    return ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            *torchrun, f"--nnodes={nodes}", nproc, "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={env['SLURM_JOB_ID']}", *worker]
+
+
+def spawn(layout: Mapping[str, Any], kwargs: Mapping[str, Any], log: Callable[[str], Any]) -> dict[str, Any]:
+    """Run ``train.train_sft(**kwargs)`` on every process of ``layout``; return rank 0's metrics."""
+    with tempfile.TemporaryDirectory(prefix="stillroom-launch-") as tmp:
+        spec, metrics = Path(tmp) / "spec.json", Path(tmp) / "metrics.json"
+        spec.write_text(json.dumps({**kwargs, "metrics": str(metrics)}))
+        cmd = command(layout, ["-m", "stillroom.launch", str(spec)])  # torchrun runs a module with -m
+        log(f"launching {layout['world_size']} processes: {shlex.join(cmd)}")
+        # The workers' stderr goes straight to ours, which the rule's log collects.
+        done = subprocess.run(cmd, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if done.returncode:
+            raise RuntimeError(f"training workers failed with exit status {done.returncode}: {shlex.join(cmd)}")
+        return json.loads(metrics.read_text())
+
+
+def _worker(spec_path: str) -> None:
+    from stillroom.io import write_json
+    from stillroom.train import train_sft
+
+    spec = json.loads(Path(spec_path).read_text())
+    metrics_path = spec.pop("metrics")
+    prefix = f"[rank {rank()}] "
+    metrics = train_sft(**spec, log=lambda msg: print(prefix + msg, file=sys.stderr, flush=True))
+    if rank() == 0:
+        write_json(metrics_path, metrics)
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1])

@@ -1,0 +1,76 @@
+"""Process layout checks, the srun/torchrun command, and FSDP2 on 2 CPU ranks against 1 rank."""
+
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from stillroom.launch import check_distributed, command, job_port
+from stillroom.train import run as train_stage
+
+from .test_train import setup, synthetic_rows  # noqa: F401 (fixture)
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"distributed": {"nodes": 1, "gpus_per_node": 4, "fsdp_size": 3}}, "must equal the world size 4"),
+    ({"distributed": {"nodes": 2, "gpus_per_node": 4, "dp_replicate_size": 3}}, "does not divide the world size 8"),
+    ({"distributed": {"gpus": 8}}, "unknown key"),
+    ({"distributed": {"nodes": 0}}, "nodes must be an int >= 1"),
+    ({"device_map": "auto", "gpu_memory_limit": "70GiB", "max_memory": {0: "70GiB"}}, "are exclusive"),
+    ({"gpu_memory_limit": "70GiB"}, "only apply with train.device_map"),
+    ({"device_map": "auto", "distributed": {"gpus_per_node": 8}}, "runs as one process"),
+    ({"save_steps": 50, "distributed": {"gpus_per_node": 2}}, "set save_steps: 0"),
+])
+def test_layout_checks_name_the_key(params, message):
+    with pytest.raises(ValueError, match=message):
+        check_distributed(params)
+
+
+def test_layout_defaults_and_hsdp():
+    assert check_distributed({})["world_size"] == 1
+    d = check_distributed({"distributed": {"nodes": 2, "gpus_per_node": 8, "dp_replicate_size": 2}})
+    assert (d["world_size"], d["fsdp_size"], d["dp_replicate_size"]) == (16, 8, 2)
+
+
+def test_command_outside_slurm_is_standalone_torchrun():
+    layout = check_distributed({"distributed": {"gpus_per_node": 2}})
+    assert command(layout, ["w"], env={}) == [*TORCHRUN, "--standalone", "--nnodes=1", "--nproc-per-node=2", "w"]
+    with pytest.raises(ValueError, match="not a SLURM job"):
+        command(check_distributed({"distributed": {"nodes": 2}}), ["w"], env={})
+
+
+def test_command_under_slurm_is_one_srun_task_per_node_with_a_per_job_rendezvous():
+    layout = check_distributed({"distributed": {"nodes": 2, "gpus_per_node": 8}})
+    env = {"SLURM_JOB_ID": "123456", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    seen = []
+    cmd = command(layout, ["w"], env=env, host_of=lambda nodelist: seen.append(nodelist) or "gpu07")
+    assert seen == ["gpu[07-08]"]
+    assert cmd == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *TORCHRUN, "--nnodes=2",
+                   "--nproc-per-node=8", "--rdzv-backend=c10d", f"--rdzv-endpoint=gpu07:{job_port(123456)}",
+                   "--rdzv-id=123456", "w"]
+    assert job_port(123456) != job_port(123457)
+    with pytest.raises(ValueError, match="has 3 node"):
+        command(layout, ["w"], env={**env, "SLURM_NNODES": "3"}, host_of=lambda _: "gpu07")
+
+
+def test_fsdp2_on_two_cpu_ranks_matches_one_rank_on_the_same_global_batch(setup, tmp_path):
+    """Two gloo ranks with batch 4 each against one process with batch 8: same losses, same weights."""
+    common = {"lr": 3e-3, "max_steps": 6, "max_length": 128, "logging_steps": 1, "seed": 0}
+    one = train_stage(base=str(setup / "base"), dataset=str(setup / "train.jsonl"), out_model=str(tmp_path / "one"),
+                      params={**common, "batch_size": 8}, threads=2, log=lambda _: None)
+    logs = []
+    two = train_stage(base=str(setup / "base"), dataset=str(setup / "train.jsonl"), out_model=str(tmp_path / "two"),
+                      params={**common, "batch_size": 4, "distributed": {"gpus_per_node": 2}}, threads=2,
+                      log=logs.append)
+    assert any("--nproc-per-node=2" in line for line in logs)
+    assert two["world_size"] == 2 and one["world_size"] == 1 and two["steps"] == one["steps"] == 6
+    # Tolerance: the two ranks reduce their gradients in another order than one process sums them.
+    assert two["losses"] == pytest.approx(one["losses"], rel=1e-3)
+    a, b = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    assert set(a) == set(b)
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-3, atol=1e-4)
+    assert (tmp_path / "two" / "tokenizer.json").exists() and not list(tmp_path.glob(".two.*"))
