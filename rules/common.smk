@@ -29,6 +29,8 @@ GROUPED = {e for g in config["generation"].get("effort_groups", []) for e in g}
 SHARDS = [f"{i:05d}" for i in range(config["generation"]["shards"])]
 RATIOS = [str(r) for r in config["merge"]["ratios"]]
 MODELS = ["base", "sft"] + [f"merge-{r}" for r in RATIOS]
+SELECT_ON = config["merge"].get("select_on")  # the dev benchmark the merge ratio is chosen on, if any
+WEIGHT_HOOKS = config["student"].get("weight_hooks", [])
 
 # Provenance: every job records the hash of the resolved config and where a snapshot of it is.
 CONFIG_SHA256 = stillroom.config.config_hash(config)
@@ -97,9 +99,12 @@ def named(mapping):
     return [f"{name}={path}" for name, path in mapping.items()]
 
 
+SPLITS = {"heldout": f"{R}/pool/heldout.jsonl", "dev": f"{R}/pool/dev.jsonl"}  # carved from the pool
+
+
 def benchmark_file(wildcards):
-    """The problems of an evaluation benchmark: the held-out split, or a configured benchmark file."""
-    return f"{R}/pool/heldout.jsonl" if wildcards.bench == "heldout" else BENCHMARKS[wildcards.bench]
+    """The problems of an evaluation benchmark: a split of the pool, or a configured benchmark file."""
+    return SPLITS.get(wildcards.bench) or BENCHMARKS[wildcards.bench]
 
 
 def all_tables():

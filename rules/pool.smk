@@ -21,7 +21,7 @@ rule pool:
         benchmarks=list(BENCHMARKS.values()),
         files=[s["path"] for s in SOURCES if s.get("path", "").endswith(LOCAL_DATA)],
     output:
-        **tracked(pool=f"{R}/pool/pool.jsonl", heldout=f"{R}/pool/heldout.jsonl"),
+        **tracked(pool=f"{R}/pool/pool.jsonl", heldout=f"{R}/pool/heldout.jsonl", dev=f"{R}/pool/dev.jsonl"),
     params:
         p=as_json(sources=SOURCES, heldout=config["heldout"]),
         benchmarks=named(BENCHMARKS),
@@ -29,19 +29,20 @@ rule pool:
         f"{R}/logs/pool.log",
     shell:
         "stillroom pool --benchmarks {params.benchmarks} --out-pool {output.pool} --out-heldout {output.heldout}"
-        + STAGE_ARGS
+        " --out-dev {output.dev}" + STAGE_ARGS
 
 
 rule decontam:
     input:
         pool=f"{R}/pool/pool.jsonl",
         heldout=f"{R}/pool/heldout.jsonl",
+        dev=f"{R}/pool/dev.jsonl",
         benchmarks=list(BENCHMARKS.values()),
     output:
         **tracked(clean=f"{R}/pool/decontaminated.jsonl", report=f"{R}/pool/decontam_report.json"),
     params:
         p=as_json(**config["decontam"]),
-        benchmarks=named({**BENCHMARKS, "heldout": f"{R}/pool/heldout.jsonl"}),
+        benchmarks=named({**BENCHMARKS, **SPLITS}),
     log:
         f"{R}/logs/decontam.log",
     shell:

@@ -9,8 +9,11 @@ def tables_params(wildcards):
     return as_json(benchmark=wildcards.bench, base="base", tuned="sft", **config["tables"])
 
 
+SELECTION = [f"{R}/merge/selected.json"] if SELECT_ON else []
+
+
 def tables_inputs(wildcards):
-    return list(graded_models(wildcards).values())
+    return list(graded_models(wildcards).values()) + SELECTION
 
 
 def tables_named_inputs(wildcards):
@@ -29,4 +32,4 @@ rule tables:
         f"{R}/logs/tables-{{bench}}.log",
     shell:
         "stillroom tables --graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
-        " --out-plot {output.plot}" + STAGE_ARGS
+        " --out-plot {output.plot}" + (f" --selection {SELECTION[0]}" if SELECTION else "") + STAGE_ARGS

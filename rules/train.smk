@@ -48,7 +48,7 @@ rule train:
     output:
         **tracked(model=directory(f"{R}/ckpt/sft")),
     params:
-        p=as_json(**config["train"]),
+        p=as_json(**config["train"], weight_hooks=WEIGHT_HOOKS),
     threads: 2
     log:
         f"{R}/logs/train.log",

@@ -23,7 +23,7 @@ from .io import DataError
 @dataclass(frozen=True)
 class Stage:
     target: str                 # "module:function" in stillroom
-    inputs: tuple[str, ...]     # a trailing "*" takes several NAME=PATH (or PATH) values
+    inputs: tuple[str, ...]     # a trailing "*" takes several NAME=PATH (or PATH) values, "?" is optional
     outputs: tuple[str, ...]    # a trailing "*" takes several paths
     help: str
 
@@ -31,8 +31,8 @@ class Stage:
 STAGES: dict[str, Stage] = {
     "benchmark": Stage("sources:fetch_benchmark", (), ("benchmark",),
                        "materialise a benchmark from a hub id or a local file as prompt/answer/kind JSONL"),
-    "pool": Stage("pool:build_pool", ("benchmarks*",), ("pool", "heldout"),
-                  "build the prompt pool and the held-out test split from the configured sources"),
+    "pool": Stage("pool:build_pool", ("benchmarks*",), ("pool", "heldout", "dev"),
+                  "build the prompt pool and the held-out test and dev splits from the configured sources"),
     "decontam": Stage("decontam:run", ("pool", "benchmarks*"), ("clean", "report"),
                       "drop every prompt sharing an n-gram with a benchmark item; write a report"),
     "shard": Stage("pool:assign_shards", ("pool",), ("shards*",),
@@ -51,9 +51,13 @@ STAGES: dict[str, Stage] = {
                         "save a pretrained student (path or hub id) as the experiment's base"),
     "train": Stage("train:run", ("base", "dataset"), ("model",), "supervised fine-tuning"),
     "merge": Stage("merge:run", ("base", "tuned"), ("model",), "interpolate base and fine-tuned weights"),
+    "merge_adapter": Stage("merge:run_adapter", ("base", "adapter"), ("model",),
+                           "merge a LoRA / QLoRA adapter into its full-precision base"),
+    "select": Stage("selection:run", ("graded*", "dev", "reported*"), ("selection",),
+                    "choose the merge ratio by accuracy on a dev split disjoint from every reported benchmark"),
     "evaluate": Stage("evaluate:run", ("model", "problems"), ("samples",),
                       "sample answers to a benchmark, k per problem"),
-    "tables": Stage("tables:run", ("graded*",), ("markdown", "csv", "plot"),
+    "tables": Stage("tables:run", ("graded*", "selection?"), ("markdown", "csv", "plot"),
                     "paired bootstrap tables and the accuracy/length plot"),
 }
 
@@ -102,7 +106,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
     stage = STAGES[name]
     inputs: dict[str, Any] = {}
     for spec in stage.inputs:
-        key = spec.rstrip("*")
+        key = spec.rstrip("*?")
         value = getattr(args, key)
         inputs[key] = _named(value) if spec.endswith("*") else value
     outputs = {spec.rstrip("*"): getattr(args, "out_" + spec.rstrip("*")) for spec in stage.outputs}
@@ -123,7 +127,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
             flat_outputs.update({f"{key}[{i}]": v for i, v in enumerate(value)})
         else:
             flat_outputs[key] = value
-    flat_inputs = {k: (list(v.values()) if isinstance(v, dict) else v) for k, v in inputs.items()}
+    flat_inputs = {k: (list(v.values()) if isinstance(v, dict) else v) for k, v in inputs.items() if v is not None}
     write_sidecars(flat_outputs, flat_inputs, stage=name, params=params, started=started, metrics=metrics)
     log(f"done in {metrics['wall_s']:.1f}s")
 
@@ -135,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=stage.help, description=stage.help)
         for spec in stage.inputs:
             multi = spec.endswith("*")
-            p.add_argument(f"--{spec.rstrip('*')}", required=True, nargs="+" if multi else None,
+            p.add_argument(f"--{spec.rstrip('*?')}", required=not spec.endswith("?"), nargs="+" if multi else None,
                            metavar="NAME=PATH" if multi else "PATH")
         for spec in stage.outputs:
             multi = spec.endswith("*")

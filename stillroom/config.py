@@ -69,11 +69,23 @@ def cross_check(config: Mapping[str, Any]) -> None:
             problems.append(f"sources.{i} ({src['name']}): kind '{src['kind']}' needs key '{need}'")
         if src["kind"] == "echo" and src.get("benchmark") not in config["benchmarks"]:
             problems.append(f"sources.{i}.benchmark: '{src.get('benchmark')}' is not a key of benchmarks")
+    splits = {"heldout": config["heldout"]["size"], "dev": config["heldout"].get("dev_size", 0)}
     for i, name in enumerate(config["eval"]["benchmarks"]):
-        if name == "heldout" and not config["heldout"]["size"]:
-            problems.append(f"eval.benchmarks.{i}: 'heldout' needs heldout.size > 0")
-        if name != "heldout" and name not in config["benchmarks"]:
-            problems.append(f"eval.benchmarks.{i}: '{name}' is neither 'heldout' nor a key of benchmarks")
+        if name in splits and not splits[name]:
+            problems.append(f"eval.benchmarks.{i}: '{name}' needs heldout.{'size' if name == 'heldout' else 'dev_size'} > 0")
+        if name not in splits and name not in config["benchmarks"]:
+            problems.append(f"eval.benchmarks.{i}: '{name}' is neither 'heldout', 'dev' nor a key of benchmarks")
+    select_on = config["merge"].get("select_on")
+    if select_on is not None:
+        if select_on in config["eval"]["benchmarks"]:
+            problems.append(f"merge.select_on: '{select_on}' is also a reported benchmark (eval.benchmarks); "
+                            "choose the ratio on a split no table reports")
+        if select_on in splits and not splits[select_on]:
+            problems.append(f"merge.select_on: '{select_on}' needs heldout.dev_size > 0")
+        if select_on not in splits and select_on not in config["benchmarks"]:
+            problems.append(f"merge.select_on: '{select_on}' is neither 'dev' nor a key of benchmarks")
+        if not config["merge"]["ratios"]:
+            problems.append("merge.select_on needs merge.ratios to choose from")
     names = [s["name"] for s in config["sources"]]
     if len(set(names)) != len(names):
         problems.append(f"sources: names must be unique, got {names}")

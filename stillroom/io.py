@@ -15,7 +15,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

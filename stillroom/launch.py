@@ -54,6 +54,9 @@ def check_distributed(params: Mapping[str, Any]) -> dict[str, Any]:
                          "for every GPU; give one of them")
     if (limit is not None or max_memory is not None) and device_map is None:
         raise ValueError("train.gpu_memory_limit / train.max_memory only apply with train.device_map (model parallel)")
+    if params.get("load_in_4bit") and world > 1 and (dist.get("fsdp_size") or d["dp_replicate_size"] > 1):
+        raise ValueError("train.distributed.fsdp_size / dp_replicate_size with load_in_4bit: 4-bit weights cannot be "
+                         "FSDP-sharded here, QLoRA processes are data-parallel replicas (or use train.device_map)")
     if device_map is not None and world > 1:
         raise ValueError(f"train.device_map model parallel runs as one process that spreads layers over the GPUs; "
                          f"train.distributed asks for {world} processes (set nodes and gpus_per_node to 1)")
@@ -66,9 +69,15 @@ def check_distributed(params: Mapping[str, Any]) -> dict[str, Any]:
     return d
 
 
+def sharded(params: Mapping[str, Any], layout: Mapping[str, Any]) -> bool:
+    """FSDP2 shards full-precision models. A 4-bit one cannot be (bitsandbytes' packed NF4 parameters do not
+    survive the DTensor conversion, measured), so QLoRA processes are data-parallel replicas (DDP)."""
+    return layout["world_size"] > 1 and not params.get("load_in_4bit")
+
+
 def load_kwargs(params: Mapping[str, Any], layout: Mapping[str, Any]) -> dict[str, Any]:
     """Extra ``from_pretrained`` arguments: the FSDP2 mesh for several processes, or a device map."""
-    if layout["world_size"] > 1:
+    if sharded(params, layout):
         from transformers.distributed import DistributedConfig
 
         return {"distributed_config": DistributedConfig(fsdp_size=layout["fsdp_size"],

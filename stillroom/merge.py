@@ -1,6 +1,9 @@
-"""Linear weight interpolation of two Hugging Face checkpoints of the same architecture.
+"""Weight merges: linear interpolation of two Hugging Face checkpoints of the same architecture, and
+LoRA / QLoRA adapters merged into their full-precision base. Both apply the student's weight hooks
+(e.g. nGPT row re-normalisation) to the result, since a merge moves weights off their constraint.
 
-Streams tensor by tensor: memory holds one output shard plus one tensor, never the whole model.
+Interpolation streams tensor by tensor: memory holds one output shard plus one tensor, never the
+whole model.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from stillroom.hooks import WeightHooks
 from stillroom.io import atomic_dir, write_json
 
 INDEX = "model.safetensors.index.json"
@@ -52,11 +56,11 @@ def _is_weight_file(path: Path) -> bool:
 
 
 def interpolate(
-    base, tuned, out, tuned_weight: float, *, max_shard_bytes: int = 2 * 1024**3
+    base, tuned, out, tuned_weight: float, *, max_shard_bytes: int = 2 * 1024**3, hooks: WeightHooks | None = None
 ) -> dict:
-    """Write to ``out`` the model (1 - tuned_weight) * base + tuned_weight * tuned.
-
-    Config, generation config and tokenizer files come from ``tuned``. Returns a summary dict.
+    """Write to ``out`` the model (1 - tuned_weight) * base + tuned_weight * tuned, with ``hooks`` applied
+    to each merged tensor. Config, generation config and tokenizer files come from ``tuned``. Returns a
+    summary dict.
     """
     started = time.perf_counter()
     base, tuned, out = Path(base), Path(tuned), Path(out)
@@ -67,6 +71,8 @@ def interpolate(
         raise ValueError(f"output {out} must differ from the input checkpoints")
     base_map, tuned_map = _weight_map(base), _weight_map(tuned)
     _check_keys(base, tuned, base_map, tuned_map)
+    hooks = hooks or WeightHooks(None)
+    hooks.check_names(sorted(base_map), str(base))
 
     n_tensors = n_params = n_bytes = 0
     with atomic_dir(out) as tmp, contextlib.ExitStack() as stack:
@@ -99,7 +105,7 @@ def interpolate(
                 )
             if b.is_floating_point():
                 # Explicit (1-w)*b + w*t rather than lerp: exact at w = 0 and w = 1.
-                merged = b.to(torch.float32, copy=True).mul_(1.0 - w).add_(t, alpha=w).to(b.dtype)
+                merged = hooks.apply(key, b.to(torch.float32, copy=True).mul_(1.0 - w).add_(t, alpha=w)).to(b.dtype)
             elif torch.equal(b, t):
                 merged = t
             else:
@@ -139,17 +145,39 @@ def interpolate(
 def run(*, base: str, tuned: str, out_model: str, params: Mapping[str, Any],
         log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
     """Stage 8: one merge at ``params["tuned_weight"]``."""
-    summary = interpolate(base, tuned, out_model, params["tuned_weight"])
+    summary = interpolate(base, tuned, out_model, params["tuned_weight"],
+                          hooks=WeightHooks(params.get("weight_hooks")))
     log(f"merged {summary['tensors']} tensors ({summary['parameters']:,} parameters) at "
         f"tuned_weight={params['tuned_weight']} in {summary['seconds']:.2f}s")
     return summary
 
 
-def merge_adapter(base, adapter):
+def merge_adapter(base, adapter, hooks: WeightHooks | None = None):
     """The model in ``base``, loaded in the dtype it was saved in (bf16 for a real QLoRA base, never the
     NF4 weights the adapter was trained against), with the LoRA adapter in ``adapter`` merged in."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(Path(base), dtype="auto")
-    return PeftModel.from_pretrained(model, Path(adapter)).merge_and_unload()
+    model = PeftModel.from_pretrained(model, Path(adapter)).merge_and_unload()
+    if hooks:
+        hooks.check_names([n for n, _ in model.named_parameters()], f"{base} + {adapter}")
+        hooks.apply_to_model(model)
+    return model
+
+
+def run_adapter(*, base: str, adapter: str, out_model: str, params: Mapping[str, Any],
+                log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+    """The ``merge_adapter`` stage: an adapter (e.g. a QLoRA one) into its full-precision base, saved
+    with the base's tokenizer and generation config."""
+    from transformers import AutoTokenizer
+
+    started = time.perf_counter()
+    model = merge_adapter(base, adapter, WeightHooks(params.get("weight_hooks")))
+    with atomic_dir(out_model) as tmp:
+        model.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(Path(base)).save_pretrained(tmp)
+    summary = {"parameters": sum(p.numel() for p in model.parameters()), "dtype": str(model.dtype),
+               "seconds": round(time.perf_counter() - started, 3)}
+    log(f"merged adapter {adapter} into {base}: {summary['parameters']:,} parameters, {summary['dtype']}")
+    return summary

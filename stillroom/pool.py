@@ -1,4 +1,4 @@
-"""Stage 1 and 3: the prompt pool with its held-out test split, and shard assignment."""
+"""Stage 1 and 3: the prompt pool with its held-out test and dev splits, and shard assignment."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ POOL_KEYS = ("prompt_id", "source", "kind", "prompt", "answer")
 GENERATED = ("arithmetic", "choice")
 
 
-def build_pool(*, benchmarks: Mapping[str, str], out_pool: str, out_heldout: str, params: Mapping[str, Any],
-               log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+def build_pool(*, benchmarks: Mapping[str, str], out_pool: str, out_heldout: str, out_dev: str,
+               params: Mapping[str, Any], log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
     """Deduplicate all sources by prompt id, then move the ``heldout.size`` generated problems with the
-    lowest id hash into the held-out split. Disjoint by construction (each id lands in exactly one
-    file); checked again on ids and normalised text before anything is written."""
+    lowest id hash into the held-out test split and the next ``heldout.dev_size`` into the dev split
+    (for choices such as the merge ratio, never reported). Disjoint by construction (each id lands in
+    exactly one file); checked again on normalised text before anything is written."""
     seed = params["seed"]
     records: dict[str, dict[str, Any]] = {}
     duplicates = 0
@@ -30,21 +31,29 @@ def build_pool(*, benchmarks: Mapping[str, str], out_pool: str, out_heldout: str
     generated = {s["name"] for s in params["sources"] if s["kind"] in GENERATED}
     candidates = sorted((r for r in records.values() if r["source"] in generated),
                         key=lambda r: (bucket(f"{seed}:{r['prompt_id']}", 1 << 62), r["prompt_id"]))
-    size = params["heldout"]["size"]
-    if size and size > len(candidates) // 2:
-        raise DataError(f"heldout.size={size} would take more than half of the {len(candidates)} generated problems")
-    heldout = candidates[:size]
-    held_ids = {r["prompt_id"] for r in heldout}
+    size, dev_size = params["heldout"]["size"], params["heldout"].get("dev_size", 0)
+    if size + dev_size > len(candidates) // 2:
+        raise DataError(f"heldout.size={size} + heldout.dev_size={dev_size} would take more than half of the "
+                        f"{len(candidates)} generated problems")
+    heldout, dev = candidates[:size], candidates[size:size + dev_size]
+    held_ids = {r["prompt_id"] for r in heldout + dev}
     pool = [r for r in records.values() if r["prompt_id"] not in held_ids]
-    held_text = {normalize_prompt(r["prompt"]).lower() for r in heldout}
-    leaked = [r["prompt_id"] for r in pool if normalize_prompt(r["prompt"]).lower() in held_text]
-    if leaked:
-        raise DataError(f"held-out split is not disjoint from the pool: {len(leaked)} prompts, e.g. {leaked[:3]}")
+
+    def text(r: Mapping[str, Any]) -> str:
+        return normalize_prompt(r["prompt"]).lower()
+
+    for name, split, others in (("held-out", heldout, pool + dev), ("dev", dev, pool)):
+        seen = {text(r) for r in split}
+        leaked = [r["prompt_id"] for r in others if text(r) in seen]
+        if leaked:
+            raise DataError(f"{name} split shares prompt text with {len(leaked)} other prompts, e.g. {leaked[:3]}")
     write_jsonl(out_pool, pool)
     write_jsonl(out_heldout, heldout)
+    write_jsonl(out_dev, dev)
     per_source = Counter(r["source"] for r in pool)
-    log(f"pool: {len(pool)} prompts {dict(per_source)}; held-out: {len(heldout)}; duplicates dropped: {duplicates}")
-    return {"pool": len(pool), "heldout": len(heldout), "duplicates_dropped": duplicates,
+    log(f"pool: {len(pool)} prompts {dict(per_source)}; held-out: {len(heldout)}; dev: {len(dev)}; "
+        f"duplicates dropped: {duplicates}")
+    return {"pool": len(pool), "heldout": len(heldout), "dev": len(dev), "duplicates_dropped": duplicates,
             "per_source": dict(per_source), "heldout_kinds": dict(Counter(r["kind"] for r in heldout))}
 
 

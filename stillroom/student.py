@@ -57,7 +57,14 @@ def train_tokenizer(
     model_max_length: int = 2048,
 ):
     """Train a byte-level BPE on ``texts`` and save it (with the chat template) to ``out_dir``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import AddedToken, PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())

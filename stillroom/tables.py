@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .io import DataError, atomic_path, iter_jsonl, write_text
+from .io import DataError, atomic_path, iter_jsonl, read_json, write_text
 from .stats import Comparison, paired_bootstrap
 
 VERDICT = {"a": "better", "b": "worse", "tie": "tie"}
@@ -44,8 +44,10 @@ def _fmt(c: Comparison | None) -> tuple[str, str]:
 
 
 def run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, out_plot: str, params: Mapping[str, Any],
-        log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+        selection: str | None = None, log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+    """The tables of one benchmark; ``selection`` (the select stage's JSON) marks the merge chosen on dev."""
     base, tuned = params["base"], params["tuned"]
+    chosen = read_json(selection) if selection else None
     for ref in (base, tuned):
         if ref not in graded:
             raise DataError(f"tables: reference model '{ref}' has no graded samples (have {sorted(graded)})")
@@ -73,11 +75,15 @@ def run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, out_plot:
                      "delta", "ci_low", "ci_high", "verdict"])
     for r in rows:
         (db, vb), (dt, vt) = _fmt(r["vs"][base]), _fmt(r["vs"][tuned])
-        lines.append(f"| {r['model']} | {r['accuracy']:.3f} | {r['mean_tokens']:.1f} | {db} | {vb} | {dt} | {vt} |")
+        mark = f" (chosen on {chosen['benchmark']})" if chosen and chosen["selected"] == r["model"] else ""
+        lines.append(f"| {r['model']}{mark} | {r['accuracy']:.3f} | {r['mean_tokens']:.1f} | {db} | {vb} | {dt} | {vt} |")
         for ref, c in r["vs"].items():
             writer.writerow([params["benchmark"], r["model"], r["problems"], r["samples"], f"{r['accuracy']:.6f}",
                              f"{r['mean_tokens']:.3f}", ref, *(("", "", "", "") if c is None else
                              (f"{c.delta:.6f}", f"{c.low:.6f}", f"{c.high:.6f}", VERDICT[c.verdict]))])
+    if chosen:
+        lines += ["", f"Merge ratio chosen on `{chosen['benchmark']}` (never reported here): {chosen['selected']}, "
+                  "dev accuracy " + ", ".join(f"{m} {a:.3f}" for m, a in sorted(chosen["accuracy"].items()))]
     write_text(out_markdown, "\n".join(lines) + "\n")
     write_text(out_csv, buf.getvalue())
     _plot(rows, out_plot, params["benchmark"])

@@ -143,7 +143,7 @@ def load_model(base_dir, params: Mapping):
     cuda = torch.cuda.is_available()
     dtype = _dtype(params, cuda)
     kwargs = launch.load_kwargs(params, params["distributed"])
-    if params["load_in_4bit"]:
+    if params["load_in_4bit"]:  # a whole 4-bit replica on this process's device, unless a device map spreads it
         kwargs["quantization_config"] = quantization_config(dtype)
         kwargs.setdefault("device_map", {"": int(os.environ.get("LOCAL_RANK", "0"))} if cuda else "cpu")
     model = AutoModelForCausalLM.from_pretrained(
@@ -224,7 +224,10 @@ def _last_checkpoint(checkpoints: Path, fingerprint: Mapping, log) -> str | None
 
 def _gather_state(model) -> dict:
     """The full state dict of an FSDP2-sharded model, on CPU; every rank must call it (it all-gathers)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+    )
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
@@ -302,7 +305,7 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
         trainer.train(resume_from_checkpoint=last)
         seconds = time.perf_counter() - start
         model = trainer.accelerator.unwrap_model(trainer.model)
-        state = _gather_state(model) if p["distributed"]["world_size"] > 1 else None
+        state = _gather_state(model) if launch.sharded(p, p["distributed"]) else None
         if main:
             if p["lora"]:
                 # Keep the adapter, and give later stages the adapter merged into the full-precision base:

@@ -25,7 +25,7 @@ def small_config() -> dict:
         {"name": "mcq", "kind": "choice", "count": 120, "max_operand": 6},
         {"name": "scraped", "kind": "echo", "benchmark": "tinybench", "count": 6},
     ]
-    cfg["heldout"] = {"size": 24}
+    cfg["heldout"] = {"size": 24, "dev_size": 12}
     cfg["generation"].update(efforts=["low", "medium"], samples_per_prompt=1, shards=2)
     cfg["student"]["tokenizer"]["vocab_size"] = 400
     cfg["student"]["model"].update(hidden_size=32, intermediate_size=64, num_hidden_layers=1, head_dim=8)

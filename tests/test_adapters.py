@@ -133,3 +133,10 @@ def test_qlora_adapter_merges_onto_the_full_precision_base(moe, tmp_path):
     tuned = load_file(tmp_path / "sft" / "model.safetensors")
     assert any(not torch.equal(load_file(root / "base" / "model.safetensors")[k], tuned[k])
                for k in tuned if "q_proj" in k)
+    # The standalone stage merges the same adapter onto the same base to the same weights.
+    from stillroom.cli import main
+
+    assert main(["merge_adapter", "--base", str(root / "base"), "--adapter", str(tmp_path / "sft" / "adapter"),
+                 "--out-model", str(tmp_path / "again")]) == 0
+    again = load_file(tmp_path / "again" / "model.safetensors")
+    assert set(again) == set(tuned) and all(torch.equal(again[k], tuned[k]) for k in tuned)

@@ -22,6 +22,11 @@ def test_default_config_is_valid():
     (lambda c: c["eval"].update(benchmarks=["aime"]), r"eval.benchmarks.0: 'aime' is neither"),
     (lambda c: c["student"].update(effort_tag="{effort}"), r"student.effort_tag: .* does not match"),
     (lambda c: c["sources"].append({"name": "x", "kind": "jsonl"}), r"sources.3 \(x\): kind 'jsonl' needs key 'path'"),
+    (lambda c: c["merge"].update(select_on="heldout"), r"merge.select_on: 'heldout' is also a reported benchmark"),
+    (lambda c: c["heldout"].update(dev_size=0), r"merge.select_on: 'dev' needs heldout.dev_size > 0"),
+    (lambda c: c["merge"].update(select_on="aime"), r"merge.select_on: 'aime' is neither 'dev' nor"),
+    (lambda c: c["train"].update(method="qlora8"), r"train.method: 'qlora8' is not one of"),
+    (lambda c: c["student"].update(weight_hooks=[{"fn": "renorm_rows"}]), r"student.weight_hooks.0: 'match' is"),
 ])
 def test_bad_config_names_the_key(mutate, message):
     cfg = default_config()

@@ -101,3 +101,26 @@ def test_beam_tiny_smoke_runs_end_to_end(tmp_path):
     assert routers and all(torch.equal(base[k], sft[k]) for k in routers)
     prov = json.loads((r / "ckpt" / "sft.prov.json").read_text())
     assert prov["metrics"]["trainable"]["experts"] > 0 and prov["metrics"]["trainable"]["other"] == 0
+
+
+@pytest.mark.parametrize("overlay, layout", [
+    ("beam-lora-fsdp", (16, 8, 2)), ("beam-qlora-mp", (1, 1, 1)), ("beam-qlora-experts-mp", (1, 1, 1)),
+    ("beam-full-fsdp", (64, 64, 1)),
+])
+def test_seed_000_overlays_merge_onto_the_distill_recipe_and_pass_the_training_checks(tmp_path, overlay, layout):
+    """Snakemake merges `--configfile a b` with update_config; the merged train section must pass every
+    fail-fast check (the target names are resolved against the real model at run time)."""
+    from snakemake.utils import update_config
+
+    from stillroom.config import validate
+    from stillroom.train import check_params
+
+    cfg = yaml.safe_load((REPO / "config" / "experiments" / "beam-distill.yaml").read_text())
+    update_config(cfg, yaml.safe_load((REPO / "config" / "experiments" / f"{overlay}.yaml").read_text()))
+    validate(cfg)
+    p = check_params(cfg["train"])
+    d = p["distributed"]
+    assert (d["world_size"], d["fsdp_size"], d["dp_replicate_size"]) == layout
+    assert not p["lora"] or not any("mlp.gate" in t for t in p["lora"]["target_modules"] + p["lora"]["target_parameters"])
+    jobs = scheduled(run_snakemake(tmp_path, cfg, "-n"))
+    assert jobs["train"] == 1 and jobs["pretrained"] == 1

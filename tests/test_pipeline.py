@@ -38,7 +38,8 @@ def test_every_stage_produced_its_artifacts(done):
                 "shards/shard-00000.jsonl", "gen/procedural/low/shard-00001.jsonl",
                 "graded/procedural/medium/shard-00000.jsonl", "dataset/train.jsonl", "student/tokenizer",
                 "ckpt/base", "ckpt/sft", "ckpt/merge-0.5", "eval/merge-0.5/heldout/graded.jsonl",
-                "tables/heldout.md", "tables/heldout.csv", "tables/heldout.png"]:
+                "tables/heldout.md", "tables/heldout.csv", "tables/heldout.png", "pool/dev.jsonl",
+                "eval/merge-0.5/dev/graded.jsonl", "merge/selected.json"]:
         assert (r / rel).exists(), rel
         assert sidecar_path(r / rel).exists(), f"no provenance for {rel}"
     assert (r / "tables" / "heldout.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -55,14 +56,16 @@ def test_decontamination_drops_the_scraped_benchmark_copies(done):
     clean = {p["prompt_id"] for p in read_jsonl(r / "decontaminated.jsonl")}
     assert not clean & dropped
     held = {p["prompt_id"] for p in read_jsonl(r / "heldout.jsonl")}
-    assert not held & clean
+    dev = {p["prompt_id"] for p in read_jsonl(r / "dev.jsonl")}
+    assert len(dev) == 12 and not held & clean and not dev & clean and not dev & held
 
 
 def test_tables_compare_every_model_with_base_and_tuned(done):
     workdir, _, _ = done
     md = (workdir / "results" / "small" / "tables" / "heldout.md").read_text()
-    for model in ("base", "sft", "merge-0.5"):
+    for model in ("base", "sft"):
         assert f"| {model} |" in md
+    assert "| merge-0.5 (chosen on dev) |" in md and "Merge ratio chosen on `dev`" in md
     rows = (workdir / "results" / "small" / "tables" / "heldout.csv").read_text().splitlines()
     assert rows[0].startswith("benchmark,model,problems,samples,accuracy,mean_tokens,reference,delta,ci_low,ci_high,verdict")
     assert len(rows) == 1 + 3 * 2
@@ -92,7 +95,8 @@ def test_changing_merge_ratios_reruns_only_those_merges(done):
     cfg = copy.deepcopy(cfg)
     cfg["merge"]["ratios"] = [0.5, 0.25]
     jobs = scheduled(run_snakemake(workdir, cfg, "-n"))
-    assert jobs == {"merge": 1, "evaluate": 1, "grade_eval": 1, "tables": 1, "all": 1}
+    # the new merge is evaluated on heldout and on dev, where the ratio is chosen again
+    assert jobs == {"merge": 1, "evaluate": 2, "grade_eval": 2, "select_merge": 1, "tables": 1, "all": 1}
 
 
 def test_changing_efforts_keeps_pool_and_tokenizer(done):
@@ -103,7 +107,8 @@ def test_changing_efforts_keeps_pool_and_tokenizer(done):
     for rule in ("pool", "decontam", "shard", "tokenizer", "base"):
         assert rule not in jobs, jobs
     assert jobs["generate"] == 2 and jobs["grade_generation"] == 2  # only the new effort's shards
-    assert jobs["train"] == 1 and jobs["evaluate"] == 2  # sft and the merge; base is unchanged
+    # sft, and the merge on heldout and on dev (where its ratio is chosen); base is unchanged
+    assert jobs["train"] == 1 and jobs["evaluate"] == 3
 
 
 def test_provenance_walks_from_the_table_to_the_teacher_records(done):

@@ -79,17 +79,19 @@ def _params(size=20):
         {"name": "scraped", "kind": "echo", "benchmark": "tinybench", "count": 5}]}
 
 
-def test_pool_and_heldout_are_disjoint(tmp_path):
-    out, held = tmp_path / "pool.jsonl", tmp_path / "held.jsonl"
-    m = pool.build_pool(benchmarks={"tinybench": TINYBENCH}, out_pool=str(out), out_heldout=str(held),
-                        params=_params(), log=lambda _: None)
-    p, h = read_jsonl(out), read_jsonl(held)
-    assert len(h) == 20 and m["pool"] == len(p) == 150 + 60 + 5 - 20
-    assert not {r["prompt_id"] for r in p} & {r["prompt_id"] for r in h}
-    assert all(r["source"] != "scraped" for r in h)
+def test_pool_heldout_and_dev_are_disjoint(tmp_path):
+    out, held, dev = tmp_path / "pool.jsonl", tmp_path / "held.jsonl", tmp_path / "dev.jsonl"
+    paths = {"out_pool": str(out), "out_heldout": str(held), "out_dev": str(dev)}
+    params = _params()
+    params["heldout"]["dev_size"] = 10
+    m = pool.build_pool(benchmarks={"tinybench": TINYBENCH}, **paths, params=params, log=lambda _: None)
+    p, h, d = read_jsonl(out), read_jsonl(held), read_jsonl(dev)
+    assert len(h) == 20 and len(d) == m["dev"] == 10 and m["pool"] == len(p) == 150 + 60 + 5 - 30
+    ids = [{r["prompt_id"] for r in split} for split in (p, h, d)]
+    assert not ids[0] & ids[1] and not ids[0] & ids[2] and not ids[1] & ids[2]
+    assert all(r["source"] != "scraped" for r in h + d)
     with pytest.raises(DataError, match="more than half"):
-        pool.build_pool(benchmarks={"tinybench": TINYBENCH}, out_pool=str(out), out_heldout=str(held),
-                        params=_params(size=200), log=lambda _: None)
+        pool.build_pool(benchmarks={"tinybench": TINYBENCH}, **paths, params=_params(size=200), log=lambda _: None)
 
 
 def test_shards_follow_prompt_id_not_row_order(tmp_path):
