@@ -8,6 +8,10 @@ is the max of RssAnon sampled every 10 ms: VmHWM (also printed) counts the page 
 mmapped safetensors inputs, which is reclaimable. The inputs were just written, so both methods
 read them from a warm page cache. The two outputs are compared (max abs diff). Prints numbers only.
 
+What to expect: interpolate holds one output shard (2 GiB by default, so the whole output for models
+under 2 GiB; --shard-mb 100 shows its floor). transformers 5's from_pretrained maps safetensors
+copy-on-write, so "load both" holds anonymous memory only for the model it merges into, not for both.
+
     .venv/bin/python bench/merge_memory.py [--sizes 25,100,250] [--shard-mb MB]
 """
 
@@ -53,6 +57,13 @@ class AnonPeak:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, status_kib("RssAnon"))
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (all processes, all cores)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
 
 
 def qwen3_config(millions: float):
@@ -114,10 +125,13 @@ def measure(mode: str, base: Path, tuned: Path, out: Path, shard_mb: int | None)
     cmd = [sys.executable, __file__, "--worker", mode, str(base), str(tuned), str(out)]
     if shard_mb:
         cmd += ["--shard-mb", str(shard_mb)]
+    t0, busy0, own0 = time.perf_counter(), busy_cpu_seconds(), sum(os.times()[2:4])
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=REPO)
     if proc.returncode:
         sys.exit(f"{mode} merge failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    wall = time.perf_counter() - t0
+    others = (busy_cpu_seconds() - busy0 - (sum(os.times()[2:4]) - own0)) / (wall * os.cpu_count())
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "others": others}
 
 
 def max_abs_diff(a: Path, b: Path) -> float:
@@ -151,7 +165,7 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     mib = 1 / 1024  # KiB -> MiB
     print(f"output shards: {args.shard_mb or 2048} MB (streaming); memory in MiB; RssAnon sampled every 10 ms")
-    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (other work skews times)")
+    print("others: share of the machine's CPU used by other processes during the merge (skews times)")
     for millions in [float(s) for s in args.sizes.split(",")]:
         config = qwen3_config(millions)
         with tempfile.TemporaryDirectory(prefix="merge_memory_") as tmp:
@@ -164,10 +178,11 @@ def main() -> None:
             diff = max_abs_diff(tmp / "stream", tmp / "load")
         print(f"\n{n / 1e6:.1f}M parameters ({config.num_hidden_layers} layers x {config.hidden_size}), "
               f"{size / 2**20:.0f} MiB per checkpoint")
-        print(f"{'method':<12}{'seconds':>9}{'anon start':>12}{'peak anon':>11}{'peak-start':>12}{'VmHWM':>9}")
+        print(f"{'method':<12}{'seconds':>9}{'anon start':>12}{'peak anon':>11}{'peak-start':>12}{'VmHWM':>9}"
+              f"{'others':>8}")
         for name, r in (("streaming", stream), ("load both", load)):
             print(f"{name:<12}{r['seconds']:>9.2f}{r['start_anon'] * mib:>12.0f}{r['peak_anon'] * mib:>11.0f}"
-                  f"{(r['peak_anon'] - r['start_anon']) * mib:>12.0f}{r['hwm'] * mib:>9.0f}")
+                  f"{(r['peak_anon'] - r['start_anon']) * mib:>12.0f}{r['hwm'] * mib:>9.0f}{r['others']:>8.0%}")
         net = (load["peak_anon"] - load["start_anon"]) / (stream["peak_anon"] - stream["start_anon"])
         print(f"{'load/stream':<12}{load['seconds'] / stream['seconds']:>9.2f}{'':>12}"
               f"{load['peak_anon'] / stream['peak_anon']:>11.2f}{net:>12.2f}{load['hwm'] / stream['hwm']:>9.2f}")

@@ -34,6 +34,13 @@ LORA = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_pro
         "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]}
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (all processes, all cores)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
 def sft_rows(count: int, seed: int) -> list[dict]:
     """Arithmetic problems answered with a worked solution of varying detail (so lengths vary)."""
     rows = []
@@ -76,20 +83,21 @@ def main() -> None:
 
         print(f"{len(rows)} examples, vocab {args.vocab_size}, {args.steps} steps of batch {args.batch_size} x "
               f"max_length {args.max_length}, {args.threads} threads")
-        print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (other work skews times)")
+        print("others: share of the machine's CPU used by other processes during the run (skews times)")
         print(f"{'run':<12}{'params':>9}{'trainable':>11}{'steps':>7}{'seconds':>9}{'s/step':>8}{'tokens/s':>10}"
-              f"{'packing':>9}{'wall':>7}")
+              f"{'packing':>9}{'wall':>7}{'others':>8}")
         for name, model, extra in runs:
             params = {"max_steps": args.steps, "batch_size": args.batch_size, "max_length": args.max_length,
                       "logging_steps": args.steps, **extra}
             base = tmp / model.get("family", "qwen3")
-            t0 = time.perf_counter()
+            t0, busy0, own0 = time.perf_counter(), busy_cpu_seconds(), sum(os.times()[:2])
             m = train_sft(base, dataset, tmp / name.replace(" ", "_"), params=params, threads=args.threads,
                           log=lambda _: None)
             wall = time.perf_counter() - t0  # whole call: tokenization, packing, model load and save too
+            others = (busy_cpu_seconds() - busy0 - (sum(os.times()[:2]) - own0)) / (wall * os.cpu_count())
             print(f"{name:<12}{m['parameters_total']:>9,}{m['trainable_total']:>11,}{m['steps']:>7}"
                   f"{m['train_seconds']:>9.2f}{m['train_seconds'] / m['steps']:>8.3f}{m['tokens_per_second']:>10.0f}"
-                  f"{m['packing_efficiency']:>9.4f}{wall:>7.1f}")
+                  f"{m['packing_efficiency']:>9.4f}{wall:>7.1f}{others:>8.0%}")
 
 
 if __name__ == "__main__":

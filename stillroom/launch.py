@@ -60,12 +60,6 @@ def check_distributed(params: Mapping[str, Any]) -> dict[str, Any]:
     if device_map is not None and world > 1:
         raise ValueError(f"train.device_map model parallel runs as one process that spreads layers over the GPUs; "
                          f"train.distributed asks for {world} processes (set nodes and gpus_per_node to 1)")
-    if params.get("save_steps") and world > 1:
-        # transformers 5 refuses optimizer checkpoints of load-time-sharded models; resuming with the model
-        # alone would silently restart the optimizer and the lr schedule.
-        raise ValueError(f"train.save_steps with {world} FSDP processes: transformers cannot checkpoint the "
-                         "optimizer of a load-time-sharded model, so preemption resume is single-process only; "
-                         "set save_steps: 0")
     return d
 
 
@@ -134,6 +128,16 @@ def command(layout: Mapping[str, Any], worker: list[str], env: Mapping[str, str]
             f"--rdzv-id={env['SLURM_JOB_ID']}", *worker]
 
 
+def _terminate_with_parent() -> None:
+    """SIGTERM torchrun (or srun) if this process dies, even by SIGKILL: torchrun then stops its workers,
+    which run in sessions of their own and would otherwise train on and write the output unowned."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def spawn(layout: Mapping[str, Any], kwargs: Mapping[str, Any], log: Callable[[str], Any]) -> dict[str, Any]:
     """Run ``train.train_sft(**kwargs)`` on every process of ``layout``; return rank 0's metrics."""
     with tempfile.TemporaryDirectory(prefix="stillroom-launch-") as tmp:
@@ -142,7 +146,8 @@ def spawn(layout: Mapping[str, Any], kwargs: Mapping[str, Any], log: Callable[[s
         cmd = command(layout, ["-m", "stillroom.launch", str(spec)])  # torchrun runs a module with -m
         log(f"launching {layout['world_size']} processes: {shlex.join(cmd)}")
         # The workers' stderr goes straight to ours, which the rule's log collects.
-        done = subprocess.run(cmd, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        done = subprocess.run(cmd, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                              preexec_fn=_terminate_with_parent)
         if done.returncode:
             raise RuntimeError(f"training workers failed with exit status {done.returncode}: {shlex.join(cmd)}")
         return json.loads(metrics.read_text())

@@ -33,6 +33,7 @@ from stillroom.hooks import WeightHooks, check_options, step_callback
 from stillroom.io import DataError, atomic_dir, write_json
 from stillroom.launch import check_distributed
 from stillroom.provenance import digest
+from stillroom.sharded_checkpoints import sharded_checkpoints
 
 PARAM_DEFAULTS: dict[str, Any] = {
     "lr": 1e-3, "epochs": 1.0, "max_steps": -1, "batch_size": 8, "grad_accum": 1, "max_length": 1024,
@@ -154,7 +155,7 @@ def load_model(base_dir, params: Mapping):
     return model
 
 
-def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, callbacks=()):
+def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, callbacks=(), resume: str | None = None):
     """The SFTTrainer for ``examples`` (validated ``params``), model loaded fresh from ``base_dir``."""
     import torch
     from datasets import Dataset
@@ -162,6 +163,7 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
     from trl import SFTConfig, SFTTrainer
 
     cuda = torch.cuda.is_available()
+    sharded = launch.sharded(params, params["distributed"])
     tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
     model = load_model(base_dir, params)
     config = SFTConfig(
@@ -185,7 +187,8 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
         use_cpu=not cuda,
         bf16=cuda and _dtype(params, cuda) == torch.bfloat16,
         include_num_input_tokens_seen="non_padding",
-        save_strategy="steps" if params["save_steps"] else "no",
+        # Sharded runs checkpoint through their own callback (see sharded_checkpoints.py)
+        save_strategy="steps" if params["save_steps"] and not sharded else "no",
         save_steps=params["save_steps"] or 500,
         save_total_limit=2,
         report_to=[],
@@ -200,6 +203,10 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
     # TRL refuses a custom collator with BFD packing (it assumes flash-attention varlen); swap it in after.
     trainer.data_collator = functools.partial(collate_packed_rows, pad_token_id=tokenizer.pad_token_id)
     trainer.remove_callback(PrinterCallback)  # progress goes through our own log callable
+    if sharded and params["save_steps"]:
+        trainer.add_callback(sharded_checkpoints(Path(output_dir), params["save_steps"], resume))
+        # The Trainer cannot load weights into a load-time-sharded model; the callback restores them.
+        trainer._load_from_checkpoint = lambda *args, **kwargs: None
     return trainer
 
 
@@ -211,12 +218,12 @@ def _last_checkpoint(checkpoints: Path, fingerprint: Mapping, log) -> str | None
     saved = checkpoints / "fingerprint.json"
     if not saved.exists() or json.loads(saved.read_text()) != json.loads(json.dumps(fingerprint)):
         log(f"discarding checkpoints in {checkpoints}: made with other params or inputs")
-        shutil.rmtree(checkpoints)
+        shutil.rmtree(checkpoints, ignore_errors=True)  # every rank of a sharded run gets here
         return None
     # A kill during a save leaves a checkpoint without trainer_state.json (transformers writes it last): drop it.
     while (last := get_last_checkpoint(str(checkpoints))) and not (Path(last) / "trainer_state.json").exists():
         log(f"discarding incomplete {last}")
-        shutil.rmtree(last)
+        shutil.rmtree(last, ignore_errors=True)
     if last:
         log(f"resuming from {last}")
     return last
@@ -292,7 +299,7 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
     # Every rank takes part in gathering the sharded weights for the save; only rank 0 keeps a directory.
     with (atomic_dir(out_dir) if main else tempfile.TemporaryDirectory()) as tmp:
         tmp = Path(tmp)
-        trainer = build_trainer(base_dir, examples, p, checkpoints, callbacks=callbacks)
+        trainer = build_trainer(base_dir, examples, p, checkpoints, callbacks=callbacks, resume=last)
         breakdown = trainable_breakdown(trainer.model)
         log(f"trainable parameters {breakdown['trainable']} of {breakdown['parameters_total']:,} "
             f"({breakdown['adapter_bytes'] / 2**20:.2f} MiB)")

@@ -24,6 +24,9 @@ def test_beam_distill_dag_builds_offline(tmp_path):
     assert jobs["evaluate"] == 5 * 3 and jobs["tables"] == 3
     assert "beam-sglang/xhigh/shard-00019" in proc.stdout and "beam-sglang/xhigh/shard-00020" not in proc.stdout
     assert not (tmp_path / "results" / "beam-distill" / "pool").exists()  # nothing fetched at DAG build
+    from stillroom.train import check_params
+
+    assert check_params(cfg["train"])["distributed"]["world_size"] == 4  # the seed's 4 B200s, FSDP2
 
 
 @pytest.mark.slow

@@ -1,6 +1,8 @@
 """Process layout checks, the srun/torchrun command, and FSDP2 on 2 CPU ranks against 1 rank."""
 
+import contextlib
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -74,3 +76,56 @@ def test_fsdp2_on_two_cpu_ranks_matches_one_rank_on_the_same_global_batch(setup,
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-3, atol=1e-4)
     assert (tmp_path / "two" / "tokenizer.json").exists() and not list(tmp_path.glob(".two.*"))
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
+    """SIGKILL the whole 2-rank job after a sharded checkpoint; the rerun restores model, Adam moments and
+    lr schedule from it and ends where an uninterrupted run ends."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import time
+
+    params = {"lr": 3e-3, "max_steps": 14, "batch_size": 2, "max_length": 128, "logging_steps": 2, "seed": 0,
+              "save_steps": 3, "distributed": {"gpus_per_node": 2}}
+
+    def cmd(out):
+        return [sys.executable, "-m", "stillroom", "train", "--base", str(setup / "base"), "--dataset",
+                str(setup / "train.jsonl"), "--out-model", str(out), "--params", json.dumps(params), "--threads", "2"]
+
+    straight = subprocess.run(cmd(tmp_path / "straight"), capture_output=True, text=True)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    out, marker = tmp_path / "killed", tmp_path / "killed.checkpoints" / "checkpoint-6" / "trainer_state.json"
+    proc = subprocess.Popen(cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # Preemption kills every process of the job at once (SLURM's cgroup): the launcher, torchrun and both
+    # ranks, which torchrun starts in sessions of their own.
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    assert marker.exists() and not out.exists()
+    resumed = subprocess.run(cmd(out), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stderr, resumed.stderr[-4000:]
+    a, b = load_file(tmp_path / "straight" / "model.safetensors"), load_file(out / "model.safetensors")
+    assert set(a) == set(b) and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    assert not (tmp_path / "killed.checkpoints").exists()

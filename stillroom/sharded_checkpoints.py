@@ -1,0 +1,54 @@
+"""Preemption checkpoints for FSDP2-sharded training.
+
+transformers 5 will not checkpoint the optimizer of a model sharded at load time, and resuming with the
+weights alone would silently restart Adam's moments and the lr schedule. Here every rank writes its own
+shards of the model and optimizer state with torch.distributed.checkpoint (no gather on rank 0: at 501B
+that would be a terabyte through one process), and rank 0 adds the scheduler and trainer state. The
+Trainer's own resume then restores the step and data position, and this callback the rest.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+
+def _states(model, optimizer) -> dict:
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    return {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)}
+
+
+def sharded_checkpoints(directory: Path, every: int, resume: str | None, keep: int = 2):
+    """A TrainerCallback saving ``directory/checkpoint-<step>`` every ``every`` steps and restoring
+    ``resume`` (one such directory) when training begins."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+    from transformers import TrainerCallback
+
+    class ShardedCheckpoints(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+            if not resume:
+                return
+            states = _states(model, optimizer)
+            dcp.load(states, checkpoint_id=Path(resume) / "dcp")
+            set_model_state_dict(model, states["model"])
+            set_optimizer_state_dict(model, optimizer, states["optim"])
+            lr_scheduler.load_state_dict(torch.load(Path(resume) / "scheduler.pt", weights_only=True))
+
+        def on_step_end(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+            if state.global_step % every:
+                return
+            target = directory / f"checkpoint-{state.global_step}"
+            dcp.save(_states(model, optimizer), checkpoint_id=target / "dcp")
+            if dist.get_rank() == 0:
+                torch.save(lr_scheduler.state_dict(), target / "scheduler.pt")
+                state.save_to_json(str(target / "trainer_state.json"))  # written last: marks it complete
+                done = sorted(directory.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+                for old in done[:-keep]:
+                    shutil.rmtree(old, ignore_errors=True)
+            dist.barrier()
+
+    return ShardedCheckpoints()
