@@ -30,7 +30,7 @@ def run(*, graded: Mapping[str, str], dev: str, reported: Mapping[str, str], out
         shared = dev_prompts & _prompts(path)
         if shared:
             raise DataError(f"select: the dev split {dev} shares {len(shared)} prompts with reported benchmark "
-                            f"'{name}' ({path}), e.g. {sorted(shared)[0][:80]!r}; choose on a disjoint split")
+                            f"'{name}' ({path}), e.g. {min(shared)[:80]!r}; choose on a disjoint split")
     weights = {}
     for name in graded:
         prefix, _, ratio = name.partition("-")

@@ -14,7 +14,10 @@ from pathlib import Path
 
 
 def _states(model, optimizer) -> dict:
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
 
     return {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)}
 
@@ -25,7 +28,10 @@ def sharded_checkpoints(directory: Path, every: int, resume: str | None, keep: i
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
     from transformers import TrainerCallback
 
     class ShardedCheckpoints(TrainerCallback):

@@ -1,10 +1,11 @@
-"""Full-parameter SFT of the student on teacher traces, with TRL's SFTTrainer and BFD packing.
+"""SFT of the student on teacher traces (full, LoRA or QLoRA), with TRL's SFTTrainer and BFD packing.
 
 Packed documents are kept apart by restarting position_ids: transformers derives a block-diagonal
 causal mask from them only when there is no attention_mask and no KV cache, hence use_cache=False.
-Packed rows are batched as (batch, max_length), not flattened padding-free into one (1, batch *
-max_length) row: sdpa materialises a dense mask, so one long row costs batch times more attention
-(2-4x slower steps on CPU).
+With sdpa, packed rows are batched as (batch, max_length): sdpa materialises a dense mask, so one
+long row would cost batch times more attention (2-4x slower steps on CPU). FlashAttention is the
+opposite: it finds documents from position_ids only in a single row (varlen), and would let the
+documents of a multi-row batch attend to each other, so for it the rows are flattened padding-free.
 """
 
 from __future__ import annotations
@@ -112,9 +113,13 @@ def progress_callback(log: Callable[[str], Any]):
     return Progress()
 
 
-def collate_packed_rows(examples: list[dict], *, pad_token_id: int) -> dict:
-    """Stack packed rows (input_ids, labels, seq_lengths) into right-padded tensors with restarting positions."""
+def collate_packed_rows(examples: list[dict], *, pad_token_id: int, flatten: bool = False) -> dict:
+    """Stack packed rows (input_ids, labels, seq_lengths) into right-padded tensors with restarting positions;
+    ``flatten`` concatenates them into one unpadded row instead (FlashAttention varlen)."""
     import torch
+
+    if flatten:
+        examples = [{key: [x for ex in examples for x in ex[key]] for key in ("input_ids", "labels", "seq_lengths")}]
 
     shape = (len(examples), max(len(ex["input_ids"]) for ex in examples))
     ids, labels = torch.full(shape, pad_token_id), torch.full(shape, -100)
@@ -201,7 +206,8 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                          callbacks=list(callbacks), peft_config=lora_config(params["lora"]) if params["lora"] else None)
     # TRL refuses a custom collator with BFD packing (it assumes flash-attention varlen); swap it in after.
-    trainer.data_collator = functools.partial(collate_packed_rows, pad_token_id=tokenizer.pad_token_id)
+    trainer.data_collator = functools.partial(collate_packed_rows, pad_token_id=tokenizer.pad_token_id,
+                                              flatten="flash" in params["attn_implementation"])
     trainer.remove_callback(PrinterCallback)  # progress goes through our own log callable
     if sharded and params["save_steps"]:
         trainer.add_callback(sharded_checkpoints(Path(output_dir), params["save_steps"], resume))

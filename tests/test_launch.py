@@ -24,7 +24,6 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
     ({"device_map": "auto", "gpu_memory_limit": "70GiB", "max_memory": {0: "70GiB"}}, "are exclusive"),
     ({"gpu_memory_limit": "70GiB"}, "only apply with train.device_map"),
     ({"device_map": "auto", "distributed": {"gpus_per_node": 8}}, "runs as one process"),
-    ({"save_steps": 50, "distributed": {"gpus_per_node": 2}}, "set save_steps: 0"),
 ])
 def test_layout_checks_name_the_key(params, message):
     with pytest.raises(ValueError, match=message):
@@ -129,3 +128,19 @@ def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
     a, b = load_file(tmp_path / "straight" / "model.safetensors"), load_file(out / "model.safetensors")
     assert set(a) == set(b) and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
     assert not (tmp_path / "killed.checkpoints").exists()
+
+
+def test_qlora_processes_are_data_parallel_replicas(setup, tmp_path):
+    """4-bit weights cannot be FSDP-sharded: two QLoRA ranks each hold the whole NF4 model (DDP) and match
+    one process on the same global batch."""
+    common = {"method": "qlora", "load_in_4bit": True, "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+              "lr": 5e-3, "max_steps": 4, "max_length": 128, "logging_steps": 1, "seed": 0}
+    runs = {}
+    for name, extra in (("one", {"batch_size": 4}), ("two", {"batch_size": 2, "distributed": {"gpus_per_node": 2}})):
+        runs[name] = train_stage(base=str(setup / "base"), dataset=str(setup / "train.jsonl"),
+                                 out_model=str(tmp_path / name), params={**common, **extra}, threads=2,
+                                 log=lambda _: None)
+    assert runs["two"]["world_size"] == 2
+    assert runs["two"]["losses"] == pytest.approx(runs["one"]["losses"], rel=1e-3)
+    with pytest.raises(ValueError, match="cannot be FSDP-sharded"):
+        check_distributed({**common, "distributed": {"gpus_per_node": 2, "fsdp_size": 2}})

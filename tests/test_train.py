@@ -79,6 +79,19 @@ def test_packed_documents_do_not_attend_to_each_other(setup):
             start, i = start + len(d), i + 1
         assert (batch["labels"][row, start:] == -100).all()
 
+    # FlashAttention's layout: the same rows flattened into one, which is the only shape in which it reads
+    # documents from position_ids; the same per-document logits here through sdpa.
+    flat = collate_packed_rows(
+        [{"input_ids": sum(r, []), "labels": sum(r, []), "seq_lengths": [len(d) for d in r]} for r in rows],
+        pad_token_id=tok.pad_token_id, flatten=True,
+    )
+    assert flat["input_ids"].shape == (1, sum(lengths))
+    assert flat["position_ids"][0].tolist() == restart[0].tolist()
+    assert (flat["labels"][0][restart[0] == 0] == -100).all()
+    with torch.no_grad():
+        out = model(**{k: v for k, v in flat.items() if k != "labels"}, use_cache=False).logits[0]
+    assert max((a - b).abs().max().item() for a, b in zip(alone, out.split(lengths))) < 1e-4
+
 
 def test_trainer_batches_label_only_assistant_tokens(setup, tmp_path):
     examples = load_conversations(setup / "train.jsonl")[:40]
