@@ -47,6 +47,8 @@ STAGES: dict[str, Stage] = {
                        "train the student's byte-level BPE tokenizer on the pool"),
     "base": Stage("student:run_base", ("tokenizer",), ("model",),
                   "build the student base model with random weights"),
+    "tiny": Stage("student:run_tiny", (), ("model",),
+                  "a random-weight smoke-test model of the same architecture as a real one, shrunk"),
     "pretrained": Stage("student:run_pretrained", (), ("model",),
                         "save a pretrained student (path or hub id) as the experiment's base"),
     "train": Stage("train:run", ("base", "dataset"), ("model",), "supervised fine-tuning"),

@@ -153,7 +153,49 @@ def build_model(tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     return {"parameters": sum(p.numel() for p in net.parameters()), "vocab_size": config.vocab_size}
 
 
+SHRINK_DEFAULTS = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8}
+
+
+def build_tiny_like(reference: str, out_dir: str | os.PathLike, *, shrink: Mapping | None = None, seed: int = 0) -> dict:
+    """A random-weight model of the same architecture as ``reference`` (a model directory or hub id: only
+    its config and tokenizer are read), shrunk to smoke-test size, saved with the reference's tokenizer.
+    Sizes are SHRINK_DEFAULTS (those the config has) updated by ``shrink``, whose keys the config must
+    have; every other setting keeps the reference's value (top-k routing, norms, rope, layer types), so
+    the smoke model runs the real code paths: fused experts, the router, the chat template."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(reference)
+    text = config.get_text_config()
+    sizes = {**{k: v for k, v in SHRINK_DEFAULTS.items() if hasattr(text, k)}, **(shrink or {})}
+    unknown = sorted(k for k in sizes if not hasattr(text, k))
+    if unknown:
+        raise ValueError(f"shrink: {reference} config has no {', '.join(unknown)}")
+    for key, value in sizes.items():
+        setattr(text, key, value)
+    if getattr(text, "num_experts_per_tok", 0) > sizes.get("num_experts", float("inf")):
+        text.num_experts_per_tok = sizes["num_experts"]
+    if isinstance(getattr(text, "layer_types", None), list):  # per-layer attention kinds follow the depth
+        text.layer_types = text.layer_types[:text.num_hidden_layers]
+    tokenizer = AutoTokenizer.from_pretrained(reference)
+    torch.manual_seed(seed)
+    net = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with atomic_dir(out_dir) as tmp:
+        net.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return {"parameters": sum(p.numel() for p in net.parameters()), "model_type": config.model_type,
+            "shrunk": sizes}
+
+
 # CLI stages (stillroom/cli.py calls these with keyword paths, params, threads and log).
+
+
+def run_tiny(*, out_model: str, params: Mapping, log=print, **_) -> dict:
+    metrics = build_tiny_like(params["like"], out_model, shrink=params.get("shrink"), seed=params.get("seed", 0))
+    log(f"tiny {metrics['model_type']} like {params['like']}: {metrics['parameters']:,} parameters")
+    return metrics
+
 
 
 def run_tokenizer(*, pool: str, out_tokenizer: str, params: Mapping, log=print, **_) -> dict:
