@@ -13,6 +13,9 @@ if not workflow.config_settings.configfiles:
 
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/pool.smk"
 include: "rules/generate.smk"

@@ -52,6 +52,8 @@ wildcard_constraints:
     model="base|sft|merge-[0-9.]+",
     ratio=r"[0-9.]+",
     bench=r"[^/]+",
+    budget=r"\d+",
+    run=r"[^/]+/[^/]+(/budget-\d+)?",
 
 
 def repo_path(path):
@@ -107,8 +109,14 @@ def benchmark_file(wildcards):
     return SPLITS.get(wildcards.bench) or BENCHMARKS[wildcards.bench]
 
 
+BUDGETS = config["eval"].get("budget_force", {}).get("budgets", [])
+BUDGET_MODELS = config["eval"].get("budget_force", {}).get("models", MODELS)
+
+
 def all_tables():
-    return [f"{R}/tables/{b}.md" for b in config["eval"]["benchmarks"]]
+    tables = [f"{R}/tables/{b}.md" for b in config["eval"]["benchmarks"]]
+    tables += [f"{R}/tables/{b}-budgets.md" for b in config["eval"]["benchmarks"] if BUDGETS]
+    return tables + [f"{R}/cost/ledger.md"]
 
 
 # Appended to every `stillroom <stage>` command: provenance, threads, progress log, params.

@@ -1,11 +1,18 @@
 # Stages 9-10: k samples per problem for every model on the same problems, then grading.
 
 
-def eval_params(wildcards):
+def eval_params(wildcards, **extra):
     ev = config["eval"]
     return as_json(model_name=wildcards.model, benchmark=wildcards.bench, samples=ev["samples"],
                    temperature=ev["temperature"], top_p=ev["top_p"], max_new_tokens=ev["max_new_tokens"],
-                   batch_size=ev["batch_size"], effort=ev.get("effort"), effort_tag=config["student"]["effort_tag"])
+                   request_tokens=ev.get("request_tokens"), batch_size=ev["batch_size"], effort=ev.get("effort"),
+                   effort_tag=config["student"]["effort_tag"], **extra)
+
+
+def budget_params(wildcards):
+    force = config["eval"]["budget_force"]
+    return eval_params(wildcards, budget=int(wildcards.budget), answer_tokens=force.get("answer_tokens", 64),
+                       answer_cue=force.get("answer_cue", "\nThe answer is"))
 
 
 rule evaluate:
@@ -24,14 +31,30 @@ rule evaluate:
         + STAGE_ARGS
 
 
-rule grade_eval:
+rule evaluate_budget:
     input:
-        f"{R}/eval/{{model}}/{{bench}}/samples.jsonl",
+        model=f"{R}/ckpt/{{model}}",
+        problems=benchmark_file,
     output:
-        **tracked(graded=f"{R}/eval/{{model}}/{{bench}}/graded.jsonl"),
+        **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/budget-{{budget}}/samples.jsonl"),
+    params:
+        p=budget_params,
+    threads: 2
+    log:
+        f"{R}/logs/evaluate/{{model}}-{{bench}}-budget-{{budget}}.log",
+    shell:
+        "stillroom evaluate --model {input.model} --problems {input.problems} --out-samples {output.samples}"
+        + STAGE_ARGS
+
+
+rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
+    input:
+        f"{R}/eval/{{run}}/samples.jsonl",
+    output:
+        **tracked(graded=f"{R}/eval/{{run}}/graded.jsonl"),
     params:
         p=as_json(),
     log:
-        f"{R}/logs/grade-eval/{{model}}-{{bench}}.log",
+        f"{R}/logs/grade-eval/{{run}}.log",
     shell:
         "stillroom grade --samples {input} --out-graded {output.graded}" + STAGE_ARGS

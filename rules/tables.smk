@@ -24,7 +24,14 @@ rule tables:
     input:
         tables_inputs,
     output:
-        **tracked(markdown=f"{R}/tables/{{bench}}.md", csv=f"{R}/tables/{{bench}}.csv", plot=f"{R}/tables/{{bench}}.png"),
+        **tracked(
+            markdown=f"{R}/tables/{{bench}}.md",
+            csv=report(f"{R}/tables/{{bench}}.csv", caption="../report/table.rst", category="Tables",
+                       labels={"benchmark": "{bench}", "table": "paired comparisons"}),
+            latex=f"{R}/tables/{{bench}}.tex",
+            plot=report(f"{R}/tables/{{bench}}.png", caption="../report/plot.rst", category="Plots",
+                        labels={"benchmark": "{bench}", "plot": "accuracy vs tokens"}),
+        ),
     params:
         p=tables_params,
         graded=tables_named_inputs,
@@ -32,4 +39,57 @@ rule tables:
         f"{R}/logs/tables-{{bench}}.log",
     shell:
         "stillroom tables --graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
-        " --out-plot {output.plot}" + (f" --selection {SELECTION[0]}" if SELECTION else "") + STAGE_ARGS
+        " --out-latex {output.latex} --out-plot {output.plot}" + (f" --selection {SELECTION[0]}" if SELECTION else "")
+        + STAGE_ARGS
+
+
+def budget_graded(wildcards):
+    return {f"{m}@{b}": f"{R}/eval/{m}/{wildcards.bench}/budget-{b}/graded.jsonl" for m in BUDGET_MODELS for b in BUDGETS}
+
+
+rule budget_tables:
+    input:
+        lambda wildcards: list(budget_graded(wildcards).values()),
+    output:
+        **tracked(
+            markdown=f"{R}/tables/{{bench}}-budgets.md",
+            csv=report(f"{R}/tables/{{bench}}-budgets.csv", caption="../report/budgets.rst", category="Tables",
+                       labels={"benchmark": "{bench}", "table": "thinking budgets"}),
+            plot=report(f"{R}/tables/{{bench}}-budgets.png", caption="../report/budgets.rst", category="Plots",
+                        labels={"benchmark": "{bench}", "plot": "accuracy vs budget"}),
+        ),
+    params:
+        p=lambda wildcards: as_json(benchmark=wildcards.bench),
+        graded=lambda wildcards: named(budget_graded(wildcards)),
+    log:
+        f"{R}/logs/budget-tables-{{bench}}.log",
+    shell:
+        "stillroom budget_tables --graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
+        " --out-plot {output.plot}" + STAGE_ARGS
+
+
+ruleorder: budget_tables > tables  # "tables/{bench}.md" would also match "tables/<bench>-budgets.md"
+
+
+# The cost ledger: API tokens x price per teacher and effort, GPU-hours per stage x config's rate.
+def cost_artifacts():
+    gen = {f"gen-{e}-{s}": f"{R}/gen/{TEACHER}/{e}/shard-{s}.jsonl" for e in EFFORTS for s in shards_of(e)}
+    evals = {f"eval-{m}-{b}": f"{R}/eval/{m}/{b}/samples.jsonl" for m in MODELS for b in config["eval"]["benchmarks"]}
+    return {**gen, "train": f"{R}/ckpt/sft", **evals}
+
+
+rule cost:
+    input:
+        list(cost_artifacts().values()),
+    output:
+        **tracked(markdown=f"{R}/cost/ledger.md",
+                  csv=report(f"{R}/cost/ledger.csv", caption="../report/cost.rst", category="Cost",
+                             labels={"table": "cost ledger"})),
+    params:
+        p=as_json(**config.get("cost", {})),
+        artifacts=named(cost_artifacts()),
+    log:
+        f"{R}/logs/cost.log",
+    shell:
+        "stillroom cost --artifacts {params.artifacts} --out-markdown {output.markdown} --out-csv {output.csv}"
+        + STAGE_ARGS

@@ -59,7 +59,11 @@ STAGES: dict[str, Stage] = {
                     "choose the merge ratio by accuracy on a dev split disjoint from every reported benchmark"),
     "evaluate": Stage("evaluate:run", ("model", "problems"), ("samples",),
                       "sample answers to a benchmark, k per problem"),
-    "tables": Stage("tables:run", ("graded*", "selection?"), ("markdown", "csv", "plot"),
+    "cost": Stage("cost:run", ("artifacts*",), ("markdown", "csv"),
+                  "the cost ledger: API tokens x price per teacher and effort, GPU-hours per stage x rate"),
+    "budget_tables": Stage("tables:budget_run", ("graded*",), ("markdown", "csv", "plot"),
+                           "accuracy against thinking budget (budget forcing), per model"),
+    "tables": Stage("tables:run", ("graded*", "selection?"), ("markdown", "csv", "latex", "plot"),
                     "paired bootstrap tables and the accuracy/length plot"),
 }
 
@@ -153,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--log", help="also append progress lines to this file")
     show = sub.add_parser("show", help="print the result tables of an experiment and where its artifacts are")
     show.add_argument("experiment_dir")
+    audit = sub.add_parser("audit", help="walk an artifact's provenance to the raw teacher records, re-hashing "
+                           "every file; exit 1 if anything is modified, missing or stale")
+    audit.add_argument("path", help="a table, plot, checkpoint or any other artifact with a .prov.json")
+    audit.add_argument("--root", help="the directory the pipeline ran in (default: inferred from the sidecar)")
+    audit.add_argument("--json", action="store_true", help="print the report as JSON instead of a tree")
     return parser
 
 
@@ -165,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "show":
             from .tables import show
             show(args.experiment_dir)
+        elif args.command == "audit":
+            from .audit import run
+            return run(args.path, root=args.root, as_json=args.json)
         else:
             run_stage(args.command, args)
     except (DataError, ValueError, FileNotFoundError, TeacherError, BudgetExhausted) as exc:

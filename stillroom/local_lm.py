@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -12,6 +12,7 @@ class Sample:
     finish_reason: str      # "stop" when the end-of-turn token came, else "length"
     prompt_tokens: int
     completion_tokens: int
+    token_ids: list[int] = field(default_factory=list, repr=False)  # the completion, for exact continuation
 
 
 class LocalLM:
@@ -35,23 +36,37 @@ class LocalLM:
     def render(self, messages: Sequence[dict[str, str]]) -> str:
         return self.tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
 
+    def encode(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=True)
+
     def sample(self, prompts: Sequence[str], *, k: int = 1, temperature: float, top_p: float = 1.0,
                max_new_tokens: int, seed: int) -> list[list[Sample]]:
         """k samples for each rendered prompt, in one generate call (seeded, so reproducible)."""
+        flat = self.complete([self.encode(p) for p in prompts for _ in range(k)], temperature=temperature,
+                             top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+        return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
+
+    def complete(self, prefixes: Sequence[Sequence[int]], *, temperature: float, top_p: float = 1.0,
+                 max_new_tokens: int, seed: int) -> list[Sample]:
+        """Continue each token prefix (a rendered prompt, maybe with part of an answer) by up to
+        ``max_new_tokens``: raw completion, so a cut-off answer resumes from its exact tokens."""
         import torch
 
-        enc = self.tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
-        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+        width = max(len(p) for p in prefixes)
+        pad = self.tok.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prefixes])  # left padding
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes])
         torch.manual_seed(seed)
         with torch.no_grad():
-            out = self.model.generate(**enc, do_sample=temperature > 0, temperature=temperature or None,
-                                      top_p=top_p, max_new_tokens=max_new_tokens, num_return_sequences=k,
-                                      eos_token_id=self.eos, pad_token_id=self.tok.pad_token_id)
-        new = out[:, enc["input_ids"].shape[1]:]
-        results: list[list[Sample]] = [[] for _ in prompts]
-        for j, seq in enumerate(new.tolist()):
+            out = self.model.generate(input_ids=ids, attention_mask=mask, do_sample=temperature > 0,
+                                      temperature=temperature or None, top_p=top_p, max_new_tokens=max_new_tokens,
+                                      eos_token_id=self.eos, pad_token_id=pad)
+        results = []
+        for prefix, seq in zip(prefixes, out[:, width:].tolist()):
             stopped = self.eos in seq
-            ids = seq[: seq.index(self.eos) + 1] if stopped else [t for t in seq if t != self.tok.pad_token_id]
-            results[j // k].append(Sample(self.tok.decode(ids, skip_special_tokens=True),
-                                          "stop" if stopped else "length", prompt_lens[j // k], len(ids)))
+            new = seq[: seq.index(self.eos) + 1] if stopped else [t for t in seq if t != pad]
+            results.append(Sample(self.decode(new), "stop" if stopped else "length", len(prefix), len(new), new))
         return results

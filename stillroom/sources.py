@@ -109,13 +109,16 @@ def echo(source: str, benchmark_path: str, count: int, seed: int) -> list[dict[s
 
 
 BENCHMARK_KEYS = ("prompt", "answer", "kind")
+# math and choice are what the student is trained on; instructions (IFEval-style) and code are the
+# off-target checks ("check what you didn't train on").
+BENCHMARK_KINDS = ("math", "choice", "instructions", "code")
 
 
 def load_benchmark(path: str) -> list[dict[str, Any]]:
     rows = read_jsonl(path, required=BENCHMARK_KEYS, types={"prompt": str, "answer": str, "kind": str})
     for i, row in enumerate(rows, 1):
-        if row["kind"] not in ("math", "choice"):
-            raise DataError(f"{path}:{i}: key 'kind' must be 'math' or 'choice', got {row['kind']!r}")
+        if row["kind"] not in BENCHMARK_KINDS:
+            raise DataError(f"{path}:{i}: key 'kind' must be one of {', '.join(BENCHMARK_KINDS)}, got {row['kind']!r}")
     return rows
 
 

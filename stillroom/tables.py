@@ -15,26 +15,29 @@ from typing import Any
 import numpy as np
 
 from .io import DataError, atomic_path, iter_jsonl, read_json, write_text
-from .stats import Comparison, paired_bootstrap
+from .stats import Comparison, holm_comparisons, mcnemar_exact, paired_bootstrap
 
 VERDICT = {"a": "better", "b": "worse", "tie": "tie"}
 
 
-def score_matrix(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray]:
-    """(problem index, correct[problems, samples], completion tokens[problems, samples]) of one model."""
-    cells: dict[tuple[str, int], tuple[float, int]] = {}
+def score_matrix(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray]:
+    """(problem index, correct, completion tokens, capped) of one model, each [problems, samples];
+    capped marks answers still cut off at the overall token limit."""
+    cells: dict[tuple[str, int], tuple[float, int, bool]] = {}
     for rec in iter_jsonl(path, required=("prompt_id", "sample_index", "grade", "completion_tokens")):
-        cells[(rec["prompt_id"], rec["sample_index"])] = (float(bool(rec["grade"]["correct"])), rec["completion_tokens"])
+        cells[(rec["prompt_id"], rec["sample_index"])] = (
+            float(bool(rec["grade"]["correct"])), rec["completion_tokens"], rec.get("finish_reason") == "length")
     problems = sorted({p for p, _ in cells})
     samples = sorted({s for _, s in cells})
     if len(cells) != len(problems) * len(samples):
         raise DataError(f"{path}: not every problem has samples {samples}; paired tables need a full grid")
     index = {p: i for i, p in enumerate(problems)}
     score = np.zeros((len(problems), len(samples)))
-    tokens = np.zeros_like(score)
-    for (p, s), (c, t) in cells.items():
-        score[index[p], samples.index(s)], tokens[index[p], samples.index(s)] = c, t
-    return index, score, tokens
+    tokens, capped = np.zeros_like(score), np.zeros_like(score)
+    for (p, s), (c, t, cut) in cells.items():
+        i, j = index[p], samples.index(s)
+        score[i, j], tokens[i, j], capped[i, j] = c, t, cut
+    return index, score, tokens, capped
 
 
 def _fmt(c: Comparison | None) -> tuple[str, str]:
@@ -43,52 +46,100 @@ def _fmt(c: Comparison | None) -> tuple[str, str]:
     return f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]", VERDICT[c.verdict]
 
 
-def run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, out_plot: str, params: Mapping[str, Any],
-        selection: str | None = None, log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
-    """The tables of one benchmark; ``selection`` (the select stage's JSON) marks the merge chosen on dev."""
+def _latex(rows: list[dict[str, Any]], refs: tuple[str, str], caption: str, label: str) -> str:
+    """A booktabs table of the same rows."""
+    def esc(text: str) -> str:
+        return text.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
+
+    def cell(c: Comparison | None) -> str:
+        if c is None:
+            return "---"
+        bold = "\\textbf{%s}" if c.verdict != "tie" else "%s"
+        return bold % f"${c.delta:+.3f}$ [${c.low:+.3f}$, ${c.high:+.3f}$]"
+
+    out = ["\\begin{table}[t]", "\\centering", "\\small", "\\begin{tabular}{lrrrll}", "\\toprule",
+           f"Model & Acc. & Tokens & Cap hit & $\\Delta$ vs {esc(refs[0])} & $\\Delta$ vs {esc(refs[1])} \\\\",
+           "\\midrule"]
+    for r in rows:
+        out.append(f"{esc(r['label'])} & {r['accuracy']:.3f} & {r['mean_tokens']:.0f} & {r['cap_hit']:.3f} & "
+                   f"{cell(r['vs'][refs[0]])} & {cell(r['vs'][refs[1]])} \\\\")
+    out += ["\\bottomrule", "\\end{tabular}", f"\\caption{{{esc(caption)}}}", f"\\label{{{label}}}",
+            "\\end{table}"]
+    return "\n".join(out) + "\n"
+
+
+def run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, out_latex: str, out_plot: str,
+        params: Mapping[str, Any], selection: str | None = None, log: Callable[[str], None] = print,
+        **_: Any) -> dict[str, Any]:
+    """The tables of one benchmark; ``selection`` (the select stage's JSON) marks the merge chosen on dev.
+
+    Every model is compared with the base and with the fine-tune. Holm's correction runs across all
+    those comparisons (they are one sweep): a difference is called only if its CI excludes 0 and its
+    corrected p-value is below 1 - confidence. With one sample per problem McNemar's exact test is
+    reported too.
+    """
     base, tuned = params["base"], params["tuned"]
     chosen = read_json(selection) if selection else None
     for ref in (base, tuned):
         if ref not in graded:
             raise DataError(f"tables: reference model '{ref}' has no graded samples (have {sorted(graded)})")
     mats = {name: score_matrix(path) for name, path in graded.items()}
-    ref_index = mats[base][0]
-    for name, (index, score, _) in mats.items():
-        if index != ref_index or score.shape != mats[base][1].shape:
+    ref_index, ref_shape = mats[base][0], mats[base][1].shape
+    for name, (index, score, _, _) in mats.items():
+        if index != ref_index or score.shape != ref_shape:
             raise DataError(f"tables: model '{name}' was not evaluated on the same problems and sample indices "
-                            f"as '{base}' ({score.shape} vs {mats[base][1].shape}); pairing is impossible")
-    boot = {"n_resamples": params["n_resamples"], "confidence": params["confidence"], "seed": params["seed"]}
+                            f"as '{base}' ({score.shape} vs {ref_shape}); pairing is impossible")
+    two_level = bool(params.get("two_level", False))
+    boot = {"n_resamples": params["n_resamples"], "confidence": params["confidence"], "seed": params["seed"],
+            "two_level": two_level}
+    refs = (base, tuned)
+    pairs = [(name, ref) for name in mats for ref in refs if name != ref]
+    raw = [paired_bootstrap(mats[name][1], mats[ref][1], **boot) for name, ref in pairs]
+    corrected = dict(zip(pairs, holm_comparisons(raw)))
+    single = ref_shape[1] == 1
     rows = []
-    for name, (_, score, tokens) in mats.items():
-        vs = {ref: (paired_bootstrap(score, mats[ref][1], **boot) if name != ref else None) for ref in (base, tuned)}
-        rows.append({"model": name, "accuracy": float(score.mean()), "mean_tokens": float(tokens.mean()),
-                     "problems": score.shape[0], "samples": score.shape[1], "vs": vs})
+    for name, (_, score, tokens, capped) in mats.items():
+        mark = f" (chosen on {chosen['benchmark']})" if chosen and chosen["selected"] == name else ""
+        rows.append({"model": name, "label": name + mark, "accuracy": float(score.mean()),
+                     "mean_tokens": float(tokens.mean()), "cap_hit": float(capped.mean()),
+                     "problems": score.shape[0], "samples": score.shape[1],
+                     "vs": {ref: corrected.get((name, ref)) for ref in refs},
+                     "mcnemar": {ref: mcnemar_exact(score, mats[ref][1]) for ref in refs if ref != name} if single else {}})
     pct = round(100 * params["confidence"])
-    header = (f"| model | accuracy | mean tokens | Δ vs {base} [{pct}% CI] | vs {base} | "
+    caption = (f"{params['benchmark']}: {rows[0]['problems']} problems × {rows[0]['samples']} samples. "
+               f"Δ: paired bootstrap over problems{' then samples' if two_level else ''} "
+               f"({params['n_resamples']} resamples), {pct}% CI; Holm's correction across the {len(pairs)} "
+               "comparisons of this table; a difference is a tie unless its CI excludes 0 and it survives Holm."
+               + (" McNemar's exact p in the CSV." if single else ""))
+    header = (f"| model | accuracy | mean tokens | cap hit | Δ vs {base} [{pct}% CI] | vs {base} | "
               f"Δ vs {tuned} [{pct}% CI] | vs {tuned} |")
-    lines = [f"### {params['benchmark']}: {rows[0]['problems']} problems × {rows[0]['samples']} samples, "
-             f"paired bootstrap over problems ({params['n_resamples']} resamples); a CI containing 0 is a tie",
-             "", header, "|" + "---|" * 7]
+    lines = [f"### {caption}", "", header, "|" + "---|" * 8]
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["benchmark", "model", "problems", "samples", "accuracy", "mean_tokens", "reference",
-                     "delta", "ci_low", "ci_high", "verdict"])
+    writer.writerow(["benchmark", "model", "problems", "samples", "accuracy", "mean_tokens", "cap_hit_rate",
+                     "reference", "delta", "ci_low", "ci_high", "p_value", "p_holm", "verdict", "mcnemar_p"])
     for r in rows:
         (db, vb), (dt, vt) = _fmt(r["vs"][base]), _fmt(r["vs"][tuned])
-        mark = f" (chosen on {chosen['benchmark']})" if chosen and chosen["selected"] == r["model"] else ""
-        lines.append(f"| {r['model']}{mark} | {r['accuracy']:.3f} | {r['mean_tokens']:.1f} | {db} | {vb} | {dt} | {vt} |")
+        lines.append(f"| {r['label']} | {r['accuracy']:.3f} | {r['mean_tokens']:.1f} | {r['cap_hit']:.3f} | "
+                     f"{db} | {vb} | {dt} | {vt} |")
         for ref, c in r["vs"].items():
+            mc = r["mcnemar"].get(ref)
             writer.writerow([params["benchmark"], r["model"], r["problems"], r["samples"], f"{r['accuracy']:.6f}",
-                             f"{r['mean_tokens']:.3f}", ref, *(("", "", "", "") if c is None else
-                             (f"{c.delta:.6f}", f"{c.low:.6f}", f"{c.high:.6f}", VERDICT[c.verdict]))])
+                             f"{r['mean_tokens']:.3f}", f"{r['cap_hit']:.6f}", ref,
+                             *(("",) * 6 if c is None else
+                               (f"{c.delta:.6f}", f"{c.low:.6f}", f"{c.high:.6f}", f"{c.p_value:.6g}",
+                                f"{c.p_holm:.6g}", VERDICT[c.verdict])),
+                             "" if mc is None else f"{mc.p_value:.6g}"])
     if chosen:
         lines += ["", f"Merge ratio chosen on `{chosen['benchmark']}` (never reported here): {chosen['selected']}, "
                   "dev accuracy " + ", ".join(f"{m} {a:.3f}" for m, a in sorted(chosen["accuracy"].items()))]
     write_text(out_markdown, "\n".join(lines) + "\n")
     write_text(out_csv, buf.getvalue())
+    write_text(out_latex, _latex(rows, refs, caption, f"tab:{params['benchmark']}"))
     _plot(rows, out_plot, params["benchmark"])
     log("\n" + "\n".join(lines))
-    return {"models": len(rows), "accuracy": {r["model"]: round(r["accuracy"], 4) for r in rows}}
+    return {"models": len(rows), "accuracy": {r["model"]: round(r["accuracy"], 4) for r in rows},
+            "cap_hit_rate": {r["model"]: round(r["cap_hit"], 4) for r in rows}}
 
 
 def _plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
@@ -108,6 +159,54 @@ def _plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
     plt.close(fig)
 
 
+def budget_run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, out_plot: str,
+               params: Mapping[str, Any], log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+    """Accuracy against thinking budget: ``graded`` names are ``<model>@<budget>``. Every answer had its
+    chance to answer (forced ones after the end-of-thinking cue), so no cut-off counts as a wrong answer."""
+    rows = []
+    for name, path in graded.items():
+        model, _, budget = name.rpartition("@")
+        recs = list(iter_jsonl(path, required=("grade", "completion_tokens", "forced", "thinking_tokens")))
+        if not recs:
+            raise DataError(f"{path}: no graded samples")
+        rows.append({"model": model, "budget": int(budget), "samples": len(recs),
+                     "accuracy": float(np.mean([bool(r["grade"]["correct"]) for r in recs])),
+                     "forced": float(np.mean([bool(r["forced"]) for r in recs])),
+                     "thinking": float(np.mean([r["thinking_tokens"] or 0 for r in recs])),
+                     "tokens": float(np.mean([r["completion_tokens"] for r in recs]))})
+    rows.sort(key=lambda r: (r["model"], r["budget"]))
+    lines = [f"### {params['benchmark']}: accuracy against thinking budget (budget forcing: thinking closed at "
+             "the budget, then a short answer)", "",
+             "| model | budget | samples | accuracy | forced | mean thinking tokens | mean tokens |", "|" + "---|" * 7]
+    lines += [f"| {r['model']} | {r['budget']} | {r['samples']} | {r['accuracy']:.3f} | {r['forced']:.3f} | "
+              f"{r['thinking']:.1f} | {r['tokens']:.1f} |" for r in rows]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=["benchmark", *rows[0]])
+    writer.writeheader()
+    writer.writerows({"benchmark": params["benchmark"], **r} for r in rows)
+    write_text(out_markdown, "\n".join(lines) + "\n")
+    write_text(out_csv, buf.getvalue())
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
+    for model in sorted({r["model"] for r in rows}):
+        mine = [r for r in rows if r["model"] == model]
+        ax.plot([r["budget"] for r in mine], [r["accuracy"] for r in mine], marker="o", label=model)
+    ax.set(xscale="log", xlabel="thinking budget (tokens)", ylabel="accuracy", title=params["benchmark"],
+           ylim=(-0.03, 1.03))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(out_plot) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+    log("\n" + "\n".join(lines))
+    return {"rows": len(rows)}
+
+
 def show(experiment_dir: str) -> None:
     """Print every result table of an experiment and where its artifacts are."""
     root = Path(experiment_dir)
@@ -119,4 +218,4 @@ def show(experiment_dir: str) -> None:
     print("Artifacts:")
     for sub in sorted(p for p in root.iterdir() if p.is_dir()):
         print(f"  {sub}/")
-    print(f"Tables: {', '.join(str(t) for t in tables)} (+ .csv, .png); provenance: <artifact>.prov.json")
+    print(f"Tables: {', '.join(str(t) for t in tables)} (+ .csv, .tex, .png); provenance: <artifact>.prov.json")

@@ -39,7 +39,9 @@ def test_every_stage_produced_its_artifacts(done):
                 "graded/procedural/medium/shard-00000.jsonl", "dataset/train.jsonl", "student/tokenizer",
                 "ckpt/base", "ckpt/sft", "ckpt/merge-0.5", "eval/merge-0.5/heldout/graded.jsonl",
                 "tables/heldout.md", "tables/heldout.csv", "tables/heldout.png", "pool/dev.jsonl",
-                "eval/merge-0.5/dev/graded.jsonl", "merge/selected.json"]:
+                "eval/merge-0.5/dev/graded.jsonl", "merge/selected.json", "tables/heldout.tex",
+                "tables/tinycode.md", "tables/tinyifeval.csv", "tables/heldout-budgets.png", "cost/ledger.md",
+                "eval/sft/heldout/budget-16/graded.jsonl"]:
         assert (r / rel).exists(), rel
         assert sidecar_path(r / rel).exists(), f"no provenance for {rel}"
     assert (r / "tables" / "heldout.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -95,8 +97,8 @@ def test_changing_merge_ratios_reruns_only_those_merges(done):
     cfg = copy.deepcopy(cfg)
     cfg["merge"]["ratios"] = [0.5, 0.25]
     jobs = scheduled(run_snakemake(workdir, cfg, "-n"))
-    # the new merge is evaluated on heldout and on dev, where the ratio is chosen again
-    assert jobs == {"merge": 1, "evaluate": 2, "grade_eval": 2, "select_merge": 1, "tables": 1, "all": 1}
+    # the new merge is evaluated on the three reported benchmarks and on dev, where the ratio is chosen again
+    assert jobs == {"merge": 1, "evaluate": 4, "grade_eval": 4, "select_merge": 1, "tables": 3, "cost": 1, "all": 1}
 
 
 def test_changing_efforts_keeps_pool_and_tokenizer(done):
@@ -107,8 +109,9 @@ def test_changing_efforts_keeps_pool_and_tokenizer(done):
     for rule in ("pool", "decontam", "shard", "tokenizer", "base"):
         assert rule not in jobs, jobs
     assert jobs["generate"] == 2 and jobs["grade_generation"] == 2  # only the new effort's shards
-    # sft, and the merge on heldout and on dev (where its ratio is chosen); base is unchanged
-    assert jobs["train"] == 1 and jobs["evaluate"] == 3
+    # sft and the merge on the three reported benchmarks, the merge on dev (where its ratio is chosen), and
+    # sft's thinking-budget sweep; base is unchanged
+    assert jobs["train"] == 1 and jobs["evaluate"] == 7 and jobs["evaluate_budget"] == 2
 
 
 def test_provenance_walks_from_the_table_to_the_teacher_records(done):
@@ -135,3 +138,12 @@ def test_provenance_walks_from_the_table_to_the_teacher_records(done):
     example = read_jsonl(workdir / "results" / "small" / "dataset" / "train.jsonl")[0]
     graded = {r["key"]: r for r in read_jsonl(workdir / example["source_record"]["file"])}
     assert graded[example["id"]]["response"] == example["messages"][-1]["content"]
+
+
+def test_html_report_registers_every_table_and_plot(done):
+    workdir, cfg, _ = done
+    run_snakemake(workdir, cfg, "--report", "report.html")
+    html = (workdir / "report.html").read_text()
+    for name in ("heldout.csv", "heldout.png", "tinycode.csv", "heldout-budgets.png", "ledger.csv"):
+        assert name in html
+    assert "Holm" in html and "Cost ledger" in html  # captions rendered

@@ -1,0 +1,280 @@
+"""``stillroom audit``: walk an artifact's provenance back to the raw teacher records and re-hash everything.
+
+From any artifact (a table, a plot, a checkpoint) the audit follows each sidecar's inputs to their own
+sidecars, down to the generation shards and the source files, re-hashing every file once. It reports:
+
+* ``modified``: an artifact (or one file of a directory) no longer matches its own sidecar's digest;
+* ``missing``: an artifact, a file of its manifest, its sidecar or its config snapshot is gone;
+* ``stale``: an input recorded in a sidecar has since changed, i.e. the input's own sidecar (or, for a
+  source file without one, the file itself) now says another hash: the artifact is out of date;
+* ``no provenance``: an input under ``results/`` that has no sidecar, so its origin cannot be checked.
+
+Paths in sidecars are relative to the Snakemake working directory (source files are absolute), so the
+audit resolves them against ``root``; by default the root is inferred from the artifact's own sidecar.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import config_hash
+from .provenance import digest, sidecar_path
+
+SHOWN_PACKAGES = ("torch", "transformers", "trl")  # what decides the numbers; the rest is in JSON
+SHORT = 8
+
+
+@dataclass
+class Problem:
+    path: str               # the file that is wrong: the artifact, a file inside it, or its sidecar
+    kind: str               # modified | missing | stale | no provenance
+    detail: str
+    input: str | None = None  # for stale: the input that changed
+
+
+@dataclass
+class Node:
+    path: str               # as recorded by the consumer (relative to root, or absolute for sources)
+    sha256: str | None = None   # current digest, None when the artifact is missing
+    stage: str | None = None    # None for a source file (a leaf)
+    rule: str | None = None
+    config_sha256: str | None = None
+    git: dict[str, Any] | None = None
+    packages: dict[str, str | None] = field(default_factory=dict)
+    files: int | None = None    # a directory's file count
+    repeat: bool = False        # reached before: its subtree is printed once, above
+    problems: list[Problem] = field(default_factory=list)
+    inputs: list[Node] = field(default_factory=list)
+
+
+@dataclass
+class AuditReport:
+    artifact: str
+    root: str
+    tree: Node
+    problems: list[Problem]
+    rehashed: int = 0       # distinct artifacts and source files hashed (each once)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def nodes(self) -> list[Node]:
+        out, todo = [], [self.tree]
+        while todo:
+            node = todo.pop()
+            out.append(node)
+            todo.extend(reversed(node.inputs))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"artifact": self.artifact, "root": self.root, "ok": self.ok,
+                "rehashed": self.rehashed, "problems": [asdict(p) for p in self.problems], "tree": asdict(self.tree)}
+
+
+def _short(sha: str | None) -> str:
+    return sha[:SHORT] if sha else "-"
+
+
+def _manifest_diff(path: str, recorded: dict[str, str], current: dict[str, str]) -> list[Problem]:
+    """Name the very files of a directory that changed, not just the directory."""
+    out = []
+    for name in sorted(recorded.keys() | current.keys()):
+        where = f"{path.rstrip('/')}/{name}"
+        if name not in current:
+            out.append(Problem(where, "missing", "listed in the recorded manifest, gone now"))
+        elif name not in recorded:
+            out.append(Problem(where, "modified", "added after the artifact was recorded"))
+        elif recorded[name] != current[name]:
+            out.append(Problem(where, "modified", f"recorded {_short(recorded[name])}, now {_short(current[name])}"))
+    return out
+
+
+class _Auditor:
+    def __init__(self, root: Path):
+        self.root = root
+        self.hashes: dict[Path, dict[str, Any] | None] = {}  # each file hashed once, however often reached
+        self.sidecars: dict[Path, dict[str, Any] | None] = {}
+        self.broken: dict[Path, str] = {}
+        self.visited: set[Path] = set()
+        self.configs: dict[str, Problem | None] = {}
+
+    def resolve(self, path: str) -> Path:
+        return Path(path) if Path(path).is_absolute() else self.root / path
+
+    def digest(self, path: Path) -> dict[str, Any] | None:
+        if path not in self.hashes:
+            self.hashes[path] = digest(path) if path.exists() else None
+        return self.hashes[path]
+
+    def sidecar(self, path: Path) -> dict[str, Any] | None:
+        if path not in self.sidecars:
+            side = sidecar_path(path)
+            try:
+                self.sidecars[path] = json.loads(side.read_text()) if side.exists() else None
+            except (OSError, ValueError) as exc:  # reported once by visit(), not raised mid-walk
+                self.sidecars[path], self.broken[path] = None, str(exc)
+        return self.sidecars[path]
+
+    def under_results(self, path: Path) -> bool:
+        return path.resolve().is_relative_to((self.root / "results").resolve())
+
+    def check_config(self, prov: dict[str, Any]) -> Problem | None:
+        """The snapshot must still hash to the recorded config hash (once per snapshot)."""
+        sha, recorded = prov.get("config_sha256"), prov.get("config_path")
+        if not sha or not recorded:
+            return None  # run outside Snakemake: nothing was recorded to check
+        if recorded not in self.configs:
+            # The snapshot path is absolute; if the tree was moved, find it by its tail under root.
+            parts = Path(recorded).parts
+            candidates = [self.root.joinpath(*parts[i:]) for i in range(1, len(parts))] + [Path(recorded)]
+            found = next((c for c in candidates if c.is_file()), None)
+            if found is None:
+                self.configs[recorded] = Problem(recorded, "missing", "config snapshot gone")
+            elif config_hash(json.loads(found.read_text())) != sha:
+                self.configs[recorded] = Problem(str(found), "modified", f"config snapshot no longer hashes to {_short(sha)}")
+            else:
+                self.configs[recorded] = None
+        return self.configs[recorded]
+
+    def visit(self, path: str, recorded: dict[str, Any] | None = None) -> Node:
+        """The node for ``path``; ``recorded`` is its entry in the consumer's sidecar (None at the top)."""
+        real = self.resolve(path)
+        node = Node(path)
+        if real in self.visited:
+            node.repeat = True
+            return node
+        self.visited.add(real)
+        current = self.digest(real)
+        node.sha256 = current and current["sha256"]
+        if current and "files" in current:
+            node.files = len(current["files"])
+        prov = self.sidecar(real)
+        if real in self.broken:
+            node.problems.append(Problem(str(sidecar_path(path)), "modified", f"sidecar unreadable: {self.broken[real]}"))
+            return node
+        if prov is None:
+            if current is None:
+                node.problems.append(Problem(path, "missing", "file gone"))
+            if recorded and recorded.get("provenance"):
+                node.problems.append(Problem(recorded["provenance"], "missing", "sidecar gone"))
+            elif recorded is None or self.under_results(real):
+                node.problems.append(Problem(path, "no provenance", "a pipeline artifact without a sidecar"))
+            return node  # a source file: the consumer compares its hash with the recorded one
+        node.stage, node.rule = prov.get("stage"), prov.get("rule")
+        node.config_sha256, node.git = prov.get("config_sha256"), prov.get("git")
+        node.packages = prov.get("packages") or {}
+        if current is None:
+            node.problems.append(Problem(path, "missing", "artifact gone (its sidecar is still there)"))
+        elif current["sha256"] != prov.get("sha256"):
+            if "files" in current and "files" in prov:
+                node.problems.extend(_manifest_diff(path, prov["files"], current["files"]))
+            else:
+                node.problems.append(Problem(path, "modified", f"recorded {_short(prov.get('sha256'))}, "
+                                                               f"now {_short(current['sha256'])}"))
+        if problem := self.check_config(prov):
+            node.problems.append(problem)
+        for entry in (prov.get("inputs") or {}).values():
+            for item in entry if isinstance(entry, list) else [entry]:
+                child = self.visit(item["path"], item)
+                node.inputs.append(child)
+                if stale := self.stale(path, item):
+                    node.problems.append(stale)
+        return node
+
+    def stale(self, consumer: str, item: dict[str, Any]) -> Problem | None:
+        """Did the input change after ``consumer`` was built from it? An input with a sidecar is judged
+        by what its sidecar says (a tampered file is its own 'modified'), a source by its bytes."""
+        real = self.resolve(item["path"])
+        prov = self.sidecar(real)
+        now = prov.get("sha256") if prov else (self.digest(real) or {}).get("sha256")
+        if now is None or now == item.get("sha256"):
+            return None  # a missing input is reported on its own node
+        return Problem(consumer, "stale", f"built from {item['path']} at {_short(item.get('sha256'))}, "
+                                          f"which is now {_short(now)}", input=item["path"])
+
+
+def infer_root(artifact: Path) -> Path | None:
+    """The working directory the pipeline ran in: the artifact's path minus the relative path it recorded."""
+    try:
+        recorded = Path(str(json.loads(sidecar_path(artifact).read_text()).get("artifact", "")).rstrip("/"))
+    except (OSError, ValueError, AttributeError):
+        return None  # no readable sidecar: the walk reports it
+    if not recorded.parts or recorded.is_absolute():
+        return None
+    real = artifact.resolve()
+    if real.parts[-len(recorded.parts):] != recorded.parts:
+        return None
+    return Path(*real.parts[:-len(recorded.parts)])
+
+
+def audit(artifact: str | os.PathLike, root: str | os.PathLike | None = None) -> AuditReport:
+    """Walk ``artifact``'s provenance to the raw records. Relative paths are taken from ``root``, which
+    defaults to the directory the pipeline ran in (inferred from the sidecar), else the current one."""
+    if root is not None:
+        root = Path(root).resolve()
+        path = Path(artifact) if Path(artifact).is_absolute() else root / artifact
+    else:
+        path = Path(artifact).resolve()
+        root = infer_root(path) or Path.cwd()
+    shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+    auditor = _Auditor(root)
+    tree = auditor.visit(shown)
+    report = AuditReport(shown, str(root), tree, [], rehashed=len(auditor.hashes))
+    report.problems = [p for node in report.nodes() for p in node.problems]
+    return report
+
+
+def _packages(packages: dict[str, str | None]) -> str:
+    return " ".join(f"{name} {packages[name]}" for name in SHOWN_PACKAGES if packages.get(name))
+
+
+def _label(node: Node) -> str:
+    if node.repeat:
+        return f"{node.path}  (see above)"
+    parts = [node.path]
+    if node.stage:
+        parts.append(f"[{node.stage}]" if node.rule in (None, node.stage) else f"[{node.stage}: {node.rule}]")
+    else:
+        parts.append("[source]")
+    parts.append(f"sha {_short(node.sha256)}" + (f" ({node.files} files)" if node.files is not None else ""))
+    if node.stage:
+        git = node.git or {}
+        commit = (git.get("commit") or "?")[:7] + ("+dirty" if git.get("dirty") else "")
+        parts += [f"config {_short(node.config_sha256)}", f"git {commit}", _packages(node.packages)]
+    flags = sorted({p.kind for p in node.problems})
+    if flags:
+        parts.append("!! " + ", ".join(flags).upper())
+    return "  ".join(p for p in parts if p)
+
+
+def format_tree(report: AuditReport) -> str:
+    lines: list[str] = []
+
+    def walk(node: Node, prefix: str, last: bool, top: bool) -> None:
+        lines.append(_label(node) if top else f"{prefix}{'└── ' if last else '├── '}{_label(node)}")
+        inner = "" if top else prefix + ("    " if last else "│   ")
+        for i, child in enumerate(node.inputs):
+            walk(child, inner, i == len(node.inputs) - 1, False)
+
+    walk(report.tree, "", True, True)
+    if report.problems:
+        lines += ["", f"{len(report.problems)} problem(s):"]
+        lines += [f"  {p.kind}: {p.path}: {p.detail}" for p in report.problems]
+    else:
+        lines += ["", f"ok: {report.rehashed} artifacts re-hashed, nothing modified, missing or stale"]
+    return "\n".join(lines)
+
+
+def run(artifact: str, root: str | None = None, as_json: bool = False) -> int:
+    """The CLI: the tree (or JSON) on stdout, each problem with its file on stderr; 1 if any."""
+    report = audit(artifact, root)
+    print(json.dumps(report.to_dict(), indent=2) if as_json else format_tree(report))
+    for p in report.problems:
+        print(f"stillroom audit: {p.kind}: {p.path}: {p.detail}", file=sys.stderr)
+    return 0 if report.ok else 1
