@@ -6,7 +6,7 @@ def eval_params(wildcards, **extra):
     return as_json(model_name=wildcards.model, benchmark=wildcards.bench, samples=ev["samples"],
                    temperature=ev["temperature"], top_p=ev["top_p"], max_new_tokens=ev["max_new_tokens"],
                    request_tokens=ev.get("request_tokens"), batch_size=ev["batch_size"], effort=ev.get("effort"),
-                   effort_tag=config["student"]["effort_tag"], **extra)
+                   effort_tag=config["student"]["effort_tag"], backend=ev.get("backend"), **extra)
 
 
 def budget_params(wildcards):

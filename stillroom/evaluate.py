@@ -1,8 +1,9 @@
 """Stage 9: sample k answers per problem from a model, identical problems and sample indices for
 every model so that the tables can pair them.
 
-This is the local transformers path (batched sampling on CPU or one GPU); the same records can come
-from a served model through a teacher backend on a cluster.
+The model runs in process (``hf``: batched sampling on CPU or one GPU) or behind an OpenAI-compatible
+server (``sglang`` started in the job, or ``openai``): see served_lm.py. Either way long answers are
+continued while cut off (``request_tokens`` < ``max_new_tokens``) or budget-forced (``budget``).
 """
 
 from __future__ import annotations
@@ -45,11 +46,25 @@ def _generate(lm, prefixes: list[list[int]], params: Mapping[str, Any], seed: in
 
 def run(*, model: str, problems: str, out_samples: str, params: Mapping[str, Any], threads: int = 1,
         log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
-    from .local_lm import LocalLM
+    from .served_lm import open_lm
 
+    rows = load_problems(problems, params["benchmark"])
+    with open_lm(model, params.get("backend"), threads) as lm:
+        records, generated, seconds = _sample_all(lm, rows, params, log)
+    records.sort(key=lambda r: (r["prompt_id"], r["sample_index"]))
+    write_jsonl(out_samples, records)
+    cut = sum(r["finish_reason"] == "length" for r in records)
+    return {"problems": len(rows), "samples": len(records), "completion_tokens": generated,
+            "cap_hit_rate": round(cut / max(1, len(records)), 4),
+            "continued": sum("segments" in r for r in records),
+            "forced": sum(bool(r.get("forced")) for r in records),
+            "tokens_per_s": round(generated / max(seconds, 1e-9), 1)}
+
+
+def _sample_all(lm, rows: list[dict[str, Any]], params: Mapping[str, Any], log: Callable[[str], None]):
+    """(records, completion tokens, seconds): k answers per problem, identical problems and sample indices
+    for every model."""
     k, name, bench = params["samples"], params["model_name"], params["benchmark"]
-    rows = load_problems(problems, bench)
-    lm = LocalLM(model, threads)
     system = [{"role": "system", "content": effort_tag(params["effort_tag"], params["effort"])}] if params.get("effort") else []
     prompts = [lm.encode(lm.render(system + [{"role": "user", "content": r["prompt"]}])) for r in rows]
     order = sorted(range(len(rows)), key=lambda i: len(prompts[i]))  # similar lengths share a batch: less padding
@@ -75,11 +90,4 @@ def run(*, model: str, problems: str, out_samples: str, params: Mapping[str, Any
             records.append(record)
         done = min(b + per_batch, len(order))
         log(f"{name} on {bench}: {done}/{len(rows)} problems, {generated / (time.monotonic() - t0):.0f} tok/s")
-    records.sort(key=lambda r: (r["prompt_id"], r["sample_index"]))
-    write_jsonl(out_samples, records)
-    cut = sum(r["finish_reason"] == "length" for r in records)
-    return {"problems": len(rows), "samples": len(records), "completion_tokens": generated,
-            "cap_hit_rate": round(cut / max(1, len(records)), 4),
-            "continued": sum("segments" in r for r in records),
-            "forced": sum(bool(r.get("forced")) for r in records),
-            "tokens_per_s": round(generated / (time.monotonic() - t0), 1)}
+    return records, generated, time.monotonic() - t0
