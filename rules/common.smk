@@ -111,11 +111,12 @@ def benchmark_file(wildcards):
 
 BUDGETS = config["eval"].get("budget_force", {}).get("budgets", [])
 BUDGET_MODELS = config["eval"].get("budget_force", {}).get("models", MODELS)
+BUDGET_BENCHMARKS = config["eval"].get("budget_force", {}).get("benchmarks", config["eval"]["benchmarks"])
 
 
 def all_tables():
     tables = [f"{R}/tables/{b}.md" for b in config["eval"]["benchmarks"]]
-    tables += [f"{R}/tables/{b}-budgets.md" for b in config["eval"]["benchmarks"] if BUDGETS]
+    tables += [f"{R}/tables/{b}-budgets.md" for b in BUDGET_BENCHMARKS if BUDGETS]
     return tables + [f"{R}/cost/ledger.md"]
 
 

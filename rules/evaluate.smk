@@ -53,7 +53,7 @@ rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
     output:
         **tracked(graded=f"{R}/eval/{{run}}/graded.jsonl"),
     params:
-        p=as_json(),
+        p=as_json(letters=config["eval"].get("letters", "ABCD")),
     log:
         f"{R}/logs/grade-eval/{{run}}.log",
     shell:

@@ -18,7 +18,6 @@ from .ids import prompt_id
 from .io import write_jsonl
 from .sources import load_benchmark
 
-
 ANSWER_CUE = "\nThe answer is"  # after a forced end of thinking; the students' own answer phrasing
 
 

@@ -37,7 +37,7 @@ def run(*, graded: Mapping[str, str], dev: str, reported: Mapping[str, str], out
         if prefix != "merge" or not ratio:
             raise DataError(f"select: '{name}' is not a merge-<ratio> model")
         weights[name] = float(ratio)
-    accuracy = {name: float(score_matrix(path)[1].mean()) for name, path in graded.items()}
+    accuracy = {name: float(score_matrix(path)[1].mean()) for name, path in graded.items()}  # [1]: correct
     chosen = choose(accuracy, weights)
     write_json(out_selection, {"selected": chosen, "tuned_weight": weights[chosen], "benchmark": params["benchmark"],
                                "accuracy": accuracy})

@@ -20,11 +20,16 @@ from .stats import Comparison, holm_comparisons, mcnemar_exact, paired_bootstrap
 VERDICT = {"a": "better", "b": "worse", "tie": "tie"}
 
 
-def score_matrix(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray]:
-    """(problem index, correct, completion tokens, capped) of one model, each [problems, samples];
-    capped marks answers still cut off at the overall token limit."""
+def score_matrix(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
+    """(problem index, correct, completion tokens, capped, excluded) of one model, the arrays
+    [problems, samples]; capped marks answers still cut off at the overall token limit. Problems whose
+    gold answer does not parse are excluded (a benchmark bug, not a wrong answer) and counted."""
     cells: dict[tuple[str, int], tuple[float, int, bool]] = {}
+    excluded = set()
     for rec in iter_jsonl(path, required=("prompt_id", "sample_index", "grade", "completion_tokens")):
+        if rec["grade"].get("status") == "gold_unparseable":
+            excluded.add(rec["prompt_id"])
+            continue
         cells[(rec["prompt_id"], rec["sample_index"])] = (
             float(bool(rec["grade"]["correct"])), rec["completion_tokens"], rec.get("finish_reason") == "length")
     problems = sorted({p for p, _ in cells})
@@ -37,7 +42,7 @@ def score_matrix(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.
     for (p, s), (c, t, cut) in cells.items():
         i, j = index[p], samples.index(s)
         score[i, j], tokens[i, j], capped[i, j] = c, t, cut
-    return index, score, tokens, capped
+    return index, score, tokens, capped, len(excluded)
 
 
 def _fmt(c: Comparison | None) -> tuple[str, str]:
@@ -85,7 +90,7 @@ def run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, out_latex
             raise DataError(f"tables: reference model '{ref}' has no graded samples (have {sorted(graded)})")
     mats = {name: score_matrix(path) for name, path in graded.items()}
     ref_index, ref_shape = mats[base][0], mats[base][1].shape
-    for name, (index, score, _, _) in mats.items():
+    for name, (index, score, *_) in mats.items():
         if index != ref_index or score.shape != ref_shape:
             raise DataError(f"tables: model '{name}' was not evaluated on the same problems and sample indices "
                             f"as '{base}' ({score.shape} vs {ref_shape}); pairing is impossible")
@@ -98,7 +103,7 @@ def run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, out_latex
     corrected = dict(zip(pairs, holm_comparisons(raw)))
     single = ref_shape[1] == 1
     rows = []
-    for name, (_, score, tokens, capped) in mats.items():
+    for name, (_, score, tokens, capped, _) in mats.items():
         mark = f" (chosen on {chosen['benchmark']})" if chosen and chosen["selected"] == name else ""
         rows.append({"model": name, "label": name + mark, "accuracy": float(score.mean()),
                      "mean_tokens": float(tokens.mean()), "cap_hit": float(capped.mean()),
@@ -110,7 +115,8 @@ def run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, out_latex
                f"Δ: paired bootstrap over problems{' then samples' if two_level else ''} "
                f"({params['n_resamples']} resamples), {pct}% CI; Holm's correction across the {len(pairs)} "
                "comparisons of this table; a difference is a tie unless its CI excludes 0 and it survives Holm."
-               + (" McNemar's exact p in the CSV." if single else ""))
+               + (" McNemar's exact p in the CSV." if single else "")
+               + (f" {mats[base][4]} problems with an unparseable gold answer excluded." if mats[base][4] else ""))
     header = (f"| model | accuracy | mean tokens | cap hit | Δ vs {base} [{pct}% CI] | vs {base} | "
               f"Δ vs {tuned} [{pct}% CI] | vs {tuned} |")
     lines = [f"### {caption}", "", header, "|" + "---|" * 8]
@@ -136,23 +142,33 @@ def run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, out_latex
     write_text(out_markdown, "\n".join(lines) + "\n")
     write_text(out_csv, buf.getvalue())
     write_text(out_latex, _latex(rows, refs, caption, f"tab:{params['benchmark']}"))
-    _plot(rows, out_plot, params["benchmark"])
+    _plot(rows, out_plot, params["benchmark"], base, tuned)
     log("\n" + "\n".join(lines))
     return {"models": len(rows), "accuracy": {r["model"]: round(r["accuracy"], 4) for r in rows},
             "cap_hit_rate": {r["model"]: round(r["cap_hit"], 4) for r in rows}}
 
 
-def _plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
+def _plot(rows: list[dict[str, Any]], path: str, title: str, base: str, tuned: str) -> None:
+    """Accuracy against mean tokens, and the merge-ratio sweep (base at 0, the fine-tune at 1)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
+    fig, (ax, sweep) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=120)
     for r in rows:
         ax.scatter(r["mean_tokens"], r["accuracy"], s=36)
         ax.annotate(r["model"], (r["mean_tokens"], r["accuracy"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set(xlabel="mean response tokens", ylabel="accuracy", title=title, ylim=(-0.03, 1.03))
-    ax.grid(alpha=0.3)
+    ratio = {base: 0.0, tuned: 1.0} | {r["model"]: float(r["model"].split("-", 1)[1]) for r in rows
+                                       if r["model"].startswith("merge-")}
+    points = sorted((ratio[r["model"]], r["accuracy"], r["vs"][base]) for r in rows if r["model"] in ratio)
+    sweep.plot([p[0] for p in points], [p[1] for p in points], marker="o")
+    for x, y, c in points:  # the CI of the difference from base, drawn around the point
+        if c is not None:
+            sweep.errorbar(x, y, yerr=[[c.delta - c.low], [c.high - c.delta]], fmt="none", capsize=3, color="grey")
+    sweep.set(xlabel="fine-tuned weight in the merge", ylabel="accuracy", title="merge-ratio sweep", ylim=(-0.03, 1.03))
+    for a in (ax, sweep):
+        a.grid(alpha=0.3)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")

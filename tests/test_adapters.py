@@ -9,7 +9,7 @@ from stillroom.io import write_jsonl
 from stillroom.student import build_model, train_tokenizer
 from stillroom.train import train_sft
 
-from .test_train import synthetic_rows
+from .conftest import synthetic_rows
 
 MOE = dict(family="qwen3_moe", hidden_size=32, intermediate_size=64, moe_intermediate_size=32, num_experts=4,
            num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,

@@ -9,8 +9,6 @@ from stillroom.decoding import END_THINK, budget_force, continue_truncated
 from stillroom.io import read_jsonl, write_jsonl
 from stillroom.local_lm import LocalLM, Sample
 
-from .test_train import setup  # noqa: F401 (fixture)
-
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "seed": 0}
 
 

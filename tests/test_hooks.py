@@ -9,8 +9,6 @@ from stillroom.hooks import WeightHooks, renorm_rows, sample_options
 from stillroom.merge import interpolate
 from stillroom.train import check_params, train_sft
 
-from .test_train import setup  # noqa: F401 (fixture)
-
 RENORM = [{"fn": "renorm_rows", "match": [r"self_attn\.q_proj\.weight$"], "dim": -1, "norm": 1.0}]
 
 

@@ -11,8 +11,6 @@ from safetensors.torch import load_file
 from stillroom.launch import check_distributed, command, job_port
 from stillroom.train import run as train_stage
 
-from .test_train import setup, synthetic_rows  # noqa: F401 (fixture)
-
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 

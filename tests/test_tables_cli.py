@@ -120,3 +120,19 @@ def test_redact_and_directory_digest(tmp_path):
     assert set(first["files"]) == {"x.bin"}
     (tmp_path / "d" / "x.bin").write_bytes(b"2")
     assert digest(tmp_path / "d")["sha256"] != first["sha256"]
+
+
+def test_problems_with_an_unparseable_gold_are_excluded_not_wrong(tmp_path):
+    graded = {"base": _graded(tmp_path / "b.jsonl", 0.3, seed=1), "sft": _graded(tmp_path / "s.jsonl", 0.6, seed=2)}
+    for path in graded.values():
+        rows = [json.loads(line) for line in open(path)]
+        for r in rows:
+            if r["prompt_id"] == "p007":
+                r["grade"] = {"correct": False, "status": "gold_unparseable"}
+        write_jsonl(path, rows)
+    out = {k: str(tmp_path / f"t.{k}") for k in ("md", "csv", "tex", "png")}
+    m = tables.run(graded=graded, out_markdown=out["md"], out_csv=out["csv"], out_latex=out["tex"],
+                   out_plot=out["png"], params=PARAMS, log=lambda _: None)
+    md = open(out["md"]).read()
+    assert "119 problems" in md and "1 problems with an unparseable gold answer excluded" in md
+    assert m["models"] == 2

@@ -1,42 +1,14 @@
 import json
-import random
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from stillroom.conversations import load_conversations
-from stillroom.io import DataError, write_jsonl
-from stillroom.student import build_model, train_tokenizer
+from stillroom.io import DataError
 from stillroom.train import build_trainer, check_params, collate_packed_rows, train_sft
 
-MODEL = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=16, max_position_embeddings=512, tie_word_embeddings=True)
-
-
-def synthetic_rows(n=200, seed=0):
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        a, b = rng.randint(0, 20), rng.randint(0, 20)
-        messages = [{"role": "system", "content": "Think, then answer."}] if i % 3 == 0 else []
-        messages += [
-            {"role": "user", "content": f"What is {a} + {b}?"},
-            {"role": "assistant", "content": f"<think>{a} + {b} = {a + b}.</think>\nThe answer is \\boxed{{{a + b}}}."},
-        ]
-        rows.append({"id": f"ex-{i}", "messages": messages, "teacher": "procedural", "effort": "low"})
-    return rows
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("train")
-    rows = synthetic_rows()
-    write_jsonl(root / "train.jsonl", rows)
-    texts = [m["content"] for r in rows for m in r["messages"]]
-    train_tokenizer(texts, root / "tokenizer", vocab_size=320)
-    build_model(root / "tokenizer", root / "base", model=MODEL, seed=0)
-    return root
+from .conftest import synthetic_rows
 
 
 def logits(model, ids, **kwargs):
