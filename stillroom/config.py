@@ -75,6 +75,12 @@ def cross_check(config: Mapping[str, Any]) -> None:
             problems.append(f"eval.benchmarks.{i}: '{name}' needs heldout.{'size' if name == 'heldout' else 'dev_size'} > 0")
         if name not in splits and name not in config["benchmarks"]:
             problems.append(f"eval.benchmarks.{i}: '{name}' is neither 'heldout', 'dev' nor a key of benchmarks")
+    force = config["eval"].get("budget_force", {})
+    models = ["base", "sft"] + [f"merge-{r}" for r in config["merge"]["ratios"]]
+    for key, known in (("models", models), ("benchmarks", config["eval"]["benchmarks"])):
+        for i, name in enumerate(force.get(key, [])):
+            if name not in known:
+                problems.append(f"eval.budget_force.{key}.{i}: '{name}' is not one of {', '.join(map(str, known))}")
     select_on = config["merge"].get("select_on")
     if select_on is not None:
         if select_on in config["eval"]["benchmarks"]:

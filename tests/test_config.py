@@ -22,6 +22,8 @@ def test_default_config_is_valid():
     (lambda c: c["eval"].update(benchmarks=["aime"]), r"eval.benchmarks.0: 'aime' is neither"),
     (lambda c: c["student"].update(effort_tag="{effort}"), r"student.effort_tag: .* does not match"),
     (lambda c: c["sources"].append({"name": "x", "kind": "jsonl"}), r"sources.3 \(x\): kind 'jsonl' needs key 'path'"),
+    (lambda c: c["eval"]["budget_force"].update(models=["sft", "merge-0.9"]),
+     r"eval.budget_force.models.1: 'merge-0.9' is not one of base, sft, merge-0.3"),
     (lambda c: c["merge"].update(select_on="heldout"), r"merge.select_on: 'heldout' is also a reported benchmark"),
     (lambda c: c["heldout"].update(dev_size=0), r"merge.select_on: 'dev' needs heldout.dev_size > 0"),
     (lambda c: c["merge"].update(select_on="aime"), r"merge.select_on: 'aime' is neither 'dev' nor"),
