@@ -87,3 +87,13 @@ def setup(tmp_path_factory):
     train_tokenizer(texts, root / "tokenizer", vocab_size=320)
     build_model(root / "tokenizer", root / "base", model=MODEL, seed=0)
     return root
+
+
+@pytest.fixture(scope="session")
+def done(tmp_path_factory):
+    """The small workflow, run for real once per session (the pipeline and audit tests read it; the audit
+    tests tamper with a copy)."""
+    workdir = tmp_path_factory.mktemp("pipeline")
+    cfg = small_config()
+    proc = run_snakemake(workdir, cfg)
+    return workdir, cfg, proc

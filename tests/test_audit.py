@@ -12,14 +12,12 @@ from stillroom.audit import audit, format_tree
 from stillroom.cli import main
 from stillroom.provenance import digest, now, sidecar_path, write_sidecars
 
-from .test_pipeline import done  # noqa: F401  (the real run, once per module)
-
 TABLE = "results/small/tables/heldout.md"
 slow = pytest.mark.slow
 
 
 @pytest.fixture
-def run(done, tmp_path):  # noqa: F811
+def run(done, tmp_path):
     """A private copy of the finished run; sidecar paths are relative to it."""
     workdir, _, _ = done
     shutil.copytree(workdir / "results", tmp_path / "run" / "results", symlinks=True)

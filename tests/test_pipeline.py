@@ -9,17 +9,9 @@ import pytest
 from stillroom.io import read_json, read_jsonl
 from stillroom.provenance import digest, sidecar_path
 
-from .conftest import run_snakemake, small_config
+from .conftest import run_snakemake
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def done(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("pipeline")
-    cfg = small_config()
-    proc = run_snakemake(workdir, cfg)
-    return workdir, cfg, proc
 
 
 def scheduled(proc) -> dict[str, int]:
@@ -69,7 +61,8 @@ def test_tables_compare_every_model_with_base_and_tuned(done):
         assert f"| {model} |" in md
     assert "| merge-0.5 (chosen on dev) |" in md and "Merge ratio chosen on `dev`" in md
     rows = (workdir / "results" / "small" / "tables" / "heldout.csv").read_text().splitlines()
-    assert rows[0].startswith("benchmark,model,problems,samples,accuracy,mean_tokens,reference,delta,ci_low,ci_high,verdict")
+    assert rows[0] == ("benchmark,model,problems,samples,accuracy,mean_tokens,cap_hit_rate,reference,delta,ci_low,"
+                       "ci_high,p_value,p_holm,verdict,mcnemar_p")
     assert len(rows) == 1 + 3 * 2
 
 
