@@ -74,8 +74,13 @@ ruleorder: budget_tables > tables  # "tables/{bench}.md" would also match "table
 # The cost ledger: API tokens x price per teacher and effort, GPU-hours per stage x config's rate.
 def cost_artifacts():
     gen = {f"gen-{e}-{s}": f"{R}/gen/{TEACHER}/{e}/shard-{s}.jsonl" for e in EFFORTS for s in shards_of(e)}
-    evals = {f"eval-{m}-{b}": f"{R}/eval/{m}/{b}/samples.jsonl" for m in MODELS for b in config["eval"]["benchmarks"]}
-    return {**gen, "train": f"{R}/ckpt/sft", **evals}
+    benches = config["eval"]["benchmarks"] + ([SELECT_ON] if SELECT_ON else [])
+    evals = {f"eval-{m}-{b}": f"{R}/eval/{m}/{b}/samples.jsonl" for m in MODELS for b in benches
+             if b in config["eval"]["benchmarks"] or m.startswith("merge-")}
+    budgets = {f"budget-{m}-{b}-{B}": f"{R}/eval/{m}/{b}/budget-{B}/samples.jsonl"
+               for m in BUDGET_MODELS for b in BUDGET_BENCHMARKS for B in BUDGETS}
+    merges = {f"merge-{r}": f"{R}/ckpt/merge-{r}" for r in RATIOS}
+    return {**gen, "train": f"{R}/ckpt/sft", **merges, **evals, **budgets}
 
 
 rule cost:

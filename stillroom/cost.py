@@ -50,12 +50,18 @@ def ledger(artifacts: Mapping[str, str], params: Mapping[str, Any],
     gpu: dict[str, dict[str, Any]] = defaultdict(lambda: {"jobs": 0, "gpu_hours": 0.0, "source": set()})
     seen = set()
     rate, gpus_per_rule = params.get("gpu_hour_usd", 0.0), params.get("gpus", {})
+    sidecars = []
     for path in artifacts.values():
         prov = read_sidecar(path)
         job = (prov["rule"], prov["started_at"], prov.get("host"))
-        if job in seen:
-            continue
-        seen.add(job)
+        if job not in seen:
+            seen.add(job)
+            sidecars.append(prov)
+    # Jobs run inside one allocation (salloc, or snakemake within an sbatch) share its SLURM job id, and sacct
+    # would bill each of them the whole allocation: take sacct only for ids that belong to one job.
+    ids = [p.get("slurm_job_id") for p in sidecars if p.get("slurm_job_id")]
+    own = {i for i in ids if ids.count(i) == 1}
+    for prov in sidecars:
         metrics = prov.get("metrics", {})
         if prov["stage"] == "generate":
             p = prov["params"]
@@ -65,7 +71,7 @@ def ledger(artifacts: Mapping[str, str], params: Mapping[str, Any],
                 for key in ("prompt_tokens", "completion_tokens", "cost_usd"):
                     row[key] += m.get(key, 0)
                 row["jobs"] += 1
-        measured = usage(prov["slurm_job_id"]) if prov.get("slurm_job_id") else None
+        measured = usage(prov["slurm_job_id"]) if prov.get("slurm_job_id") in own else None
         if measured:
             seconds, n_gpus = measured
             source = "sacct"

@@ -55,7 +55,7 @@ def run(*, model: str, problems: str, out_samples: str, params: Mapping[str, Any
     cut = sum(r["finish_reason"] == "length" for r in records)
     return {"problems": len(rows), "samples": len(records), "completion_tokens": generated,
             "cap_hit_rate": round(cut / max(1, len(records)), 4),
-            "continued": sum("segments" in r for r in records),
+            "continued": sum("segments" in r and not r.get("forced") for r in records),
             "forced": sum(bool(r.get("forced")) for r in records),
             "tokens_per_s": round(generated / max(seconds, 1e-9), 1)}
 

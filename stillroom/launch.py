@@ -11,6 +11,7 @@ again, and unlike accelerate's FSDP it also runs on CPU with gloo (measured).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -74,8 +75,12 @@ def load_kwargs(params: Mapping[str, Any], layout: Mapping[str, Any]) -> dict[st
     if sharded(params, layout):
         from transformers.distributed import DistributedConfig
 
+        import torch
+
+        # On GPU, FSDP2 computes in bf16 over float32 shards (mixed precision); gloo on CPU stays float32.
         return {"distributed_config": DistributedConfig(fsdp_size=layout["fsdp_size"],
-                                                        dp_replicate_size=layout["dp_replicate_size"])}
+                                                        dp_replicate_size=layout["dp_replicate_size"],
+                                                        fsdp_mixed_precision=torch.cuda.is_available())}
     if params.get("device_map") is None:
         return {}
     kwargs: dict[str, Any] = {"device_map": params["device_map"]}
@@ -97,9 +102,9 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def job_port(job_id: str | int) -> int:
-    """A rendezvous port per SLURM job: jobs sharing a node do not collide."""
-    return BASE_PORT + int(job_id) % PORT_RANGE
+def job_port(job: str) -> int:
+    """A rendezvous port per (SLURM job, launcher): jobs sharing a node do not collide."""
+    return BASE_PORT + int(hashlib.sha256(job.encode()).hexdigest(), 16) % PORT_RANGE
 
 
 def first_host(nodelist: str) -> str:
@@ -113,6 +118,7 @@ def command(layout: Mapping[str, Any], worker: list[str], env: Mapping[str, str]
     """The command that starts ``worker`` on every process of ``layout``."""
     nproc = f"--nproc-per-node={layout['gpus_per_node']}"
     torchrun = [sys.executable, "-m", "torch.distributed.run"]  # torchrun of this very environment
+    job = f"{env.get('SLURM_JOB_ID')}-{os.getpid()}"  # two trainings in one allocation: two rendezvous
     if "SLURM_JOB_ID" not in env:
         if layout["nodes"] > 1:
             raise ValueError(f"train.distributed.nodes is {layout['nodes']} but this is not a SLURM job: "
@@ -122,10 +128,10 @@ def command(layout: Mapping[str, Any], worker: list[str], env: Mapping[str, str]
     if nodes != layout["nodes"]:
         raise ValueError(f"train.distributed.nodes is {layout['nodes']} but SLURM job {env['SLURM_JOB_ID']} "
                          f"has {nodes} node(s)")
-    endpoint = f"{host_of(env['SLURM_JOB_NODELIST'])}:{job_port(env['SLURM_JOB_ID'])}"
+    endpoint = f"{host_of(env['SLURM_JOB_NODELIST'])}:{job_port(job)}"
     return ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             *torchrun, f"--nnodes={nodes}", nproc, "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={env['SLURM_JOB_ID']}", *worker]
+            f"--rdzv-id={job}", *worker]
 
 
 def _terminate_with_parent() -> None:
@@ -139,8 +145,13 @@ def _terminate_with_parent() -> None:
 
 
 def spawn(layout: Mapping[str, Any], kwargs: Mapping[str, Any], log: Callable[[str], Any]) -> dict[str, Any]:
-    """Run ``train.train_sft(**kwargs)`` on every process of ``layout``; return rank 0's metrics."""
-    with tempfile.TemporaryDirectory(prefix="stillroom-launch-") as tmp:
+    """Run ``train.train_sft(**kwargs)`` on every process of ``layout``; return rank 0's metrics.
+
+    The spec and the metrics live beside the output, on the filesystem every node shares (a node-local
+    /tmp would not reach the other nodes, nor necessarily the node where global rank 0 runs)."""
+    beside = Path(str(kwargs["out_dir"]).rstrip("/")).parent
+    beside.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".launch-", dir=beside) as tmp:
         spec, metrics = Path(tmp) / "spec.json", Path(tmp) / "metrics.json"
         spec.write_text(json.dumps({**kwargs, "metrics": str(metrics)}))
         cmd = command(layout, ["-m", "stillroom.launch", str(spec)])  # torchrun runs a module with -m

@@ -62,7 +62,10 @@ class ServedLM:
                 text = choice.get("text") or ""
                 ids = self.encode(text)
                 used = (data.get("usage") or {}).get("completion_tokens", len(ids))
-                reason = "length" if choice.get("finish_reason") == "length" else "stop"
+                finish = choice.get("finish_reason")
+                if finish not in ("stop", "length", "eos"):  # an abort or error is no finished answer
+                    raise RuntimeError(f"{self.base_url}/completions: finish_reason {finish!r} for prompt {i}")
+                reason = "length" if finish == "length" else "stop"
                 return Sample(text, reason, lengths[i], used, ids)
 
             return list(await asyncio.gather(*(one(i) for i in range(len(texts)))))

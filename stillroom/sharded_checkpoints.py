@@ -9,8 +9,11 @@ Trainer's own resume then restores the step and data position, and this callback
 
 from __future__ import annotations
 
+import random
 import shutil
 from pathlib import Path
+
+import numpy as np
 
 
 def _states(model, optimizer) -> dict:
@@ -49,6 +52,12 @@ def sharded_checkpoints(directory: Path, every: int, resume: str | None, keep: i
                 return
             target = directory / f"checkpoint-{state.global_step}"
             dcp.save(_states(model, optimizer), checkpoint_id=target / "dcp")
+            # Each rank's RNG state, in the Trainer's own file layout so its resume restores it (dropout).
+            rng = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+            if torch.cuda.is_available():
+                rng["cuda"] = torch.cuda.random.get_rng_state_all()
+            torch.save(rng, target / f"rng_state_{dist.get_rank()}.pth")
+            dist.barrier()  # every rank's files are in before rank 0 marks the checkpoint complete
             if dist.get_rank() == 0:
                 torch.save(lr_scheduler.state_dict(), target / "scheduler.pt")
                 state.save_to_json(str(target / "trainer_state.json"))  # written last: marks it complete

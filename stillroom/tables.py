@@ -7,6 +7,7 @@ sample indices; a difference whose confidence interval contains 0 is reported as
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -51,10 +52,20 @@ def _fmt(c: Comparison | None) -> tuple[str, str]:
     return f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]", VERDICT[c.verdict]
 
 
+def _mirrored(c: Comparison) -> Comparison:
+    """The same comparison seen from the other side."""
+    return dataclasses.replace(c, mean_a=c.mean_b, mean_b=c.mean_a, delta=-c.delta, low=-c.high, high=-c.low,
+                               verdict={"a": "b", "b": "a", "tie": "tie"}[c.verdict])
+
+
 def _latex(rows: list[dict[str, Any]], refs: tuple[str, str], caption: str, label: str) -> str:
     """A booktabs table of the same rows."""
-    def esc(text: str) -> str:
-        return text.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
+    special = {"\\": "\\textbackslash{}", "&": "\\&", "%": "\\%", "$": "\\$", "#": "\\#", "_": "\\_",
+               "{": "\\{", "}": "\\}", "~": "\\textasciitilde{}", "^": "\\textasciicircum{}",
+               "Δ": "$\\Delta$", "×": "$\\times$"}
+
+    def esc(text: str) -> str:  # pdflatex-safe: specials escaped, the caption's Unicode as math
+        return "".join(special.get(ch, ch) for ch in text)
 
     def cell(c: Comparison | None) -> str:
         if c is None:
@@ -98,9 +109,11 @@ def run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, out_latex
     boot = {"n_resamples": params["n_resamples"], "confidence": params["confidence"], "seed": params["seed"],
             "two_level": two_level}
     refs = (base, tuned)
-    pairs = [(name, ref) for name in mats for ref in refs if name != ref]
+    # One family for Holm: every distinct comparison once (base vs sft appears in both columns, mirrored).
+    pairs = [(name, ref) for name in mats for ref in refs if name != ref and (name, ref) != (base, tuned)]
     raw = [paired_bootstrap(mats[name][1], mats[ref][1], **boot) for name, ref in pairs]
     corrected = dict(zip(pairs, holm_comparisons(raw)))
+    corrected[(base, tuned)] = _mirrored(corrected[(tuned, base)])
     single = ref_shape[1] == 1
     rows = []
     for name, (_, score, tokens, capped, _) in mats.items():
@@ -182,13 +195,15 @@ def budget_run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, ou
     rows = []
     for name, path in graded.items():
         model, _, budget = name.rpartition("@")
-        recs = list(iter_jsonl(path, required=("grade", "completion_tokens", "forced", "thinking_tokens")))
+        recs = [r for r in iter_jsonl(path, required=("grade", "completion_tokens", "forced", "thinking_tokens"))
+                if r["grade"].get("status") != "gold_unparseable"]  # a benchmark bug, not a wrong answer
         if not recs:
             raise DataError(f"{path}: no graded samples")
+        thought = [r["thinking_tokens"] for r in recs if r["thinking_tokens"] is not None]
         rows.append({"model": model, "budget": int(budget), "samples": len(recs),
                      "accuracy": float(np.mean([bool(r["grade"]["correct"]) for r in recs])),
                      "forced": float(np.mean([bool(r["forced"]) for r in recs])),
-                     "thinking": float(np.mean([r["thinking_tokens"] or 0 for r in recs])),
+                     "thinking": float(np.mean(thought)) if thought else float("nan"),
                      "tokens": float(np.mean([r["completion_tokens"] for r in recs]))})
     rows.sort(key=lambda r: (r["model"], r["budget"]))
     lines = [f"### {params['benchmark']}: accuracy against thinking budget (budget forcing: thinking closed at "

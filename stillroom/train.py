@@ -63,6 +63,10 @@ def check_params(params: Mapping) -> dict[str, Any]:
         raise ValueError(f"training param warmup_ratio must be in [0, 1), got {p['warmup_ratio']!r}")
     if p["dtype"] not in DTYPES:
         raise ValueError(f"train.dtype: {p['dtype']!r} is not one of {', '.join(DTYPES)}")
+    if p["dtype"] == "bfloat16" and p["method"] == "full":
+        raise ValueError("train.dtype bfloat16 with method full trains bf16 weights without a float32 master copy: "
+                         "updates below half a bf16 step (most, at lr 1e-5) are lost. Use dtype auto "
+                         "(float32 weights, bf16 compute on GPU)")
     p["lora"] = check_lora(p)
     p["distributed"] = check_distributed(p)
     if p["weight_hooks"] and p["method"] != "full":
@@ -134,9 +138,13 @@ def collate_packed_rows(examples: list[dict], *, pad_token_id: int, flatten: boo
 
 
 def _dtype(params: Mapping, cuda: bool):
+    """Storage dtype of the loaded weights. Trained weights stay float32 (bf16 compute comes from autocast
+    or FSDP2 mixed precision): a bf16 master copy loses every update below half a bf16 step, which at
+    lr 1e-5 is nearly all of them. Only a frozen adapter base is stored in bf16 on GPU."""
     import torch
 
-    name = params["dtype"] if params["dtype"] != "auto" else "bfloat16" if cuda else "float32"
+    name = params["dtype"] if params["dtype"] != "auto" else (
+        "bfloat16" if cuda and params["method"] != "full" else "float32")
     return getattr(torch, name)
 
 
@@ -190,7 +198,7 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
         packing_strategy="bfd",
         assistant_only_loss=True,
         use_cpu=not cuda,
-        bf16=cuda and _dtype(params, cuda) == torch.bfloat16,
+        bf16=cuda,  # bf16 autocast on GPU, whatever the storage dtype
         include_num_input_tokens_seen="non_padding",
         # Sharded runs checkpoint through their own callback (see sharded_checkpoints.py)
         save_strategy="steps" if params["save_steps"] and not sharded else "no",
@@ -216,23 +224,30 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
     return trainer
 
 
-def _last_checkpoint(checkpoints: Path, fingerprint: Mapping, log) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
+def _last_checkpoint(checkpoints: Path, fingerprint: Mapping, log, main: bool = True) -> str | None:
+    """The newest complete checkpoint made with this fingerprint. Only the main rank deletes stale or
+    incomplete ones (the others read the same directory and come to the same answer), so no rank can
+    remove what another has just written."""
     if not checkpoints.is_dir():
         return None
     saved = checkpoints / "fingerprint.json"
     if not saved.exists() or json.loads(saved.read_text()) != json.loads(json.dumps(fingerprint)):
-        log(f"discarding checkpoints in {checkpoints}: made with other params or inputs")
-        shutil.rmtree(checkpoints, ignore_errors=True)  # every rank of a sharded run gets here
+        if main:
+            log(f"discarding checkpoints in {checkpoints}: made with other params or inputs")
+            shutil.rmtree(checkpoints, ignore_errors=True)
         return None
-    # A kill during a save leaves a checkpoint without trainer_state.json (transformers writes it last): drop it.
-    while (last := get_last_checkpoint(str(checkpoints))) and not (Path(last) / "trainer_state.json").exists():
-        log(f"discarding incomplete {last}")
-        shutil.rmtree(last, ignore_errors=True)
-    if last:
-        log(f"resuming from {last}")
-    return last
+    found = sorted((p for p in checkpoints.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+                   key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+    for candidate in found:
+        # A kill during a save leaves no trainer_state.json: it is written last (by transformers, and by
+        # sharded_checkpoints after every rank's shards and RNG state are in).
+        if (candidate / "trainer_state.json").exists():
+            log(f"resuming from {candidate}")
+            return str(candidate)
+        if main:
+            log(f"discarding incomplete {candidate}")
+            shutil.rmtree(candidate, ignore_errors=True)
+    return None
 
 
 def _gather_state(model) -> dict:
@@ -245,10 +260,13 @@ def _gather_state(model) -> dict:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def _adapter_state(model, state: dict | None) -> dict | None:
-    from peft import get_peft_model_state_dict
+def _gather_adapter(model) -> dict:
+    """The LoRA tensors of an FSDP2-sharded PEFT model, whole, on CPU; every rank must call it. Only the
+    adapter crosses the network: gathering the base too would be the full model in one process."""
+    from torch.distributed.tensor import DTensor
 
-    return None if state is None else get_peft_model_state_dict(model, state_dict=state)
+    return {name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
+            for name, p in model.named_parameters() if "lora_" in name}
 
 
 def _unsharded(model, state: dict):
@@ -263,6 +281,7 @@ def _unsharded(model, state: dict):
         plain = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
     plain.load_state_dict(state, assign=True)
     plain.tie_weights()
+    plain.generation_config = model.generation_config  # from_config would derive a bare one from config.json
     return plain
 
 
@@ -296,7 +315,7 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
     fingerprint, last = None, None
     if p["save_steps"]:
         fingerprint = {"params": p, "base": digest(base_dir)["sha256"], "dataset": digest(dataset_path)["sha256"]}
-        last = _last_checkpoint(checkpoints, fingerprint, log)
+        last = _last_checkpoint(checkpoints, fingerprint, log, main)
     sampled: dict[str, dict] = {}
     callbacks = [progress_callback(log)] if main else []
     hooks = WeightHooks(p["weight_hooks"])
@@ -312,18 +331,20 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
         packed = trainer.train_dataset
         real = sum(len(ids) for ids in packed["input_ids"])
         start = time.perf_counter()
-        if p["save_steps"]:
+        if p["save_steps"] and main:
             checkpoints.mkdir(parents=True, exist_ok=True)
             write_json(checkpoints / "fingerprint.json", fingerprint)
         trainer.train(resume_from_checkpoint=last)
         seconds = time.perf_counter() - start
         model = trainer.accelerator.unwrap_model(trainer.model)
-        state = _gather_state(model) if launch.sharded(p, p["distributed"]) else None
+        state = None
+        if launch.sharded(p, p["distributed"]):
+            state = _gather_adapter(model) if p["lora"] else _gather_state(model)
         if main:
             if p["lora"]:
                 # Keep the adapter, and give later stages the adapter merged into the full-precision base:
                 # for QLoRA that is the original bf16/fp32 base, not the NF4 weights trained against.
-                model.save_pretrained(tmp / "adapter", state_dict=_adapter_state(model, state))
+                model.save_pretrained(tmp / "adapter", state_dict=state)
                 model = merge_adapter(base_dir, tmp / "adapter")
             elif state is not None:
                 model = _unsharded(model, state)

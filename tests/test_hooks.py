@@ -35,6 +35,12 @@ def test_bad_hook_config_names_the_entry(specs, message):
         WeightHooks(specs)
 
 
+def test_full_fine_tunes_keep_float32_master_weights():
+    with pytest.raises(ValueError, match="without a float32 master copy"):
+        check_params({"method": "full", "dtype": "bfloat16"})
+    assert check_params({"method": "full", "dtype": "auto"})["dtype"] == "auto"
+
+
 def test_hooks_and_adapters_do_not_mix():
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj"]}
     with pytest.raises(ValueError, match="base is frozen"):

@@ -1,6 +1,7 @@
 """Process layout checks, the srun/torchrun command, and FSDP2 on 2 CPU ranks against 1 rank."""
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -47,10 +48,11 @@ def test_command_under_slurm_is_one_srun_task_per_node_with_a_per_job_rendezvous
     seen = []
     cmd = command(layout, ["w"], env=env, host_of=lambda nodelist: seen.append(nodelist) or "gpu07")
     assert seen == ["gpu[07-08]"]
+    job = f"123456-{os.getpid()}"
     assert cmd == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *TORCHRUN, "--nnodes=2",
-                   "--nproc-per-node=8", "--rdzv-backend=c10d", f"--rdzv-endpoint=gpu07:{job_port(123456)}",
-                   "--rdzv-id=123456", "w"]
-    assert job_port(123456) != job_port(123457)
+                   "--nproc-per-node=8", "--rdzv-backend=c10d", f"--rdzv-endpoint=gpu07:{job_port(job)}",
+                   f"--rdzv-id={job}", "w"]
+    assert job_port(job) != job_port("123457-1") and 20000 <= job_port(job) < 50000
     with pytest.raises(ValueError, match="has 3 node"):
         command(layout, ["w"], env={**env, "SLURM_NNODES": "3"}, host_of=lambda _: "gpu07")
 
@@ -142,3 +144,21 @@ def test_qlora_processes_are_data_parallel_replicas(setup, tmp_path):
     assert runs["two"]["losses"] == pytest.approx(runs["one"]["losses"], rel=1e-3)
     with pytest.raises(ValueError, match="cannot be FSDP-sharded"):
         check_distributed({**common, "distributed": {"gpus_per_node": 2, "fsdp_size": 2}})
+
+
+def test_lora_on_two_fsdp_ranks_saves_the_whole_adapter(setup, tmp_path):
+    """Only the adapter is gathered from the shards for the save; it matches one process's training."""
+    lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    common = {"method": "lora", "lora": lora, "lr": 5e-3, "max_steps": 4, "max_length": 128, "logging_steps": 1,
+              "seed": 0}
+    one = train_stage(base=str(setup / "base"), dataset=str(setup / "train.jsonl"), out_model=str(tmp_path / "one"),
+                      params={**common, "batch_size": 4}, threads=2, log=lambda _: None)
+    two = train_stage(base=str(setup / "base"), dataset=str(setup / "train.jsonl"), out_model=str(tmp_path / "two"),
+                      params={**common, "batch_size": 2, "distributed": {"gpus_per_node": 2}}, threads=2,
+                      log=lambda _: None)
+    assert two["losses"] == pytest.approx(one["losses"], rel=1e-3)
+    a = load_file(tmp_path / "one" / "adapter" / "adapter_model.safetensors")
+    b = load_file(tmp_path / "two" / "adapter" / "adapter_model.safetensors")
+    assert set(a) == set(b) and all(a[k].shape == b[k].shape for k in a)
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-3, atol=1e-4)

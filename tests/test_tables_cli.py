@@ -25,7 +25,7 @@ def test_tables_report_deltas_cis_and_ties(tmp_path):
     tables.run(graded=graded, out_markdown=out["md"], out_csv=out["csv"], out_latex=out["tex"], out_plot=out["png"],
                params=PARAMS, log=lambda _: None)
     md = open(out["md"]).read()
-    assert "Holm's correction across the 4 comparisons" in md
+    assert "Holm's correction across the 3 comparisons" in md
     sft_row = next(line for line in md.splitlines() if line.startswith("| sft |"))
     cells = [c.strip() for c in sft_row.split("|")[1:-1]]
     assert cells[3] == "0.000" and cells[5] == "better" and cells[6:] == ["—", "—"]  # no cap hits
