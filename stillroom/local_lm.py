@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -15,7 +16,23 @@ class Sample:
     token_ids: list[int] = field(default_factory=list, repr=False)  # the completion, for exact continuation
 
 
-class LocalLM:
+class ChatTokens:
+    """Prompt rendering and token round trips with the checkpoint's own tokenizer (``self.tok``), shared by
+    the in-process and the served model, so both build exactly the same prompts."""
+
+    tok: Any
+
+    def render(self, messages: Sequence[dict[str, str]]) -> str:
+        return self.tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=True)
+
+
+class LocalLM(ChatTokens):
     def __init__(self, path: str, threads: int = 1):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -32,15 +49,6 @@ class LocalLM:
         if self.eos is None or self.eos == self.tok.unk_token_id:
             self.eos = self.tok.eos_token_id
         self.name = path
-
-    def render(self, messages: Sequence[dict[str, str]]) -> str:
-        return self.tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
-
-    def encode(self, text: str) -> list[int]:
-        return self.tok(text, add_special_tokens=False)["input_ids"]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=True)
 
     def sample(self, prompts: Sequence[str], *, k: int = 1, temperature: float, top_p: float = 1.0,
                max_new_tokens: int, seed: int) -> list[list[Sample]]:

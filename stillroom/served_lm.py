@@ -17,12 +17,12 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from .local_lm import Sample
+from .local_lm import ChatTokens, Sample
 
 RETRIES = 4
 
 
-class ServedLM:
+class ServedLM(ChatTokens):
     def __init__(self, model_dir: str, base_url: str, model: str, *, concurrency: int = 64,
                  api_key: str | None = None, timeout_s: float = 3600.0):
         from transformers import AutoTokenizer
@@ -32,15 +32,6 @@ class ServedLM:
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout_s = timeout_s
         self.name = model
-
-    def render(self, messages: Sequence[dict[str, str]]) -> str:
-        return self.tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
-
-    def encode(self, text: str) -> list[int]:
-        return self.tok(text, add_special_tokens=False)["input_ids"]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=True)
 
     def complete(self, prefixes: Sequence[Sequence[int]], *, temperature: float, top_p: float = 1.0,
                  max_new_tokens: int, seed: int) -> list[Sample]:
