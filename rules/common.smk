@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 import stillroom.config
+from stillroom.cluster import backend_gpus, train_resources
 
 try:
     validate(config, schema="../config/schema.yaml")
@@ -19,6 +20,12 @@ stillroom.config.cross_check(config)  # references between sections, which a sch
 
 if shutil.which("stillroom") is None:
     raise WorkflowError("`stillroom` is not on PATH: run `make run`, or `source .venv/bin/activate` first")
+
+# profiles/slurm reads these; an unset one would reach sbatch as a literal "$NAME" partition or account.
+SLURM_ENV = ("SLURM_ACCOUNT", "STILLROOM_CPU_PARTITION", "STILLROOM_GPU_PARTITION")
+if getattr(workflow.executor_plugin, "name", None) == "slurm" and any(v not in os.environ for v in SLURM_ENV):
+    raise WorkflowError("profiles/slurm needs " + ", ".join(v for v in SLURM_ENV if v not in os.environ)
+                        + " in the environment (see profiles/slurm/profile.yaml; SLURM_ACCOUNT may be empty)")
 
 REPO = Path(workflow.basedir)
 EXP = config["experiment"]

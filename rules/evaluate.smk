@@ -1,6 +1,9 @@
 # Stages 9-10: k samples per problem for every model on the same problems, then grading.
 
 
+EVAL_GPUS = backend_gpus(config["eval"].get("backend") or {"backend": "hf"})  # in-process model: 1
+
+
 def eval_params(wildcards, **extra):
     ev = config["eval"]
     return as_json(model_name=wildcards.model, benchmark=wildcards.bench, samples=ev["samples"],
@@ -24,6 +27,9 @@ rule evaluate:
     params:
         p=eval_params,
     threads: 2
+    resources:
+        gpu=EVAL_GPUS,
+        nodes=1,
     log:
         f"{R}/logs/evaluate/{{model}}-{{bench}}.log",
     shell:
@@ -40,6 +46,9 @@ rule evaluate_budget:
     params:
         p=budget_params,
     threads: 2
+    resources:
+        gpu=EVAL_GPUS,
+        nodes=1,
     log:
         f"{R}/logs/evaluate/{{model}}-{{bench}}-budget-{{budget}}.log",
     shell:

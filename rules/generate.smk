@@ -17,6 +17,9 @@ rule generate:
         effort="|".join(e for e in EFFORTS if e not in GROUPED) or "^$",
     params:
         p=generation_params,
+    resources:
+        gpu=lambda wc: backend_gpus(config["teachers"][wc.teacher]),
+        nodes=1,
     log:
         f"{R}/logs/generate/{{teacher}}-{{effort}}-{{shard}}.log",
     shell:
@@ -35,6 +38,9 @@ for group in config["generation"].get("effort_groups", []):
             **tracked(**{e: f"{R}/gen/{{teacher}}/{e}/shard-{{shard}}.jsonl" for e in group}),
         params:
             p=functools.partial(generation_params, efforts=group),
+        resources:
+            gpu=lambda wc: backend_gpus(config["teachers"][wc.teacher]),
+            nodes=1,
         log:
             f"{R}/logs/generate/{{teacher}}-{'-'.join(group)}-{{shard}}.log",
         shell:

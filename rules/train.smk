@@ -50,6 +50,8 @@ rule train:
     params:
         p=as_json(**config["train"], weight_hooks=WEIGHT_HOOKS),
     threads: 2
+    resources:
+        **train_resources(config),  # nodes and GPUs follow train.distributed (stillroom/cluster.py)
     log:
         f"{R}/logs/train.log",
     shell:

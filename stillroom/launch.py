@@ -4,7 +4,7 @@ One launcher serves the train rule everywhere. World size 1 trains in the callin
 the stage re-runs itself as ``python -m stillroom.launch`` workers: under SLURM one ``srun`` task per
 node (``--ntasks-per-node=1``) starts ``torchrun`` with the allocation's node count, rendezvous (c10d)
 on the allocation's first host and a port derived from the job id, so two jobs sharing a node never
-collide; outside SLURM a local ``torchrun --standalone``. Sharding is transformers' own load-time
+collide; on one node (under SLURM or not) a local ``torchrun --standalone``. Sharding is transformers' own load-time
 FSDP2 (``DistributedConfig``): the Trainer then neither wraps the DTensor model in DDP nor shards it
 again, and unlike accelerate's FSDP it also runs on CPU with gloo (measured).
 """
@@ -37,30 +37,35 @@ def check_distributed(params: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("nodes", "gpus_per_node", "dp_replicate_size"):
         if isinstance(d[key], bool) or not isinstance(d[key], int) or d[key] < 1:
             raise ValueError(f"train.distributed.{key} must be an int >= 1, got {d[key]!r}")
-    world = d["nodes"] * d["gpus_per_node"]
-    if d["fsdp_size"] is None:
-        if world % d["dp_replicate_size"]:
-            raise ValueError(f"train.distributed.dp_replicate_size {d['dp_replicate_size']} does not divide the "
-                             f"world size {world} (nodes {d['nodes']} x gpus_per_node {d['gpus_per_node']})")
-        d["fsdp_size"] = world // d["dp_replicate_size"]
-    if d["fsdp_size"] * d["dp_replicate_size"] != world:
-        raise ValueError(f"train.distributed: fsdp_size {d['fsdp_size']} x dp_replicate_size "
-                         f"{d['dp_replicate_size']} must equal the world size {world} "
-                         f"(nodes {d['nodes']} x gpus_per_node {d['gpus_per_node']})")
-    d["world_size"] = world
+    device_map = params.get("device_map")
+    if device_map is not None:  # model parallel: one process spreads the layers over the node's GPUs
+        if d["nodes"] != 1 or dist.get("fsdp_size") or d["dp_replicate_size"] != 1:
+            raise ValueError("train.device_map model parallel runs as one process on one node, spreading layers "
+                             "over train.distributed.gpus_per_node GPUs: set nodes 1 and no fsdp_size / "
+                             "dp_replicate_size")
+        d.update(fsdp_size=1, world_size=1)
+    else:
+        world = d["nodes"] * d["gpus_per_node"]
+        if d["fsdp_size"] is None:
+            if world % d["dp_replicate_size"]:
+                raise ValueError(f"train.distributed.dp_replicate_size {d['dp_replicate_size']} does not divide the "
+                                 f"world size {world} (nodes {d['nodes']} x gpus_per_node {d['gpus_per_node']})")
+            d["fsdp_size"] = world // d["dp_replicate_size"]
+        if d["fsdp_size"] * d["dp_replicate_size"] != world:
+            raise ValueError(f"train.distributed: fsdp_size {d['fsdp_size']} x dp_replicate_size "
+                             f"{d['dp_replicate_size']} must equal the world size {world} "
+                             f"(nodes {d['nodes']} x gpus_per_node {d['gpus_per_node']})")
+        d["world_size"] = world
 
-    device_map, limit, max_memory = params.get("device_map"), params.get("gpu_memory_limit"), params.get("max_memory")
+    limit, max_memory = params.get("gpu_memory_limit"), params.get("max_memory")
     if limit is not None and max_memory is not None:
         raise ValueError("train.gpu_memory_limit and train.max_memory are exclusive: the limit sets max_memory "
                          "for every GPU; give one of them")
     if (limit is not None or max_memory is not None) and device_map is None:
         raise ValueError("train.gpu_memory_limit / train.max_memory only apply with train.device_map (model parallel)")
-    if params.get("load_in_4bit") and world > 1 and (dist.get("fsdp_size") or d["dp_replicate_size"] > 1):
+    if params.get("load_in_4bit") and d["world_size"] > 1 and (dist.get("fsdp_size") or d["dp_replicate_size"] > 1):
         raise ValueError("train.distributed.fsdp_size / dp_replicate_size with load_in_4bit: 4-bit weights cannot be "
                          "FSDP-sharded here, QLoRA processes are data-parallel replicas (or use train.device_map)")
-    if device_map is not None and world > 1:
-        raise ValueError(f"train.device_map model parallel runs as one process that spreads layers over the GPUs; "
-                         f"train.distributed asks for {world} processes (set nodes and gpus_per_node to 1)")
     return d
 
 
@@ -107,30 +112,36 @@ def job_port(job: str) -> int:
     return BASE_PORT + int(hashlib.sha256(job.encode()).hexdigest(), 16) % PORT_RANGE
 
 
-def first_host(nodelist: str) -> str:
-    """The first host of a SLURM node list (``node[01-04]`` -> ``node01``), expanded by scontrol."""
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], check=True, capture_output=True, text=True)
-    return out.stdout.split()[0]
+def slurm_allocation(job_id: str) -> tuple[int, list[str]]:
+    """Node count and host names of a running SLURM job, from scontrol. Not from the environment: the
+    executor's job step keeps only SLURM_JOB_ID of the allocation's variables."""
+    def scontrol(*args: str) -> str:
+        return subprocess.run(["scontrol", *args], check=True, capture_output=True, text=True).stdout
+
+    fields = dict(kv.split("=", 1) for kv in scontrol("show", "job", "-o", job_id).split() if "=" in kv)
+    return int(fields["NumNodes"].split("-")[0]), scontrol("show", "hostnames", fields["NodeList"]).split()
 
 
-def command(layout: Mapping[str, Any], worker: list[str], env: Mapping[str, str] = os.environ,
-            host_of: Callable[[str], str] = first_host) -> list[str]:
-    """The command that starts ``worker`` on every process of ``layout``."""
+def command(layout: Mapping[str, Any], worker: list[str], env: Mapping[str, str] = os.environ, cpus: int = 1,
+            allocation: Callable[[str], tuple[int, list[str]]] = slurm_allocation) -> list[str]:
+    """The command that starts ``worker`` on every process of ``layout``, with ``cpus`` CPUs per node."""
     nproc = f"--nproc-per-node={layout['gpus_per_node']}"
     torchrun = [sys.executable, "-m", "torch.distributed.run"]  # torchrun of this very environment
-    job = f"{env.get('SLURM_JOB_ID')}-{os.getpid()}"  # two trainings in one allocation: two rendezvous
-    if "SLURM_JOB_ID" not in env:
-        if layout["nodes"] > 1:
-            raise ValueError(f"train.distributed.nodes is {layout['nodes']} but this is not a SLURM job: "
-                             "multi-node training runs under sbatch/srun (snakemake --profile profiles/slurm)")
+    if layout["nodes"] == 1:
+        # One node needs no srun, under SLURM or not: the job (or the executor's one-task step around
+        # the rule) already holds the node's GPUs, and a nested srun would wait for the step's own CPUs.
         return [*torchrun, "--standalone", "--nnodes=1", nproc, *worker]
-    nodes = int(env.get("SLURM_NNODES", "1"))
+    if "SLURM_JOB_ID" not in env:
+        raise ValueError(f"train.distributed.nodes is {layout['nodes']} but this is not a SLURM job: multi-node "
+                         "training runs under sbatch (snakemake --profile profiles/slurm)")
+    job = f"{env['SLURM_JOB_ID']}-{os.getpid()}"  # two trainings in one allocation: two rendezvous
+    nodes, hosts = allocation(env["SLURM_JOB_ID"])
     if nodes != layout["nodes"]:
         raise ValueError(f"train.distributed.nodes is {layout['nodes']} but SLURM job {env['SLURM_JOB_ID']} "
                          f"has {nodes} node(s)")
-    endpoint = f"{host_of(env['SLURM_JOB_NODELIST'])}:{job_port(job)}"
-    return ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-            *torchrun, f"--nnodes={nodes}", nproc, "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+    # The step gets all of the job's GPUs by default, but only one CPU per task unless told.
+    return ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}", "--kill-on-bad-exit=1",
+            *torchrun, f"--nnodes={nodes}", nproc, "--rdzv-backend=c10d", f"--rdzv-endpoint={hosts[0]}:{job_port(job)}",
             f"--rdzv-id={job}", *worker]
 
 
@@ -144,7 +155,8 @@ def _terminate_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def spawn(layout: Mapping[str, Any], kwargs: Mapping[str, Any], log: Callable[[str], Any]) -> dict[str, Any]:
+def spawn(layout: Mapping[str, Any], kwargs: Mapping[str, Any], log: Callable[[str], Any],
+          cpus: int = 1) -> dict[str, Any]:
     """Run ``train.train_sft(**kwargs)`` on every process of ``layout``; return rank 0's metrics.
 
     The spec and the metrics live beside the output, on the filesystem every node shares (a node-local
@@ -154,7 +166,7 @@ def spawn(layout: Mapping[str, Any], kwargs: Mapping[str, Any], log: Callable[[s
     with tempfile.TemporaryDirectory(prefix=".launch-", dir=beside) as tmp:
         spec, metrics = Path(tmp) / "spec.json", Path(tmp) / "metrics.json"
         spec.write_text(json.dumps({**kwargs, "metrics": str(metrics)}))
-        cmd = command(layout, ["-m", "stillroom.launch", str(spec)])  # torchrun runs a module with -m
+        cmd = command(layout, ["-m", "stillroom.launch", str(spec)], cpus=cpus)  # torchrun runs a module with -m
         log(f"launching {layout['world_size']} processes: {shlex.join(cmd)}")
         # The workers' stderr goes straight to ours, which the rule's log collects.
         done = subprocess.run(cmd, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"},

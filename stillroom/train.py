@@ -382,4 +382,4 @@ def run(*, base: str, dataset: str, out_model: str, params: Mapping, threads: in
         return train_sft(base, dataset, out_model, params=params, threads=threads, log=log)
     per_process = max(1, threads // layout["gpus_per_node"])
     return launch.spawn(layout, {"base_dir": base, "dataset_path": dataset, "out_dir": out_model, "params": dict(params),
-                                 "threads": per_process}, log)
+                                 "threads": per_process}, log, cpus=threads)

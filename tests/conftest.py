@@ -40,12 +40,13 @@ def small_config() -> dict:
     return cfg
 
 
-def run_snakemake(workdir: Path, config: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def run_snakemake(workdir: Path, config: dict, *args: str, check: bool = True,
+                  env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real workflow in ``workdir`` with ``config`` (written to workdir/config.yaml)."""
     cfg_path = workdir / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
     bindir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ["PATH"]}
+    env = {**os.environ, **(env or {}), "PATH": bindir + os.pathsep + os.environ["PATH"]}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(cfg_path), "--cores", "2", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)

@@ -22,7 +22,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
     ({"distributed": {"nodes": 0}}, "nodes must be an int >= 1"),
     ({"device_map": "auto", "gpu_memory_limit": "70GiB", "max_memory": {0: "70GiB"}}, "are exclusive"),
     ({"gpu_memory_limit": "70GiB"}, "only apply with train.device_map"),
-    ({"device_map": "auto", "distributed": {"gpus_per_node": 8}}, "runs as one process"),
+    ({"device_map": "auto", "distributed": {"nodes": 2, "gpus_per_node": 8}}, "runs as one process on one node"),
 ])
 def test_layout_checks_name_the_key(params, message):
     with pytest.raises(ValueError, match=message):
@@ -40,21 +40,28 @@ def test_command_outside_slurm_is_standalone_torchrun():
     assert command(layout, ["w"], env={}) == [*TORCHRUN, "--standalone", "--nnodes=1", "--nproc-per-node=2", "w"]
     with pytest.raises(ValueError, match="not a SLURM job"):
         command(check_distributed({"distributed": {"nodes": 2}}), ["w"], env={})
+    # One node inside a SLURM job is the same: the executor's one-task step already holds the GPUs.
+    assert command(layout, ["w"], env={"SLURM_JOB_ID": "7", "SLURM_NNODES": "1"}) == command(layout, ["w"], env={})
+
+
+def test_device_map_is_one_process_over_the_nodes_gpus():
+    d = check_distributed({"device_map": "auto", "gpu_memory_limit": "125GiB", "distributed": {"gpus_per_node": 8}})
+    assert (d["world_size"], d["gpus_per_node"], d["nodes"]) == (1, 8, 1)
 
 
 def test_command_under_slurm_is_one_srun_task_per_node_with_a_per_job_rendezvous():
     layout = check_distributed({"distributed": {"nodes": 2, "gpus_per_node": 8}})
-    env = {"SLURM_JOB_ID": "123456", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    env = {"SLURM_JOB_ID": "123456"}  # all the executor's job step keeps of the allocation's variables
     seen = []
-    cmd = command(layout, ["w"], env=env, host_of=lambda nodelist: seen.append(nodelist) or "gpu07")
-    assert seen == ["gpu[07-08]"]
+    cmd = command(layout, ["w"], env=env, cpus=64, allocation=lambda job: seen.append(job) or (2, ["gpu07", "gpu08"]))
+    assert seen == ["123456"]
     job = f"123456-{os.getpid()}"
-    assert cmd == ["srun", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", *TORCHRUN, "--nnodes=2",
-                   "--nproc-per-node=8", "--rdzv-backend=c10d", f"--rdzv-endpoint=gpu07:{job_port(job)}",
-                   f"--rdzv-id={job}", "w"]
+    assert cmd == ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64", "--kill-on-bad-exit=1",
+                   *TORCHRUN, "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
+                   f"--rdzv-endpoint=gpu07:{job_port(job)}", f"--rdzv-id={job}", "w"]
     assert job_port(job) != job_port("123457-1") and 20000 <= job_port(job) < 50000
     with pytest.raises(ValueError, match="has 3 node"):
-        command(layout, ["w"], env={**env, "SLURM_NNODES": "3"}, host_of=lambda _: "gpu07")
+        command(layout, ["w"], env=env, allocation=lambda _: (3, ["a", "b", "c"]))
 
 
 def test_fsdp2_on_two_cpu_ranks_matches_one_rank_on_the_same_global_batch(setup, tmp_path):

@@ -1,0 +1,46 @@
+"""The shape of each GPU stage's job, as the science config fixes it: GPUs per teacher server, nodes and
+GPUs per node of the training layout, GPUs of the evaluation backend.
+
+These counts are not tuning knobs: an FSDP layout over 2 nodes x 8 GPUs needs exactly that allocation,
+and an SGLang server with ``--tp 2`` needs 2 GPUs. So the rules derive them here from the config, and
+the profile (profiles/slurm) adds everything else: partitions, memory, runtime, CPUs, retries.
+
+Single-node jobs ask for ``gpu`` (sbatch ``--gpus``, none when 0; the executor gives its one-task
+step the same count). A multi-node training job asks for ``gres: gpu:<per node>`` on ``nodes`` nodes with one task
+per node, and ``mpi`` so the executor runs the rule in the batch script itself, where the launcher's
+``srun`` (one ``torchrun`` per node) can use the whole allocation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .launch import check_distributed
+
+
+def server_gpus(spec: Mapping[str, Any]) -> int:
+    """GPUs an SGLang server started in the job uses: ``server.gpus``, else tensor x data parallel size."""
+    server = spec.get("server") or {}
+    if "gpus" in server:
+        return int(server["gpus"])
+    return int(server.get("tp", 1)) * int(server.get("dp", 1))
+
+
+def backend_gpus(spec: Mapping[str, Any]) -> int:
+    """GPUs of a model backend run inside the job: a started server, an in-process model (one GPU),
+    or none for an API or the procedural stand-in."""
+    backend = spec.get("backend", "hf")
+    if backend == "sglang":
+        return server_gpus(spec)
+    return 1 if backend == "hf" else 0
+
+
+def train_resources(config: Mapping[str, Any]) -> dict[str, Any]:
+    """One node: ``gpus_per_node`` GPUs (one process per GPU, or one device_map process over them all).
+    Several: ``gres`` per node, one launcher task per node, launcher in the batch script (``mpi``)."""
+    layout = check_distributed(config["train"])
+    if layout["nodes"] == 1:
+        return {"gpu": layout["gpus_per_node"], "nodes": 1}
+    return {"nodes": layout["nodes"], "tasks": layout["nodes"], "gres": f"gpu:{layout['gpus_per_node']}",
+            "mpi": "srun"}

@@ -1,0 +1,153 @@
+"""What a run on profiles/slurm would submit, without a cluster: every job of a Snakemake dry run with the
+profile, rendered to its sbatch command line by the SLURM executor plugin's own submit-string code.
+
+    python -m stillroom.slurm_plan --configfile config/experiments/beam-distill.yaml [--configfile overlay.yaml]
+
+prints one line per rule: job count and the sbatch options (partition, GPUs, nodes, tasks, CPUs,
+memory, wall time). Check this before queueing a recipe; tests/test_slurm_profile.py checks the recipes.
+Jobs of the profile's ``slurm-array-jobs`` rules go out as arrays (``--array=1-N``); the plugin submits
+those through its array path, with the same per-task options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILE = REPO / "profiles" / "slurm" / "profile.yaml"
+# Placeholders for the environment the profile reads, when the caller has none (the plan is offline).
+PLACEHOLDER_ENV = {"SLURM_ACCOUNT": "ACCOUNT", "STILLROOM_CPU_PARTITION": "cpu", "STILLROOM_GPU_PARTITION": "gpu"}
+
+
+class _Resources(dict):
+    """A job's evaluated resources, read the way the plugin reads them (``.get`` and attributes)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+
+@dataclass
+class Job:
+    rule: str
+    threads: int
+    resources: dict[str, Any]
+    wildcards: str = ""
+
+
+@dataclass
+class RulePlan:
+    rule: str
+    jobs: int
+    sbatch: str
+    array: bool = False
+    resources: dict[str, Any] = field(default_factory=dict)
+
+
+def _value(raw: str) -> Any:
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+def dry_run_jobs(configfiles: Sequence[str | Path], env: Mapping[str, str] | None = None,
+                 extra: Sequence[str] = ()) -> list[Job]:
+    """Every job of ``snakemake -n --forceall --profile profiles/slurm`` with its threads and resources.
+    Runs in a scratch directory, so nothing under results/ is read or written."""
+    env = {**PLACEHOLDER_ENV, **os.environ, **(env or {})}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    with tempfile.TemporaryDirectory(prefix="slurm-plan-") as work:
+        # A large --cores: a dry run otherwise caps every job's threads at 1 (a real SLURM run does not cap).
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", work,
+               "--profile", str(PROFILE.parent), "--workflow-profile", str(REPO / "profiles" / "default"),
+               "--dry-run", "--forceall", "--cores", "100000", "--configfile", *(str(Path(c).resolve()) for c in configfiles), *extra]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
+    if proc.returncode:
+        raise RuntimeError(f"snakemake dry run failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
+    jobs, block = [], None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        head = re.match(r"^(?:local)?rule (\w+):$", line)
+        if head:
+            block = {"rule": head.group(1)}
+            continue
+        item = re.match(r"^\s+(wildcards|threads|resources): (.*)$", line)
+        if block is not None and item:
+            block[item.group(1)] = item.group(2)
+            if item.group(1) == "resources":  # the last line of a job's block
+                resources = dict(kv.split("=", 1) for kv in block["resources"].split(", ") if "=" in kv)
+                jobs.append(Job(block["rule"], int(block.get("threads", 1)),
+                                {k: _value(v) for k, v in resources.items()}, block.get("wildcards", "")))
+                block = None
+    return jobs
+
+
+def sbatch_line(job: Job, settings: Mapping[str, Any]) -> str:
+    """The sbatch call the plugin builds for ``job`` (less its per-run name, log and comment)."""
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    plugin_job = SimpleNamespace(name=job.rule, threads=job.threads, resources=_Resources(job.resources))
+    account = str(job.resources.get("slurm_account", ""))
+    params = {"run_uuid": "RUN", "slurm_logfile": "LOG", "comment_str": f"rule_{job.rule}", "workdir": None,
+              "account": f" -A {shlex.quote(account)}" if account else "",
+              "partition": f" -p {shlex.quote(str(job.resources['slurm_partition']))}"
+              if job.resources.get("slurm_partition") else ""}
+    plugin_settings = SimpleNamespace(requeue=bool(settings.get("slurm-requeue")),
+                                      no_requeue=bool(settings.get("slurm-no-requeue")),
+                                      qos=settings.get("slurm-qos"), reservation=settings.get("slurm-reservation"))
+    call = get_submit_command(plugin_job, params, settings=plugin_settings) + set_gres_string(plugin_job)
+    # Drop the per-run parts that say nothing about resources.
+    call = re.sub(r" --(job-name|output|comment) \S+", "", call)
+    return re.sub(r"\s+", " ", call.replace("--parsable ", "")).strip()
+
+
+def plan(configfiles: Sequence[str | Path], env: Mapping[str, str] | None = None,
+         extra: Sequence[str] = ()) -> dict[str, RulePlan]:
+    """One entry per rule: how many jobs, and the sbatch line of its first job (every job of a rule gets
+    the same shape here: resources depend on the config, not on wildcards)."""
+    settings = yaml.safe_load(PROFILE.read_text())
+    arrays = {r.strip() for r in str(settings.get("slurm-array-jobs", "")).split(",") if r.strip()}
+    plans: dict[str, RulePlan] = {}
+    for job in dry_run_jobs(configfiles, env, extra):
+        if job.rule == "all":
+            continue
+        line = sbatch_line(job, settings)
+        if job.rule in plans:
+            if plans[job.rule].sbatch != line:
+                raise ValueError(f"rule {job.rule}: jobs differ in shape ({plans[job.rule].sbatch!r} vs {line!r})")
+            plans[job.rule].jobs += 1
+        else:
+            plans[job.rule] = RulePlan(job.rule, 1, line, resources=job.resources)
+    for p in plans.values():
+        p.array = p.rule in arrays and p.jobs > 1
+        if p.array:
+            p.sbatch += f" --array=1-{p.jobs}"
+    return plans
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m stillroom.slurm_plan", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configfile", action="append", required=True, help="config, then overlays (repeatable)")
+    args = parser.parse_args(argv)
+    for p in sorted(plan(args.configfile).values(), key=lambda p: p.rule):
+        print(f"{p.rule:<26} {p.jobs:>5} job(s)  {p.sbatch}")
+
+
+if __name__ == "__main__":
+    main()
