@@ -3,7 +3,8 @@
 Times `snakemake -n` (parse, validate, build the whole DAG, schedule; no job runs) in a fresh
 temporary directory: the beam-distill recipe (62 shards x 4 efforts, training, merges, evaluation)
 and the same recipe at --stress-shards shards on every effort (default 2,000). Prints seconds and
-job counts; a second, warm run shows the cost without Python's first imports.
+job counts, with the local profile and with profiles/slurm (whose resource expressions are evaluated for
+every job); a second, warm run shows the cost without Python's first imports.
 
     python bench/dag_build_time.py [--stress-shards 2000] [--repeats 2]
 """
@@ -20,16 +21,19 @@ from pathlib import Path
 
 import yaml
 
+from stillroom.slurm_plan import PLACEHOLDER_ENV
+
 REPO = Path(__file__).resolve().parent.parent
 
 
-def dry_run(config: dict) -> tuple[float, int]:
+def dry_run(config: dict, profile: str) -> tuple[float, int]:
     with tempfile.TemporaryDirectory(prefix="stillroom-dag-") as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(yaml.safe_dump(config))
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", tmp,
-               "--configfile", str(path), "-n", "--quiet", "rules", "--cores", "1"]
-        env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
+               "--configfile", str(path), "-n", "--quiet", "rules", "--cores", "1",
+               "--profile", str(REPO / "profiles" / profile)]
+        env = {**PLACEHOLDER_ENV, **os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
                "HF_HUB_OFFLINE": "1"}
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -50,13 +54,14 @@ def main() -> None:
     stress["experiment"] = "beam-distill-stress"
     stress["generation"]["shards"] = args.stress_shards
     stress["generation"]["effort_shards"] = {}  # every effort on every shard
-    print(f"{'config':<34}{'jobs':>8}  seconds per dry run")
+    print(f"{'config':<34}{'profile':<9}{'jobs':>8}  seconds per dry run")
     for name, cfg in (("beam-distill (62 shards)", recipe), (f"stress ({args.stress_shards} shards x 4 efforts)", stress)):
-        times, jobs = [], 0
-        for _ in range(args.repeats):
-            seconds, jobs = dry_run(cfg)
-            times.append(seconds)
-        print(f"{name:<34}{jobs:>8}  " + "  ".join(f"{t:6.2f}" for t in times))
+        for profile in ("default", "slurm"):  # slurm: resource expressions evaluated for every job
+            times, jobs = [], 0
+            for _ in range(args.repeats):
+                seconds, jobs = dry_run(cfg, profile)
+                times.append(seconds)
+            print(f"{name:<34}{profile:<9}{jobs:>8}  " + "  ".join(f"{t:6.2f}" for t in times))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 import functools
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 import stillroom.config
-from stillroom.cluster import backend_gpus, train_resources
+from stillroom.cluster import backend_gpus, stage_gpus, train_resources
 
 try:
     validate(config, schema="../config/schema.yaml")
@@ -21,11 +22,21 @@ stillroom.config.cross_check(config)  # references between sections, which a sch
 if shutil.which("stillroom") is None:
     raise WorkflowError("`stillroom` is not on PATH: run `make run`, or `source .venv/bin/activate` first")
 
-# profiles/slurm reads these; an unset one would reach sbatch as a literal "$NAME" partition or account.
-SLURM_ENV = ("SLURM_ACCOUNT", "STILLROOM_CPU_PARTITION", "STILLROOM_GPU_PARTITION")
-if getattr(workflow.executor_plugin, "name", None) == "slurm" and any(v not in os.environ for v in SLURM_ENV):
-    raise WorkflowError("profiles/slurm needs " + ", ".join(v for v in SLURM_ENV if v not in os.environ)
-                        + " in the environment (see profiles/slurm/profile.yaml; SLURM_ACCOUNT may be empty)")
+
+
+def unset_profile_variables():
+    """Environment variables the profile's resources name but the environment lacks: Snakemake keeps an
+    unset `$NAME` literally, and sbatch would get it as the partition or account (profiles/slurm)."""
+    rs = workflow.resource_settings
+    resources = [*dict(rs.default_resources or {}).values()]
+    resources += [r for rule in (rs.overwrite_resources or {}).values() for r in dict(rule).values()]
+    names = {n for r in resources if isinstance(r.raw, str) for n in re.findall(r"\$\{?(\w+)", r.raw)}
+    return sorted(n for n in names if n not in os.environ)
+
+
+if unset_profile_variables():
+    raise WorkflowError(f"the profile's resources need {', '.join(unset_profile_variables())} in the environment "
+                        "(see profiles/slurm/profile.yaml; SLURM_ACCOUNT may be empty)")
 
 REPO = Path(workflow.basedir)
 EXP = config["experiment"]

@@ -4,18 +4,20 @@
 EVAL_GPUS = backend_gpus(config["eval"].get("backend") or {"backend": "hf"})  # in-process model: 1
 
 
-def eval_params(wildcards, **extra):
+def eval_params(wildcards, extra=None):
+    """Only what evaluation depends on. (No **kwargs: Snakemake would pass input, output, threads and
+    resources into it, and a resource change, e.g. another profile, would rerun every evaluation.)"""
     ev = config["eval"]
     return as_json(model_name=wildcards.model, benchmark=wildcards.bench, samples=ev["samples"],
                    temperature=ev["temperature"], top_p=ev["top_p"], max_new_tokens=ev["max_new_tokens"],
                    request_tokens=ev.get("request_tokens"), batch_size=ev["batch_size"], effort=ev.get("effort"),
-                   effort_tag=config["student"]["effort_tag"], backend=ev.get("backend"), **extra)
+                   effort_tag=config["student"]["effort_tag"], backend=ev.get("backend"), **(extra or {}))
 
 
 def budget_params(wildcards):
     force = config["eval"]["budget_force"]
-    return eval_params(wildcards, budget=int(wildcards.budget), answer_tokens=force.get("answer_tokens", 64),
-                       answer_cue=force.get("answer_cue", "\nThe answer is"))
+    return eval_params(wildcards, {"budget": int(wildcards.budget), "answer_tokens": force.get("answer_tokens", 64),
+                                   "answer_cue": force.get("answer_cue", "\nThe answer is")})
 
 
 rule evaluate:

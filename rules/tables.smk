@@ -91,7 +91,8 @@ rule cost:
                   csv=report(f"{R}/cost/ledger.csv", caption="../report/cost.rst", category="Cost",
                              labels={"table": "cost ledger"})),
     params:
-        p=as_json(**config.get("cost", {})),
+        # GPUs per job follow the job shapes (stillroom/cluster.py); cost.gpus overrides them.
+        p=as_json(**{**config.get("cost", {}), "gpus": {**stage_gpus(config), **config.get("cost", {}).get("gpus", {})}}),
         artifacts=named(cost_artifacts()),
     log:
         f"{R}/logs/cost.log",

@@ -44,3 +44,14 @@ def train_resources(config: Mapping[str, Any]) -> dict[str, Any]:
         return {"gpu": layout["gpus_per_node"], "nodes": 1}
     return {"nodes": layout["nodes"], "tasks": layout["nodes"], "gres": f"gpu:{layout['gpus_per_node']}",
             "mpi": "srun"}
+
+
+def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
+    """GPUs per job of each GPU rule: what the cost ledger charges when SLURM accounting has no answer."""
+    teacher = backend_gpus(config["teachers"][config["generation"]["teacher"]])
+    layout = check_distributed(config["train"])
+    evaluation = backend_gpus(config["eval"].get("backend") or {"backend": "hf"})
+    gpus = {"generate": teacher, "train": layout["nodes"] * layout["gpus_per_node"],
+            "evaluate": evaluation, "evaluate_budget": evaluation}
+    gpus.update({f"generate_{'_'.join(g)}": teacher for g in config["generation"].get("effort_groups", [])})
+    return gpus
