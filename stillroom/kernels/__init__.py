@@ -1,0 +1,1 @@
+"""Kernel track: KernelBench-style problems, reference Triton solutions, and (later) the validator."""

@@ -1,0 +1,21 @@
+"""Apply ELU elementwise: x where x > 0, otherwise alpha * (exp(x) - 1)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, alpha):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return F.elu(x, alpha=self.alpha)
+
+
+def get_inputs():
+    return [torch.randn(16, 256)]
+
+
+def get_init_inputs():
+    return [1.0]

@@ -1,0 +1,19 @@
+"""Matrix multiplication of a (M, K) matrix by a (K, N) matrix."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(32, 48), torch.randn(48, 40)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,20 @@
+"""Maximum value of a tensor over the dimension dim, removing that dimension."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.max(x, dim=self.dim).values
+
+
+def get_inputs():
+    return [torch.randn(8, 16, 32)]
+
+
+def get_init_inputs():
+    return [-1]

@@ -1,0 +1,20 @@
+"""Apply Mish elementwise: x * tanh(softplus(x))."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return F.mish(x)
+
+
+def get_inputs():
+    return [torch.randn(16, 256)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,20 @@
+"""Sum a 3-D tensor over the dimension dim, removing that dimension."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.sum(x, dim=self.dim)
+
+
+def get_inputs():
+    return [torch.randn(4, 32, 16)]
+
+
+def get_init_inputs():
+    return [1]
