@@ -1,0 +1,181 @@
+"""Runs one candidate in its own process: ``python -m stillroom.kernels.worker <scratch dir> <device>``.
+
+The parent (validator.py) writes ``candidate.py`` and ``job.pt`` (init inputs, the reference's state dict,
+the inputs of every trial) into a scratch directory and never lets this process see the reference. Here
+the candidate is imported from its file (Triton needs real source), built, loaded with the reference's
+weights and run on every trial. Recorded as it runs: each Triton kernel launch (the launch path is
+wrapped) and each torch operation made outside a launch (a TorchFunctionMode), so a forward that lets
+torch do the work, or defines a kernel it never launches, is caught at run time as well as in the AST.
+Outputs, the inputs as they came back, and the records go to ``result.pt``; the parent compares.
+
+Before any candidate code runs, an audit hook (which Python code cannot remove) refuses sockets,
+subprocesses, forks and file writes (C-level writes hit an RLIMIT_FSIZE of 0 on CPU); freshly
+allocated outputs are filled with NaN so an element a kernel never writes cannot pass by luck. The
+result is written last, then the process ends without running any finalizer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+
+# Torch operations the forward path may make outside kernels: allocation, shapes, views, metadata.
+ALLOCATIONS = {"torch.empty", "torch.empty_like", "torch.empty_strided", "torch.Tensor.new_empty"}
+ALLOWED_OPS = ALLOCATIONS | {
+    "torch.zeros", "torch.zeros_like", "torch.Tensor.new_zeros",
+    "torch.Tensor.view", "torch.Tensor.reshape", "torch.Tensor.contiguous", "torch.Tensor.t",
+    "torch.Tensor.transpose", "torch.Tensor.permute", "torch.Tensor.size", "torch.Tensor.stride",
+    "torch.Tensor.numel", "torch.Tensor.dim", "torch.Tensor.unsqueeze", "torch.Tensor.squeeze",
+    "torch.Tensor.expand", "torch.Tensor.flatten", "torch.Tensor.data_ptr", "torch.Tensor.is_contiguous",
+    "torch.Tensor.element_size", "torch.Tensor.view_as", "torch.Tensor.reshape_as", "torch.Tensor.expand_as",
+    "torch.Tensor.unbind", "torch.Tensor.chunk", "torch.Tensor.split", "torch.Tensor.__getitem__",
+    "torch.Tensor.__len__", "torch.Tensor.__hash__", "torch.Tensor.__format__", "torch.Tensor.storage_offset",
+    "torch.Tensor.get_device",
+}
+
+
+class _State:
+    in_launch = 0
+    launches = 0
+    outside: set[str] = set()
+    writes_allowed = False
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event in {"socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo", "subprocess.Popen",
+                 "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.forkpty", "os.kill", "ctypes.dlopen",
+                 "pty.spawn", "shutil.rmtree", "os.remove", "os.rename"}:
+        if not (_State.in_launch and event == "subprocess.Popen"):  # a GPU compile runs ptxas
+            raise PermissionError(f"the candidate may not use {event}")
+    elif event == "open" and not _State.writes_allowed and not _State.in_launch:
+        mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
+        if any(c in mode for c in "wax+"):
+            raise PermissionError(f"the candidate may not write files ({args[0]})")
+
+
+def _wrap_launches() -> None:
+    """Count launches and mark their extent, for the compiled and the interpreted kernel alike."""
+    from triton.runtime import jit
+
+    classes = [jit.JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        classes.append(InterpretedFunction)
+    except ImportError:  # an older triton without the interpreter
+        pass
+    for cls in classes:
+        run = cls.run
+
+        def counted(self, *args, _run=run, **kwargs):
+            _State.launches += 1
+            _State.in_launch += 1
+            try:
+                return _run(self, *args, **kwargs)
+            finally:
+                _State.in_launch -= 1
+
+        cls.run = counted
+
+
+def _audit_mode():
+    import torch
+    from torch.overrides import TorchFunctionMode, resolve_name
+
+    class Audit(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if _State.in_launch:
+                return out
+            name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
+            if name.endswith(".__get__") or name.endswith(".__set__"):  # attribute reads: shape, dtype, device
+                if name.endswith(".__set__"):
+                    _State.outside.add(name)
+                return out
+            if name not in ALLOWED_OPS:
+                _State.outside.add(name)
+            elif name in ALLOCATIONS and isinstance(out, torch.Tensor) and out.is_floating_point():
+                out.fill_(float("nan"))  # an element no kernel writes cannot match by luck
+            return out
+
+    return Audit()
+
+
+def _to(value, device):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to(v, device) for v in value)
+    return value
+
+
+def main(scratch: str, device: str) -> None:
+    import torch
+
+    import triton  # noqa: F401 - imported before the audit hook so its own start-up is not audited
+
+    work = Path(scratch)
+    job = torch.load(work / "job.pt", weights_only=True)
+    result: dict = {"stage": "import", "error": None, "outputs": [], "inputs_after": [], "seconds": None}
+    _wrap_launches()
+    sys.addaudithook(_audit)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if device == "cpu":  # C code writes files too (torch.save), unseen by the audit hook: EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))
+    try:
+        spec = importlib.util.spec_from_file_location("candidate", work / "candidate.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        result["stage"] = "init"
+        torch.manual_seed(job["seed"])
+        model = module.ModelNew(*job["init_inputs"]).to(device)
+        state = {k: v.to(device) for k, v in job["state_dict"].items()}
+        own = set(model.state_dict())
+        if own != set(state):
+            raise ValueError(f"ModelNew's parameters and buffers differ from Model's: missing {sorted(set(state) - own)}, "
+                             f"unexpected {sorted(own - set(state))}")
+        model.load_state_dict(state)
+        result["stage"] = "forward"
+        audit = _audit_mode()
+        for inputs in job["trials"]:
+            inputs = _to(inputs, device)
+            with torch.no_grad(), audit:  # only the candidate's forward is audited
+                out = model(*inputs)
+            result["outputs"].append(_to(out, "cpu"))
+            result["inputs_after"].append(_to(inputs, "cpu"))
+        if device.startswith("cuda") and job.get("time_reps"):
+            result["seconds"] = _time(model, _to(job["trials"][0], device), job["time_reps"])
+        result["stage"] = "done"
+    except BaseException as exc:  # noqa: BLE001 - any failure of candidate code is a result, SystemExit too
+        result["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]
+    result.update(launches=_State.launches, outside=sorted(_State.outside))
+    _State.writes_allowed = True
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    torch.save(result, work / "result.pt")
+    # No candidate code after the result: skip finalizers and atexit, which could rewrite it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _time(model, inputs, reps: int) -> float:
+    import torch
+
+    with torch.no_grad():
+        model(*inputs)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(reps):
+            model(*inputs)
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / reps
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
