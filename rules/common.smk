@@ -23,7 +23,6 @@ if shutil.which("stillroom") is None:
     raise WorkflowError("`stillroom` is not on PATH: run `make run`, or `source .venv/bin/activate` first")
 
 
-
 def unset_profile_variables():
     """Environment variables the profile's resources name but the environment lacks: Snakemake keeps an
     unset `$NAME` literally, and sbatch would get it as the partition or account (profiles/slurm)."""

@@ -8,6 +8,11 @@ def generation_params(wildcards, efforts=None):
                    samples=gen["samples_per_prompt"])
 
 
+def teacher_gpus(wildcards):
+    """GPUs of the teacher's server inside the job (0 for an API)."""
+    return backend_gpus(config["teachers"][wildcards.teacher])
+
+
 rule generate:
     input:
         f"{R}/shards/shard-{{shard}}.jsonl",
@@ -18,7 +23,7 @@ rule generate:
     params:
         p=generation_params,
     resources:
-        gpu=lambda wc: backend_gpus(config["teachers"][wc.teacher]),
+        gpu=teacher_gpus,
         nodes=1,
     log:
         f"{R}/logs/generate/{{teacher}}-{{effort}}-{{shard}}.log",
@@ -39,7 +44,7 @@ for group in config["generation"].get("effort_groups", []):
         params:
             p=functools.partial(generation_params, efforts=group),
         resources:
-            gpu=lambda wc: backend_gpus(config["teachers"][wc.teacher]),
+            gpu=teacher_gpus,
             nodes=1,
         log:
             f"{R}/logs/generate/{{teacher}}-{'-'.join(group)}-{{shard}}.log",
