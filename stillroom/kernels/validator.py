@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -29,7 +28,6 @@ from . import rules
 # (rtol, atol) per dtype. On GPU, tl.dot computes fp32 in TF32 by default, hence the looser fp32 there.
 TOLERANCES = {"cpu": {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
               "cuda": {"float32": (1e-2, 1e-2), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)}}
-MEMORY_LIMIT_BYTES = 8 << 30  # address space of a CPU worker: torch and triton need ~3 GiB of it
 
 
 @dataclass
@@ -53,15 +51,6 @@ def load_problem(problem_src: str, workdir: Path):
     spec.loader.exec_module(module)
     path.unlink()  # the candidate's process never sees the reference
     return module
-
-
-def _limits(device: str):
-    def apply() -> None:
-        if device == "cpu":  # CUDA maps far more virtual memory than it uses: no address-space cap there
-            resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))  # the worker lowers it further
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
 
 
 def _flatten(value) -> list:
@@ -130,7 +119,7 @@ def evaluate(problem_src: str, candidate_src: str, *, device: str = "cpu", trial
         try:
             proc = subprocess.run([sys.executable, "-m", "stillroom.kernels.worker", str(work), device],
                                   cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s,
-                                  preexec_fn=_limits(device), start_new_session=True)
+                                  start_new_session=True)
         except subprocess.TimeoutExpired as exc:
             _kill_group(exc)
             return _result(False, False, False, reasons + [f"timed out after {timeout_s:g} s"])

@@ -115,7 +115,19 @@ def _to(value, device):
     return value
 
 
+MEMORY_LIMIT_BYTES = 8 << 30  # address space of a CPU worker: torch and triton take ~3 GiB of it
+
+
+def _limit(device: str) -> None:
+    """Set by the worker itself before anything loads (preexec_fn is unsafe when the caller has threads)."""
+    if device == "cpu":  # CUDA maps far more virtual memory than it uses: no address-space cap there
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def main(scratch: str, device: str) -> None:
+    _limit(device)
     import torch
 
     import triton  # noqa: F401 - imported before the audit hook so its own start-up is not audited
