@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -47,7 +47,6 @@ class Job:
     rule: str
     threads: int
     resources: dict[str, Any]
-    wildcards: str = ""
 
 
 @dataclass
@@ -56,7 +55,6 @@ class RulePlan:
     jobs: int
     sbatch: str
     array: bool = False
-    resources: dict[str, Any] = field(default_factory=dict)
 
 
 def _value(raw: str) -> Any:
@@ -86,13 +84,13 @@ def dry_run_jobs(configfiles: Sequence[str | Path], env: Mapping[str, str] | Non
         if head:
             block = {"rule": head.group(1)}
             continue
-        item = re.match(r"^\s+(wildcards|threads|resources): (.*)$", line)
+        item = re.match(r"^\s+(threads|resources): (.*)$", line)
         if block is not None and item:
             block[item.group(1)] = item.group(2)
             if item.group(1) == "resources":  # the last line of a job's block
                 resources = dict(kv.split("=", 1) for kv in block["resources"].split(", ") if "=" in kv)
                 jobs.append(Job(block["rule"], int(block.get("threads", 1)),
-                                {k: _value(v) for k, v in resources.items()}, block.get("wildcards", "")))
+                                {k: _value(v) for k, v in resources.items()}))
                 block = None
     return jobs
 
@@ -133,7 +131,7 @@ def plan(configfiles: Sequence[str | Path], env: Mapping[str, str] | None = None
                 raise ValueError(f"rule {job.rule}: jobs differ in shape ({plans[job.rule].sbatch!r} vs {line!r})")
             plans[job.rule].jobs += 1
         else:
-            plans[job.rule] = RulePlan(job.rule, 1, line, resources=job.resources)
+            plans[job.rule] = RulePlan(job.rule, 1, line)
     for p in plans.values():
         p.array = p.rule in arrays and p.jobs > 1
         if p.array:

@@ -116,17 +116,19 @@ def evaluate(problem_src: str, candidate_src: str, *, device: str = "cpu", trial
         env = {**os.environ, "TRITON_CACHE_DIR": str(work / "triton-cache"), "PYTHONDONTWRITEBYTECODE": "1"}
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"
+        proc = subprocess.Popen([sys.executable, "-m", "stillroom.kernels.worker", str(work), device], cwd=work,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
         try:
-            proc = subprocess.run([sys.executable, "-m", "stillroom.kernels.worker", str(work), device],
-                                  cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s,
-                                  start_new_session=True)
-        except subprocess.TimeoutExpired as exc:
-            _kill_group(exc)
+            _, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it started
+            proc.communicate()
             return _result(False, False, False, reasons + [f"timed out after {timeout_s:g} s"])
         try:
             result = torch.load(work / "result.pt", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - a missing or forged result is the candidate's failure
-            tail = (proc.stderr or "").strip().splitlines()[-3:]
+            tail = (stderr or "").strip().splitlines()[-3:]
             how = f"killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else \
                 f"exit {proc.returncode}"
             return _result(False, False, False, reasons + [
@@ -138,7 +140,7 @@ def evaluate(problem_src: str, candidate_src: str, *, device: str = "cpu", trial
         reasons.append("no Triton kernel was launched at run time")
     if result["outside"]:
         reasons.append(f"torch computed outside Triton kernels: {', '.join(result['outside'][:8])}")
-    compiled = result["stage"] in ("forward", "done") and (result["stage"] == "done" or bool(result["outputs"]))
+    compiled = result["stage"] == "done" or bool(result["outputs"])  # built, and at least one forward ran
     if result["error"]:
         reasons.append(f"failed at {result['stage']}: {result['error']}")
     correct = result["stage"] == "done"
@@ -167,16 +169,6 @@ def _result(compiled: bool, correct: bool, rule_ok: bool, reasons: list[str], la
     exec_reward, rule_reward = float(correct), float(rule_ok)
     return KernelResult(exec_reward, rule_reward, exec_reward * rule_reward, compiled, correct, launched, speedup,
                         reasons)
-
-
-def _kill_group(exc: subprocess.TimeoutExpired) -> None:
-    """subprocess.run kills the worker on timeout; its children (if any slipped through) go with the group."""
-    pid = getattr(exc, "pid", None)
-    if pid:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _reference_seconds(model, inputs, device: str, reps: int = 20) -> float:
