@@ -33,8 +33,9 @@ def unset_profile_variables():
     return sorted(n for n in names if n not in os.environ)
 
 
-if workflow.is_main_process and unset_profile_variables():  # jobs see a pruned environment (SLURM_* dropped)
-    raise WorkflowError(f"the profile's resources need {', '.join(unset_profile_variables())} in the environment "
+UNSET = unset_profile_variables() if workflow.is_main_process else []  # jobs see a pruned environment
+if UNSET:
+    raise WorkflowError(f"the profile's resources need {', '.join(UNSET)} in the environment "
                         "(see profiles/slurm/profile.yaml; SLURM_ACCOUNT may be empty)")
 
 REPO = Path(workflow.basedir)
