@@ -46,7 +46,8 @@ EFFORTS = config["generation"]["efforts"]
 GROUPED = {e for g in config["generation"].get("effort_groups", []) for e in g}
 SHARDS = [f"{i:05d}" for i in range(config["generation"]["shards"])]
 RATIOS = [str(r) for r in config["merge"]["ratios"]]
-MODELS = ["base", "sft"] + [f"merge-{r}" for r in RATIOS]
+GRPO = "grpo" in config  # kernel track: GRPO from the fine-tune (rules/train.smk)
+MODELS = ["base", "sft"] + (["grpo"] if GRPO else []) + [f"merge-{r}" for r in RATIOS]
 SELECT_ON = config["merge"].get("select_on")  # the dev benchmark the merge ratio is chosen on, if any
 WEIGHT_HOOKS = config["student"].get("weight_hooks", [])
 
@@ -67,7 +68,7 @@ wildcard_constraints:
     effort="|".join(EFFORTS),
     teacher=r"[^/]+",
     shard=r"\d{5}",
-    model="base|sft|merge-[0-9.]+",
+    model="base|sft|grpo|merge-[0-9.]+",
     ratio=r"[0-9.]+",
     bench=r"[^/]+",
     budget=r"\d+",
@@ -127,6 +128,12 @@ def benchmark_file(wildcards):
     return SPLITS.get(wildcards.bench) or BENCHMARKS[wildcards.bench]
 
 
+# Kernel answers are graded by the validator with these options (stillroom.kernels.evaluate).
+KERNELS = config.get("kernels")
+KERNEL_GRADING = {"kernel": {k: v for k, v in KERNELS.items() if k in ("device", "trials", "timeout_s")}} if KERNELS else {}
+KERNEL_BENCHMARKS = KERNELS.get("benchmarks", config["eval"]["benchmarks"]) if KERNELS else []
+KERNEL_GRADE_GPUS = int(bool(KERNELS) and KERNELS.get("device") == "cuda")  # compiled kernels, timed speedups
+
 BUDGETS = config["eval"].get("budget_force", {}).get("budgets", [])
 BUDGET_MODELS = config["eval"].get("budget_force", {}).get("models", MODELS)
 BUDGET_BENCHMARKS = config["eval"].get("budget_force", {}).get("benchmarks", config["eval"]["benchmarks"])
@@ -135,6 +142,7 @@ BUDGET_BENCHMARKS = config["eval"].get("budget_force", {}).get("benchmarks", con
 def all_tables():
     tables = [f"{R}/tables/{b}.md" for b in config["eval"]["benchmarks"]]
     tables += [f"{R}/tables/{b}-budgets.md" for b in BUDGET_BENCHMARKS if BUDGETS]
+    tables += [f"{R}/tables/{b}-kernels.md" for b in KERNEL_BENCHMARKS]
     return tables + [f"{R}/cost/ledger.md"]
 
 

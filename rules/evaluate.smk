@@ -64,7 +64,9 @@ rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
     output:
         **tracked(graded=f"{R}/eval/{{run}}/graded.jsonl"),
     params:
-        p=as_json(letters=config["eval"].get("letters", "ABCD")),
+        p=as_json(letters=config["eval"].get("letters", "ABCD"), **KERNEL_GRADING),
+    resources:
+        gpu=KERNEL_GRADE_GPUS,
     log:
         f"{R}/logs/grade-eval/{{run}}.log",
     shell:

@@ -60,7 +60,9 @@ rule grade_generation:
     output:
         **tracked(graded=f"{R}/graded/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
     params:
-        p=as_json(),
+        p=as_json(**KERNEL_GRADING),
+    resources:
+        gpu=KERNEL_GRADE_GPUS,
     log:
         f"{R}/logs/grade/{{teacher}}-{{effort}}-{{shard}}.log",
     shell:

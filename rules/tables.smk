@@ -80,7 +80,8 @@ def cost_artifacts():
     budgets = {f"budget-{m}-{b}-{B}": f"{R}/eval/{m}/{b}/budget-{B}/samples.jsonl"
                for m in BUDGET_MODELS for b in BUDGET_BENCHMARKS for B in BUDGETS}
     merges = {f"merge-{r}": f"{R}/ckpt/merge-{r}" for r in RATIOS}
-    return {**gen, "train": f"{R}/ckpt/sft", **merges, **evals, **budgets}
+    grpo = {"grpo": f"{R}/ckpt/grpo"} if GRPO else {}
+    return {**gen, "train": f"{R}/ckpt/sft", **grpo, **merges, **evals, **budgets}
 
 
 rule cost:
@@ -99,3 +100,27 @@ rule cost:
     shell:
         "stillroom cost --artifacts {params.artifacts} --out-markdown {output.markdown} --out-csv {output.csv}"
         + STAGE_ARGS
+
+
+# Kernel track: compile / correct / launch / rule / reward rates per model with paired CIs, fast_p on GPU.
+rule kernel_tables:
+    input:
+        lambda wildcards: list(graded_models(wildcards).values()),
+    output:
+        **tracked(
+            markdown=f"{R}/tables/{{bench}}-kernels.md",
+            csv=report(f"{R}/tables/{{bench}}-kernels.csv", caption="../report/kernels.rst", category="Tables",
+                       labels={"benchmark": "{bench}", "table": "kernel metrics"}),
+        ),
+    params:
+        p=lambda wildcards: as_json(benchmark=wildcards.bench, base="base", tuned="sft", **config["tables"],
+                                    fast_p=(KERNELS or {}).get("fast_p", [0.0, 1.0, 2.0])),
+        graded=tables_named_inputs,
+    log:
+        f"{R}/logs/kernel-tables-{{bench}}.log",
+    shell:
+        "stillroom kernel_tables --graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
+        + STAGE_ARGS
+
+
+ruleorder: kernel_tables > tables  # "tables/{bench}.md" would also match "tables/<bench>-kernels.md"

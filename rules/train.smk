@@ -56,3 +56,24 @@ rule train:
         f"{R}/logs/train.log",
     shell:
         "stillroom train --base {input.base} --dataset {input.dataset} --out-model {output.model}" + STAGE_ARGS
+
+
+# Kernel track: GRPO from the fine-tune on the pool's kernel problems; one reward, execution x rules.
+if GRPO:
+
+    rule grpo:
+        input:
+            base=f"{R}/ckpt/sft",
+            problems=f"{R}/pool/decontaminated.jsonl",
+        output:
+            **tracked(model=directory(f"{R}/ckpt/grpo")),
+        params:
+            p=as_json(**config["grpo"], validator=KERNEL_GRADING.get("kernel", {})),
+        threads: 2
+        resources:
+            gpu=KERNEL_GRADE_GPUS,  # the policy and its rewards' kernels share the job's GPU
+            nodes=1,
+        log:
+            f"{R}/logs/grpo.log",
+        shell:
+            "stillroom grpo --base {input.base} --problems {input.problems} --out-model {output.model}" + STAGE_ARGS

@@ -52,6 +52,8 @@ STAGES: dict[str, Stage] = {
     "pretrained": Stage("student:run_pretrained", (), ("model",),
                         "save a pretrained student (path or hub id) as the experiment's base"),
     "train": Stage("train:run", ("base", "dataset"), ("model",), "supervised fine-tuning"),
+    "grpo": Stage("grpo:run", ("base", "problems"), ("model",),
+                  "GRPO on kernel problems with the dual (execution x rule) reward"),
     "merge": Stage("merge:run", ("base", "tuned"), ("model",), "interpolate base and fine-tuned weights"),
     "merge_adapter": Stage("merge:run_adapter", ("base", "adapter"), ("model",),
                            "merge a LoRA / QLoRA adapter into its full-precision base"),
@@ -63,6 +65,8 @@ STAGES: dict[str, Stage] = {
                   "the cost ledger: API tokens x price per teacher and effort, GPU-hours per stage x rate"),
     "budget_tables": Stage("tables:budget_run", ("graded*",), ("markdown", "csv", "plot"),
                            "accuracy against thinking budget (budget forcing), per model"),
+    "kernel_tables": Stage("kernel_tables:run", ("graded*",), ("markdown", "csv"),
+                           "kernel track: compile, correctness, launch, rule and reward rates with paired CIs; fast_p"),
     "tables": Stage("tables:run", ("graded*", "selection?"), ("markdown", "csv", "latex", "plot"),
                     "paired bootstrap tables and the accuracy/length plot"),
 }
@@ -145,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=stage.help, description=stage.help)
         for spec in stage.inputs:
             multi = spec.endswith("*")
-            p.add_argument(f"--{spec.rstrip('*?')}", required=not spec.endswith("?"), nargs="+" if multi else None,
+            # "*": an experiment may have none (e.g. no benchmarks besides its held-out split)
+            p.add_argument(f"--{spec.rstrip('*?')}", required=not spec.endswith("?"), nargs="*" if multi else None,
                            metavar="NAME=PATH" if multi else "PATH")
         for spec in stage.outputs:
             multi = spec.endswith("*")

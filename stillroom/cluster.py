@@ -54,4 +54,6 @@ def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
     gpus = {"generate": teacher, "train": layout["nodes"] * layout["gpus_per_node"],
             "evaluate": evaluation, "evaluate_budget": evaluation}
     gpus.update({f"generate_{'_'.join(g)}": teacher for g in config["generation"].get("effort_groups", [])})
+    if config.get("kernels", {}).get("device") == "cuda":  # compiled kernels need a GPU to grade (and GRPO)
+        gpus.update(grade_generation=1, grade_eval=1, grpo=1)
     return gpus

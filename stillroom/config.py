@@ -64,8 +64,9 @@ def cross_check(config: Mapping[str, Any]) -> None:
         if len({gen.get("effort_shards", {}).get(e, gen["shards"]) for e in group}) > 1:
             problems.append(f"generation.effort_groups.{i}: efforts of one group need the same effort_shards")
     for i, src in enumerate(config["sources"]):
-        need = {"arithmetic": "count", "choice": "count", "echo": "benchmark", "jsonl": "path", "dataset": "path"}[src["kind"]]
-        if need not in src:
+        need = {"arithmetic": "count", "choice": "count", "echo": "benchmark", "jsonl": "path", "dataset": "path",
+                "kernels": None}[src["kind"]]
+        if need and need not in src:
             problems.append(f"sources.{i} ({src['name']}): kind '{src['kind']}' needs key '{need}'")
         if src["kind"] == "echo" and src.get("benchmark") not in config["benchmarks"]:
             problems.append(f"sources.{i}.benchmark: '{src.get('benchmark')}' is not a key of benchmarks")
@@ -76,7 +77,7 @@ def cross_check(config: Mapping[str, Any]) -> None:
         if name not in splits and name not in config["benchmarks"]:
             problems.append(f"eval.benchmarks.{i}: '{name}' is neither 'heldout', 'dev' nor a key of benchmarks")
     force = config["eval"].get("budget_force", {})
-    models = ["base", "sft"] + [f"merge-{r}" for r in config["merge"]["ratios"]]
+    models = ["base", "sft"] + [f"merge-{r}" for r in config["merge"]["ratios"]] + (["grpo"] if "grpo" in config else [])
     for key, known in (("models", models), ("benchmarks", config["eval"]["benchmarks"])):
         for i, name in enumerate(force.get(key, [])):
             if name not in known:
@@ -92,6 +93,8 @@ def cross_check(config: Mapping[str, Any]) -> None:
             problems.append(f"merge.select_on: '{select_on}' is neither 'dev' nor a key of benchmarks")
         if not config["merge"]["ratios"]:
             problems.append("merge.select_on needs merge.ratios to choose from")
+    if "grpo" in config and not any(s["kind"] == "kernels" for s in config["sources"]):
+        problems.append("grpo: trains on the pool's kernel problems, but no source has kind 'kernels'")
     names = [s["name"] for s in config["sources"]]
     if len(set(names)) != len(names):
         problems.append(f"sources: names must be unique, got {names}")

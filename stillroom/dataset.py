@@ -13,6 +13,7 @@ from typing import Any
 
 from .ids import bucket
 from .io import DataError, iter_jsonl, write_jsonl
+from .kernels.prompting import user_content
 
 GRADED_KEYS = ("key", "prompt_id", "effort", "sample_index", "prompt", "response", "completion_tokens", "grade")
 
@@ -44,7 +45,7 @@ def build(*, graded: Mapping[str, str], out_dataset: str, params: Mapping[str, A
     for (pid, effort), (_, rec, path) in sorted(best.items()):
         untagged = effort == default and bucket(f"{seed}:{pid}", 10_000) < params["untagged_fraction"] * 10_000
         messages = [] if untagged else [{"role": "system", "content": effort_tag(params["effort_tag"], effort)}]
-        messages += [{"role": "user", "content": rec["prompt"]}, {"role": "assistant", "content": rec["response"]}]
+        messages += [{"role": "user", "content": user_content(rec)}, {"role": "assistant", "content": rec["response"]}]
         rows.append({"id": rec["key"], "prompt_id": pid, "effort": effort, "tagged": not untagged,
                      "messages": messages, "completion_tokens": rec["completion_tokens"],
                      "source_record": {"file": path, "key": rec["key"]}})

@@ -67,7 +67,9 @@ class NgramIndex:
     _SMALL_CHARS = 1500  # below this many characters a Python loop beats numpy (measured)
     _CHUNK_CHARS = 1 << 17  # characters per numpy pass in scan(); bounds memory
 
-    def __init__(self, benchmarks: Mapping[str, Sequence[str]], n: int = 13):
+    def __init__(self, benchmarks: Mapping[str, Sequence[str]], n: int = 13, max_items: int | None = None):
+        """``max_items``: n-grams shared by more items than this are boilerplate (a code file's imports and
+        class header), which identifies no item; they are dropped, as GPT-3 dropped frequent 13-grams."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         self.n = n
@@ -98,6 +100,12 @@ class NgramIndex:
                 hashes.setdefault(m, []).append(self._window_hashes(word_hash[first : first + len(words)], m))
             first += len(words)
         assert first == len(starts), "batch and single-text normalisation disagree"
+        self.ignored = 0
+        if max_items is not None:  # the bitmap keeps their hashes: a survivor must still be a key of _grams
+            common = [g for g, owners in self._grams.items() if len(owners) > max_items]
+            for g in common:
+                del self._grams[g]
+            self.ignored = len(common)
         self.lengths = sorted(hashes, reverse=True)  # window lengths to scan: n, then short-item lengths
         # ~BITMAP_SLOTS slots per gram: the bitmap's false-positive rate is about 1 / (BITMAP_SLOTS / 2)
         self._bits = int(np.clip(np.ceil(np.log2(max(len(self._grams), 1) * self._BITMAP_SLOTS)), 16, 28))
@@ -216,7 +224,8 @@ def run(*, pool: str, benchmarks: Mapping[str, str], out_clean: str, out_report:
     from .sources import load_benchmark
 
     items = {name: load_benchmark(path) for name, path in benchmarks.items()}
-    index = NgramIndex({name: [r["prompt"] for r in rows] for name, rows in items.items()}, n=params["ngram"])
+    index = NgramIndex({name: [r["prompt"] for r in rows] for name, rows in items.items()}, n=params["ngram"],
+                       max_items=params.get("ignore_common"))
     rows = read_jsonl(pool, required=POOL_KEYS, types={"prompt": str})
     found = index.scan([r["prompt"] for r in rows])
     kept, dropped = [], []
@@ -230,7 +239,7 @@ def run(*, pool: str, benchmarks: Mapping[str, str], out_clean: str, out_report:
     per_benchmark = Counter(b for d in dropped for b in {m["benchmark"] for m in d["matches"]})
     counts = {"pool": len(rows), "kept": len(kept), "dropped": len(dropped), "ngram": params["ngram"],
               "dropped_per_benchmark": dict(per_benchmark),
-              "dropped_per_source": dict(Counter(d["source"] for d in dropped)),
+              "dropped_per_source": dict(Counter(d["source"] for d in dropped)), "ignored_common_ngrams": index.ignored,
               "benchmark_items": {name: len(v) for name, v in items.items()}}
     write_jsonl(out_clean, kept)
     write_json(out_report, {**counts, "dropped": dropped})

@@ -16,6 +16,7 @@ from .dataset import effort_tag
 from .decoding import Answer, budget_force, continue_truncated
 from .ids import prompt_id
 from .io import write_jsonl
+from .kernels.prompting import user_content
 from .sources import load_benchmark
 
 ANSWER_CUE = "\nThe answer is"  # after a forced end of thinking; the students' own answer phrasing
@@ -65,7 +66,7 @@ def _sample_all(lm, rows: list[dict[str, Any]], params: Mapping[str, Any], log: 
     for every model."""
     k, name, bench = params["samples"], params["model_name"], params["benchmark"]
     system = [{"role": "system", "content": effort_tag(params["effort_tag"], params["effort"])}] if params.get("effort") else []
-    prompts = [lm.encode(lm.render(system + [{"role": "user", "content": r["prompt"]}])) for r in rows]
+    prompts = [lm.encode(lm.render(system + [{"role": "user", "content": user_content(r)}])) for r in rows]
     order = sorted(range(len(rows)), key=lambda i: len(prompts[i]))  # similar lengths share a batch: less padding
     per_batch = max(1, params["batch_size"] // k)
     records: list[dict[str, Any]] = []

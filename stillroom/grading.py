@@ -1,4 +1,5 @@
-"""Answer grading: math answers through math-verify, multiple-choice answers by strict letter match.
+"""Answer grading: math answers through math-verify, multiple-choice answers by strict letter match,
+kernel answers by the kernel validator (execution reward x rule reward; correct means reward 1).
 
 Every grader returns a :class:`Grade`. A response with think tags is graded only on the text after its
 last ``</think>``; a ``<think>`` left open after that point means the model never answered.
@@ -38,8 +39,10 @@ from .io import read_jsonl, write_jsonl
 TIMEOUT_S = 5  # per item in worker processes; per math-verify call (signal.alarm, whole s) in-process
 FLOAT_ROUNDING = 6  # math_verify.verify's defaults, passed explicitly so that they are what gets recorded
 STRICT = True
-KINDS = ("math", "choice", "instructions", "code")
+KINDS = ("math", "choice", "instructions", "code", "kernel")
 CODE_TIMEOUT_S = 3.0  # the sandbox's own limit; below the pool's per-item limit so the sandbox reports it
+KERNEL_DEFAULTS = {"device": "cpu", "trials": 3, "timeout_s": 60.0}  # stillroom.kernels.evaluate's own
+KERNEL_MARGIN_S = 60.0  # above the candidate's limit: process start, the reference's run, the comparison
 _PRED_CONFIG = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
 _IN_WORKER = False  # set in pool workers, where the parent's kill is the time limit
 
@@ -74,7 +77,8 @@ _TIMED_OUT = Grade(False, None, "timeout")
 _CRASHED = Grade(False, None, "crashed")
 
 
-def grader_info(kind: str, *, letters: str = "ABCD", timeout_s: float | None = TIMEOUT_S) -> dict[str, Any]:
+def grader_info(kind: str, *, letters: str = "ABCD", timeout_s: float | None = TIMEOUT_S,
+                kernel: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What graded a record of ``kind``: name, version and options, recorded with every graded record.
 
     ``timeout_s`` None means graded in-process under math-verify's own per-call alarms."""
@@ -94,6 +98,10 @@ def grader_info(kind: str, *, letters: str = "ABCD", timeout_s: float | None = T
     if kind == "code":
         return {"name": "code-sandbox", "version": importlib.metadata.version("stillroom"),
                 "options": {**limit, "sandbox_timeout_s": CODE_TIMEOUT_S, "python": "-I -S -B, audit hook"}}
+    if kind == "kernel":
+        return {"name": "kernel-validator", "version": importlib.metadata.version("stillroom"),
+                "options": {**limit, "validator": {**KERNEL_DEFAULTS, **(kernel or {})}, "reward": "exec x rule",
+                            "triton": importlib.metadata.version("triton")}}
     raise ValueError(f"unknown grading kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
@@ -187,7 +195,20 @@ def grade_choice(response: str, gold: str, letters: str = "ABCD") -> Grade:
     return Grade(letter == gold, letter, "ok")
 
 
-def grade(response: str, gold: str, kind: str, letters: str = "ABCD") -> Grade:
+def grade_kernel(response: str, problem_src: str, options: Mapping[str, Any] | None = None) -> Grade:
+    """The validator's dual reward for the code block of ``response``; the gold is the problem's source."""
+    from .kernels import evaluate
+    from .kernels.prompting import extract_code
+
+    code = extract_code(response)
+    if code is None:
+        return Grade(False, None, "no_answer", details={"reasons": ["no ```python block after the reasoning"]})
+    result = evaluate(problem_src, code, **{**KERNEL_DEFAULTS, **(options or {})})
+    timed_out = any(r.startswith("timed out") for r in result.reasons)
+    return Grade(result.reward == 1.0, None, "timeout" if timed_out else "ok", details=asdict(result))
+
+
+def grade(response: str, gold: str, kind: str, letters: str = "ABCD", kernel: Mapping[str, Any] | None = None) -> Grade:
     if kind == "math":
         return grade_math(response, gold)
     if kind == "choice":
@@ -203,13 +224,15 @@ def grade(response: str, gold: str, kind: str, letters: str = "ABCD") -> Grade:
         result = grade_code(response, gold, timeout_s=CODE_TIMEOUT_S)
         return Grade(**result.grade_fields(), details={"run": result.status, "seconds": round(result.duration_s, 3),
                                                        "stderr_tail": result.stderr_tail[-500:]})
+    if kind == "kernel":
+        return grade_kernel(response, gold, kernel)
     raise ValueError(f"unknown grading kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
 _WARM_UP = ((r"\boxed{\frac{1}{2}}", "0.5"), (r"\boxed{(1, 3]}", "(1, 3]"), ("The answer is 42.", "42"))
 
 
-def _serve(conn: multiprocessing.connection.Connection, letters: str) -> None:
+def _serve(conn: multiprocessing.connection.Connection, letters: str, kernel: Mapping[str, Any] | None) -> None:
     """Worker loop: receive batches of (index, item), send back (index, Grade) one item at a time, so
     the parent always knows which item is running and since when."""
     global _IN_WORKER
@@ -224,7 +247,7 @@ def _serve(conn: multiprocessing.connection.Connection, letters: str) -> None:
         while True:
             for i, (response, gold, kind) in conn.recv():
                 try:
-                    g = grade(response, gold, kind, letters)
+                    g = grade(response, gold, kind, letters, kernel)
                 except Exception as exc:  # a grader bug: raised in the parent, not hidden as a status
                     conn.send((i, exc))
                     return
@@ -234,9 +257,9 @@ def _serve(conn: multiprocessing.connection.Connection, letters: str) -> None:
 
 
 class _Worker:
-    def __init__(self, ctx: Any, letters: str):
+    def __init__(self, ctx: Any, letters: str, kernel: Mapping[str, Any] | None):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, letters), daemon=True, name="stillroom-grader")
+        self.proc = ctx.Process(target=_serve, args=(child, letters, kernel), daemon=True, name="stillroom-grader")
         self.proc.start()
         child.close()
         self.ready = False
@@ -254,19 +277,19 @@ class _Worker:
 
 
 def _grade_in_pool(items: list[tuple[str, str, str]], workers: int, letters: str, timeout_s: float,
-                   chunksize: int) -> list[Grade]:
+                   chunksize: int, kernel: Mapping[str, Any] | None) -> list[Grade]:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["__main__", __name__])  # applies when the server starts (once per process)
     out: list[Grade | None] = [None] * len(items)
     todo, left = deque(range(len(items))), len(items)
-    pool: list[_Worker | None] = [_Worker(ctx, letters) for _ in range(min(workers, len(items)))]
+    pool: list[_Worker | None] = [_Worker(ctx, letters, kernel) for _ in range(min(workers, len(items)))]
 
     def replace(k: int) -> None:
         """Kill worker k (SIGKILL: a hung C call ignores anything milder), hand back its unstarted items,
         and start a replacement if there is work left for one."""
         todo.extendleft(reversed(pool[k].pending))
         pool[k].stop(kill=True)
-        pool[k] = _Worker(ctx, letters) if todo else None
+        pool[k] = _Worker(ctx, letters, kernel) if todo else None
 
     try:
         while left:
@@ -313,22 +336,24 @@ def _grade_in_pool(items: list[tuple[str, str, str]], workers: int, letters: str
 
 
 def grade_many(items: Sequence[tuple[str, str, str]], workers: int = 1, letters: str = "ABCD",
-               chunksize: int = 64, *, timeout_s: float = TIMEOUT_S) -> list[Grade]:
+               chunksize: int = 64, *, timeout_s: float = TIMEOUT_S,
+               kernel: Mapping[str, Any] | None = None) -> list[Grade]:
     """Grade (response, gold, kind) items, results in input order.
 
     ``workers >= 1``: in that many worker processes, each item under a hard ``timeout_s`` wall-clock
     limit (the worker is killed and replaced; the item is graded "timeout"). ``workers=0``: in this
-    process, bounded only by math-verify's alarms, which work only in the main thread."""
+    process, bounded only by math-verify's alarms, which work only in the main thread. ``kernel``: the
+    validator's options (device, trials, timeout_s) for kernel items."""
     items = list(items)
     bad = {kind for _, _, kind in items} - set(KINDS)
     if bad:
         raise ValueError(f"unknown grading kind {sorted(bad)[0]!r}; expected one of {', '.join(KINDS)}")
     _choice_regex(letters)  # invalid letters fail here, not in a worker
     if workers <= 0 or not items:
-        return [grade(*item, letters=letters) for item in items]
+        return [grade(*item, letters=letters, kernel=kernel) for item in items]
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-    return _grade_in_pool(items, workers, letters, timeout_s, chunksize)
+    return _grade_in_pool(items, workers, letters, timeout_s, chunksize, kernel)
 
 
 def run(*, samples: str, out_graded: str, params: Mapping[str, Any], threads: int = 1,
@@ -336,15 +361,22 @@ def run(*, samples: str, out_graded: str, params: Mapping[str, Any], threads: in
     """Stages 5 and 10: add a ``grade`` and a ``grader`` to every sample record (teacher or evaluation samples).
 
     Params (optional): ``letters`` (multiple-choice letter set, default "ABCD"), ``grade_timeout_s``
-    (hard per-item limit, default TIMEOUT_S). ``threads`` worker processes grade (at least one)."""
+    (hard per-item limit, default TIMEOUT_S), ``kernel`` (the validator's device, trials, timeout_s).
+    ``threads`` worker processes grade (at least one)."""
     letters, timeout_s = params.get("letters", "ABCD"), params.get("grade_timeout_s", TIMEOUT_S)
+    kernel = {**params.get("kernel", {}), "seed": params.get("seed", 0)}
+    kernel = {k: v for k, v in kernel.items() if k in ("device", "trials", "timeout_s", "seed")}
     rows = read_jsonl(samples, required=("key", "response", "answer", "kind"))
-    if any(r["kind"] == "code" for r in rows):  # the sandbox must time out before the pool kills its grader
+    kinds = {r["kind"] for r in rows}
+    # Each sandbox must time out (and say so) before the pool kills its grader.
+    if "code" in kinds:
         timeout_s = max(timeout_s, CODE_TIMEOUT_S + 3)
+    if "kernel" in kinds:
+        timeout_s = max(timeout_s, kernel.get("timeout_s", KERNEL_DEFAULTS["timeout_s"]) + KERNEL_MARGIN_S)
     # A sample whose request failed for good has no response: it is graded as no answer.
     grades = grade_many([(r["response"] or "", r["answer"], r["kind"]) for r in rows], workers=max(1, threads),
-                        letters=letters, timeout_s=timeout_s)
-    graders = {kind: grader_info(kind, letters=letters, timeout_s=timeout_s) for kind in {r["kind"] for r in rows}}
+                        letters=letters, timeout_s=timeout_s, kernel=kernel)
+    graders = {kind: grader_info(kind, letters=letters, timeout_s=timeout_s, kernel=kernel) for kind in kinds}
     for row, g in zip(rows, grades):
         row["grade"] = asdict(g)
         row["grader"] = graders[row["kind"]]

@@ -11,7 +11,7 @@ from .io import DataError, read_jsonl, write_jsonl
 from .sources import iter_sources
 
 POOL_KEYS = ("prompt_id", "source", "kind", "prompt", "answer")
-GENERATED = ("arithmetic", "choice")
+GENERATED = ("arithmetic", "choice", "kernels")  # sources the held-out splits are carved from
 
 
 def build_pool(*, benchmarks: Mapping[str, str], out_pool: str, out_heldout: str, out_dev: str,

@@ -22,7 +22,7 @@ LETTERS = "ABCD"
 
 
 def _record(source: str, kind: str, prompt: str, answer: str, meta: dict[str, Any]) -> dict[str, Any]:
-    prompt = normalize_prompt(prompt)
+    prompt = prompt if kind == "kernel" else normalize_prompt(prompt)  # folded whitespace would break code
     return {"prompt_id": prompt_id(prompt, source), "source": source, "kind": kind,
             "prompt": prompt, "answer": answer, "meta": meta}
 
@@ -110,8 +110,8 @@ def echo(source: str, benchmark_path: str, count: int, seed: int) -> list[dict[s
 
 BENCHMARK_KEYS = ("prompt", "answer", "kind")
 # math and choice are what the student is trained on; instructions (IFEval-style) and code are the
-# off-target checks ("check what you didn't train on").
-BENCHMARK_KINDS = ("math", "choice", "instructions", "code")
+# off-target checks ("check what you didn't train on"); kernel is the kernel track's problem kind.
+BENCHMARK_KINDS = ("math", "choice", "instructions", "code", "kernel")
 
 
 def load_benchmark(path: str) -> list[dict[str, Any]]:
@@ -146,10 +146,10 @@ def worked_solution(meta: Mapping[str, Any], result: int | str, detail: int) -> 
         steps = [f"{a}x = {meta['c']} - {b} = {meta['c'] - b}, so x = {result}.",
                  f"Subtract {b} from both sides, then divide by {a}.",
                  f"Check: {a} x {result} + {b} = {a * int(result) + b}.", f"So x = {result}."]
-    return _by_detail(steps, detail), f"The answer is \\boxed{{{result}}}."
+    return by_detail(steps, detail), f"The answer is \\boxed{{{result}}}."
 
 
-def _by_detail(steps: list[str], detail: int) -> str:
+def by_detail(steps: list[str], detail: int) -> str:
     """steps = [core, explanation, check, conclusion]: 0 = core, 1 = +explanation, 2 = all, 3 = all twice checked."""
     core, explain, check, conclude = steps
     chosen = {0: [core], 1: [explain, core], 2: [explain, core, check, conclude]}.get(
@@ -166,7 +166,7 @@ def _choice_solution(meta: Mapping[str, Any], letter: str, detail: int) -> tuple
     core = f"{meta['a']} + {meta['b']} = {value}, option {letter}." if op == "sum" else f"{letter} is {value}."
     steps = [core, f"We want {rule}. {listing}.",
              f"So the option is {letter}, which is {value}.", f"No other option fits, so {letter}."]
-    return _by_detail(steps, detail), f"The answer is \\boxed{{{letter}}}."
+    return by_detail(steps, detail), f"The answer is \\boxed{{{letter}}}."
 
 
 def iter_sources(specs: list[Mapping[str, Any]], benchmarks: Mapping[str, str], seed: int) -> Iterator[dict[str, Any]]:
@@ -184,8 +184,36 @@ def iter_sources(specs: list[Mapping[str, Any]], benchmarks: Mapping[str, str], 
                 yield _record(name, row["kind"], row["prompt"], row["answer"], row.get("meta", {}))
         elif kind == "dataset":
             yield from dataset_records(spec)
+        elif kind == "kernels":
+            yield from kernel_records(spec)
         else:
             raise DataError(f"source '{name}': unknown kind '{kind}'")
+
+
+def kernel_records(spec: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """KernelBench-style problem files (a ``Model``, ``get_inputs``, ``get_init_inputs``): the project's
+    own set (``stillroom/kernels/problems``, each with a reference solution) or ``dir``; ``problems``
+    names a subset. The file is both the prompt and the gold (the validator runs it as the reference);
+    its text is kept verbatim, since folding whitespace would break the Python."""
+    from pathlib import Path
+
+    from .kernels import PROBLEMS_DIR, SOLUTIONS_DIR
+
+    name = spec["name"]
+    root = Path(spec.get("dir") or PROBLEMS_DIR)
+    available = {p.stem: p for p in sorted(root.glob("*.py")) if not p.name.startswith("_")}
+    if not available:
+        raise DataError(f"source '{name}': no problem files (*.py) in {root}")
+    wanted = spec.get("problems") or sorted(available)
+    missing = [w for w in wanted if w not in available]
+    if missing:
+        raise DataError(f"source '{name}': no problem file for {missing} in {root} (have {len(available)})")
+    for stem in wanted:
+        src = available[stem].read_text(encoding="utf-8")
+        meta = {"problem": stem}
+        if (SOLUTIONS_DIR / f"{stem}.py").exists() and not spec.get("dir"):
+            meta["solution"] = stem
+        yield _record(name, "kernel", src, src, meta)
 
 
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -226,7 +254,8 @@ def dataset_records(spec: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         if not isinstance(prompt, str) or not prompt.strip() or answer is None or str(answer).strip() == "":
             raise DataError(f"source '{name}': {path} row {i}: field '{fields['prompt']}' or '{fields['answer']}' "
                             f"is empty or not text ({prompt!r:.40}, {answer!r:.40})")
-        yield _record(name, spec.get("answer_kind", "math"), prompt, str(answer).strip(), {"row": i})
+        kind = spec.get("answer_kind", "math")
+        yield _record(name, kind, prompt, str(answer) if kind == "kernel" else str(answer).strip(), {"row": i})
         kept += 1
         if spec.get("limit") and kept >= spec["limit"]:
             return

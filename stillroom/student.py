@@ -200,14 +200,17 @@ def run_tiny(*, out_model: str, params: Mapping, log=print, **_) -> dict:
 
 def run_tokenizer(*, pool: str, out_tokenizer: str, params: Mapping, log=print, **_) -> dict:
     from stillroom.io import iter_jsonl
+    from stillroom.kernels.prompting import user_content
 
     kwargs = {k: v for k, v in params.items() if k != "seed"}  # BPE training has no randomness
     unknown = sorted(set(kwargs) - {"vocab_size", "min_frequency", "model_max_length"})
     if unknown:
         raise ValueError(f"unknown tokenizer param(s): {', '.join(unknown)}")
-    # Prompts and boxed gold answers: the pool's own text, independent of any teacher or effort setting.
+    # Prompts as asked and boxed gold answers (a kernel's gold is its prompt): the pool's own text,
+    # independent of any teacher or effort setting.
     texts = [text for rec in iter_jsonl(pool, required=("prompt", "answer"), types={"prompt": str})
-             for text in (rec["prompt"], f"The answer is \\boxed{{{rec['answer']}}}.")]
+             for text in ((user_content(rec),) if rec.get("kind") == "kernel"
+                          else (rec["prompt"], f"The answer is \\boxed{{{rec['answer']}}}."))]
     tok = train_tokenizer(texts, out_tokenizer, **kwargs)
     log(f"tokenizer: {len(tok)} tokens trained on {len(texts)} prompts")
     return {"texts": len(texts), "vocab": len(tok)}

@@ -21,10 +21,12 @@ from .stats import Comparison, holm_comparisons, mcnemar_exact, paired_bootstrap
 VERDICT = {"a": "better", "b": "worse", "tie": "tie"}
 
 
-def score_matrix(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
+def score_matrix(path: str, value: Callable[[Mapping[str, Any]], float] | None = None
+                 ) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
     """(problem index, correct, completion tokens, capped, excluded) of one model, the arrays
     [problems, samples]; capped marks answers still cut off at the overall token limit. Problems whose
-    gold answer does not parse are excluded (a benchmark bug, not a wrong answer) and counted."""
+    gold answer does not parse are excluded (a benchmark bug, not a wrong answer) and counted.
+    ``value`` scores a record's grade instead of ``correct`` (e.g. a kernel's compile flag)."""
     cells: dict[tuple[str, int], tuple[float, int, bool]] = {}
     excluded = set()
     for rec in iter_jsonl(path, required=("prompt_id", "sample_index", "grade", "completion_tokens")):
@@ -32,7 +34,8 @@ def score_matrix(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.
             excluded.add(rec["prompt_id"])
             continue
         cells[(rec["prompt_id"], rec["sample_index"])] = (
-            float(bool(rec["grade"]["correct"])), rec["completion_tokens"], rec.get("finish_reason") == "length")
+            float(value(rec["grade"])) if value else float(bool(rec["grade"]["correct"])), rec["completion_tokens"],
+            rec.get("finish_reason") == "length")
     problems = sorted({p for p, _ in cells})
     samples = sorted({s for _, s in cells})
     if len(cells) != len(problems) * len(samples):

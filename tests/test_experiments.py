@@ -127,3 +127,45 @@ def test_seed_000_overlays_merge_onto_the_distill_recipe_and_pass_the_training_c
     assert not p["lora"] or not any("mlp.gate" in t for t in p["lora"]["target_modules"] + p["lora"]["target_parameters"])
     jobs = scheduled(run_snakemake(tmp_path, cfg, "-n"))
     assert jobs["train"] == 1 and jobs["pretrained"] == 1
+
+
+def test_autotriton_8b_dag_builds_offline(tmp_path):
+    """Seed 002 at scale: KernelBench benchmarks fetched by jobs, an 8B student, GRPO after SFT, kernel tables."""
+    cfg = yaml.safe_load((REPO / "config" / "experiments" / "autotriton-8b.yaml").read_text())
+    jobs = scheduled(run_snakemake(tmp_path, cfg, "-n"))
+    assert jobs["benchmark"] == 2 and jobs["pretrained"] == 1 and jobs["grpo"] == 1
+    assert jobs["evaluate"] == 3 * 2 and jobs["tables"] == 2 and jobs["kernel_tables"] == 2  # base, sft, grpo
+    from stillroom.grpo import check_params
+
+    assert check_params({**cfg["grpo"], "validator": {k: cfg["kernels"][k] for k in ("device", "trials", "timeout_s")}})
+
+
+@pytest.mark.slow
+def test_autotriton_tiny_runs_end_to_end(tmp_path):
+    """Seed 002 in miniature, on a subset of the problems: teacher answers graded by the validator, SFT on
+    instruction + reasoning + code, GRPO with the dual reward, kernel tables for base, sft and grpo."""
+    cfg = yaml.safe_load((REPO / "config" / "experiments" / "autotriton-tiny.yaml").read_text())
+    names = sorted(p.stem for p in (REPO / "stillroom" / "kernels" / "problems").glob("[!_]*.py"))[::3]
+    cfg["sources"][0]["problems"] = names
+    cfg["heldout"]["size"] = 4
+    cfg["generation"]["samples_per_prompt"] = 1
+    cfg["train"]["epochs"] = 2
+    cfg["eval"]["max_new_tokens"] = 384
+    run_snakemake(tmp_path, cfg)
+    r = tmp_path / "results" / "autotriton-tiny"
+    graded = read_jsonl(next((r / "graded" / "procedural").glob("*/shard-*.jsonl")))
+    assert all(g["kind"] == "kernel" and g["grader"]["name"] == "kernel-validator" for g in graded)
+    assert any(g["grade"]["correct"] for g in graded)
+    slipped = [g["grade"]["details"] for g in graded if not g["grade"]["correct"]]
+    assert all(d["reward"] == 0.0 for d in slipped)
+    rows = read_jsonl(r / "dataset" / "train.jsonl")
+    assert rows and all("```python" in row["messages"][-1]["content"] for row in rows)
+    rewards = read_jsonl(r / "ckpt" / "grpo" / "rewards.jsonl")
+    grpo_cfg = cfg["grpo"]
+    assert len(rewards) == grpo_cfg["max_steps"] * grpo_cfg["group_size"] * grpo_cfg["prompts_per_step"]
+    prov = json.loads((r / "ckpt" / "grpo.prov.json").read_text())
+    assert prov["metrics"]["steps"] == grpo_cfg["max_steps"] and len(prov["metrics"]["per_step"]) == 2
+    table = (r / "tables" / "heldout-kernels.md").read_text()
+    for row in ("| base |", "| sft |", "| grpo |", "| grpo vs base |"):
+        assert row in table
+    assert "4 kernel problems × 2 samples" in table

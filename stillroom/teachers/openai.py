@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from string import Template
 from typing import Any
 
+from ..kernels.prompting import user_content
 from . import Completion, SkipSample, Teacher, TeacherError
 from .budget import Budget, BudgetExhausted
 
@@ -98,7 +99,7 @@ class OpenAITeacher(Teacher):
         how = self.spec["effort"]
         body: dict[str, Any] = {"model": self.spec["model"], **self.spec["sampling"],
                                 "seed": (seed * 1_000_003 + sample_index) % 2**31}
-        messages = [{"role": "user", "content": problem["prompt"]}]
+        messages = [{"role": "user", "content": user_content(problem)}]
         if "system" in how:
             messages.insert(0, {"role": "system", "content": Template(how["system"]).substitute(effort=effort)})
         if "field" in how:
