@@ -2,7 +2,7 @@
 launches Triton, passes the rules and earns the reward (execution x rules), each compared with the base
 and the fine-tune by a paired bootstrap over problems; ``fast_p`` where speedups were timed (GPU).
 
-Every rate is over all samples: an answer without a code block counts as failing every metric.
+Every rate is over all samples: an answer without a complete code block ("answers" 0) fails every metric.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ def _details(grade: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 METRICS: dict[str, Callable[[Mapping[str, Any]], float]] = {
+    "answers": lambda g: float(g.get("status") != "no_answer"),  # a complete ModelNew code block
     "compiles": lambda g: float(bool(_details(g).get("compiled"))),
     "correct": lambda g: float(bool(_details(g).get("correct"))),  # the execution reward
     "launches": lambda g: float(bool(_details(g).get("launched_triton"))),

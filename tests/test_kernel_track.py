@@ -140,7 +140,7 @@ def test_kernel_tables_rates_paired_cis_and_fast_p(tmp_path):
             for line in open(csv_path).read().splitlines()[1:]]
     sft_reward = next(r for r in rows if r["model"] == "sft" and r["metric"] == "reward" and r["reference"] == "base")
     assert float(sft_reward["low"]) > 0  # clearly better than a base that never compiles
-    assert {r["metric"] for r in rows} == {"compiles", "correct", "launches", "rules", "reward"}
+    assert {r["metric"] for r in rows} == {"answers", "compiles", "correct", "launches", "rules", "reward"}
     # Timed speedups (GPU): fast_p columns appear, counting only rewarded answers faster than p.
     timed = {name: _graded(tmp_path / f"t{name}.jsonl", 0.5, 0.5, seed=4, speedup=1.5) for name in ("base", "sft")}
     out = kernel_tables.run(graded=timed, out_markdown=md, out_csv=csv_path,
