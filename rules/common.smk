@@ -10,6 +10,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 import stillroom.config
+import stillroom.sources
 from stillroom.cluster import backend_gpus, stage_gpus, train_resources
 
 try:
@@ -87,13 +88,17 @@ LOCAL_DATA = (".jsonl", ".json", ".parquet", ".csv")
 
 
 def local_path(spec):
-    """A source or benchmark spec with its local file resolved against the repository root."""
+    """A source or benchmark spec with its local file (or kernel problem dir) resolved against the repository root."""
     if isinstance(spec, dict) and str(spec.get("path", "")).endswith(LOCAL_DATA):
         return {**spec, "path": repo_path(spec["path"])}
+    if isinstance(spec, dict) and spec.get("dir"):
+        return {**spec, "dir": repo_path(spec["dir"])}
     return spec
 
 
 SOURCES = [local_path(s) for s in config["sources"]]
+# Kernel problem files are pool inputs: editing one rebuilds everything downstream of it.
+KERNEL_FILES = [str(f) for s in SOURCES if s["kind"] == "kernels" for f in stillroom.sources.kernel_files(s).values()]
 
 
 def shards_of(effort):

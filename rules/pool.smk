@@ -20,6 +20,7 @@ rule pool:
     input:
         benchmarks=list(BENCHMARKS.values()),
         files=[s["path"] for s in SOURCES if s.get("path", "").endswith(LOCAL_DATA)],
+        kernels=KERNEL_FILES,
     output:
         **tracked(pool=f"{R}/pool/pool.jsonl", heldout=f"{R}/pool/heldout.jsonl", dev=f"{R}/pool/dev.jsonl"),
     params:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from .ids import normalize_prompt, prompt_id
@@ -190,17 +191,13 @@ def iter_sources(specs: list[Mapping[str, Any]], benchmarks: Mapping[str, str], 
             raise DataError(f"source '{name}': unknown kind '{kind}'")
 
 
-def kernel_records(spec: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """KernelBench-style problem files (a ``Model``, ``get_inputs``, ``get_init_inputs``): the project's
-    own set (``stillroom/kernels/problems``, each with a reference solution) or ``dir``; ``problems``
-    names a subset. The file is both the prompt and the gold (the validator runs it as the reference);
-    its text is kept verbatim, since folding whitespace would break the Python."""
-    from pathlib import Path
+def kernel_files(spec: Mapping[str, Any]) -> dict[str, Path]:
+    """The problem files of a ``kind: kernels`` source by name: the project's own set
+    (``stillroom/kernels/problems``, each with a reference solution) or those in ``dir``; ``problems``
+    names a subset."""
+    from .kernels import PROBLEMS_DIR
 
-    from .kernels import PROBLEMS_DIR, SOLUTIONS_DIR
-
-    name = spec["name"]
-    root = Path(spec.get("dir") or PROBLEMS_DIR)
+    name, root = spec["name"], Path(spec.get("dir") or PROBLEMS_DIR)
     available = {p.stem: p for p in sorted(root.glob("*.py")) if not p.name.startswith("_")}
     if not available:
         raise DataError(f"source '{name}': no problem files (*.py) in {root}")
@@ -208,12 +205,21 @@ def kernel_records(spec: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     missing = [w for w in wanted if w not in available]
     if missing:
         raise DataError(f"source '{name}': no problem file for {missing} in {root} (have {len(available)})")
-    for stem in wanted:
-        src = available[stem].read_text(encoding="utf-8")
+    return {stem: available[stem] for stem in wanted}
+
+
+def kernel_records(spec: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """KernelBench-style problem files (a ``Model``, ``get_inputs``, ``get_init_inputs``). The file is both
+    the prompt and the gold (the validator runs it as the reference), kept verbatim: folding whitespace
+    would break the Python."""
+    from .kernels import SOLUTIONS_DIR
+
+    for stem, path in kernel_files(spec).items():
+        src = path.read_text(encoding="utf-8")
         meta = {"problem": stem}
-        if (SOLUTIONS_DIR / f"{stem}.py").exists() and not spec.get("dir"):
+        if not spec.get("dir") and (SOLUTIONS_DIR / f"{stem}.py").exists():
             meta["solution"] = stem
-        yield _record(name, "kernel", src, src, meta)
+        yield _record(spec["name"], "kernel", src, src, meta)
 
 
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -228,8 +234,6 @@ def dataset_records(spec: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """Rows of a hub dataset (by id, loaded in the job, never at DAG build) or of a local parquet/JSONL/CSV
     file, mapped to pool records: ``prompt`` and ``answer`` name the fields, ``where`` filters rows
     (``{field: {min, max, equals, in}}``), ``limit`` keeps the first N rows that pass."""
-    from pathlib import Path
-
     import datasets
 
     name, path = spec["name"], spec["path"]

@@ -21,7 +21,7 @@ def records(names=NAMES):
     return list(iter_sources([{"name": "kb", "kind": "kernels", "problems": names}], {}, seed=0))
 
 
-def test_kernel_source_keeps_the_file_verbatim_as_prompt_and_gold():
+def test_kernel_source_keeps_the_file_verbatim_as_prompt_and_gold(tmp_path):
     recs = records()
     assert [r["meta"] for r in recs] == [{"problem": n, "solution": n} for n in NAMES]
     src = (PROBLEMS_DIR / "softmax_rows.py").read_text()
@@ -30,6 +30,12 @@ def test_kernel_source_keeps_the_file_verbatim_as_prompt_and_gold():
     assert len(records(None)) == len(list(PROBLEMS_DIR.glob("[!_]*.py"))) >= 40
     with pytest.raises(DataError, match=r"source 'kb': no problem file for \['nope'\]"):
         records(["relu", "nope"])
+    (tmp_path / "mine.py").write_text(src)  # a directory of one's own problems: no reference solutions
+    (tmp_path / "__init__.py").write_text("")
+    own = list(iter_sources([{"name": "own", "kind": "kernels", "dir": str(tmp_path)}], {}, seed=0))
+    assert [r["meta"] for r in own] == [{"problem": "mine"}] and own[0]["prompt"] == src
+    with pytest.raises(DataError, match="no problem files"):
+        list(iter_sources([{"name": "own", "kind": "kernels", "dir": str(tmp_path / "none")}], {}, seed=0))
 
 
 def test_instruction_wraps_the_source_and_extract_code_finds_modelnew():
