@@ -39,6 +39,14 @@ if UNSET:
     raise WorkflowError(f"the profile's resources need {', '.join(UNSET)} in the environment "
                         "(see profiles/slurm/profile.yaml; SLURM_ACCOUNT may be empty)")
 
+def partition_for(gpus):
+    """SLURM partition of a rule whose GPU count follows the config (an API teacher needs none, a compiled-
+    kernel grader one): the profile cannot see the config, and a --set-resources on the command line
+    replaces the profile's whole set-resources (measured), so the rule declares it. Empty when not set
+    (local runs); under the slurm profile the variable check above has run."""
+    return os.environ.get("STILLROOM_GPU_PARTITION" if gpus else "STILLROOM_CPU_PARTITION", "")
+
+
 REPO = Path(workflow.basedir)
 EXP = config["experiment"]
 R = f"results/{EXP}"

@@ -67,6 +67,7 @@ rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
         p=as_json(letters=config["eval"].get("letters", "ABCD"), **KERNEL_GRADING),
     resources:
         gpu=KERNEL_GRADE_GPUS,
+        slurm_partition=partition_for(KERNEL_GRADE_GPUS),
     log:
         f"{R}/logs/grade-eval/{{run}}.log",
     shell:

@@ -25,6 +25,7 @@ rule generate:
     resources:
         gpu=teacher_gpus,
         nodes=1,
+        slurm_partition=lambda wildcards: partition_for(teacher_gpus(wildcards)),
     log:
         f"{R}/logs/generate/{{teacher}}-{{effort}}-{{shard}}.log",
     shell:
@@ -46,6 +47,7 @@ for group in config["generation"].get("effort_groups", []):
         resources:
             gpu=teacher_gpus,
             nodes=1,
+            slurm_partition=lambda wildcards: partition_for(teacher_gpus(wildcards)),
         log:
             f"{R}/logs/generate/{{teacher}}-{'-'.join(group)}-{{shard}}.log",
         shell:
@@ -63,6 +65,7 @@ rule grade_generation:
         p=as_json(**KERNEL_GRADING),
     resources:
         gpu=KERNEL_GRADE_GPUS,
+        slurm_partition=partition_for(KERNEL_GRADE_GPUS),
     log:
         f"{R}/logs/grade/{{teacher}}-{{effort}}-{{shard}}.log",
     shell:

@@ -71,8 +71,7 @@ if GRPO:
             p=as_json(**config["grpo"], validator=KERNEL_GRADING.get("kernel", {})),
         threads: 2
         resources:
-            gpu=KERNEL_GRADE_GPUS,  # the policy and its rewards' kernels share the job's GPU
-            nodes=1,
+            **train_resources(config, "grpo"),  # nodes and GPUs follow grpo.distributed, as training's
         log:
             f"{R}/logs/grpo.log",
         shell:

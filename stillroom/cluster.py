@@ -36,10 +36,11 @@ def backend_gpus(spec: Mapping[str, Any]) -> int:
     return 1 if backend == "hf" else 0
 
 
-def train_resources(config: Mapping[str, Any]) -> dict[str, Any]:
-    """One node: ``gpus_per_node`` GPUs (one process per GPU, or one device_map process over them all).
-    Several: ``gres`` per node, one launcher task per node, launcher in the batch script (``mpi``)."""
-    layout = check_distributed(config["train"])
+def train_resources(config: Mapping[str, Any], section: str = "train") -> dict[str, Any]:
+    """The job of ``section``'s layout (``train`` or ``grpo``: its ``distributed``). One node:
+    ``gpus_per_node`` GPUs (one process per GPU, or one device_map process over them all). Several:
+    ``gres`` per node, one launcher task per node, launcher in the batch script (``mpi``)."""
+    layout = check_distributed(config[section])
     if layout["nodes"] == 1:
         return {"gpu": layout["gpus_per_node"], "nodes": 1}
     return {"nodes": layout["nodes"], "tasks": layout["nodes"], "gres": f"gpu:{layout['gpus_per_node']}",
@@ -54,6 +55,9 @@ def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
     gpus = {"generate": teacher, "train": layout["nodes"] * layout["gpus_per_node"],
             "evaluate": evaluation, "evaluate_budget": evaluation}
     gpus.update({f"generate_{'_'.join(g)}": teacher for g in config["generation"].get("effort_groups", [])})
-    if config.get("kernels", {}).get("device") == "cuda":  # compiled kernels need a GPU to grade (and GRPO)
-        gpus.update(grade_generation=1, grade_eval=1, grpo=1)
+    if "grpo" in config:
+        grpo = check_distributed(config["grpo"])
+        gpus["grpo"] = grpo["nodes"] * grpo["gpus_per_node"]
+    if config.get("kernels", {}).get("device") == "cuda":  # compiled kernels need a GPU to grade
+        gpus.update(grade_generation=1, grade_eval=1)
     return gpus

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from stillroom import launch
 from stillroom.io import DataError, atomic_dir, read_jsonl, write_jsonl
 from stillroom.kernels.prompting import extract_code, user_content
 
@@ -23,6 +24,7 @@ PARAM_DEFAULTS: dict[str, Any] = {
     "group_size": 4, "prompts_per_step": 2, "beta": 0.04, "loss_type": "dapo", "lr": 1e-6, "max_steps": 100,
     "max_completion_length": 1024, "temperature": 1.0, "top_p": 1.0, "epsilon": 0.2, "seed": 0,
     "logging_steps": 1, "validator": {}, "reward_workers": None, "dtype": "auto", "gradient_checkpointing": False,
+    "distributed": None,
 }
 VALIDATOR_DEFAULTS: dict[str, Any] = {"device": "cpu", "trials": 3, "timeout_s": 60.0}
 # TRL 1.16's loss types that work with token-level importance sampling (luspo needs sequence level).
@@ -64,6 +66,10 @@ def check_params(params: Mapping) -> dict[str, Any]:
     if bad:
         raise ValueError(f"unknown grpo validator key(s): {', '.join(bad)} (known: {', '.join(VALIDATOR_DEFAULTS)})")
     v = p["validator"] = {**VALIDATOR_DEFAULTS, **p["validator"]}
+    p["distributed"] = launch.check_distributed({"distributed": p["distributed"]})
+    if p["prompts_per_step"] % p["distributed"]["world_size"]:
+        raise ValueError(f"grpo param prompts_per_step {p['prompts_per_step']} must be a multiple of the "
+                         f"{p['distributed']['world_size']} processes of grpo.distributed (each takes whole groups)")
     if v["device"] not in ("cpu", "cuda"):
         raise ValueError(f"grpo validator device: {v['device']!r} is not cpu or cuda")
     if isinstance(v["trials"], bool) or not isinstance(v["trials"], int) or v["trials"] < 1:
@@ -76,8 +82,8 @@ def check_params(params: Mapping) -> dict[str, Any]:
 class KernelReward:
     """TRL reward function: the validator's reward (execution x rules) of each completion's ModelNew block.
 
-    A batch's completions are evaluated concurrently on ``workers`` threads (each evaluation is its own
-    subprocess). Every scored completion is kept in ``records`` for rewards.jsonl.
+    A batch's completions are evaluated concurrently on ``workers`` threads (each candidate runs in its own
+    process, forked from the validator's warm server). Every scored completion is kept in ``records``.
     """
 
     __name__ = "kernel_reward"  # TRL logs rewards/<name>/mean
@@ -140,9 +146,14 @@ def progress_callback(log: Callable[[str], Any]):
     return Progress()
 
 
-def run(*, base: str, problems: str, out_model: str, params: Mapping, threads: int = 1, log=print, **_) -> dict:
-    """The CLI's ``grpo`` stage: train the model in ``base`` on ``problems``; save it to ``out_model``."""
+def train_grpo(base_dir, problems, out_dir, *, params: Mapping, threads: int = 1, log=print) -> dict:
+    """GRPO from the model in ``base_dir`` on ``problems``; save to ``out_dir``; return metrics. Inside a
+    torchrun worker every rank runs this (data parallel, FSDP2-sharded when there are several); rank 0
+    alone writes files and logs."""
+    import tempfile
+
     import torch
+    import torch.distributed as dist
     import trl
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
@@ -151,6 +162,7 @@ def run(*, base: str, problems: str, out_model: str, params: Mapping, threads: i
     from stillroom.student import generation_config
 
     p = check_params(params)
+    layout, main = p["distributed"], launch.rank() == 0
     workers = p["reward_workers"] or max(1, threads)
     rows = load_problems(problems)
     if len(rows) < p["prompts_per_step"]:
@@ -159,22 +171,24 @@ def run(*, base: str, problems: str, out_model: str, params: Mapping, threads: i
     if p["validator"]["device"] == "cuda" and not cuda:
         raise ValueError("grpo validator device is cuda but no CUDA device is available")
     torch.set_num_threads(threads)
-    tokenizer = AutoTokenizer.from_pretrained(Path(base))
+    tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
     # float32 weights always (a bf16 master copy loses small updates); bf16 autocast on GPU
-    model = AutoModelForCausalLM.from_pretrained(Path(base), dtype=torch.float32, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(Path(base_dir), dtype=torch.float32, attn_implementation="sdpa",
+                                                 **launch.load_kwargs(p, layout))
     reward = KernelReward(workers=workers, seed=p["seed"], **p["validator"])
-    log(f"{len(rows)} kernel problems; {p['prompts_per_step']} x {p['group_size']} completions a step, "
-        f"rewards on {workers} worker(s), validator on {p['validator']['device']}")
+    log(f"{len(rows)} kernel problems; {p['prompts_per_step']} x {p['group_size']} completions a step over "
+        f"{layout['world_size']} process(es), rewards on {workers} worker(s) each, validator on {p['validator']['device']}")
 
-    with atomic_dir(out_model) as tmp:
+    with (atomic_dir(out_dir) if main else tempfile.TemporaryDirectory()) as tmp:
         tmp = Path(tmp)
         config = GRPOConfig(
             output_dir=str(tmp / "trainer"),
             learning_rate=p["lr"],
             max_steps=p["max_steps"],
-            # One generation batch (prompts_per_step groups) per optimizer step, one group per micro-batch
+            # One generation batch (prompts_per_step groups, over all processes) per optimizer step, one
+            # group per micro-batch: TRL generates anew every gradient_accumulation_steps micro-batches.
             per_device_train_batch_size=p["group_size"],
-            gradient_accumulation_steps=p["prompts_per_step"],
+            gradient_accumulation_steps=p["prompts_per_step"] // layout["world_size"],
             generation_batch_size=p["prompts_per_step"] * p["group_size"],
             num_generations=p["group_size"],
             beta=p["beta"],
@@ -195,27 +209,37 @@ def run(*, base: str, problems: str, out_model: str, params: Mapping, threads: i
             disable_tqdm=True,
         )
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows),
-                              processing_class=tokenizer, callbacks=[progress_callback(log)])
+                              processing_class=tokenizer, callbacks=[progress_callback(log)] if main else [])
         trainer.remove_callback(PrinterCallback)  # progress goes through our own log callable
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
         model = trainer.accelerator.unwrap_model(trainer.model)
-        model.config.use_cache = True  # inference downstream wants the cache back
-        if not (Path(base) / "generation_config.json").exists():
-            model.generation_config = generation_config(tokenizer)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        write_jsonl(tmp / "rewards.jsonl", reward.records)
+        records = reward.records
+        if layout["world_size"] > 1:  # each process scored its own completions
+            gathered: list = [None] * layout["world_size"]
+            dist.all_gather_object(gathered, records)
+            records = sorted((r for part in gathered for r in part), key=lambda r: (r["step"], r["prompt_id"]))
+        # Every rank takes part in gathering sharded weights; only rank 0 keeps a directory.
+        state = launch.gather_state(model) if launch.sharded(p, layout) else None
+        if main:
+            if state is not None:
+                model = launch.unsharded(model, state)
+            model.config.use_cache = True  # inference downstream wants the cache back
+            if not (Path(base_dir) / "generation_config.json").exists():
+                model.generation_config = generation_config(tokenizer)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            write_jsonl(tmp / "rewards.jsonl", records)
         shutil.rmtree(tmp / "trainer", ignore_errors=True)  # TRL's output_dir: nothing there is kept
 
-    records = reward.records
     n = len(records)
     per_step = [{"step": h["step"], **{k: h.get(k) for k in ("reward", "reward_std", "kl", "loss")}}
                 for h in trainer.state.log_history if "reward" in h]
     metrics = {
         "steps": trainer.state.global_step,
         "seconds": round(seconds, 3),
+        "world_size": layout["world_size"],
         "completions": n,
         "reward_mean": sum(r["reward"] for r in records) / n if n else None,
         "exec_mean": sum(r["exec_reward"] for r in records) / n if n else None,
@@ -227,3 +251,14 @@ def run(*, base: str, problems: str, out_model: str, params: Mapping, threads: i
     log(f"GRPO: {metrics['steps']} steps in {seconds:.1f} s, {n} completions scored, "
         f"mean reward {metrics['reward_mean']}")
     return metrics
+
+
+def run(*, base: str, problems: str, out_model: str, params: Mapping, threads: int = 1, log=print, **_) -> dict:
+    """The CLI's ``grpo`` stage: in this process, or on every process of ``grpo.distributed``."""
+    layout = check_params(params)["distributed"]
+    if layout["world_size"] == 1:
+        return train_grpo(base, problems, out_model, params=params, threads=threads, log=log)
+    per_process = max(1, threads // layout["gpus_per_node"])
+    return launch.spawn(layout, {"base_dir": base, "problems": problems, "out_dir": out_model,
+                                 "params": dict(params), "threads": per_process}, log, cpus=threads,
+                        target="stillroom.grpo:train_grpo")

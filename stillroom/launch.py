@@ -78,9 +78,8 @@ def sharded(params: Mapping[str, Any], layout: Mapping[str, Any]) -> bool:
 def load_kwargs(params: Mapping[str, Any], layout: Mapping[str, Any]) -> dict[str, Any]:
     """Extra ``from_pretrained`` arguments: the FSDP2 mesh for several processes, or a device map."""
     if sharded(params, layout):
-        from transformers.distributed import DistributedConfig
-
         import torch
+        from transformers.distributed import DistributedConfig
 
         # On GPU, FSDP2 computes in bf16 over float32 shards (mixed precision); gloo on CPU stays float32.
         return {"distributed_config": DistributedConfig(fsdp_size=layout["fsdp_size"],
@@ -96,6 +95,32 @@ def load_kwargs(params: Mapping[str, Any], layout: Mapping[str, Any]) -> dict[st
     elif params.get("max_memory") is not None:
         kwargs["max_memory"] = {int(k) if str(k).isdigit() else k: v for k, v in params["max_memory"].items()}
     return kwargs
+
+
+def gather_state(model) -> dict:
+    """The full state dict of an FSDP2-sharded model, on CPU; every rank must call it (it all-gathers)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+    )
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def unsharded(model, state: dict):
+    """A plain single-process copy of ``model`` holding ``state``. Saving the sharded model itself writes
+    tied weights twice (transformers 5.24), which later merges would reject as a different architecture."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    config.distributed_config = None
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
+    plain.load_state_dict(state, assign=True)
+    plain.tie_weights()
+    plain.generation_config = model.generation_config  # from_config would derive a bare one from config.json
+    return plain
 
 
 def in_worker() -> bool:
@@ -156,8 +181,9 @@ def _terminate_with_parent() -> None:
 
 
 def spawn(layout: Mapping[str, Any], kwargs: Mapping[str, Any], log: Callable[[str], Any],
-          cpus: int = 1) -> dict[str, Any]:
-    """Run ``train.train_sft(**kwargs)`` on every process of ``layout``; return rank 0's metrics.
+          cpus: int = 1, target: str = "stillroom.train:train_sft") -> dict[str, Any]:
+    """Run ``target(**kwargs)`` (a "module:function" whose kwargs include ``out_dir``) on every process of
+    ``layout``; return rank 0's metrics.
 
     The spec and the metrics live beside the output, on the filesystem every node shares (a node-local
     /tmp would not reach the other nodes, nor necessarily the node where global rank 0 runs)."""
@@ -165,25 +191,28 @@ def spawn(layout: Mapping[str, Any], kwargs: Mapping[str, Any], log: Callable[[s
     beside.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".launch-", dir=beside) as tmp:
         spec, metrics = Path(tmp) / "spec.json", Path(tmp) / "metrics.json"
-        spec.write_text(json.dumps({**kwargs, "metrics": str(metrics)}))
+        spec.write_text(json.dumps({**kwargs, "metrics": str(metrics), "target": target}))
         cmd = command(layout, ["-m", "stillroom.launch", str(spec)], cpus=cpus)  # torchrun runs a module with -m
         log(f"launching {layout['world_size']} processes: {shlex.join(cmd)}")
         # The workers' stderr goes straight to ours, which the rule's log collects.
         done = subprocess.run(cmd, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                               preexec_fn=_terminate_with_parent)
         if done.returncode:
-            raise RuntimeError(f"training workers failed with exit status {done.returncode}: {shlex.join(cmd)}")
+            raise RuntimeError(f"workers failed with exit status {done.returncode}: {shlex.join(cmd)}")
         return json.loads(metrics.read_text())
 
 
 def _worker(spec_path: str) -> None:
+    import importlib
+
     from stillroom.io import write_json
-    from stillroom.train import train_sft
 
     spec = json.loads(Path(spec_path).read_text())
     metrics_path = spec.pop("metrics")
+    module, _, function = spec.pop("target").partition(":")
     prefix = f"[rank {rank()}] "
-    metrics = train_sft(**spec, log=lambda msg: print(prefix + msg, file=sys.stderr, flush=True))
+    metrics = getattr(importlib.import_module(module), function)(
+        **spec, log=lambda msg: print(prefix + msg, file=sys.stderr, flush=True))
     if rank() == 0:
         write_json(metrics_path, metrics)
 

@@ -250,16 +250,6 @@ def _last_checkpoint(checkpoints: Path, fingerprint: Mapping, log, main: bool = 
     return None
 
 
-def _gather_state(model) -> dict:
-    """The full state dict of an FSDP2-sharded model, on CPU; every rank must call it (it all-gathers)."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-    )
-
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-
 def _gather_adapter(model) -> dict:
     """The LoRA tensors of an FSDP2-sharded PEFT model, whole, on CPU; every rank must call it. Only the
     adapter crosses the network: gathering the base too would be the full model in one process."""
@@ -267,22 +257,6 @@ def _gather_adapter(model) -> dict:
 
     return {name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
             for name, p in model.named_parameters() if "lora_" in name}
-
-
-def _unsharded(model, state: dict):
-    """A plain single-process copy of ``model`` holding ``state``. Saving the sharded model itself writes
-    tied weights twice (transformers 5.24), which later merges would reject as a different architecture."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    config = model.config
-    config.distributed_config = None
-    with torch.device("meta"):
-        plain = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
-    plain.load_state_dict(state, assign=True)
-    plain.tie_weights()
-    plain.generation_config = model.generation_config  # from_config would derive a bare one from config.json
-    return plain
 
 
 def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int = 1, log=print) -> dict:
@@ -339,7 +313,7 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
         model = trainer.accelerator.unwrap_model(trainer.model)
         state = None
         if launch.sharded(p, p["distributed"]):
-            state = _gather_adapter(model) if p["lora"] else _gather_state(model)
+            state = _gather_adapter(model) if p["lora"] else launch.gather_state(model)
         if main:
             if p["lora"]:
                 # Keep the adapter, and give later stages the adapter merged into the full-precision base:
@@ -347,7 +321,7 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
                 model.save_pretrained(tmp / "adapter", state_dict=state)
                 model = merge_adapter(base_dir, tmp / "adapter")
             elif state is not None:
-                model = _unsharded(model, state)
+                model = launch.unsharded(model, state)
             model.config.use_cache = True  # inference downstream wants the cache back
             if not (Path(base_dir) / "generation_config.json").exists():
                 model.generation_config = generation_config(tokenizer)

@@ -137,7 +137,8 @@ def test_autotriton_8b_dag_builds_offline(tmp_path):
     assert jobs["evaluate"] == 3 * 2 and jobs["tables"] == 2 and jobs["kernel_tables"] == 2  # base, sft, grpo
     from stillroom.grpo import check_params
 
-    assert check_params({**cfg["grpo"], "validator": {k: cfg["kernels"][k] for k in ("device", "trials", "timeout_s")}})
+    p = check_params({**cfg["grpo"], "validator": {k: cfg["kernels"][k] for k in ("device", "trials", "timeout_s")}})
+    assert p["distributed"]["world_size"] == 8 and p["validator"]["device"] == "cuda"
 
 
 @pytest.mark.slow
@@ -169,3 +170,8 @@ def test_autotriton_tiny_runs_end_to_end(tmp_path):
     for row in ("| base |", "| sft |", "| grpo |", "| grpo vs base |"):
         assert row in table
     assert "4 kernel problems × 2 samples" in table
+    from stillroom.audit import audit
+
+    report = audit(r / "tables" / "heldout-kernels.md")  # back through GRPO, SFT and grading to the problem files
+    assert report.ok, report.to_dict()
+    assert any(n.path.endswith("grpo") for n in report.nodes())

@@ -112,6 +112,22 @@ def test_grpo_smoke_run_saves_a_loadable_model(kernel_setup, tmp_path, monkeypat
     assert any((a - b).abs().max() > 0 for a, b in zip(model.parameters(), base.parameters()))
 
 
+def test_two_processes_share_the_groups_and_gather_the_rewards(kernel_setup, tmp_path):
+    """grpo.distributed: 2 torchrun processes (gloo, FSDP2-sharded), each generating and scoring its share;
+    rank 0 gathers every scored completion and saves the whole model."""
+    out = tmp_path / "grpo"
+    metrics = run(base=str(kernel_setup / "base"), problems=str(kernel_setup / "problems.jsonl"), out_model=str(out),
+                  params={"max_steps": 1, "group_size": 2, "prompts_per_step": 2, "max_completion_length": 8,
+                          "distributed": {"gpus_per_node": 2}, "seed": 1}, threads=2, log=lambda _: None)
+    assert metrics["world_size"] == 2 and metrics["steps"] == 1 and metrics["completions"] == 4
+    rewards = read_jsonl(out / "rewards.jsonl", required=("step", "prompt_id", "reward"))
+    assert len(rewards) == 4 and {r["step"] for r in rewards} == {1}
+    assert AutoModelForCausalLM.from_pretrained(out).config.use_cache
+    assert not list(tmp_path.glob(".launch-*"))
+    with pytest.raises(ValueError, match="prompts_per_step 3 must be a multiple of the 2 processes"):
+        check_params({"prompts_per_step": 3, "distributed": {"gpus_per_node": 2}})
+
+
 def test_bad_problems_and_params(kernel_setup, tmp_path):
     path = tmp_path / "problems.jsonl"
     path.write_text(json.dumps(record("relu")) + "\n\n" + json.dumps(record("add", kind="math")) + "\n")

@@ -1,12 +1,13 @@
 """The dual-reward validator: every reference solution earns 1; every cheat earns 0, with a reason."""
 
 import textwrap
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from stillroom.kernels import evaluate
+from stillroom.kernels import evaluate, validator
 from stillroom.kernels.rules import check
 
 KERNELS = Path(__file__).resolve().parent.parent / "stillroom" / "kernels"
@@ -104,6 +105,8 @@ CHEATS = {
     "writes a file from Python (the audit hook refuses)": (
         candidate("f = self.opener('leak.txt', 'w')\nreturn x", init="self.opener = __builtins__['open']"),
         "may not write files"),
+    "signals the process that started it (the audit hook refuses)": (  # signal 0: harmless if it got through
+        candidate("torch.os.killpg(torch.os.getpgid(torch.os.getppid()), 0)\nreturn x"), "may not use os.killpg"),
     "finalizer runs after the checks": (HONEST + "\n    def __del__(self):\n        pass\n", "defines __del__"),
     "torch inside the kernel body": (HONEST.replace("tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)",
                                                     "tl.store(out_ptr + offs, torch.relu(x), mask=mask)"),
@@ -141,6 +144,70 @@ def test_every_reference_solution_earns_full_reward():
     def score(path):
         return path.stem, evaluate(path.read_text(), (KERNELS / "solutions" / path.name).read_text(), trials=2)
 
-    with ThreadPoolExecutor(2) as pool:  # each evaluation is its own process
+    with ThreadPoolExecutor(2) as pool:  # each evaluation is its own process, forked by one server
         results = dict(pool.map(score, PROBLEMS))
     assert {name: r.reasons for name, r in results.items() if r.reward != 1.0} == {}
+
+
+def test_process_isolation_scores_alike():
+    assert evaluate(RELU, HONEST, isolation="process").reward == 1
+    source, why = CHEATS["writes a file from C (RLIMIT_FSIZE 0 stops it)"]
+    r = evaluate(RELU, source, isolation="process")
+    assert r.reward == 0 and any(why in reason for reason in r.reasons), r.reasons
+
+
+@pytest.mark.parametrize("isolation", ["fork", "process"])
+def test_a_process_ending_without_a_result_is_reported_with_its_stderr(isolation):
+    source = candidate("torch.sys.stderr.write('boom\\n')\ntorch.sys.stderr.flush()\ntorch.os._exit(3)")
+    r = evaluate(RELU, source, isolation=isolation)
+    assert r.reward == 0
+    assert any("ended (exit 3) without a readable result" in why and "boom" in why for why in r.reasons), r.reasons
+
+
+def test_an_unknown_isolation_is_refused():
+    with pytest.raises(ValueError, match="isolation must be one of fork, process"):
+        evaluate(RELU, HONEST, isolation="thread")
+
+
+def test_concurrent_evaluations_share_one_fork_server():
+    server = validator._fork_server("cpu")
+    sources = [HONEST, CHEATS["wrong answer"][0], HONEST, CHEATS["input mutated in place"][0]]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(lambda s: evaluate(RELU, s).reward, sources)) == [1, 0, 1, 0]
+    assert validator._fork_server("cpu") is server
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid``, zombies included."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def test_a_hang_is_killed_and_the_server_serves_on():
+    server = validator._fork_server("cpu")
+    r = evaluate(RELU, CHEATS["hangs"][0], timeout_s=2)
+    assert r.reward == 0 and "timed out after 2 s" in r.reasons
+    assert _children(server.proc.pid) == []  # killed and reaped
+    assert evaluate(RELU, HONEST).reward == 1
+    assert validator._fork_server("cpu") is server
+
+
+def test_a_dead_fork_server_is_restarted():
+    server = validator._fork_server("cpu")
+    with ThreadPoolExecutor(1) as pool:
+        hung = pool.submit(evaluate, RELU, CHEATS["hangs"][0], timeout_s=60)
+        deadline = time.monotonic() + 30
+        while not any(job.pid for job in list(server.jobs.values())) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server.proc.kill()
+        r = hung.result(timeout=30)  # at once, not after its timeout
+    assert r.reward == 0 and any("the kernel fork server died" in reason for reason in r.reasons), r.reasons
+    assert evaluate(RELU, HONEST).reward == 1
+    assert validator._fork_server("cpu") is not server

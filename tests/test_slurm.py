@@ -21,7 +21,8 @@ ENV = {"SLURM_ACCOUNT": "root", "STILLROOM_CPU_PARTITION": "cpu", "STILLROOM_GPU
 # Real clusters want slow polling (the profile's); a test wants its answer.
 FAST = ("--profile", str(REPO / "profiles" / "slurm"), "--slurm-init-seconds-before-status-checks", "2",
         "--seconds-between-status-checks", "3", "--max-status-checks-per-second", "10", "--latency-wait", "10")
-GPU_RULES = {"generate", "train", "evaluate", "evaluate_budget"}
+# The procedural teacher needs no GPU, so its shards go to the CPU partition (rules/common.smk partition_for).
+GPU_RULES = {"train", "evaluate", "evaluate_budget"}
 
 
 def _run(*cmd: str) -> subprocess.CompletedProcess:

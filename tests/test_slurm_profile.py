@@ -63,6 +63,31 @@ def test_device_map_training_is_one_process_over_the_nodes_gpus():
     assert (train["--nodes"], train["--gpus"]) == ("1", "8") and "--ntasks" not in train
 
 
+def test_kernel_recipe_grades_and_trains_on_gpus():
+    """autotriton-8b: GRPO FSDP2 over one 8-GPU node; compiled-kernel grading asks for a GPU, on the GPU partition."""
+    kernels = plan([EXP / "autotriton-8b.yaml"])
+    grpo = opts(kernels["grpo"].sbatch)
+    assert (grpo["-p"], grpo["--gpus"], grpo["--nodes"], grpo["--cpus-per-task"]) == ("gpu", "8", "1", "16")
+    for rule in ("grade_generation", "grade_eval"):
+        grade = opts(kernels[rule].sbatch)
+        assert (grade["-p"], grade["--gpus"]) == ("gpu", "1"), rule
+    assert kernels["kernel_tables"].jobs == 2 and "--gpus" not in opts(kernels["kernel_tables"].sbatch)
+
+
+def test_an_api_teacher_generates_on_the_cpu_partition(tmp_path):
+    overlay = tmp_path / "api.yaml"
+    overlay.write_text(yaml.safe_dump({"generation": {"teacher": "beam-api"}}))
+    gen = opts(plan([DISTILL, overlay])["generate"].sbatch)
+    assert gen["-p"] == "cpu" and "--gpus" not in gen and gen["--cpus-per-task"] == "16"
+
+
+def test_per_run_overrides_replace_the_profiles_entries():
+    """Why the profile says to change resources in the file: Snakemake replaces the profile's set-resources
+    (and set-threads) with the command line's instead of merging them."""
+    train = opts(plan([DISTILL], extra=["--set-resources", "generate:mem_mb=7"])["train"].sbatch)
+    assert (train["-p"], train["--mem"]) == ("cpu", "8000")
+
+
 def test_retries_come_back_with_more_memory_and_time():
     first = opts(plan([DISTILL], extra=["--attempt", "1"])["grade_generation"].sbatch)
     third = opts(plan([DISTILL], extra=["--attempt", "3"])["grade_generation"].sbatch)

@@ -1,4 +1,6 @@
-"""Runs one candidate in its own process: ``python -m stillroom.kernels.worker <scratch dir> <device>``.
+"""Runs one candidate in its own process: ``main(scratch, device)``, in a fresh interpreter
+(``python -m stillroom.kernels.worker <scratch dir> <device>``) or in a child forked by the warm fork
+server (forkserver.py), which has imported torch and triton already. Both paths run ``main`` unchanged.
 
 The parent (validator.py) writes ``candidate.py`` and ``job.pt`` (init inputs, the reference's state dict,
 the inputs of every trial) into a scratch directory and never lets this process see the reference. Here
@@ -9,9 +11,9 @@ torch do the work, or defines a kernel it never launches, is caught at run time 
 Outputs, the inputs as they came back, and the records go to ``result.pt``; the parent compares.
 
 Before any candidate code runs, an audit hook (which Python code cannot remove) refuses sockets,
-subprocesses, forks and file writes (C-level writes hit an RLIMIT_FSIZE of 0 on CPU); freshly
-allocated outputs are filled with NaN so an element a kernel never writes cannot pass by luck. The
-result is written last, then the process ends without running any finalizer.
+subprocesses, forks, signals to other processes and file writes (C-level writes hit an RLIMIT_FSIZE
+of 0 on CPU); freshly allocated outputs are filled with NaN so an element a kernel never writes cannot
+pass by luck. The result is written last, then the process ends without running any finalizer.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ class _State:
 
 def _audit(event: str, args: tuple) -> None:
     if event in {"socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo", "subprocess.Popen",
-                 "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.forkpty", "os.kill", "ctypes.dlopen",
+                 "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
+                 "signal.pthread_kill", "ctypes.dlopen",
                  "pty.spawn", "shutil.rmtree", "os.remove", "os.rename"}:
         if not (_State.in_launch and event == "subprocess.Popen"):  # a GPU compile runs ptxas
             raise PermissionError(f"the candidate may not use {event}")
@@ -119,7 +122,7 @@ MEMORY_LIMIT_BYTES = 8 << 30  # address space of a CPU worker: torch and triton 
 
 
 def _limit(device: str) -> None:
-    """Set by the worker itself before anything loads (preexec_fn is unsafe when the caller has threads)."""
+    """Set by the worker itself, before candidate code (preexec_fn is unsafe when the caller has threads)."""
     if device == "cpu":  # CUDA maps far more virtual memory than it uses: no address-space cap there
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))
@@ -127,11 +130,14 @@ def _limit(device: str) -> None:
 
 
 def main(scratch: str, device: str) -> None:
+    """Run the candidate in ``scratch`` (the current directory) and end the process: never returns."""
     _limit(device)
     import torch
 
     import triton  # noqa: F401 - imported before the audit hook so its own start-up is not audited
 
+    if device.startswith("cuda"):  # Triton launches on the current device: make it the job's GPU
+        torch.cuda.set_device(torch.device(device))
     work = Path(scratch)
     job = torch.load(work / "job.pt", weights_only=True)
     result: dict = {"stage": "import", "error": None, "outputs": [], "inputs_after": [], "seconds": None}

@@ -1,0 +1,156 @@
+"""A warm fork server for kernel candidates: ``python -m stillroom.kernels.forkserver <device>``.
+
+A fresh worker process spends ~2 s importing torch and triton before a candidate runs. This server
+imports them once, then forks a child per candidate that runs ``worker.main`` exactly as
+``python -m stillroom.kernels.worker`` does (rlimits, audit hook, launch counting, ``os._exit``), in a
+session of its own. The server is a fresh interpreter started by validator.py, never a fork of the
+caller (which may have threads, CUDA or a trainer), and it never initialises CUDA itself, so that
+each child can.
+
+Protocol, one JSON object a line. In, on stdin: ``{"id": n, "dir": job dir}``. Out, on stdout:
+``{"ready": pid}`` once the imports are done; ``{"id": n, "pid": pid}`` when a child has started
+(the caller may ``killpg`` it); ``{"id": n, "exit": code, "stderr": tail}`` when it has ended and been
+reaped (``code`` as ``Popen.returncode``: negative for a signal; ``tail``: its last 4 KiB of stderr).
+The server exits on EOF of stdin, or when the thread that started it ends (PR_SET_PDEATHSIG); a
+child dies with the server.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import selectors
+import signal
+import sys
+import traceback
+
+from . import worker
+
+STDERR_TAIL = 4096
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)  # loaded here: a child's audit hook refuses ctypes.dlopen
+
+
+def _die_with_parent(sig: int) -> None:
+    if sys.platform.startswith("linux"):  # elsewhere the server ends on EOF only
+        _libc.prctl(_PR_SET_PDEATHSIG, sig)
+
+
+class _Child:
+    def __init__(self, job_id: int, err: int):
+        self.id, self.err, self.tail = job_id, err, b""
+
+    def read(self, sel: selectors.BaseSelector) -> None:
+        """What the child wrote to stderr so far; close the pipe at its end."""
+        while self.err is not None:
+            try:
+                data = os.read(self.err, 65536)
+            except BlockingIOError:
+                return
+            if data:
+                self.tail = (self.tail + data)[-STDERR_TAIL:]
+            else:
+                sel.unregister(self.err)
+                os.close(self.err)
+                self.err = None
+
+
+def _run_child(job_dir: str, device: str, err: int, inherited: list[int], server: int) -> None:
+    """In the forked child: become the candidate's worker. Never returns."""
+    try:
+        os.setsid()  # its own process group: the caller kills it, and anything it starts, with killpg
+        _die_with_parent(signal.SIGKILL)
+        if os.getppid() != server:  # the server died before prctl
+            os._exit(1)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.dup2(err, 2)  # a pipe, as for a worker process: RLIMIT_FSIZE 0 would stop writes to a file
+        for fd in {devnull, err, *inherited}:  # nothing of the server's: its protocol, other children's pipes
+            os.close(fd)
+        os.chdir(job_dir)
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(job_dir, "triton-cache")
+        worker.main(job_dir, device)
+    except BaseException:  # noqa: BLE001 - reported on stderr, like an uncaught error of a worker process
+        traceback.print_exc()
+    finally:
+        os._exit(1)
+
+
+def serve(device: str) -> None:
+    _die_with_parent(signal.SIGKILL)  # also ends the children: they die with this process
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's; it closes our stdin
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # read when triton is imported
+    import torch
+    import triton  # noqa: F401 - once, here, not in every child
+
+    if torch.cuda.is_initialized():
+        raise RuntimeError("the kernel fork server initialised CUDA before forking; its children could not use it")
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # stray prints of libraries must not corrupt the protocol
+
+    def send(**msg) -> None:
+        out.write(json.dumps(msg) + "\n")
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that exits reach the wakeup fd
+    sel = selectors.DefaultSelector()
+    sel.register(0, selectors.EVENT_READ, "requests")
+    sel.register(wake_r, selectors.EVENT_READ, "exits")
+    children: dict[int, _Child] = {}
+    pending, server = b"", os.getpid()
+    send(ready=server)
+    while True:
+        for key, _ in sel.select():
+            if key.data == "requests":
+                chunk = os.read(0, 65536)
+                if not chunk:
+                    return  # the caller has gone
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    job = json.loads(line)
+                    err_r, err_w = os.pipe()
+                    inherited = [err_r, wake_r, wake_w, out.fileno(), sel.fileno()]
+                    pid = os.fork()
+                    if pid == 0:
+                        _run_child(job["dir"], device, err_w, inherited + [c.err for c in children.values()
+                                                                           if c.err is not None], server)
+                    os.close(err_w)
+                    os.set_blocking(err_r, False)
+                    children[pid] = child = _Child(job["id"], err_r)
+                    sel.register(err_r, selectors.EVENT_READ, child)
+                    send(id=job["id"], pid=pid)
+            elif key.data == "exits":
+                try:
+                    while os.read(wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+                while children:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                    if not pid:
+                        break
+                    child = children.pop(pid)
+                    child.read(sel)
+                    if child.err is not None:  # held open by a descendant: what came so far
+                        sel.unregister(child.err)
+                        os.close(child.err)
+                    send(id=child.id, exit=os.waitstatus_to_exitcode(status),
+                         stderr=child.tail.decode(errors="replace"))
+            else:
+                key.data.read(sel)
+
+
+if __name__ == "__main__":
+    try:
+        serve(sys.argv[1])
+    except BrokenPipeError:  # the caller has gone
+        pass
