@@ -1,8 +1,6 @@
 """The kernel track's pipeline pieces: problems as a source, the prompt and answer format, the
 procedural teacher's kernel answers, grading by the validator, decontamination of code, kernel tables."""
 
-import json
-
 import numpy as np
 import pytest
 
@@ -165,6 +163,6 @@ def test_a_problem_file_shared_by_train_and_test_would_fail_the_pool(tmp_path):
     m = build_pool(benchmarks={}, out_pool=out["pool"], out_heldout=out["heldout"], out_dev=out["dev"],
                    params={"seed": 0, "sources": [{"name": "kb", "kind": "kernels"}], "heldout": {"size": 12}},
                    log=lambda _: None)
-    held = {json.loads(line)["prompt_id"] for line in open(out["heldout"])}
-    pool = {json.loads(line)["prompt_id"] for line in open(out["pool"])}
+    held = {r["prompt_id"] for r in read_jsonl(out["heldout"])}
+    pool = {r["prompt_id"] for r in read_jsonl(out["pool"])}
     assert m["heldout"] == 12 and not held & pool and len(held | pool) == m["pool"] + 12
