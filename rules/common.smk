@@ -11,6 +11,7 @@ from snakemake.utils import validate
 
 import stillroom.config
 import stillroom.sources
+from stillroom.kernels import SOLUTIONS_DIR
 from stillroom.cluster import backend_gpus, stage_gpus, train_resources
 
 try:
@@ -105,8 +106,12 @@ def local_path(spec):
 
 
 SOURCES = [local_path(s) for s in config["sources"]]
-# Kernel problem files are pool inputs: editing one rebuilds everything downstream of it.
+# Kernel problem files are pool inputs: editing one rebuilds everything downstream of it. The procedural
+# teacher answers with the reference solutions, so they are its generation jobs' inputs.
 KERNEL_FILES = [str(f) for s in SOURCES if s["kind"] == "kernels" for f in stillroom.sources.kernel_files(s).values()]
+TEACHER_FILES = [str(SOLUTIONS_DIR / f"{name}.py") for s in SOURCES if s["kind"] == "kernels" and not s.get("dir")
+                 for name in stillroom.sources.kernel_files(s) if (SOLUTIONS_DIR / f"{name}.py").exists()
+                 ] if config["teachers"][TEACHER]["backend"] == "procedural" else []
 
 
 def shards_of(effort):

@@ -15,7 +15,8 @@ def teacher_gpus(wildcards):
 
 rule generate:
     input:
-        f"{R}/shards/shard-{{shard}}.jsonl",
+        shard=f"{R}/shards/shard-{{shard}}.jsonl",
+        teacher=TEACHER_FILES,
     output:
         **tracked(samples=f"{R}/gen/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
     wildcard_constraints:
@@ -29,7 +30,7 @@ rule generate:
     log:
         f"{R}/logs/generate/{{teacher}}-{{effort}}-{{shard}}.log",
     shell:
-        "stillroom generate --shard {input} --out-samples {output.samples}" + STAGE_ARGS
+        "stillroom generate --shard {input.shard} --out-samples {output.samples}" + STAGE_ARGS
 
 
 # Efforts in one of generation.effort_groups share a job per shard: one server start serves them all.
@@ -39,7 +40,8 @@ for group in config["generation"].get("effort_groups", []):
         name:
             f"generate_{'_'.join(group)}"
         input:
-            f"{R}/shards/shard-{{shard}}.jsonl",
+            shard=f"{R}/shards/shard-{{shard}}.jsonl",
+            teacher=TEACHER_FILES,
         output:
             **tracked(**{e: f"{R}/gen/{{teacher}}/{e}/shard-{{shard}}.jsonl" for e in group}),
         params:
@@ -51,7 +53,7 @@ for group in config["generation"].get("effort_groups", []):
         log:
             f"{R}/logs/generate/{{teacher}}-{'-'.join(group)}-{{shard}}.log",
         shell:
-            "stillroom generate --shard {input} --out-samples "
+            "stillroom generate --shard {input.shard} --out-samples "
             + " ".join(f"{{output.{e}}}" for e in group)
             + STAGE_ARGS
 
