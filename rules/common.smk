@@ -11,7 +11,7 @@ from snakemake.utils import validate
 
 import stillroom.config
 import stillroom.sources
-from stillroom.kernels import SOLUTIONS_DIR
+from stillroom.kernels import SOLUTIONS_DIR, VALIDATOR_DEFAULTS
 from stillroom.cluster import backend_gpus, stage_gpus, train_resources
 
 try:
@@ -148,7 +148,7 @@ def benchmark_file(wildcards):
 
 # Kernel answers are graded by the validator with these options (stillroom.kernels.evaluate).
 KERNELS = config.get("kernels")
-KERNEL_GRADING = {"kernel": {k: v for k, v in KERNELS.items() if k in ("device", "trials", "timeout_s")}} if KERNELS else {}
+KERNEL_GRADING = {"kernel": {k: v for k, v in KERNELS.items() if k in VALIDATOR_DEFAULTS}} if KERNELS else {}
 KERNEL_BENCHMARKS = KERNELS.get("benchmarks", config["eval"]["benchmarks"]) if KERNELS else []
 KERNEL_GRADE_GPUS = int(bool(KERNELS) and KERNELS.get("device") == "cuda")  # compiled kernels, timed speedups
 

@@ -35,13 +35,14 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 from math_verify.errors import TimeoutException
 
 from .io import read_jsonl, write_jsonl
+from .kernels import VALIDATOR_DEFAULTS, evaluate
+from .kernels.prompting import extract_code
 
 TIMEOUT_S = 5  # per item in worker processes; per math-verify call (signal.alarm, whole s) in-process
 FLOAT_ROUNDING = 6  # math_verify.verify's defaults, passed explicitly so that they are what gets recorded
 STRICT = True
 KINDS = ("math", "choice", "instructions", "code", "kernel")
 CODE_TIMEOUT_S = 3.0  # the sandbox's own limit; below the pool's per-item limit so the sandbox reports it
-KERNEL_DEFAULTS = {"device": "cpu", "trials": 3, "timeout_s": 60.0}  # stillroom.kernels.evaluate's own
 KERNEL_MARGIN_S = 60.0  # above the candidate's limit: process start, the reference's run, the comparison
 _PRED_CONFIG = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
 _IN_WORKER = False  # set in pool workers, where the parent's kill is the time limit
@@ -100,7 +101,7 @@ def grader_info(kind: str, *, letters: str = "ABCD", timeout_s: float | None = T
                 "options": {**limit, "sandbox_timeout_s": CODE_TIMEOUT_S, "python": "-I -S -B, audit hook"}}
     if kind == "kernel":
         return {"name": "kernel-validator", "version": importlib.metadata.version("stillroom"),
-                "options": {**limit, "validator": {**KERNEL_DEFAULTS, **(kernel or {})}, "reward": "exec x rule",
+                "options": {**limit, "validator": {**VALIDATOR_DEFAULTS, **(kernel or {})}, "reward": "exec x rule",
                             "triton": importlib.metadata.version("triton")}}
     raise ValueError(f"unknown grading kind {kind!r}; expected one of {', '.join(KINDS)}")
 
@@ -197,13 +198,10 @@ def grade_choice(response: str, gold: str, letters: str = "ABCD") -> Grade:
 
 def grade_kernel(response: str, problem_src: str, options: Mapping[str, Any] | None = None) -> Grade:
     """The validator's dual reward for the code block of ``response``; the gold is the problem's source."""
-    from .kernels import evaluate
-    from .kernels.prompting import extract_code
-
     code = extract_code(response)
     if code is None:
         return Grade(False, None, "no_answer", details={"reasons": ["no ```python block after the reasoning"]})
-    result = evaluate(problem_src, code, **{**KERNEL_DEFAULTS, **(options or {})})
+    result = evaluate(problem_src, code, **{**VALIDATOR_DEFAULTS, **(options or {})})
     timed_out = any(r.startswith("timed out") for r in result.reasons)
     return Grade(result.reward == 1.0, None, "timeout" if timed_out else "ok", details=asdict(result))
 
@@ -365,14 +363,14 @@ def run(*, samples: str, out_graded: str, params: Mapping[str, Any], threads: in
     ``threads`` worker processes grade (at least one)."""
     letters, timeout_s = params.get("letters", "ABCD"), params.get("grade_timeout_s", TIMEOUT_S)
     kernel = {**params.get("kernel", {}), "seed": params.get("seed", 0)}
-    kernel = {k: v for k, v in kernel.items() if k in ("device", "trials", "timeout_s", "seed")}
+    kernel = {k: v for k, v in kernel.items() if k in {*VALIDATOR_DEFAULTS, "seed"}}
     rows = read_jsonl(samples, required=("key", "response", "answer", "kind"))
     kinds = {r["kind"] for r in rows}
     # Each sandbox must time out (and say so) before the pool kills its grader.
     if "code" in kinds:
         timeout_s = max(timeout_s, CODE_TIMEOUT_S + 3)
     if "kernel" in kinds:
-        timeout_s = max(timeout_s, kernel.get("timeout_s", KERNEL_DEFAULTS["timeout_s"]) + KERNEL_MARGIN_S)
+        timeout_s = max(timeout_s, kernel.get("timeout_s", VALIDATOR_DEFAULTS["timeout_s"]) + KERNEL_MARGIN_S)
     # A sample whose request failed for good has no response: it is graded as no answer.
     grades = grade_many([(r["response"] or "", r["answer"], r["kind"]) for r in rows], workers=max(1, threads),
                         letters=letters, timeout_s=timeout_s, kernel=kernel)

@@ -18,6 +18,7 @@ from typing import Any
 
 from stillroom import launch
 from stillroom.io import DataError, atomic_dir, read_jsonl, write_jsonl
+from stillroom.kernels import VALIDATOR_DEFAULTS
 from stillroom.kernels.prompting import extract_code, user_content
 
 PARAM_DEFAULTS: dict[str, Any] = {
@@ -26,7 +27,6 @@ PARAM_DEFAULTS: dict[str, Any] = {
     "logging_steps": 1, "validator": {}, "reward_workers": None, "dtype": "auto", "gradient_checkpointing": False,
     "distributed": None,
 }
-VALIDATOR_DEFAULTS: dict[str, Any] = {"device": "cpu", "trials": 3, "timeout_s": 60.0}
 # TRL 1.16's loss types that work with token-level importance sampling (luspo needs sequence level).
 LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "vespo")
 DTYPES = ("auto", "float32")

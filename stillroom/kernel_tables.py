@@ -12,9 +12,9 @@ import io
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .io import DataError, iter_jsonl, write_text
+from .io import DataError, write_text
 from .stats import holm_comparisons, paired_bootstrap
-from .tables import VERDICT, score_matrix
+from .tables import VERDICT, grade_grid, scores
 
 
 def _details(grade: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -36,18 +36,20 @@ def fast_p(p: float) -> Callable[[Mapping[str, Any]], float]:
     return lambda g: float(_details(g).get("reward") == 1.0 and (_details(g).get("speedup") or 0.0) > p)
 
 
-def _timed(path: str) -> bool:
-    return any(_details(r["grade"]).get("speedup") is not None for r in iter_jsonl(path, required=("grade",)))
-
-
 def run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, params: Mapping[str, Any],
         log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
     base, tuned = params["base"], params["tuned"]
     for ref in (base, tuned):
         if ref not in graded:
             raise DataError(f"kernel tables: reference model '{ref}' has no graded samples (have {sorted(graded)})")
+    grids = {name: grade_grid(path) for name, path in graded.items()}  # each file read once
+    index, shape = grids[base][0], grids[base][1].shape
+    for name, (idx, grades, *_) in grids.items():
+        if idx != index or grades.shape != shape:
+            raise DataError(f"kernel tables: model '{name}' was not evaluated on the same problems and sample "
+                            f"indices as '{base}' ({grades.shape} vs {shape}); pairing is impossible")
     metrics = dict(METRICS)
-    timed = any(_timed(path) for path in graded.values())
+    timed = any(_details(g).get("speedup") is not None for _, grades, *_ in grids.values() for g in grades.flat)
     if timed:
         metrics |= {f"fast_{p:g}": fast_p(p) for p in params.get("fast_p", [0.0, 1.0, 2.0])}
     boot = {"n_resamples": params["n_resamples"], "confidence": params["confidence"], "seed": params["seed"]}
@@ -55,18 +57,12 @@ def run(*, graded: Mapping[str, str], out_markdown: str, out_csv: str, params: M
     pairs = [(name, ref) for name in graded for ref in refs if name != ref and (name, ref) != (base, tuned)]
     rates: dict[str, dict[str, float]] = {name: {} for name in graded}
     deltas: dict[tuple[str, str], dict[str, Any]] = {pair: {} for pair in pairs}
-    shape = None
     for metric, value in metrics.items():
-        mats = {name: score_matrix(path, value) for name, path in graded.items()}
-        index, score = mats[base][0], mats[base][1]
-        shape = score.shape
-        for name, (idx, s, *_) in mats.items():
-            if idx != index or s.shape != score.shape:
-                raise DataError(f"kernel tables: model '{name}' was not evaluated on the same problems and sample "
-                                f"indices as '{base}' ({s.shape} vs {score.shape}); pairing is impossible")
+        mats = {name: scores(grid[1], value) for name, grid in grids.items()}
+        for name, s in mats.items():
             rates[name][metric] = float(s.mean())
         # Holm across the comparisons of one metric, as the accuracy table does across its comparisons.
-        raw = [paired_bootstrap(mats[a][1], mats[b][1], **boot) for a, b in pairs]
+        raw = [paired_bootstrap(mats[a], mats[b], **boot) for a, b in pairs]
         for pair, c in zip(pairs, holm_comparisons(raw)):
             deltas[pair][metric] = c
     pct = round(100 * params["confidence"])

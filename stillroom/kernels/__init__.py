@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from .validator import KernelResult, evaluate
+from .validator import VALIDATOR_DEFAULTS, KernelResult, evaluate
 
 PROBLEMS_DIR = Path(__file__).parent / "problems"
 SOLUTIONS_DIR = Path(__file__).parent / "solutions"
 
-__all__ = ["PROBLEMS_DIR", "SOLUTIONS_DIR", "KernelResult", "evaluate"]
+__all__ = ["PROBLEMS_DIR", "SOLUTIONS_DIR", "VALIDATOR_DEFAULTS", "KernelResult", "evaluate"]

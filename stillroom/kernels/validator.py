@@ -36,6 +36,10 @@ TOLERANCES = {"cpu": {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat1
               "cuda": {"float32": (1e-2, 1e-2), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)}}
 
 
+# evaluate's options and their defaults: what the kernels: config section and grpo.validator may set.
+VALIDATOR_DEFAULTS = {"device": "cpu", "trials": 3, "timeout_s": 60.0}
+
+
 @dataclass
 class KernelResult:
     exec_reward: float
