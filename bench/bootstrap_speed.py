@@ -43,7 +43,9 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=10_000)
     ap.add_argument("--confidence", type=float, default=0.95)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeat", type=int, default=3, help="report the best of this many runs of each method")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="report the best of this many runs of each method"
+    )
     args = ap.parse_args()
 
     from scipy.stats import bootstrap
@@ -56,8 +58,10 @@ def main() -> None:
     a = (rng.random((n, k)) < pa).astype(float)
     b = (rng.random((n, k)) < pb).astype(float)
     d = a.mean(axis=1) - b.mean(axis=1)
-    print(f"data: {n} problems x {k} samples (0/1), {B} resamples, confidence {conf}, "
-          f"{os.cpu_count()} CPUs visible, numpy {np.__version__}")
+    print(
+        f"data: {n} problems x {k} samples (0/1), {B} resamples, confidence {conf}, "
+        f"{os.cpu_count()} CPUs visible, numpy {np.__version__}"
+    )
     print(f"mean a {a.mean():.4f}  mean b {b.mean():.4f}  delta {d.mean():+.5f}")
 
     q = [(1 - conf) / 2, (1 + conf) / 2]
@@ -67,18 +71,32 @@ def main() -> None:
             s = _bootstrap_stats(a, b, B, args.seed, True, within=within)
             lo, hi = np.quantile(s, q)
             return lo, hi
+
         return run
 
     def scipy_run():
-        ci = bootstrap((d,), np.mean, n_resamples=B, confidence_level=conf, method="percentile",
-                       vectorized=True, random_state=args.seed).confidence_interval
+        ci = bootstrap(
+            (d,),
+            np.mean,
+            n_resamples=B,
+            confidence_level=conf,
+            method="percentile",
+            vectorized=True,
+            random_state=args.seed,
+        ).confidence_interval
         return ci.low, ci.high
 
     rows = []
-    t, c = best_of(args.repeat, lambda: paired_bootstrap(a, b, n_resamples=B, confidence=conf, seed=args.seed))
+    t, c = best_of(
+        args.repeat, lambda: paired_bootstrap(a, b, n_resamples=B, confidence=conf, seed=args.seed)
+    )
     rows.append(("paired_bootstrap one-level", t, c.low, c.high, f"{c.p_value:.4g}"))
-    t, c = best_of(args.repeat, lambda: paired_bootstrap(a, b, n_resamples=B, confidence=conf, seed=args.seed,
-                                                          two_level=True))
+    t, c = best_of(
+        args.repeat,
+        lambda: paired_bootstrap(
+            a, b, n_resamples=B, confidence=conf, seed=args.seed, two_level=True
+        ),
+    )
     rows.append(("paired_bootstrap two-level", t, c.low, c.high, f"{c.p_value:.4g}"))
     for within in ("binomial", "gather"):
         t, (lo, hi) = best_of(args.repeat, two_level_via(within))
@@ -86,13 +104,21 @@ def main() -> None:
     t_scipy, (lo, hi) = best_of(args.repeat, scipy_run)
     rows.append(("scipy.stats.bootstrap (d,)", t_scipy, lo, hi, "-"))
 
-    zq = 1.959963984540054 if conf == 0.95 else float(__import__("scipy.stats").stats.norm.ppf((1 + conf) / 2))
+    zq = (
+        1.959963984540054
+        if conf == 0.95
+        else float(__import__("scipy.stats").stats.norm.ppf((1 + conf) / 2))
+    )
     se1 = d.std() / np.sqrt(n)
     se2 = np.sqrt((d.var() + (a.var(1) / k).mean() + (b.var(1) / k).mean()) / n)
 
-    print(f"\n{'method':<30} {'seconds':>8} {'vs scipy':>9} {'low':>9} {'high':>9} {'width':>8} {'p':>8}")
+    print(
+        f"\n{'method':<30} {'seconds':>8} {'vs scipy':>9} {'low':>9} {'high':>9} {'width':>8} {'p':>8}"
+    )
     for label, t, lo, hi, p in rows:
-        print(f"{label:<30} {t:>8.3f} {t / t_scipy:>8.2f}x {lo:>+9.5f} {hi:>+9.5f} {hi - lo:>8.5f} {p:>8}")
+        print(
+            f"{label:<30} {t:>8.3f} {t / t_scipy:>8.2f}x {lo:>+9.5f} {hi:>+9.5f} {hi - lo:>8.5f} {p:>8}"
+        )
     for label, se in (("normal theory, one-level SE", se1), ("normal theory, two-level SE", se2)):
         lo, hi = d.mean() - zq * se, d.mean() + zq * se
         print(f"{label:<30} {'':>8} {'':>9} {lo:>+9.5f} {hi:>+9.5f} {hi - lo:>8.5f}")

@@ -30,11 +30,30 @@ def dry_run(config: dict, profile: str) -> tuple[float, int]:
     with tempfile.TemporaryDirectory(prefix="stillroom-dag-") as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(yaml.safe_dump(config))
-        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", tmp,
-               "--configfile", str(path), "-n", "--quiet", "rules", "--cores", "1",
-               "--profile", str(REPO / "profiles" / profile)]
-        env = {**PLACEHOLDER_ENV, **os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
-               "HF_HUB_OFFLINE": "1"}
+        cmd = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            tmp,
+            "--configfile",
+            str(path),
+            "-n",
+            "--quiet",
+            "rules",
+            "--cores",
+            "1",
+            "--profile",
+            str(REPO / "profiles" / profile),
+        ]
+        env = {
+            **PLACEHOLDER_ENV,
+            **os.environ,
+            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
+            "HF_HUB_OFFLINE": "1",
+        }
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - t0
@@ -55,7 +74,10 @@ def main() -> None:
     stress["generation"]["shards"] = args.stress_shards
     stress["generation"]["effort_shards"] = {}  # every effort on every shard
     print(f"{'config':<34}{'profile':<9}{'jobs':>8}  seconds per dry run")
-    for name, cfg in (("beam-distill (62 shards)", recipe), (f"stress ({args.stress_shards} shards x 4 efforts)", stress)):
+    for name, cfg in (
+        ("beam-distill (62 shards)", recipe),
+        (f"stress ({args.stress_shards} shards x 4 efforts)", stress),
+    ):
         for profile in ("default", "slurm"):  # slurm: resource expressions evaluated for every job
             times, jobs = [], 0
             for _ in range(args.repeats):

@@ -35,11 +35,17 @@ minutes apples students books train car water price cost profit rate interest"""
 
 def make_vocab(rng: np.random.Generator, size: int) -> list[str]:
     """Common words first, then pronounceable pseudo-words, so that rank ~ frequency under a Zipf draw."""
-    onset, vowel = "b c d f g h k l m n p r s t v w z br ch st tr pl".split(), "a e i o u ai ea ou".split()
+    onset, vowel = (
+        "b c d f g h k l m n p r s t v w z br ch st tr pl".split(),
+        "a e i o u ai ea ou".split(),
+    )
     coda = [""] * 4 + "n r s t l m".split()
     words = list(dict.fromkeys(COMMON))
     while len(words) < size:
-        syl = [a + b + c for a, b, c in zip(*(rng.choice(p, 3 * size).tolist() for p in (onset, vowel, coda)))]
+        syl = [
+            a + b + c
+            for a, b, c in zip(*(rng.choice(p, 3 * size).tolist() for p in (onset, vowel, coda)))
+        ]
         lengths = rng.integers(1, 4, size).tolist()
         it = iter(syl)
         words = list(dict.fromkeys(words + ["".join(next(it) for _ in range(k)) for k in lengths]))
@@ -57,7 +63,9 @@ class Text:
 
     def passage(self, n_words: int) -> str:
         rng = self.rng
-        idx = np.minimum(np.searchsorted(self.cdf, rng.random(n_words)), len(self.vocab) - 1).tolist()
+        idx = np.minimum(
+            np.searchsorted(self.cdf, rng.random(n_words)), len(self.vocab) - 1
+        ).tolist()
         kind, punct = rng.random(n_words).tolist(), rng.random(n_words).tolist()
         nums = rng.integers(0, 1000, size=(n_words, 2)).tolist()
         out, sentence_start = [], True
@@ -83,7 +91,11 @@ def perturb(span: str, rng: np.random.Generator) -> str:
     if kind == 1:
         return span.upper()
     if kind == 2:
-        return re.sub(r"[ ]+", lambda _: rng.choice([" ", ", ", " - ", "; ", "\n"]), re.sub(r"[.,?]", "", span))
+        return re.sub(
+            r"[ ]+",
+            lambda _: rng.choice([" ", ", ", " - ", "; ", "\n"]),
+            re.sub(r"[.,?]", "", span),
+        )
     return span
 
 
@@ -91,7 +103,8 @@ def build_pool(args: argparse.Namespace) -> tuple[dict[str, list[str]], list[str
     rng = np.random.default_rng(args.seed)
     gen = Text(rng)
     benchmarks = {
-        f"bench{b}": [gen.passage(int(rng.integers(20, 61))) for _ in range(args.items)] for b in range(args.benchmarks)
+        f"bench{b}": [gen.passage(int(rng.integers(20, 61))) for _ in range(args.items)]
+        for b in range(args.benchmarks)
     }
     names = list(benchmarks)
     prompts = []
@@ -150,32 +163,52 @@ def main(argv=None) -> None:
     ap.add_argument("--items", type=int, default=500)
     ap.add_argument("--n", type=int, default=13)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeat", type=int, default=3, help="report the best of this many runs of each method")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="report the best of this many runs of each method"
+    )
     args = ap.parse_args(argv)
 
     (benchmarks, prompts), t_pool = timed(build_pool, args)
     n_words = sum(len(normalize_words(p)) for p in prompts)
-    print(f"pool: {len(prompts)} prompts, {n_words / len(prompts):.1f} words/prompt, "
-          f"{args.benchmarks}x{args.items} benchmark items, n={args.n} (generated in {t_pool:.1f} s)")
+    print(
+        f"pool: {len(prompts)} prompts, {n_words / len(prompts):.1f} words/prompt, "
+        f"{args.benchmarks}x{args.items} benchmark items, n={args.n} (generated in {t_pool:.1f} s)"
+    )
 
     as_sets = lambda scanned: [{(m.benchmark, m.item, m.ngram) for m in ms} for ms in scanned]  # noqa: E731
     naive, naive_build = timed(NaiveIndex, benchmarks, args.n, repeat=args.repeat)
     index, build = timed(NgramIndex, benchmarks, args.n, repeat=args.repeat)
     methods = [  # label, build s, how to scan, scan result -> per-prompt match sets (None: flags only)
-        ("naive word-tuple set", naive_build, lambda: [naive.matches(p) for p in prompts], lambda f: f),
+        (
+            "naive word-tuple set",
+            naive_build,
+            lambda: [naive.matches(p) for p in prompts],
+            lambda f: f,
+        ),
         ("NgramIndex.scan", build, lambda: index.scan(prompts), as_sets),
         ("NgramIndex.matches loop", build, lambda: [index.matches(p) for p in prompts], as_sets),
-        ("NgramIndex.contaminated loop", build, lambda: [index.contaminated(p) for p in prompts], None),
+        (
+            "NgramIndex.contaminated loop",
+            build,
+            lambda: [index.contaminated(p) for p in prompts],
+            None,
+        ),
     ]
-    print(f"\n{'method':<30} {'build s':>8} {'scan s':>8} {'prompts/s':>10} {'hits':>6} {'speedup':>8}")
+    print(
+        f"\n{'method':<30} {'build s':>8} {'scan s':>8} {'prompts/s':>10} {'hits':>6} {'speedup':>8}"
+    )
     for label, b, scan_fn, to_sets in methods:
         found, s = timed(scan_fn, repeat=args.repeat)
         hits = [bool(f) for f in found]
         if label.startswith("naive"):
             naive_found, naive_hits, naive_s = found, hits, s
         assert hits == naive_hits, f"{label}: contaminated prompts differ from the naive baseline"
-        assert to_sets is None or to_sets(found) == naive_found, f"{label}: matches differ from the naive baseline"
-        print(f"{label:<30} {b:>8.3f} {s:>8.3f} {len(prompts) / s:>10.0f} {sum(hits):>6} {naive_s / s:>7.1f}x")
+        assert to_sets is None or to_sets(found) == naive_found, (
+            f"{label}: matches differ from the naive baseline"
+        )
+        print(
+            f"{label:<30} {b:>8.3f} {s:>8.3f} {len(prompts) / s:>10.0f} {sum(hits):>6} {naive_s / s:>7.1f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -39,7 +39,13 @@ EXPRESSIONS = [
     ("2, 3", ["3, 2", "2,3"], ["2", "2, 4"]),
     (r"\frac{3}{4}", [r"\dfrac{3}{4}", "0.75", r"\frac{6}{8}"], [r"\frac{4}{3}", "0.7"]),
 ]
-CHOICE_FORMS = ["The answer is ({})", r"so $\boxed{{{}}}$", "**Answer:** {}", "Final answer: ({})", "ANSWER IS {}"]
+CHOICE_FORMS = [
+    "The answer is ({})",
+    r"so $\boxed{{{}}}$",
+    "**Answer:** {}",
+    "Final answer: ({})",
+    "ANSWER IS {}",
+]
 
 
 def cot(rng: random.Random) -> str:
@@ -48,7 +54,9 @@ def cot(rng: random.Random) -> str:
     while sum(len(w) + 1 for w in out) < n:
         r = rng.random()
         if r < 0.08:
-            out.append(f"${rng.randint(2, 99)} \\times {rng.randint(2, 99)} = {rng.randint(4, 9801)}$")
+            out.append(
+                f"${rng.randint(2, 99)} \\times {rng.randint(2, 99)} = {rng.randint(4, 9801)}$"
+            )
         elif r < 0.12:
             out.append(f"$\\frac{{{rng.randint(1, 20)}}}{{{rng.randint(2, 20)}}}$")
         else:
@@ -62,15 +70,26 @@ def wrap(rng: random.Random, final: str) -> str:
 
 def make_items(n: int, hung: int, seed: int) -> tuple[list[tuple[str, str, str]], Counter]:
     rng, items, mix = random.Random(seed), [], Counter()
-    cats = ["int_right"] * 30 + ["int_wrong"] * 12 + ["frac"] * 8 + ["expr"] * 10 + ["unboxed"] * 5 + \
-           ["junk"] * 5 + ["unclosed_think"] * 2 + ["gold_bad"] * 1 + ["choice"] * 27
+    cats = (
+        ["int_right"] * 30
+        + ["int_wrong"] * 12
+        + ["frac"] * 8
+        + ["expr"] * 10
+        + ["unboxed"] * 5
+        + ["junk"] * 5
+        + ["unclosed_think"] * 2
+        + ["gold_bad"] * 1
+        + ["choice"] * 27
+    )
     for _ in range(n):
         cat = rng.choice(cats)
         mix[cat] += 1
         if cat in ("int_right", "int_wrong"):
-            gold = rng.randint(0, 10**rng.randint(1, 6))
+            gold = rng.randint(0, 10 ** rng.randint(1, 6))
             ans = gold if cat == "int_right" else gold + rng.choice([-2, -1, 1, 10])
-            items.append((wrap(rng, f"Therefore the answer is $\\boxed{{{ans}}}$."), str(gold), "math"))
+            items.append(
+                (wrap(rng, f"Therefore the answer is $\\boxed{{{ans}}}$."), str(gold), "math")
+            )
         elif cat == "frac":
             a, b = rng.randint(1, 30), rng.randint(2, 30)
             ans = rf"\frac{{{a}}}{{{b}}}" if rng.random() < 0.7 else rf"\frac{{{a + 1}}}{{{b}}}"
@@ -82,15 +101,30 @@ def make_items(n: int, hung: int, seed: int) -> tuple[list[tuple[str, str, str]]
             items.append((wrap(rng, f"So we obtain \\boxed{{{ans}}}."), gold, "math"))
         elif cat == "unboxed":
             gold = rng.randint(0, 999)
-            items.append((wrap(rng, f"The answer is {gold + rng.choice([0, 0, 1])}."), str(gold), "math"))
+            items.append(
+                (wrap(rng, f"The answer is {gold + rng.choice([0, 0, 1])}."), str(gold), "math")
+            )
         elif cat == "junk":
-            junk = rng.choice([cot(rng)[:400] + " so we get \\boxed{", "I'm not sure how to solve this.", "",
-                               "#" * 50 + " ???", cot(rng) + " \\begin{align} x &= \\\\ \\end"])
+            junk = rng.choice(
+                [
+                    cot(rng)[:400] + " so we get \\boxed{",
+                    "I'm not sure how to solve this.",
+                    "",
+                    "#" * 50 + " ???",
+                    cot(rng) + " \\begin{align} x &= \\\\ \\end",
+                ]
+            )
             items.append((junk, str(rng.randint(0, 99)), "math"))
         elif cat == "unclosed_think":
             items.append((f"<think>{cot(rng)} maybe \\boxed{{4}}", "4", "math"))
         elif cat == "gold_bad":
-            items.append((wrap(rng, "\\boxed{5}"), rng.choice(["", "see solution"]), rng.choice(["math", "choice"])))
+            items.append(
+                (
+                    wrap(rng, "\\boxed{5}"),
+                    rng.choice(["", "see solution"]),
+                    rng.choice(["math", "choice"]),
+                )
+            )
         else:  # multiple choice: four options or ten (MMLU-Pro style)
             letters = "ABCD" if rng.random() < 0.6 else "ABCDEFGHIJ"
             gold = rng.choice(letters)
@@ -105,14 +139,24 @@ def make_items(n: int, hung: int, seed: int) -> tuple[list[tuple[str, str, str]]
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--items", type=int, default=2000)
-    ap.add_argument("--hung", type=int, default=0, help="answers that hang math-verify, added to the mix")
-    ap.add_argument("--timeout", type=float, default=grading.TIMEOUT_S, help="hard per-item limit in workers (s)")
+    ap.add_argument(
+        "--hung", type=int, default=0, help="answers that hang math-verify, added to the mix"
+    )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=grading.TIMEOUT_S,
+        help="hard per-item limit in workers (s)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
 
     items, mix = make_items(args.items, args.hung, args.seed)
     chars = sum(len(r) for r, _, _ in items) / len(items)
-    print(f"mix: {len(items)} items, {chars:.0f} chars/response: " + ", ".join(f"{k} {v}" for k, v in mix.items()))
+    print(
+        f"mix: {len(items)} items, {chars:.0f} chars/response: "
+        + ", ".join(f"{k} {v}" for k, v in mix.items())
+    )
     t0 = time.perf_counter()
     grade_many(items[:1], workers=1)
     print(f"forkserver start (once per process): {time.perf_counter() - t0:.2f} s")
@@ -131,7 +175,9 @@ def main(argv=None) -> None:
         if workers == 0:
             base, base_s = [(g.correct, g.status) for g in got], s
             status = Counter(g.status for g in got)
-        assert [(g.correct, g.status) for g in got] == base, f"{label}: grades differ from in-process"
+        assert [(g.correct, g.status) for g in got] == base, (
+            f"{label}: grades differ from in-process"
+        )
         print(f"{label:<24} {s:>8.2f} {len(items) / s:>8.1f} {base_s / s:>7.2f}x")
     print(f"\ngrades: correct {sum(c for c, _ in base)}, status {dict(status)}")
 

@@ -50,7 +50,11 @@ def in_process(problem_path: Path, trials: int) -> bool:
         for t in range(trials):
             torch.manual_seed(1 + t)
             inputs = problem.get_inputs()
-            ok &= bool(torch.allclose(new(*[x.clone() for x in inputs]), ref(*inputs), rtol=1e-4, atol=1e-4))
+            ok &= bool(
+                torch.allclose(
+                    new(*[x.clone() for x in inputs]), ref(*inputs), rtol=1e-4, atol=1e-4
+                )
+            )
     return ok
 
 
@@ -58,7 +62,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=48)
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=2, help="candidates scored at once (one process each)")
+    ap.add_argument(
+        "--workers", type=int, default=2, help="candidates scored at once (one process each)"
+    )
     args = ap.parse_args()
     problems = sorted((KERNELS / "problems").glob("*.py"))[: args.limit]
 
@@ -69,8 +75,12 @@ def main() -> None:
 
     def isolated(isolation: str) -> tuple[float, int]:
         def reward(p: Path) -> float:
-            return evaluate(p.read_text(), (KERNELS / "solutions" / p.name).read_text(), trials=args.trials,
-                            isolation=isolation).reward
+            return evaluate(
+                p.read_text(),
+                (KERNELS / "solutions" / p.name).read_text(),
+                trials=args.trials,
+                isolation=isolation,
+            ).reward
 
         t0 = time.perf_counter()
         with ThreadPoolExecutor(args.workers) as pool:
@@ -89,15 +99,21 @@ def main() -> None:
 
     n = len(problems)
     print(f"candidates: {n} reference solutions, {args.trials} trials each, CPU interpreter")
-    for name, secs, ok in [(f"fork server ({args.workers} at once)", fork_s, f"reward 1: {fork_ok}"),
-                           (f"fresh process ({args.workers} at once)", process_s, f"reward 1: {process_ok}"),
-                           ("in-process baseline (one at a time)", inproc_s, f"correct: {passed}")]:
-        print(f"{name:38s} {secs:7.1f} s  {60 * n / secs:6.1f} per minute  {inproc_s / secs:5.2f}x baseline  "
-              f"{ok}/{n}")
+    for name, secs, ok in [
+        (f"fork server ({args.workers} at once)", fork_s, f"reward 1: {fork_ok}"),
+        (f"fresh process ({args.workers} at once)", process_s, f"reward 1: {process_ok}"),
+        ("in-process baseline (one at a time)", inproc_s, f"correct: {passed}"),
+    ]:
+        print(
+            f"{name:38s} {secs:7.1f} s  {60 * n / secs:6.1f} per minute  {inproc_s / secs:5.2f}x baseline  "
+            f"{ok}/{n}"
+        )
     print(f"fork server vs fresh process: {process_s / fork_s:.2f}x the throughput")
-    print(f"isolation cost per candidate: fork {fork_s * args.workers / n - inproc_s / n:5.2f} s, "
-          f"process {process_s * args.workers / n - inproc_s / n:5.2f} s "
-          f"(a bare `import torch, triton` process: {start_s:.2f} s; starting the fork server: {server_s:.2f} s)")
+    print(
+        f"isolation cost per candidate: fork {fork_s * args.workers / n - inproc_s / n:5.2f} s, "
+        f"process {process_s * args.workers / n - inproc_s / n:5.2f} s "
+        f"(a bare `import torch, triton` process: {start_s:.2f} s; starting the fork server: {server_s:.2f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -72,11 +72,22 @@ def qwen3_config(millions: float):
 
     hidden = 512 if millions <= 50 else 1024
     heads = hidden // 64
-    per_layer = 3 * hidden * hidden + 9 * hidden * hidden  # q, k+v (half the heads), o; gate, up, down at 3x
+    per_layer = (
+        3 * hidden * hidden + 9 * hidden * hidden
+    )  # q, k+v (half the heads), o; gate, up, down at 3x
     layers = max(1, round((millions * 1e6 - VOCAB * hidden) / per_layer))
-    return Qwen3Config(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=layers,
-                       num_attention_heads=heads, num_key_value_heads=heads // 2, head_dim=64,
-                       max_position_embeddings=512, tie_word_embeddings=True, dtype="float32")
+    return Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=3 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads // 2,
+        head_dim=64,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        dtype="float32",
+    )
 
 
 def build(config, seed: int, out: Path) -> int:
@@ -117,8 +128,16 @@ def worker(mode: str, base: str, tuned: str, out: str, shard_mb: int | None) -> 
                     tensor.mul_(0.5).add_(tuned_sd[key], alpha=0.5)
             b.save_pretrained(out)
     seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "start_anon": start_anon, "peak_anon": peak.peak,
-                      "hwm": status_kib("VmHWM")}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "start_anon": start_anon,
+                "peak_anon": peak.peak,
+                "hwm": status_kib("VmHWM"),
+            }
+        )
+    )
 
 
 def measure(mode: str, base: Path, tuned: Path, out: Path, shard_mb: int | None) -> dict:
@@ -145,7 +164,10 @@ def max_abs_diff(a: Path, b: Path) -> float:
         return float("nan")
     worst = 0.0
     for key in map_a:
-        with safe_open(a / map_a[key], framework="pt") as fa, safe_open(b / map_b[key], framework="pt") as fb:
+        with (
+            safe_open(a / map_a[key], framework="pt") as fa,
+            safe_open(b / map_b[key], framework="pt") as fb,
+        ):
             worst = max(worst, (fa.get_tensor(key) - fb.get_tensor(key)).abs().max().item())
     return worst
 
@@ -153,9 +175,15 @@ def max_abs_diff(a: Path, b: Path) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="25,100,250", help="comma-separated millions of parameters")
-    ap.add_argument("--shard-mb", type=int, default=None,
-                    help="interpolate's output shard size (default: the library's, 2 GiB)")
-    ap.add_argument("--worker", nargs=4, metavar=("MODE", "BASE", "TUNED", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--shard-mb",
+        type=int,
+        default=None,
+        help="interpolate's output shard size (default: the library's, 2 GiB)",
+    )
+    ap.add_argument(
+        "--worker", nargs=4, metavar=("MODE", "BASE", "TUNED", "OUT"), help=argparse.SUPPRESS
+    )
     args = ap.parse_args()
     if args.worker:
         sys.path.insert(0, str(REPO))
@@ -164,8 +192,12 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     mib = 1 / 1024  # KiB -> MiB
-    print(f"output shards: {args.shard_mb or 2048} MB (streaming); memory in MiB; RssAnon sampled every 10 ms")
-    print("others: share of the machine's CPU used by other processes during the merge (skews times)")
+    print(
+        f"output shards: {args.shard_mb or 2048} MB (streaming); memory in MiB; RssAnon sampled every 10 ms"
+    )
+    print(
+        "others: share of the machine's CPU used by other processes during the merge (skews times)"
+    )
     for millions in [float(s) for s in args.sizes.split(",")]:
         config = qwen3_config(millions)
         with tempfile.TemporaryDirectory(prefix="merge_memory_") as tmp:
@@ -176,16 +208,26 @@ def main() -> None:
             stream = measure("stream", tmp / "base", tmp / "tuned", tmp / "stream", args.shard_mb)
             load = measure("load", tmp / "base", tmp / "tuned", tmp / "load", args.shard_mb)
             diff = max_abs_diff(tmp / "stream", tmp / "load")
-        print(f"\n{n / 1e6:.1f}M parameters ({config.num_hidden_layers} layers x {config.hidden_size}), "
-              f"{size / 2**20:.0f} MiB per checkpoint")
-        print(f"{'method':<12}{'seconds':>9}{'anon start':>12}{'peak anon':>11}{'peak-start':>12}{'VmHWM':>9}"
-              f"{'others':>8}")
+        print(
+            f"\n{n / 1e6:.1f}M parameters ({config.num_hidden_layers} layers x {config.hidden_size}), "
+            f"{size / 2**20:.0f} MiB per checkpoint"
+        )
+        print(
+            f"{'method':<12}{'seconds':>9}{'anon start':>12}{'peak anon':>11}{'peak-start':>12}{'VmHWM':>9}"
+            f"{'others':>8}"
+        )
         for name, r in (("streaming", stream), ("load both", load)):
-            print(f"{name:<12}{r['seconds']:>9.2f}{r['start_anon'] * mib:>12.0f}{r['peak_anon'] * mib:>11.0f}"
-                  f"{(r['peak_anon'] - r['start_anon']) * mib:>12.0f}{r['hwm'] * mib:>9.0f}{r['others']:>8.0%}")
-        net = (load["peak_anon"] - load["start_anon"]) / (stream["peak_anon"] - stream["start_anon"])
-        print(f"{'load/stream':<12}{load['seconds'] / stream['seconds']:>9.2f}{'':>12}"
-              f"{load['peak_anon'] / stream['peak_anon']:>11.2f}{net:>12.2f}{load['hwm'] / stream['hwm']:>9.2f}")
+            print(
+                f"{name:<12}{r['seconds']:>9.2f}{r['start_anon'] * mib:>12.0f}{r['peak_anon'] * mib:>11.0f}"
+                f"{(r['peak_anon'] - r['start_anon']) * mib:>12.0f}{r['hwm'] * mib:>9.0f}{r['others']:>8.0%}"
+            )
+        net = (load["peak_anon"] - load["start_anon"]) / (
+            stream["peak_anon"] - stream["start_anon"]
+        )
+        print(
+            f"{'load/stream':<12}{load['seconds'] / stream['seconds']:>9.2f}{'':>12}"
+            f"{load['peak_anon'] / stream['peak_anon']:>11.2f}{net:>12.2f}{load['hwm'] / stream['hwm']:>9.2f}"
+        )
         print(f"max abs diff between the two outputs: {diff:.3g}")
 
 

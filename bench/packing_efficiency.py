@@ -27,10 +27,16 @@ def main() -> None:
     from trl.data_utils import pack_dataset
 
     rng = np.random.default_rng(args.seed)
-    lengths = np.clip(rng.lognormal(np.log(args.median), args.sigma, args.docs).astype(np.int64), 16, None)
-    kept = np.minimum(lengths, args.seq_length)  # packing truncates a document longer than a sequence
+    lengths = np.clip(
+        rng.lognormal(np.log(args.median), args.sigma, args.docs).astype(np.int64), 16, None
+    )
+    kept = np.minimum(
+        lengths, args.seq_length
+    )  # packing truncates a document longer than a sequence
     offsets = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
-    ids = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.zeros(offsets[-1], dtype=np.int32)))
+    ids = pa.LargeListArray.from_arrays(
+        pa.array(offsets), pa.array(np.zeros(offsets[-1], dtype=np.int32))
+    )
     dataset = Dataset(pa.table({"input_ids": ids}))
     t0 = time.perf_counter()
     packed = pack_dataset(dataset, args.seq_length, strategy="bfd")
@@ -39,21 +45,32 @@ def main() -> None:
     bfd = kept.sum() / (rows * args.seq_length)
 
     def padded(order: np.ndarray) -> float:
-        slots = sum(args.batch * kept[order[i: i + args.batch]].max() for i in range(0, len(order), args.batch))
+        slots = sum(
+            args.batch * kept[order[i : i + args.batch]].max()
+            for i in range(0, len(order), args.batch)
+        )
         return kept.sum() / slots
 
-    print(f"{args.docs} documents, log-normal lengths: median {np.median(lengths):.0f}, mean {lengths.mean():.0f}, "
-          f"p99 {np.percentile(lengths, 99):.0f} tokens; {np.mean(lengths > args.seq_length):.2%} longer than "
-          f"{args.seq_length}")
+    print(
+        f"{args.docs} documents, log-normal lengths: median {np.median(lengths):.0f}, mean {lengths.mean():.0f}, "
+        f"p99 {np.percentile(lengths, 99):.0f} tokens; {np.mean(lengths > args.seq_length):.2%} longer than "
+        f"{args.seq_length}"
+    )
     print(f"{'layout':<46}{'efficiency':>11}{'rows':>8}")
-    print(f"{'BFD packing into ' + str(args.seq_length) + ' (TRL pack_dataset)':<46}{bfd:>11.4f}{rows:>8}"
-          f"   ({seconds:.2f} s)")
+    print(
+        f"{'BFD packing into ' + str(args.seq_length) + ' (TRL pack_dataset)':<46}{bfd:>11.4f}{rows:>8}"
+        f"   ({seconds:.2f} s)"
+    )
     batches = -(-args.docs // args.batch)
-    print(f"{'pad to longest, random batches of ' + str(args.batch):<46}{padded(rng.permutation(args.docs)):>11.4f}"
-          f"{batches * args.batch:>8}")
+    print(
+        f"{'pad to longest, random batches of ' + str(args.batch):<46}{padded(rng.permutation(args.docs)):>11.4f}"
+        f"{batches * args.batch:>8}"
+    )
     # Sorting by length pads little but makes every batch one length band (a training-order bias).
-    print(f"{'pad to longest, length-sorted batches of ' + str(args.batch):<46}{padded(np.argsort(kept)):>11.4f}"
-          f"{batches * args.batch:>8}")
+    print(
+        f"{'pad to longest, length-sorted batches of ' + str(args.batch):<46}{padded(np.argsort(kept)):>11.4f}"
+        f"{batches * args.batch:>8}"
+    )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,19 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_pipeline(workdir: Path, configfile: str | None, cores: int) -> float:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--cores", str(cores), "--quiet", "all"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        str(cores),
+        "--quiet",
+        "all",
+    ]
     if configfile:
         cmd += ["--configfile", str(Path(configfile).resolve())]
     env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
@@ -59,7 +70,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configfile")
     ap.add_argument("--cores", type=int, default=2)
-    ap.add_argument("--existing", help="summarise a finished run in this directory instead of running")
+    ap.add_argument(
+        "--existing", help="summarise a finished run in this directory instead of running"
+    )
     args = ap.parse_args()
     if args.existing:
         summarize(Path(args.existing))
@@ -68,7 +81,9 @@ def main() -> None:
     try:
         total = run_pipeline(workdir, args.configfile, args.cores)
         summarize(workdir)
-        print(f"{'whole run (wall)':<23}{total:>9.1f}   ({args.cores} cores, incl. DAG build and job start-up)")
+        print(
+            f"{'whole run (wall)':<23}{total:>9.1f}   ({args.cores} cores, incl. DAG build and job start-up)"
+        )
     finally:
         shutil.rmtree(workdir)
 

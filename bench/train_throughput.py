@@ -25,13 +25,37 @@ from stillroom.sources import generate, worked_solution
 from stillroom.student import build_model, train_tokenizer
 from stillroom.train import train_sft
 
-DENSE = {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "head_dim": 32, "max_position_embeddings": 512, "tie_word_embeddings": True}
-MOE = {"family": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64,
-       "num_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_attention_heads": 4,
-       "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512, "tie_word_embeddings": False}
-LORA = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
-        "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]}
+DENSE = {
+    "hidden_size": 128,
+    "intermediate_size": 384,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": True,
+}
+MOE = {
+    "family": "qwen3_moe",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 64,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": False,
+}
+LORA = {
+    "r": 8,
+    "alpha": 16,
+    "dropout": 0.0,
+    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+}
 
 
 def busy_cpu_seconds() -> float:
@@ -46,8 +70,15 @@ def sft_rows(count: int, seed: int) -> list[dict]:
     rows = []
     for i, rec in enumerate(generate("arithmetic", "bench", count, seed, max_operand=99)):
         reasoning, final = worked_solution(rec["meta"], rec["answer"], detail=i % 4)
-        rows.append({"id": rec["prompt_id"], "messages": [{"role": "user", "content": rec["prompt"]},
-                                                         {"role": "assistant", "content": f"{reasoning}\n{final}"}]})
+        rows.append(
+            {
+                "id": rec["prompt_id"],
+                "messages": [
+                    {"role": "user", "content": rec["prompt"]},
+                    {"role": "assistant", "content": f"{reasoning}\n{final}"},
+                ],
+            }
+        )
     return rows
 
 
@@ -70,34 +101,64 @@ def main() -> None:
     hf_logging.set_verbosity_error()
     warnings.filterwarnings("ignore", category=FutureWarning)
 
-    runs = [("dense full", DENSE, {}), ("moe full", MOE, {}), ("moe lora", MOE, {"method": "lora", "lora": LORA})]
+    runs = [
+        ("dense full", DENSE, {}),
+        ("moe full", MOE, {}),
+        ("moe lora", MOE, {"method": "lora", "lora": LORA}),
+    ]
     with tempfile.TemporaryDirectory(prefix="train_throughput_") as tmp:
         tmp = Path(tmp)
         rows = sft_rows(args.examples, seed=0)
         dataset = tmp / "sft.jsonl"
         dataset.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        train_tokenizer([m["content"] for r in rows for m in r["messages"]], tmp / "tokenizer",
-                        vocab_size=args.vocab_size)
+        train_tokenizer(
+            [m["content"] for r in rows for m in r["messages"]],
+            tmp / "tokenizer",
+            vocab_size=args.vocab_size,
+        )
         for family, model in (("qwen3", DENSE), ("qwen3_moe", MOE)):
             build_model(tmp / "tokenizer", tmp / family, model=model, seed=0)
 
-        print(f"{len(rows)} examples, vocab {args.vocab_size}, {args.steps} steps of batch {args.batch_size} x "
-              f"max_length {args.max_length}, {args.threads} threads")
-        print("others: share of the machine's CPU used by other processes during the run (skews times)")
-        print(f"{'run':<12}{'params':>9}{'trainable':>11}{'steps':>7}{'seconds':>9}{'s/step':>8}{'tokens/s':>10}"
-              f"{'packing':>9}{'wall':>7}{'others':>8}")
+        print(
+            f"{len(rows)} examples, vocab {args.vocab_size}, {args.steps} steps of batch {args.batch_size} x "
+            f"max_length {args.max_length}, {args.threads} threads"
+        )
+        print(
+            "others: share of the machine's CPU used by other processes during the run (skews times)"
+        )
+        print(
+            f"{'run':<12}{'params':>9}{'trainable':>11}{'steps':>7}{'seconds':>9}{'s/step':>8}{'tokens/s':>10}"
+            f"{'packing':>9}{'wall':>7}{'others':>8}"
+        )
         for name, model, extra in runs:
-            params = {"max_steps": args.steps, "batch_size": args.batch_size, "max_length": args.max_length,
-                      "logging_steps": args.steps, **extra}
+            params = {
+                "max_steps": args.steps,
+                "batch_size": args.batch_size,
+                "max_length": args.max_length,
+                "logging_steps": args.steps,
+                **extra,
+            }
             base = tmp / model.get("family", "qwen3")
             t0, busy0, own0 = time.perf_counter(), busy_cpu_seconds(), sum(os.times()[:2])
-            m = train_sft(base, dataset, tmp / name.replace(" ", "_"), params=params, threads=args.threads,
-                          log=lambda _: None)
-            wall = time.perf_counter() - t0  # whole call: tokenization, packing, model load and save too
-            others = (busy_cpu_seconds() - busy0 - (sum(os.times()[:2]) - own0)) / (wall * os.cpu_count())
-            print(f"{name:<12}{m['parameters_total']:>9,}{m['trainable_total']:>11,}{m['steps']:>7}"
-                  f"{m['train_seconds']:>9.2f}{m['train_seconds'] / m['steps']:>8.3f}{m['tokens_per_second']:>10.0f}"
-                  f"{m['packing_efficiency']:>9.4f}{wall:>7.1f}{others:>8.0%}")
+            m = train_sft(
+                base,
+                dataset,
+                tmp / name.replace(" ", "_"),
+                params=params,
+                threads=args.threads,
+                log=lambda _: None,
+            )
+            wall = (
+                time.perf_counter() - t0
+            )  # whole call: tokenization, packing, model load and save too
+            others = (busy_cpu_seconds() - busy0 - (sum(os.times()[:2]) - own0)) / (
+                wall * os.cpu_count()
+            )
+            print(
+                f"{name:<12}{m['parameters_total']:>9,}{m['trainable_total']:>11,}{m['steps']:>7}"
+                f"{m['train_seconds']:>9.2f}{m['train_seconds'] / m['steps']:>8.3f}{m['tokens_per_second']:>10.0f}"
+                f"{m['packing_efficiency']:>9.4f}{wall:>7.1f}{others:>8.0%}"
+            )
 
 
 if __name__ == "__main__":

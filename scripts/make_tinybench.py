@@ -13,6 +13,10 @@ from stillroom.io import write_jsonl  # noqa: E402
 from stillroom.sources import generate  # noqa: E402
 
 out = Path(__file__).resolve().parent.parent / "config" / "benchmarks" / "tinybench.jsonl"
-items = generate("arithmetic", "tinybench", 40, seed=2024) + generate("choice", "tinybench", 24, seed=2024)
-write_jsonl(out, [{k: r[k] for k in ("prompt_id", "prompt", "answer", "kind", "meta")} for r in items])
+items = generate("arithmetic", "tinybench", 40, seed=2024) + generate(
+    "choice", "tinybench", 24, seed=2024
+)
+write_jsonl(
+    out, [{k: r[k] for k in ("prompt_id", "prompt", "answer", "kind", "meta")} for r in items]
+)
 print(f"wrote {len(items)} items to {out}")

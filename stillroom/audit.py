@@ -31,23 +31,23 @@ SHORT = 8
 
 @dataclass
 class Problem:
-    path: str               # the file that is wrong: the artifact, a file inside it, or its sidecar
-    kind: str               # modified | missing | stale | no provenance
+    path: str  # the file that is wrong: the artifact, a file inside it, or its sidecar
+    kind: str  # modified | missing | stale | no provenance
     detail: str
     input: str | None = None  # for stale: the input that changed
 
 
 @dataclass
 class Node:
-    path: str               # as recorded by the consumer (relative to root, or absolute for sources)
-    sha256: str | None = None   # current digest, None when the artifact is missing
-    stage: str | None = None    # None for a source file (a leaf)
+    path: str  # as recorded by the consumer (relative to root, or absolute for sources)
+    sha256: str | None = None  # current digest, None when the artifact is missing
+    stage: str | None = None  # None for a source file (a leaf)
     rule: str | None = None
     config_sha256: str | None = None
     git: dict[str, Any] | None = None
     packages: dict[str, str | None] = field(default_factory=dict)
-    files: int | None = None    # a directory's file count
-    repeat: bool = False        # reached before: its subtree is printed once, above
+    files: int | None = None  # a directory's file count
+    repeat: bool = False  # reached before: its subtree is printed once, above
     problems: list[Problem] = field(default_factory=list)
     inputs: list[Node] = field(default_factory=list)
 
@@ -58,7 +58,7 @@ class AuditReport:
     root: str
     tree: Node
     problems: list[Problem]
-    rehashed: int = 0       # distinct artifacts and source files hashed (each once)
+    rehashed: int = 0  # distinct artifacts and source files hashed (each once)
 
     @property
     def ok(self) -> bool:
@@ -73,8 +73,14 @@ class AuditReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"artifact": self.artifact, "root": self.root, "ok": self.ok,
-                "rehashed": self.rehashed, "problems": [asdict(p) for p in self.problems], "tree": asdict(self.tree)}
+        return {
+            "artifact": self.artifact,
+            "root": self.root,
+            "ok": self.ok,
+            "rehashed": self.rehashed,
+            "problems": [asdict(p) for p in self.problems],
+            "tree": asdict(self.tree),
+        }
 
 
 def _short(sha: str | None) -> str:
@@ -91,14 +97,22 @@ def _manifest_diff(path: str, recorded: dict[str, str], current: dict[str, str])
         elif name not in recorded:
             out.append(Problem(where, "modified", "added after the artifact was recorded"))
         elif recorded[name] != current[name]:
-            out.append(Problem(where, "modified", f"recorded {_short(recorded[name])}, now {_short(current[name])}"))
+            out.append(
+                Problem(
+                    where,
+                    "modified",
+                    f"recorded {_short(recorded[name])}, now {_short(current[name])}",
+                )
+            )
     return out
 
 
 class _Auditor:
     def __init__(self, root: Path):
         self.root = root
-        self.hashes: dict[Path, dict[str, Any] | None] = {}  # each file hashed once, however often reached
+        self.hashes: dict[
+            Path, dict[str, Any] | None
+        ] = {}  # each file hashed once, however often reached
         self.sidecars: dict[Path, dict[str, Any] | None] = {}
         self.broken: dict[Path, str] = {}
         self.visited: set[Path] = set()
@@ -132,12 +146,16 @@ class _Auditor:
         if recorded not in self.configs:
             # The snapshot path is absolute; if the tree was moved, find it by its tail under root.
             parts = Path(recorded).parts
-            candidates = [self.root.joinpath(*parts[i:]) for i in range(1, len(parts))] + [Path(recorded)]
+            candidates = [self.root.joinpath(*parts[i:]) for i in range(1, len(parts))] + [
+                Path(recorded)
+            ]
             found = next((c for c in candidates if c.is_file()), None)
             if found is None:
                 self.configs[recorded] = Problem(recorded, "missing", "config snapshot gone")
             elif config_hash(json.loads(found.read_text())) != sha:
-                self.configs[recorded] = Problem(str(found), "modified", f"config snapshot no longer hashes to {_short(sha)}")
+                self.configs[recorded] = Problem(
+                    str(found), "modified", f"config snapshot no longer hashes to {_short(sha)}"
+                )
             else:
                 self.configs[recorded] = None
         return self.configs[recorded]
@@ -156,7 +174,11 @@ class _Auditor:
             node.files = len(current["files"])
         prov = self.sidecar(real)
         if real in self.broken:
-            node.problems.append(Problem(str(sidecar_path(path)), "modified", f"sidecar unreadable: {self.broken[real]}"))
+            node.problems.append(
+                Problem(
+                    str(sidecar_path(path)), "modified", f"sidecar unreadable: {self.broken[real]}"
+                )
+            )
             return node
         if prov is None:
             if current is None:
@@ -164,19 +186,28 @@ class _Auditor:
             if recorded and recorded.get("provenance"):
                 node.problems.append(Problem(recorded["provenance"], "missing", "sidecar gone"))
             elif recorded is None or self.under_results(real):
-                node.problems.append(Problem(path, "no provenance", "a pipeline artifact without a sidecar"))
+                node.problems.append(
+                    Problem(path, "no provenance", "a pipeline artifact without a sidecar")
+                )
             return node  # a source file: the consumer compares its hash with the recorded one
         node.stage, node.rule = prov.get("stage"), prov.get("rule")
         node.config_sha256, node.git = prov.get("config_sha256"), prov.get("git")
         node.packages = prov.get("packages") or {}
         if current is None:
-            node.problems.append(Problem(path, "missing", "artifact gone (its sidecar is still there)"))
+            node.problems.append(
+                Problem(path, "missing", "artifact gone (its sidecar is still there)")
+            )
         elif current["sha256"] != prov.get("sha256"):
             if "files" in current and "files" in prov:
                 node.problems.extend(_manifest_diff(path, prov["files"], current["files"]))
             else:
-                node.problems.append(Problem(path, "modified", f"recorded {_short(prov.get('sha256'))}, "
-                                                               f"now {_short(current['sha256'])}"))
+                node.problems.append(
+                    Problem(
+                        path,
+                        "modified",
+                        f"recorded {_short(prov.get('sha256'))}, now {_short(current['sha256'])}",
+                    )
+                )
         if problem := self.check_config(prov):
             node.problems.append(problem)
         for entry in (prov.get("inputs") or {}).values():
@@ -195,22 +226,29 @@ class _Auditor:
         now = prov.get("sha256") if prov else (self.digest(real) or {}).get("sha256")
         if now is None or now == item.get("sha256"):
             return None  # a missing input is reported on its own node
-        return Problem(consumer, "stale", f"built from {item['path']} at {_short(item.get('sha256'))}, "
-                                          f"which is now {_short(now)}", input=item["path"])
+        return Problem(
+            consumer,
+            "stale",
+            f"built from {item['path']} at {_short(item.get('sha256'))}, "
+            f"which is now {_short(now)}",
+            input=item["path"],
+        )
 
 
 def infer_root(artifact: Path) -> Path | None:
     """The working directory the pipeline ran in: the artifact's path minus the relative path it recorded."""
     try:
-        recorded = Path(str(json.loads(sidecar_path(artifact).read_text()).get("artifact", "")).rstrip("/"))
+        recorded = Path(
+            str(json.loads(sidecar_path(artifact).read_text()).get("artifact", "")).rstrip("/")
+        )
     except (OSError, ValueError, AttributeError):
         return None  # no readable sidecar: the walk reports it
     if not recorded.parts or recorded.is_absolute():
         return None
     real = artifact.resolve()
-    if real.parts[-len(recorded.parts):] != recorded.parts:
+    if real.parts[-len(recorded.parts) :] != recorded.parts:
         return None
-    return Path(*real.parts[:-len(recorded.parts)])
+    return Path(*real.parts[: -len(recorded.parts)])
 
 
 def audit(artifact: str | os.PathLike, root: str | os.PathLike | None = None) -> AuditReport:
@@ -239,10 +277,14 @@ def _label(node: Node) -> str:
         return f"{node.path}  (see above)"
     parts = [node.path]
     if node.stage:
-        parts.append(f"[{node.stage}]" if node.rule in (None, node.stage) else f"[{node.stage}: {node.rule}]")
+        parts.append(
+            f"[{node.stage}]" if node.rule in (None, node.stage) else f"[{node.stage}: {node.rule}]"
+        )
     else:
         parts.append("[source]")
-    parts.append(f"sha {_short(node.sha256)}" + (f" ({node.files} files)" if node.files is not None else ""))
+    parts.append(
+        f"sha {_short(node.sha256)}" + (f" ({node.files} files)" if node.files is not None else "")
+    )
     if node.stage:
         git = node.git or {}
         commit = (git.get("commit") or "?")[:7] + ("+dirty" if git.get("dirty") else "")
@@ -267,7 +309,10 @@ def format_tree(report: AuditReport) -> str:
         lines += ["", f"{len(report.problems)} problem(s):"]
         lines += [f"  {p.kind}: {p.path}: {p.detail}" for p in report.problems]
     else:
-        lines += ["", f"ok: {report.rehashed} artifacts re-hashed, nothing modified, missing or stale"]
+        lines += [
+            "",
+            f"ok: {report.rehashed} artifacts re-hashed, nothing modified, missing or stale",
+        ]
     return "\n".join(lines)
 
 

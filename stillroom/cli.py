@@ -22,53 +22,133 @@ from .io import DataError
 
 @dataclass(frozen=True)
 class Stage:
-    target: str                 # "module:function" in stillroom
-    inputs: tuple[str, ...]     # a trailing "*" takes several NAME=PATH (or PATH) values, "?" is optional
-    outputs: tuple[str, ...]    # a trailing "*" takes several paths
+    target: str  # "module:function" in stillroom
+    inputs: tuple[
+        str, ...
+    ]  # a trailing "*" takes several NAME=PATH (or PATH) values, "?" is optional
+    outputs: tuple[str, ...]  # a trailing "*" takes several paths
     help: str
 
 
 STAGES: dict[str, Stage] = {
-    "benchmark": Stage("sources:fetch_benchmark", (), ("benchmark",),
-                       "materialise a benchmark from a hub id or a local file as prompt/answer/kind JSONL"),
-    "pool": Stage("pool:build_pool", ("benchmarks*",), ("pool", "heldout", "dev"),
-                  "build the prompt pool and the held-out test and dev splits from the configured sources"),
-    "decontam": Stage("decontam:run", ("pool", "benchmarks*"), ("clean", "report"),
-                      "drop every prompt sharing an n-gram with a benchmark item; write a report"),
-    "shard": Stage("pool:assign_shards", ("pool",), ("shards*",),
-                   "split the pool into shards by prompt-id hash"),
-    "generate": Stage("generate:run", ("shard",), ("samples*",),
-                      "teacher samples for one (teacher, shard) at one effort, or at several in one run"),
-    "grade": Stage("grading:run", ("samples",), ("graded",),
-                   "grade samples: math-verify for math, strict letter match for multiple choice"),
-    "dataset": Stage("dataset:build", ("graded*",), ("dataset",),
-                     "shortest correct trace per prompt and effort, effort-tagged"),
-    "tokenizer": Stage("student:run_tokenizer", ("pool",), ("tokenizer",),
-                       "train the student's byte-level BPE tokenizer on the pool"),
-    "base": Stage("student:run_base", ("tokenizer",), ("model",),
-                  "build the student base model with random weights"),
-    "tiny": Stage("student:run_tiny", (), ("model",),
-                  "a random-weight smoke-test model of the same architecture as a real one, shrunk"),
-    "pretrained": Stage("student:run_pretrained", (), ("model",),
-                        "save a pretrained student (path or hub id) as the experiment's base"),
+    "benchmark": Stage(
+        "sources:fetch_benchmark",
+        (),
+        ("benchmark",),
+        "materialise a benchmark from a hub id or a local file as prompt/answer/kind JSONL",
+    ),
+    "pool": Stage(
+        "pool:build_pool",
+        ("benchmarks*",),
+        ("pool", "heldout", "dev"),
+        "build the prompt pool and the held-out test and dev splits from the configured sources",
+    ),
+    "decontam": Stage(
+        "decontam:run",
+        ("pool", "benchmarks*"),
+        ("clean", "report"),
+        "drop every prompt sharing an n-gram with a benchmark item; write a report",
+    ),
+    "shard": Stage(
+        "pool:assign_shards",
+        ("pool",),
+        ("shards*",),
+        "split the pool into shards by prompt-id hash",
+    ),
+    "generate": Stage(
+        "generate:run",
+        ("shard",),
+        ("samples*",),
+        "teacher samples for one (teacher, shard) at one effort, or at several in one run",
+    ),
+    "grade": Stage(
+        "grading:run",
+        ("samples",),
+        ("graded",),
+        "grade samples: math-verify for math, strict letter match for multiple choice",
+    ),
+    "dataset": Stage(
+        "dataset:build",
+        ("graded*",),
+        ("dataset",),
+        "shortest correct trace per prompt and effort, effort-tagged",
+    ),
+    "tokenizer": Stage(
+        "student:run_tokenizer",
+        ("pool",),
+        ("tokenizer",),
+        "train the student's byte-level BPE tokenizer on the pool",
+    ),
+    "base": Stage(
+        "student:run_base",
+        ("tokenizer",),
+        ("model",),
+        "build the student base model with random weights",
+    ),
+    "tiny": Stage(
+        "student:run_tiny",
+        (),
+        ("model",),
+        "a random-weight smoke-test model of the same architecture as a real one, shrunk",
+    ),
+    "pretrained": Stage(
+        "student:run_pretrained",
+        (),
+        ("model",),
+        "save a pretrained student (path or hub id) as the experiment's base",
+    ),
     "train": Stage("train:run", ("base", "dataset"), ("model",), "supervised fine-tuning"),
-    "grpo": Stage("grpo:run", ("base", "problems"), ("model",),
-                  "GRPO on kernel problems with the dual (execution x rule) reward"),
-    "merge": Stage("merge:run", ("base", "tuned"), ("model",), "interpolate base and fine-tuned weights"),
-    "merge_adapter": Stage("merge:run_adapter", ("base", "adapter"), ("model",),
-                           "merge a LoRA / QLoRA adapter into its full-precision base"),
-    "select": Stage("selection:run", ("graded*", "dev", "reported*"), ("selection",),
-                    "choose the merge ratio by accuracy on a dev split disjoint from every reported benchmark"),
-    "evaluate": Stage("evaluate:run", ("model", "problems"), ("samples",),
-                      "sample answers to a benchmark, k per problem"),
-    "cost": Stage("cost:run", ("artifacts*",), ("markdown", "csv"),
-                  "the cost ledger: API tokens x price per teacher and effort, GPU-hours per stage x rate"),
-    "budget_tables": Stage("tables:budget_run", ("graded*",), ("markdown", "csv", "plot"),
-                           "accuracy against thinking budget (budget forcing), per model"),
-    "kernel_tables": Stage("kernel_tables:run", ("graded*",), ("markdown", "csv"),
-                           "kernel track: compile, correctness, launch, rule and reward rates with paired CIs; fast_p"),
-    "tables": Stage("tables:run", ("graded*", "selection?"), ("markdown", "csv", "latex", "plot"),
-                    "paired bootstrap tables and the accuracy/length plot"),
+    "grpo": Stage(
+        "grpo:run",
+        ("base", "problems"),
+        ("model",),
+        "GRPO on kernel problems with the dual (execution x rule) reward",
+    ),
+    "merge": Stage(
+        "merge:run", ("base", "tuned"), ("model",), "interpolate base and fine-tuned weights"
+    ),
+    "merge_adapter": Stage(
+        "merge:run_adapter",
+        ("base", "adapter"),
+        ("model",),
+        "merge a LoRA / QLoRA adapter into its full-precision base",
+    ),
+    "select": Stage(
+        "selection:run",
+        ("graded*", "dev", "reported*"),
+        ("selection",),
+        "choose the merge ratio by accuracy on a dev split disjoint from every reported benchmark",
+    ),
+    "evaluate": Stage(
+        "evaluate:run",
+        ("model", "problems"),
+        ("samples",),
+        "sample answers to a benchmark, k per problem",
+    ),
+    "cost": Stage(
+        "cost:run",
+        ("artifacts*",),
+        ("markdown", "csv"),
+        "the cost ledger: API tokens x price per teacher and effort, GPU-hours per stage x rate",
+    ),
+    "budget_tables": Stage(
+        "tables:budget_run",
+        ("graded*",),
+        ("markdown", "csv", "plot"),
+        "accuracy against thinking budget (budget forcing), per model",
+    ),
+    "kernel_tables": Stage(
+        "kernel_tables:run",
+        ("graded*",),
+        ("markdown", "csv"),
+        "kernel track: compile, correctness, launch, rule and reward rates with paired CIs; fast_p",
+    ),
+    "tables": Stage(
+        "tables:run",
+        ("graded*", "selection?"),
+        ("markdown", "csv", "latex", "plot"),
+        "paired bootstrap tables and the accuracy/length plot",
+    ),
 }
 
 
@@ -107,6 +187,7 @@ def _logger(stage: str, log_path: str | None) -> Callable[[str], None]:
         if fh:
             fh.write(line + "\n")
             fh.flush()
+
     return log
 
 
@@ -128,8 +209,16 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
     fn = getattr(importlib.import_module(f"stillroom.{module}"), func)
     started = now()
     t0 = time.monotonic()
-    metrics = fn(**inputs, **{f"out_{k}": v for k, v in outputs.items()},
-                 params=params, threads=args.threads, log=log) or {}
+    metrics = (
+        fn(
+            **inputs,
+            **{f"out_{k}": v for k, v in outputs.items()},
+            params=params,
+            threads=args.threads,
+            log=log,
+        )
+        or {}
+    )
     metrics["wall_s"] = round(time.monotonic() - t0, 3)
     flat_outputs: dict[str, str] = {}
     for key, value in outputs.items():
@@ -137,8 +226,14 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
             flat_outputs.update({f"{key}[{i}]": v for i, v in enumerate(value)})
         else:
             flat_outputs[key] = value
-    flat_inputs = {k: (list(v.values()) if isinstance(v, dict) else v) for k, v in inputs.items() if v is not None}
-    write_sidecars(flat_outputs, flat_inputs, stage=name, params=params, started=started, metrics=metrics)
+    flat_inputs = {
+        k: (list(v.values()) if isinstance(v, dict) else v)
+        for k, v in inputs.items()
+        if v is not None
+    }
+    write_sidecars(
+        flat_outputs, flat_inputs, stage=name, params=params, started=started, metrics=metrics
+    )
     log(f"done in {metrics['wall_s']:.1f}s")
 
 
@@ -150,23 +245,43 @@ def build_parser() -> argparse.ArgumentParser:
         for spec in stage.inputs:
             multi = spec.endswith("*")
             # "*": an experiment may have none (e.g. no benchmarks besides its held-out split)
-            p.add_argument(f"--{spec.rstrip('*?')}", required=not spec.endswith("?"), nargs="*" if multi else None,
-                           metavar="NAME=PATH" if multi else "PATH")
+            p.add_argument(
+                f"--{spec.rstrip('*?')}",
+                required=not spec.endswith("?"),
+                nargs="*" if multi else None,
+                metavar="NAME=PATH" if multi else "PATH",
+            )
         for spec in stage.outputs:
             multi = spec.endswith("*")
-            p.add_argument(f"--out-{spec.rstrip('*')}", dest="out_" + spec.rstrip("*"), required=True,
-                           nargs="+" if multi else None, metavar="PATH")
+            p.add_argument(
+                f"--out-{spec.rstrip('*')}",
+                dest="out_" + spec.rstrip("*"),
+                required=True,
+                nargs="+" if multi else None,
+                metavar="PATH",
+            )
         p.add_argument("--params", help="JSON object, or @file.json")
         p.add_argument("--threads", type=int, default=1)
         p.add_argument("--rule", help="the Snakemake rule, recorded in provenance")
         p.add_argument("--log", help="also append progress lines to this file")
-    show = sub.add_parser("show", help="print the result tables of an experiment and where its artifacts are")
+    show = sub.add_parser(
+        "show", help="print the result tables of an experiment and where its artifacts are"
+    )
     show.add_argument("experiment_dir")
-    audit = sub.add_parser("audit", help="walk an artifact's provenance to the raw teacher records, re-hashing "
-                           "every file; exit 1 if anything is modified, missing or stale")
-    audit.add_argument("path", help="a table, plot, checkpoint or any other artifact with a .prov.json")
-    audit.add_argument("--root", help="the directory the pipeline ran in (default: inferred from the sidecar)")
-    audit.add_argument("--json", action="store_true", help="print the report as JSON instead of a tree")
+    audit = sub.add_parser(
+        "audit",
+        help="walk an artifact's provenance to the raw teacher records, re-hashing "
+        "every file; exit 1 if anything is modified, missing or stale",
+    )
+    audit.add_argument(
+        "path", help="a table, plot, checkpoint or any other artifact with a .prov.json"
+    )
+    audit.add_argument(
+        "--root", help="the directory the pipeline ran in (default: inferred from the sidecar)"
+    )
+    audit.add_argument(
+        "--json", action="store_true", help="print the report as JSON instead of a tree"
+    )
     return parser
 
 
@@ -178,9 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "show":
             from .tables import show
+
             show(args.experiment_dir)
         elif args.command == "audit":
             from .audit import run
+
             return run(args.path, root=args.root, as_json=args.json)
         else:
             run_stage(args.command, args)

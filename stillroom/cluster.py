@@ -43,8 +43,12 @@ def train_resources(config: Mapping[str, Any], section: str = "train") -> dict[s
     layout = check_distributed(config[section])
     if layout["nodes"] == 1:
         return {"gpu": layout["gpus_per_node"], "nodes": 1}
-    return {"nodes": layout["nodes"], "tasks": layout["nodes"], "gres": f"gpu:{layout['gpus_per_node']}",
-            "mpi": "srun"}
+    return {
+        "nodes": layout["nodes"],
+        "tasks": layout["nodes"],
+        "gres": f"gpu:{layout['gpus_per_node']}",
+        "mpi": "srun",
+    }
 
 
 def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
@@ -52,9 +56,15 @@ def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
     teacher = backend_gpus(config["teachers"][config["generation"]["teacher"]])
     layout = check_distributed(config["train"])
     evaluation = backend_gpus(config["eval"].get("backend") or {"backend": "hf"})
-    gpus = {"generate": teacher, "train": layout["nodes"] * layout["gpus_per_node"],
-            "evaluate": evaluation, "evaluate_budget": evaluation}
-    gpus.update({f"generate_{'_'.join(g)}": teacher for g in config["generation"].get("effort_groups", [])})
+    gpus = {
+        "generate": teacher,
+        "train": layout["nodes"] * layout["gpus_per_node"],
+        "evaluate": evaluation,
+        "evaluate_budget": evaluation,
+    }
+    gpus.update(
+        {f"generate_{'_'.join(g)}": teacher for g in config["generation"].get("effort_groups", [])}
+    )
     if "grpo" in config:
         grpo = check_distributed(config["grpo"])
         gpus["grpo"] = grpo["nodes"] * grpo["gpus_per_node"]

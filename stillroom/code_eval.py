@@ -38,7 +38,7 @@ FILE_SIZE_MB = 16
 _TAIL = 4000  # bytes of stderr kept in a result
 
 # Prelude and harness, run in the child. Placeholders are filled with repr()s of the values.
-_HARNESS = r'''
+_HARNESS = r"""
 import _posixsubprocess, os, resource, subprocess, sys, traceback, types
 sys.dont_write_bytecode = True
 _TOKEN = os.environ.pop("STILLROOM_TOKEN", "")
@@ -132,7 +132,7 @@ except BaseException:
     pass
 _write(1, ("\n" + _TOKEN + "\n").encode())  # written last: only a run that got here can have passed
 _exit(0)
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,9 @@ def parse_code_gold(gold: str) -> tuple[str, str | None]:
         except ValueError as e:
             raise ValueError(f"code gold is not valid JSON: {e}") from None
         if not isinstance(spec, dict) or set(spec) - {"tests", "entry_point"}:
-            raise ValueError(f"code gold must have keys 'tests' and optionally 'entry_point', got {spec!r}")
+            raise ValueError(
+                f"code gold must have keys 'tests' and optionally 'entry_point', got {spec!r}"
+            )
         tests, entry = spec.get("tests"), spec.get("entry_point")
         if isinstance(tests, list) and all(isinstance(t, str) for t in tests):
             tests = "\n".join(tests)
@@ -207,23 +209,56 @@ def _remove(box: str) -> None:
     shutil.rmtree(box, ignore_errors=True)
 
 
-def run_program(program: str, tests: str, entry_point: str | None = None, *, timeout_s: float = TIMEOUT_S,
-                memory_mb: int = MEMORY_MB, tmp_root: str | None = None) -> CodeResult:
+def run_program(
+    program: str,
+    tests: str,
+    entry_point: str | None = None,
+    *,
+    timeout_s: float = TIMEOUT_S,
+    memory_mb: int = MEMORY_MB,
+    tmp_root: str | None = None,
+) -> CodeResult:
     """Run ``program`` then ``tests`` in a sandboxed child; ``tmp_root`` holds its temporary directory."""
     box = tempfile.mkdtemp(prefix="stillroom-code-", dir=tmp_root)
-    token = secrets.token_hex(16)  # printed by the harness after the tests: exit 0 alone proves nothing
+    token = secrets.token_hex(
+        16
+    )  # printed by the harness after the tests: exit 0 alone proves nothing
     start = time.monotonic()
     try:
-        values = {"CPU": math.ceil(timeout_s) + 1, "MEMORY": memory_mb << 20, "FSIZE": FILE_SIZE_MB << 20,
-                  "PROGRAM": program, "TESTS": tests, "ENTRY": entry_point}
+        values = {
+            "CPU": math.ceil(timeout_s) + 1,
+            "MEMORY": memory_mb << 20,
+            "FSIZE": FILE_SIZE_MB << 20,
+            "PROGRAM": program,
+            "TESTS": tests,
+            "ENTRY": entry_point,
+        }
         # One pass, so a program that happens to contain "__TESTS__" is not substituted into.
-        harness = re.sub(r"__(CPU|MEMORY|FSIZE|PROGRAM|TESTS|ENTRY)__", lambda m: repr(values[m[1]]), _HARNESS)
+        harness = re.sub(
+            r"__(CPU|MEMORY|FSIZE|PROGRAM|TESTS|ENTRY)__", lambda m: repr(values[m[1]]), _HARNESS
+        )
         with open(os.path.join(box, "_run.py"), "w") as f:
             f.write(harness)
-        env = {"PATH": os.defpath, "HOME": box, "TMPDIR": box, "LANG": "C.UTF-8", "STILLROOM_TOKEN": token}
-        with open(os.path.join(box, "_stdout"), "w+b") as out, open(os.path.join(box, "_stderr"), "w+b") as err:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "_run.py"], cwd=box, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+        env = {
+            "PATH": os.defpath,
+            "HOME": box,
+            "TMPDIR": box,
+            "LANG": "C.UTF-8",
+            "STILLROOM_TOKEN": token,
+        }
+        with (
+            open(os.path.join(box, "_stdout"), "w+b") as out,
+            open(os.path.join(box, "_stderr"), "w+b") as err,
+        ):
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", "_run.py"],
+                cwd=box,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
             try:
                 rc, timed_out = proc.wait(timeout=timeout_s), False
             except subprocess.TimeoutExpired:
@@ -241,13 +276,23 @@ def run_program(program: str, tests: str, entry_point: str | None = None, *, tim
         status = "passed"
     else:
         status = "failed" if rc == 2 else "error"
-    return CodeResult(status == "passed", status, stderr, program, round(time.monotonic() - start, 3))
+    return CodeResult(
+        status == "passed", status, stderr, program, round(time.monotonic() - start, 3)
+    )
 
 
-def grade_code(response: str, gold: str, timeout_s: float = TIMEOUT_S, *, memory_mb: int = MEMORY_MB,
-               tmp_root: str | None = None) -> CodeResult:
+def grade_code(
+    response: str,
+    gold: str,
+    timeout_s: float = TIMEOUT_S,
+    *,
+    memory_mb: int = MEMORY_MB,
+    tmp_root: str | None = None,
+) -> CodeResult:
     tests, entry = parse_code_gold(gold)
     program = extract_program(response)
     if program is None:
         return CodeResult(False, "no_code", "", None)
-    return run_program(program, tests, entry, timeout_s=timeout_s, memory_mb=memory_mb, tmp_root=tmp_root)
+    return run_program(
+        program, tests, entry, timeout_s=timeout_s, memory_mb=memory_mb, tmp_root=tmp_root
+    )

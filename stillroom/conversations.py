@@ -67,7 +67,9 @@ def _parse_row(line: str, lineno: int, errors: list[str]) -> dict[str, Any] | No
         return None
     where = "key 'messages'"
     messages = []
-    calls: dict[str, str] = {}  # tool-call id -> function name so far; a reused id means its latest call
+    calls: dict[
+        str, str
+    ] = {}  # tool-call id -> function name so far; a reused id means its latest call
     for i, msg in enumerate(row["messages"]):
         out = _parse_message(msg, calls, lambda e, i=i: errors.append(f"{where}: message {i}: {e}"))
         if out is not None:
@@ -93,15 +95,21 @@ def _parse_message(msg: Any, calls: dict[str, str], error) -> dict[str, Any] | N
     if role == "tool":
         name, call_id = msg.get("name"), msg.get("tool_call_id")
         if not isinstance(name, str) or not name:
-            error(f"tool message needs a non-empty string 'name' (the called function), got {name!r:.60}; "
-                  "tool_call_id alone does not render")
+            error(
+                f"tool message needs a non-empty string 'name' (the called function), got {name!r:.60}; "
+                "tool_call_id alone does not render"
+            )
         elif not isinstance(call_id, str) or not call_id:
             error(f"tool message needs a string 'tool_call_id', got {call_id!r:.60}")
         elif call_id not in calls:
-            error(f"tool_call_id {call_id!r} answers no tool call of an earlier assistant message "
-                  f"(earlier ids: {', '.join(calls) or 'none'})")
+            error(
+                f"tool_call_id {call_id!r} answers no tool call of an earlier assistant message "
+                f"(earlier ids: {', '.join(calls) or 'none'})"
+            )
         elif calls[call_id] != name:
-            error(f"tool_call_id {call_id!r} is a call to {calls[call_id]!r}, but the tool message's name is {name!r}")
+            error(
+                f"tool_call_id {call_id!r} is a call to {calls[call_id]!r}, but the tool message's name is {name!r}"
+            )
         out.update(name=name, tool_call_id=call_id)
     return out
 
@@ -109,7 +117,9 @@ def _parse_message(msg: Any, calls: dict[str, str], error) -> dict[str, Any] | N
 def _parse_assistant_calls(msg: dict, calls: dict[str, str], error) -> dict[str, Any] | None:
     content, tool_calls = msg.get("content"), msg["tool_calls"]
     if content is not None and not isinstance(content, str):
-        error(f"assistant message needs string or null content, got {type(content).__name__} {content!r:.60}")
+        error(
+            f"assistant message needs string or null content, got {type(content).__name__} {content!r:.60}"
+        )
         return None
     if not isinstance(tool_calls, list):
         error(f"tool_calls should be a list, got {type(tool_calls).__name__}")
@@ -127,20 +137,28 @@ def _parse_assistant_calls(msg: dict, calls: dict[str, str], error) -> dict[str,
         if call.get("type", "function") != "function":
             error(f"tool_calls[{j}] type should be 'function', got {call['type']!r:.40}")
         if not isinstance(call.get("id"), str) or not call["id"]:
-            error(f"tool_calls[{j}] ({name}) needs a string 'id' for tool messages to answer, got {call.get('id')!r:.40}")
+            error(
+                f"tool_calls[{j}] ({name}) needs a string 'id' for tool messages to answer, got {call.get('id')!r:.40}"
+            )
             continue
-        calls[call["id"]] = name  # even if its arguments are bad: no cascade of errors on the tool reply
+        calls[call["id"]] = (
+            name  # even if its arguments are bad: no cascade of errors on the tool reply
+        )
         args = fn.get("arguments")
         if isinstance(args, str):
             try:
                 args = json.loads(args)
             except json.JSONDecodeError as exc:
-                error(f"tool_calls[{j}] ({name}) arguments are not valid JSON ({exc.msg}): {fn['arguments']!r:.60}")
+                error(
+                    f"tool_calls[{j}] ({name}) arguments are not valid JSON ({exc.msg}): {fn['arguments']!r:.60}"
+                )
                 continue
         if not isinstance(args, dict):
             error(f"tool_calls[{j}] ({name}) arguments should be a JSON object, got {args!r:.60}")
             continue
-        parsed.append({"type": "function", "id": call["id"], "function": {"name": name, "arguments": args}})
+        parsed.append(
+            {"type": "function", "id": call["id"], "function": {"name": name, "arguments": args}}
+        )
     out = {"role": "assistant", "content": content or ""}
     if parsed:
         out["tool_calls"] = parsed
@@ -164,8 +182,11 @@ def check_renders(tokenizer, examples: list[dict], source: str = "dataset") -> N
         for i, m in enumerate(ex["messages"]):
             if m["role"] == "tool" and (m["content"] not in text or m["name"] not in text):
                 missing.append(f"message {i} tool result {m['name']!r}")
-            missing += [f"message {i} call to {c['function']['name']!r}"
-                        for c in m.get("tool_calls", []) if c["function"]["name"] not in text]
+            missing += [
+                f"message {i} call to {c['function']['name']!r}"
+                for c in m.get("tool_calls", [])
+                if c["function"]["name"] not in text
+            ]
         if missing:
             bad.append(f"{ex['id']} (rendered text omits {', '.join(missing)})")
     if bad:

@@ -35,19 +35,30 @@ def slurm_usage(job_id: str) -> tuple[float, int] | None:
     if not shutil.which("sacct"):
         return None
     try:
-        out = subprocess.run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "ElapsedRaw,AllocTRES"],
-                             capture_output=True, text=True, timeout=30, check=True)
+        out = subprocess.run(
+            ["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "ElapsedRaw,AllocTRES"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
     except (subprocess.SubprocessError, OSError):
         return None
     return parse_sacct(out.stdout)
 
 
-def ledger(artifacts: Mapping[str, str], params: Mapping[str, Any],
-           usage: Callable[[str], tuple[float, int] | None] = slurm_usage) -> dict[str, list[dict[str, Any]]]:
+def ledger(
+    artifacts: Mapping[str, str],
+    params: Mapping[str, Any],
+    usage: Callable[[str], tuple[float, int] | None] = slurm_usage,
+) -> dict[str, list[dict[str, Any]]]:
     """API rows per (teacher, effort) and GPU rows per rule; one job writing several outputs counts once."""
-    api: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: {"prompt_tokens": 0, "completion_tokens": 0,
-                                                                         "cost_usd": 0.0, "jobs": 0})
-    gpu: dict[str, dict[str, Any]] = defaultdict(lambda: {"jobs": 0, "gpu_hours": 0.0, "source": set()})
+    api: dict[tuple[str, str], dict[str, float]] = defaultdict(
+        lambda: {"prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0, "jobs": 0}
+    )
+    gpu: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"jobs": 0, "gpu_hours": 0.0, "source": set()}
+    )
     seen = set()
     rate, gpus_per_rule = params.get("gpu_hour_usd", 0.0), params.get("gpus", {})
     sidecars = []
@@ -66,7 +77,11 @@ def ledger(artifacts: Mapping[str, str], params: Mapping[str, Any],
         if prov["stage"] == "generate":
             p = prov["params"]
             for effort in p.get("efforts") or [p.get("effort")]:
-                m = metrics.get("per_effort", {}).get(effort, metrics) if p.get("efforts") else metrics
+                m = (
+                    metrics.get("per_effort", {}).get(effort, metrics)
+                    if p.get("efforts")
+                    else metrics
+                )
                 row = api[(p.get("teacher", "?"), str(effort))]
                 for key in ("prompt_tokens", "completion_tokens", "cost_usd"):
                     row[key] += m.get(key, 0)
@@ -76,42 +91,101 @@ def ledger(artifacts: Mapping[str, str], params: Mapping[str, Any],
             seconds, n_gpus = measured
             source = "sacct"
         else:
-            seconds, n_gpus, source = metrics.get("wall_s", 0.0), gpus_per_rule.get(prov["rule"], 0), "wall time"
+            seconds, n_gpus, source = (
+                metrics.get("wall_s", 0.0),
+                gpus_per_rule.get(prov["rule"], 0),
+                "wall time",
+            )
         g = gpu[prov["rule"]]
         g["jobs"] += 1
         g["gpu_hours"] += seconds * n_gpus / 3600
         g["source"].add(source)
-    api_rows = [{"teacher": t, "effort": e, **{k: round(v, 4) for k, v in row.items()}}
-                for (t, e), row in sorted(api.items())]
-    gpu_rows = [{"rule": rule, "jobs": g["jobs"], "gpu_hours": round(g["gpu_hours"], 4),
-                 "cost_usd": round(g["gpu_hours"] * rate, 2), "source": "+".join(sorted(g["source"]))}
-                for rule, g in sorted(gpu.items())]
+    api_rows = [
+        {"teacher": t, "effort": e, **{k: round(v, 4) for k, v in row.items()}}
+        for (t, e), row in sorted(api.items())
+    ]
+    gpu_rows = [
+        {
+            "rule": rule,
+            "jobs": g["jobs"],
+            "gpu_hours": round(g["gpu_hours"], 4),
+            "cost_usd": round(g["gpu_hours"] * rate, 2),
+            "source": "+".join(sorted(g["source"])),
+        }
+        for rule, g in sorted(gpu.items())
+    ]
     return {"api": api_rows, "gpu": gpu_rows}
 
 
-def run(*, artifacts: Mapping[str, str], out_markdown: str, out_csv: str, params: Mapping[str, Any],
-        log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+def run(
+    *,
+    artifacts: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    params: Mapping[str, Any],
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
     rows = ledger(artifacts, params)
     api_total = sum(r["cost_usd"] for r in rows["api"])
     gpu_total = sum(r["cost_usd"] for r in rows["gpu"])
-    lines = ["### Cost ledger", "", "| teacher | effort | jobs | input tokens | output tokens | API $ |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {r['teacher']} | {r['effort']} | {r['jobs']} | {r['prompt_tokens']:,.0f} | "
-              f"{r['completion_tokens']:,.0f} | {r['cost_usd']:.2f} |" for r in rows["api"]]
-    lines += ["", f"| stage | jobs | GPU-hours | GPU $ (at {params.get('gpu_hour_usd', 0.0)}/GPU-hour) | from |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {r['rule']} | {r['jobs']} | {r['gpu_hours']:.3f} | {r['cost_usd']:.2f} | {r['source']} |"
-              for r in rows["gpu"]]
-    lines += ["", f"**Total: ${api_total + gpu_total:,.2f}** (API ${api_total:,.2f} + GPU ${gpu_total:,.2f})"]
+    lines = [
+        "### Cost ledger",
+        "",
+        "| teacher | effort | jobs | input tokens | output tokens | API $ |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['teacher']} | {r['effort']} | {r['jobs']} | {r['prompt_tokens']:,.0f} | "
+        f"{r['completion_tokens']:,.0f} | {r['cost_usd']:.2f} |"
+        for r in rows["api"]
+    ]
+    lines += [
+        "",
+        f"| stage | jobs | GPU-hours | GPU $ (at {params.get('gpu_hour_usd', 0.0)}/GPU-hour) | from |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['rule']} | {r['jobs']} | {r['gpu_hours']:.3f} | {r['cost_usd']:.2f} | {r['source']} |"
+        for r in rows["gpu"]
+    ]
+    lines += [
+        "",
+        f"**Total: ${api_total + gpu_total:,.2f}** (API ${api_total:,.2f} + GPU ${gpu_total:,.2f})",
+    ]
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["kind", "name", "effort", "jobs", "input_tokens", "output_tokens", "gpu_hours", "cost_usd",
-                     "source"])
+    writer.writerow(
+        [
+            "kind",
+            "name",
+            "effort",
+            "jobs",
+            "input_tokens",
+            "output_tokens",
+            "gpu_hours",
+            "cost_usd",
+            "source",
+        ]
+    )
     for r in rows["api"]:
-        writer.writerow(["api", r["teacher"], r["effort"], r["jobs"], r["prompt_tokens"], r["completion_tokens"], "",
-                         r["cost_usd"], "provenance"])
+        writer.writerow(
+            [
+                "api",
+                r["teacher"],
+                r["effort"],
+                r["jobs"],
+                r["prompt_tokens"],
+                r["completion_tokens"],
+                "",
+                r["cost_usd"],
+                "provenance",
+            ]
+        )
     for r in rows["gpu"]:
-        writer.writerow(["gpu", r["rule"], "", r["jobs"], "", "", r["gpu_hours"], r["cost_usd"], r["source"]])
+        writer.writerow(
+            ["gpu", r["rule"], "", r["jobs"], "", "", r["gpu_hours"], r["cost_usd"], r["source"]]
+        )
     writer.writerow(["total", "", "", "", "", "", "", round(api_total + gpu_total, 2), ""])
     write_text(out_markdown, "\n".join(lines) + "\n")
     write_text(out_csv, buf.getvalue())

@@ -15,15 +15,30 @@ from .ids import bucket
 from .io import DataError, iter_jsonl, write_jsonl
 from .kernels.prompting import user_content
 
-GRADED_KEYS = ("key", "prompt_id", "effort", "sample_index", "prompt", "response", "completion_tokens", "grade")
+GRADED_KEYS = (
+    "key",
+    "prompt_id",
+    "effort",
+    "sample_index",
+    "prompt",
+    "response",
+    "completion_tokens",
+    "grade",
+)
 
 
 def effort_tag(template: str, effort: str) -> str:
     return Template(template).substitute(effort=effort)
 
 
-def build(*, graded: Mapping[str, str], out_dataset: str, params: Mapping[str, Any],
-          log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+def build(
+    *,
+    graded: Mapping[str, str],
+    out_dataset: str,
+    params: Mapping[str, Any],
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
     seed, default = params["seed"], params["default_effort"]
     best: dict[tuple[str, str], tuple[tuple[int, int], dict[str, Any], str]] = {}
     seen: Counter[str] = Counter()
@@ -43,19 +58,45 @@ def build(*, graded: Mapping[str, str], out_dataset: str, params: Mapping[str, A
         raise DataError(f"no correct samples in {len(graded)} graded shards: nothing to train on")
     rows = []
     for (pid, effort), (_, rec, path) in sorted(best.items()):
-        untagged = effort == default and bucket(f"{seed}:{pid}", 10_000) < params["untagged_fraction"] * 10_000
-        messages = [] if untagged else [{"role": "system", "content": effort_tag(params["effort_tag"], effort)}]
-        messages += [{"role": "user", "content": user_content(rec)}, {"role": "assistant", "content": rec["response"]}]
-        rows.append({"id": rec["key"], "prompt_id": pid, "effort": effort, "tagged": not untagged,
-                     "messages": messages, "completion_tokens": rec["completion_tokens"],
-                     "source_record": {"file": path, "key": rec["key"]}})
+        untagged = (
+            effort == default
+            and bucket(f"{seed}:{pid}", 10_000) < params["untagged_fraction"] * 10_000
+        )
+        messages = (
+            []
+            if untagged
+            else [{"role": "system", "content": effort_tag(params["effort_tag"], effort)}]
+        )
+        messages += [
+            {"role": "user", "content": user_content(rec)},
+            {"role": "assistant", "content": rec["response"]},
+        ]
+        rows.append(
+            {
+                "id": rec["key"],
+                "prompt_id": pid,
+                "effort": effort,
+                "tagged": not untagged,
+                "messages": messages,
+                "completion_tokens": rec["completion_tokens"],
+                "source_record": {"file": path, "key": rec["key"]},
+            }
+        )
     write_jsonl(out_dataset, rows)
     per_effort = Counter(r["effort"] for r in rows)
     tokens: defaultdict[str, list[int]] = defaultdict(list)
     for r in rows:
         tokens[r["effort"]].append(r["completion_tokens"])
     mean_tokens = {e: round(sum(v) / len(v), 1) for e, v in tokens.items()}
-    log(f"{len(rows)} examples; per effort {dict(per_effort)}; mean completion tokens {mean_tokens}; "
-        f"teacher accuracy {({e: round(correct[e] / seen[e], 3) for e in seen})}")
-    return {"examples": len(rows), "per_effort": dict(per_effort), "untagged": sum(not r["tagged"] for r in rows),
-            "mean_completion_tokens": mean_tokens, "samples_seen": dict(seen), "samples_correct": dict(correct)}
+    log(
+        f"{len(rows)} examples; per effort {dict(per_effort)}; mean completion tokens {mean_tokens}; "
+        f"teacher accuracy { ({e: round(correct[e] / seen[e], 3) for e in seen}) }"
+    )
+    return {
+        "examples": len(rows),
+        "per_effort": dict(per_effort),
+        "untagged": sum(not r["tagged"] for r in rows),
+        "mean_completion_tokens": mean_tokens,
+        "samples_seen": dict(seen),
+        "samples_correct": dict(correct),
+    }

@@ -22,9 +22,9 @@ END_THINK = "</think>"
 @dataclass
 class Answer:
     token_ids: list[int]
-    segments: list[str]               # the text of each request, in order
-    finish_reason: str                # "stop", or "length" when still cut off at the overall limit
-    forced: bool = False              # budget forcing closed the thinking
+    segments: list[str]  # the text of each request, in order
+    finish_reason: str  # "stop", or "length" when still cut off at the overall limit
+    forced: bool = False  # budget forcing closed the thinking
     thinking_tokens: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -33,17 +33,35 @@ class Answer:
         return len(self.token_ids)
 
 
-def continue_truncated(lm, prefixes: Sequence[Sequence[int]], first: Sequence, *, limit: int, request_tokens: int,
-                       temperature: float, top_p: float, seed: int) -> list[Answer]:
+def continue_truncated(
+    lm,
+    prefixes: Sequence[Sequence[int]],
+    first: Sequence,
+    *,
+    limit: int,
+    request_tokens: int,
+    temperature: float,
+    top_p: float,
+    seed: int,
+) -> list[Answer]:
     """Answers for ``prefixes`` (rendered prompts as token ids) from their first segments ``first`` (one
     ``Sample`` each), continued in batches of the still cut-off ones while under ``limit`` tokens."""
     answers = [Answer(list(s.token_ids), [s.text], s.finish_reason) for s in first]
     for round_ in range(1, limit // max(1, request_tokens) + 2):
-        todo = [i for i, a in enumerate(answers) if a.finish_reason == "length" and a.completion_tokens < limit]
+        todo = [
+            i
+            for i, a in enumerate(answers)
+            if a.finish_reason == "length" and a.completion_tokens < limit
+        ]
         if not todo:
             break
-        outs = lm.complete([list(prefixes[i]) + answers[i].token_ids for i in todo], temperature=temperature,
-                           top_p=top_p, max_new_tokens=request_tokens, seed=seed + 7919 * round_)
+        outs = lm.complete(
+            [list(prefixes[i]) + answers[i].token_ids for i in todo],
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=request_tokens,
+            seed=seed + 7919 * round_,
+        )
         for i, out in zip(todo, outs):
             a = answers[i]
             room = limit - a.completion_tokens
@@ -54,10 +72,21 @@ def continue_truncated(lm, prefixes: Sequence[Sequence[int]], first: Sequence, *
     return answers
 
 
-def budget_force(lm, prefixes: Sequence[Sequence[int]], *, budget: int, answer_tokens: int, cue: str,
-                 temperature: float, top_p: float, seed: int) -> list[Answer]:
+def budget_force(
+    lm,
+    prefixes: Sequence[Sequence[int]],
+    *,
+    budget: int,
+    answer_tokens: int,
+    cue: str,
+    temperature: float,
+    top_p: float,
+    seed: int,
+) -> list[Answer]:
     """One answer per prefix with thinking capped at ``budget`` tokens, then up to ``answer_tokens`` more."""
-    first = lm.complete(prefixes, temperature=temperature, top_p=top_p, max_new_tokens=budget, seed=seed)
+    first = lm.complete(
+        prefixes, temperature=temperature, top_p=top_p, max_new_tokens=budget, seed=seed
+    )
     answers, todo, forced_ids = [], [], lm.encode(END_THINK + cue)
     for i, s in enumerate(first):
         a = Answer(list(s.token_ids), [s.text], s.finish_reason)
@@ -71,8 +100,13 @@ def budget_force(lm, prefixes: Sequence[Sequence[int]], *, budget: int, answer_t
             todo.append(i)
         answers.append(a)
     if todo:
-        outs = lm.complete([list(prefixes[i]) + answers[i].token_ids for i in todo], temperature=temperature,
-                           top_p=top_p, max_new_tokens=answer_tokens, seed=seed + 1)
+        outs = lm.complete(
+            [list(prefixes[i]) + answers[i].token_ids for i in todo],
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=answer_tokens,
+            seed=seed + 1,
+        )
         for i, out in zip(todo, outs):
             answers[i].token_ids += out.token_ids
             answers[i].segments.append(out.text)

@@ -35,7 +35,9 @@ __all__ = ["Match", "NgramIndex", "normalize_words", "run"]
 _SEP = "\x01"  # joins the texts of a chunk; a separator inside a text, so texts' own copies become spaces
 # A word is a maximal run of Unicode letters/digits; every other character (punctuation, symbols, "_",
 # whitespace) separates words, so "3.5" -> ["3", "5"] and "don't" -> ["don", "t"].
-_ASCII_NON_WORD = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalnum() and chr(c) != _SEP})
+_ASCII_NON_WORD = str.maketrans(
+    {chr(c): " " for c in range(128) if not chr(c).isalnum() and chr(c) != _SEP}
+)
 _NON_WORD = re.compile(rf"[^\w{_SEP}]|_")
 _BIT = (1 << np.arange(8)).astype(np.uint8)  # bit masks for the packed bitmap
 
@@ -67,22 +69,30 @@ class NgramIndex:
     _SMALL_CHARS = 1500  # below this many characters a Python loop beats numpy (measured)
     _CHUNK_CHARS = 1 << 17  # characters per numpy pass in scan(); bounds memory
 
-    def __init__(self, benchmarks: Mapping[str, Sequence[str]], n: int = 13, max_items: int | None = None):
+    def __init__(
+        self, benchmarks: Mapping[str, Sequence[str]], n: int = 13, max_items: int | None = None
+    ):
         """``max_items``: n-grams shared by more items than this are boilerplate (a code file's imports and
         class header), which identifies no item; they are dropped, as GPT-3 dropped frequent 13-grams."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         self.n = n
         self._pow = self._ipow = np.ones(1, dtype=np.uint64)
-        self._grams: dict[tuple[str, ...], list[tuple[str, int]]] = {}  # gram words -> [(benchmark, item), ...]
+        self._grams: dict[
+            tuple[str, ...], list[tuple[str, int]]
+        ] = {}  # gram words -> [(benchmark, item), ...]
         self._vocab: set[str] = set()  # words of the benchmarks
         owners, texts = [], []
         for name, items in benchmarks.items():
             if isinstance(items, str):  # would silently index each character as an item
-                raise DataError(f"benchmark {name!r}: expected a sequence of strings, got one string")
+                raise DataError(
+                    f"benchmark {name!r}: expected a sequence of strings, got one string"
+                )
             for item, text in enumerate(items):
                 if not isinstance(text, str):
-                    raise DataError(f"benchmark {name!r} item {item}: expected a string, got {type(text).__name__}")
+                    raise DataError(
+                        f"benchmark {name!r} item {item}: expected a string, got {type(text).__name__}"
+                    )
                 owners.append((name, item))
                 texts.append(text)
         _, starts, _, word_hash = self._tokens(texts)
@@ -97,22 +107,32 @@ class NgramIndex:
                     entry = self._grams.setdefault(tuple(words[i : i + m]), [])
                     if owner not in entry:  # a gram repeated inside one item counts once
                         entry.append(owner)
-                hashes.setdefault(m, []).append(self._window_hashes(word_hash[first : first + len(words)], m))
+                hashes.setdefault(m, []).append(
+                    self._window_hashes(word_hash[first : first + len(words)], m)
+                )
             first += len(words)
         assert first == len(starts), "batch and single-text normalisation disagree"
         self.ignored = 0
-        if max_items is not None:  # the bitmap keeps their hashes: a survivor must still be a key of _grams
+        if (
+            max_items is not None
+        ):  # the bitmap keeps their hashes: a survivor must still be a key of _grams
             common = [g for g, owners in self._grams.items() if len(owners) > max_items]
             for g in common:
                 del self._grams[g]
             self.ignored = len(common)
-        self.lengths = sorted(hashes, reverse=True)  # window lengths to scan: n, then short-item lengths
+        self.lengths = sorted(
+            hashes, reverse=True
+        )  # window lengths to scan: n, then short-item lengths
         # ~BITMAP_SLOTS slots per gram: the bitmap's false-positive rate is about 1 / (BITMAP_SLOTS / 2)
-        self._bits = int(np.clip(np.ceil(np.log2(max(len(self._grams), 1) * self._BITMAP_SLOTS)), 16, 28))
+        self._bits = int(
+            np.clip(np.ceil(np.log2(max(len(self._grams), 1) * self._BITMAP_SLOTS)), 16, 28)
+        )
         bitmap = np.zeros(1 << self._bits, dtype=bool)
         for hs in hashes.values():
             bitmap[np.concatenate(hs) >> np.uint64(64 - self._bits)] = True
-        self._bitmap = np.packbits(bitmap, bitorder="little")  # 8x smaller than bools: fewer cache misses
+        self._bitmap = np.packbits(
+            bitmap, bitorder="little"
+        )  # 8x smaller than bools: fewer cache misses
 
     def __len__(self) -> int:
         """Number of distinct indexed grams."""
@@ -135,7 +155,9 @@ class NgramIndex:
         np.cumsum(prefix[1:], out=prefix[1:])
         return prefix
 
-    def _window_hashes(self, word_hash: np.ndarray, m: int, prefix: np.ndarray | None = None) -> np.ndarray:
+    def _window_hashes(
+        self, word_hash: np.ndarray, m: int, prefix: np.ndarray | None = None
+    ) -> np.ndarray:
         """Hash of every run of m consecutive words: sum_k word_hash[i+k] * P**k mod 2**64."""
         prefix = self._prefix(word_hash) if prefix is None else prefix
         _, ipw = self._powers(len(word_hash) + 1)
@@ -182,7 +204,9 @@ class NgramIndex:
             slot = self._window_hashes(word_hash, m, prefix) >> shift
             cand = np.flatnonzero(self._bitmap[slot >> np.uint64(3)] & _BIT[slot & np.uint64(7)])
             a, b = starts[cand], ends[cand + m - 1]
-            for t, i, lo, hi in zip(np.searchsorted(bounds, a).tolist(), cand.tolist(), a.tolist(), b.tolist()):
+            for t, i, lo, hi in zip(
+                np.searchsorted(bounds, a).tolist(), cand.tolist(), a.tolist(), b.tolist()
+            ):
                 # a window across texts keeps _SEP inside a word, so it is never a key
                 gram = tuple(raw[lo:hi].decode().split())
                 if gram in self._grams:
@@ -207,25 +231,42 @@ class NgramIndex:
                 hi += 1
             first: dict[int, dict[tuple[str, ...], int]] = {}  # text -> gram -> first start word
             for t, pos, gram in self._hits(texts[lo:hi]):
-                first.setdefault(t, {}).setdefault(gram, pos)  # hits come in position order per gram length
+                first.setdefault(t, {}).setdefault(
+                    gram, pos
+                )  # hits come in position order per gram length
             chunk: list[list[Match]] = [[] for _ in range(lo, hi)]
             for t, grams in first.items():
-                found = sorted((b, item, pos, gram) for gram, pos in grams.items() for b, item in self._grams[gram])
+                found = sorted(
+                    (b, item, pos, gram)
+                    for gram, pos in grams.items()
+                    for b, item in self._grams[gram]
+                )
                 chunk[t] = [Match(b, item, " ".join(gram)) for b, item, _, gram in found]
             out += chunk
             lo = hi
         return out
 
 
-def run(*, pool: str, benchmarks: Mapping[str, str], out_clean: str, out_report: str, params: Mapping[str, Any],
-        log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+def run(
+    *,
+    pool: str,
+    benchmarks: Mapping[str, str],
+    out_clean: str,
+    out_report: str,
+    params: Mapping[str, Any],
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
     """Stage 2: drop every pool prompt sharing an n-gram with any benchmark item; report each drop."""
     from .pool import POOL_KEYS
     from .sources import load_benchmark
 
     items = {name: load_benchmark(path) for name, path in benchmarks.items()}
-    index = NgramIndex({name: [r["prompt"] for r in rows] for name, rows in items.items()}, n=params["ngram"],
-                       max_items=params.get("ignore_common"))
+    index = NgramIndex(
+        {name: [r["prompt"] for r in rows] for name, rows in items.items()},
+        n=params["ngram"],
+        max_items=params.get("ignore_common"),
+    )
     rows = read_jsonl(pool, required=POOL_KEYS, types={"prompt": str})
     found = index.scan([r["prompt"] for r in rows])
     kept, dropped = [], []
@@ -233,16 +274,37 @@ def run(*, pool: str, benchmarks: Mapping[str, str], out_clean: str, out_report:
         if not matches:
             kept.append(row)
             continue
-        dropped.append({"prompt_id": row["prompt_id"], "source": row["source"], "prompt": row["prompt"],
-                        "matches": [{"benchmark": m.benchmark, "item": m.item, "ngram": m.ngram,
-                                     "item_prompt": items[m.benchmark][m.item]["prompt"]} for m in matches]})
+        dropped.append(
+            {
+                "prompt_id": row["prompt_id"],
+                "source": row["source"],
+                "prompt": row["prompt"],
+                "matches": [
+                    {
+                        "benchmark": m.benchmark,
+                        "item": m.item,
+                        "ngram": m.ngram,
+                        "item_prompt": items[m.benchmark][m.item]["prompt"],
+                    }
+                    for m in matches
+                ],
+            }
+        )
     per_benchmark = Counter(b for d in dropped for b in {m["benchmark"] for m in d["matches"]})
-    counts = {"pool": len(rows), "kept": len(kept), "dropped": len(dropped), "ngram": params["ngram"],
-              "dropped_per_benchmark": dict(per_benchmark),
-              "dropped_per_source": dict(Counter(d["source"] for d in dropped)), "ignored_common_ngrams": index.ignored,
-              "benchmark_items": {name: len(v) for name, v in items.items()}}
+    counts = {
+        "pool": len(rows),
+        "kept": len(kept),
+        "dropped": len(dropped),
+        "ngram": params["ngram"],
+        "dropped_per_benchmark": dict(per_benchmark),
+        "dropped_per_source": dict(Counter(d["source"] for d in dropped)),
+        "ignored_common_ngrams": index.ignored,
+        "benchmark_items": {name: len(v) for name, v in items.items()},
+    }
     write_jsonl(out_clean, kept)
     write_json(out_report, {**counts, "dropped": dropped})
-    log(f"kept {len(kept)} of {len(rows)} prompts; dropped {len(dropped)} "
-        f"(per benchmark {dict(per_benchmark)}, per source {counts['dropped_per_source']})")
+    log(
+        f"kept {len(kept)} of {len(rows)} prompts; dropped {len(dropped)} "
+        f"(per benchmark {dict(per_benchmark)}, per source {counts['dropped_per_source']})"
+    )
     return counts

@@ -40,7 +40,9 @@ def _resume(partial: Path, log: Callable[[str], None]) -> dict[str, dict[str, An
             rec = json.loads(line)
         except json.JSONDecodeError:
             if i != len(lines) - 1:
-                raise ValueError(f"{partial}:{i + 1}: corrupt record in the middle of the file") from None
+                raise ValueError(
+                    f"{partial}:{i + 1}: corrupt record in the middle of the file"
+                ) from None
             log(f"warning: dropped a torn last line in {partial}")
             break
         done[rec["key"]] = rec
@@ -50,25 +52,50 @@ def _resume(partial: Path, log: Callable[[str], None]) -> dict[str, dict[str, An
     return done
 
 
-def _record(problem: Mapping[str, Any], teacher: str, effort: str, index: int, completion: Completion | None,
-            latency: float, error: TeacherError | None = None, skipped: str | None = None) -> dict[str, Any]:
+def _record(
+    problem: Mapping[str, Any],
+    teacher: str,
+    effort: str,
+    index: int,
+    completion: Completion | None,
+    latency: float,
+    error: TeacherError | None = None,
+    skipped: str | None = None,
+) -> dict[str, Any]:
     c = completion
     return {
-        "key": sample_key(problem["prompt_id"], teacher, effort, index), "prompt_id": problem["prompt_id"],
-        "teacher": teacher, "effort": effort, "sample_index": index, "source": problem["source"],
-        "kind": problem["kind"], "prompt": problem["prompt"], "answer": problem["answer"],
-        "response": c.text if c else None, "reasoning": c.reasoning if c else None,
-        "finish_reason": c.finish_reason if c else None, "prompt_tokens": c.prompt_tokens if c else 0,
-        "completion_tokens": c.completion_tokens if c else 0, "model": c.model if c else None,
+        "key": sample_key(problem["prompt_id"], teacher, effort, index),
+        "prompt_id": problem["prompt_id"],
+        "teacher": teacher,
+        "effort": effort,
+        "sample_index": index,
+        "source": problem["source"],
+        "kind": problem["kind"],
+        "prompt": problem["prompt"],
+        "answer": problem["answer"],
+        "response": c.text if c else None,
+        "reasoning": c.reasoning if c else None,
+        "finish_reason": c.finish_reason if c else None,
+        "prompt_tokens": c.prompt_tokens if c else 0,
+        "completion_tokens": c.completion_tokens if c else 0,
+        "model": c.model if c else None,
         "attempts": c.extra.get("attempts", 1) if c else (error.attempts if error else 0),
-        "sampling": c.extra.get("sampling") if c else None, "latency_s": round(latency, 6), "created_at": now(),
-        "error": str(error) if error else None, "skipped": skipped,
+        "sampling": c.extra.get("sampling") if c else None,
+        "latency_s": round(latency, 6),
+        "created_at": now(),
+        "error": str(error) if error else None,
+        "skipped": skipped,
         "max_tokens_clamped_from": c.extra.get("max_tokens_clamped_from") if c else None,
     }
 
 
-async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int, str]], seed: int,
-                 sink: Callable[[dict[str, Any]], None], log: Callable[[str], None]) -> None:
+async def _drive(
+    teacher: Teacher,
+    pending: list[tuple[dict[str, Any], int, str]],
+    seed: int,
+    sink: Callable[[dict[str, Any]], None],
+    log: Callable[[str], None],
+) -> None:
     """Complete ``pending`` (problem, sample index, effort) samples with at most ``concurrency`` requests in
     flight; each record goes to ``sink`` as soon as it exists, so a kill loses only what was in flight."""
     todo = iter(pending)
@@ -77,7 +104,11 @@ async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int, str]
 
     async def worker() -> None:
         nonlocal last_log
-        for problem, index, effort in todo:  # shared iterator: each sample goes to exactly one worker
+        for (
+            problem,
+            index,
+            effort,
+        ) in todo:  # shared iterator: each sample goes to exactly one worker
             if state["exhausted"]:
                 return
             start = time.monotonic()
@@ -89,7 +120,9 @@ async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int, str]
                 rec = _record(*args, None, time.monotonic() - start, error=exc)
             except SkipSample as exc:
                 rec = _record(*args, None, time.monotonic() - start, skipped=str(exc))
-            except BudgetExhausted as exc:  # stop admitting; requests in flight still finish and are kept
+            except (
+                BudgetExhausted
+            ) as exc:  # stop admitting; requests in flight still finish and are kept
                 state["exhausted"] = exc
                 return
             sink(rec)
@@ -98,8 +131,10 @@ async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int, str]
             if time.monotonic() - last_log > 10:  # a progress line every 10 s on long shards
                 last_log = time.monotonic()
                 rate = state["done"] / (last_log - t0)
-                log(f"{state['done']}/{len(pending)} samples, {state['tokens'] / (last_log - t0):.0f} output tok/s, "
-                    f"ETA {(len(pending) - state['done']) / rate:.0f} s")
+                log(
+                    f"{state['done']}/{len(pending)} samples, {state['tokens'] / (last_log - t0):.0f} output tok/s, "
+                    f"ETA {(len(pending) - state['done']) / rate:.0f} s"
+                )
 
     concurrency = max(1, int(teacher.spec.get("concurrency", 1)))
     try:
@@ -109,22 +144,41 @@ async def _drive(teacher: Teacher, pending: list[tuple[dict[str, Any], int, str]
     finally:
         await teacher.aclose()
     if state["exhausted"]:
-        raise BudgetExhausted(f"{state['exhausted']}. {state['done']} samples were done in this run, "
-                              f"{len(pending) - state['done']} remain; rerun after the reset to resume")
+        raise BudgetExhausted(
+            f"{state['exhausted']}. {state['done']} samples were done in this run, "
+            f"{len(pending) - state['done']} remain; rerun after the reset to resume"
+        )
 
 
 def _summary(records: list[dict[str, Any]], price: Mapping[str, float]) -> dict[str, Any]:
-    prompt, completion = sum(r["prompt_tokens"] for r in records), sum(r["completion_tokens"] for r in records)
-    return {"samples": len(records), "failed": sum(bool(r["error"]) for r in records),
-            "skipped": sum(bool(r.get("skipped")) for r in records), "prompt_tokens": prompt,
-            "completion_tokens": completion, "attempts": sum(r["attempts"] for r in records),
-            # price: dollars per million tokens
-            "cost_usd": round((prompt * price.get("input_per_mtok", 0) + completion * price.get("output_per_mtok", 0))
-                              / 1e6, 6)}
+    prompt, completion = (
+        sum(r["prompt_tokens"] for r in records),
+        sum(r["completion_tokens"] for r in records),
+    )
+    return {
+        "samples": len(records),
+        "failed": sum(bool(r["error"]) for r in records),
+        "skipped": sum(bool(r.get("skipped")) for r in records),
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "attempts": sum(r["attempts"] for r in records),
+        # price: dollars per million tokens
+        "cost_usd": round(
+            (prompt * price.get("input_per_mtok", 0) + completion * price.get("output_per_mtok", 0))
+            / 1e6,
+            6,
+        ),
+    }
 
 
-def run(*, shard: str, out_samples: str | list[str], params: Mapping[str, Any],
-        log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+def run(
+    *,
+    shard: str,
+    out_samples: str | list[str],
+    params: Mapping[str, Any],
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
     """One shard at ``params["effort"]``, or at several ``params["efforts"]`` (one output each, in order)
     in one run, so that one server start serves them all."""
     efforts = params.get("efforts") or [params["effort"]]
@@ -135,14 +189,25 @@ def run(*, shard: str, out_samples: str | list[str], params: Mapping[str, Any],
     teacher = make_teacher(teacher_name, params["spec"])
     problems = read_jsonl(shard, required=POOL_KEYS)
     partials = {e: Path(o + ".partial") for e, o in zip(efforts, outs)}
-    done = {e: {key: r for key, r in _resume(partials[e], log).items() if not r.get("error")}  # failures: retry
-            for e in efforts}
+    done = {
+        e: {
+            key: r for key, r in _resume(partials[e], log).items() if not r.get("error")
+        }  # failures: retry
+        for e in efforts
+    }
     if any(done.values()):
         log(f"resuming: {sum(map(len, done.values()))} samples already done")
-    pending = [(p, i, e) for e in efforts for p in problems for i in range(k)
-               if sample_key(p["prompt_id"], teacher_name, e, i) not in done[e]]
+    pending = [
+        (p, i, e)
+        for e in efforts
+        for p in problems
+        for i in range(k)
+        if sample_key(p["prompt_id"], teacher_name, e, i) not in done[e]
+    ]
     with contextlib.ExitStack() as stack:
-        handles = {e: stack.enter_context(open(partials[e], "a", encoding="utf-8")) for e in efforts}
+        handles = {
+            e: stack.enter_context(open(partials[e], "a", encoding="utf-8")) for e in efforts
+        }
 
         def sink(rec: dict[str, Any]) -> None:
             fh = handles[rec["effort"]]
@@ -150,21 +215,33 @@ def run(*, shard: str, out_samples: str | list[str], params: Mapping[str, Any],
             fh.flush()
             os.fsync(fh.fileno())
             done[rec["effort"]][rec["key"]] = rec
+
         asyncio.run(_drive(teacher, pending, params["seed"], sink, log))
-    records = {e: sorted(done[e].values(), key=lambda r: (r["prompt_id"], r["sample_index"])) for e in efforts}
+    records = {
+        e: sorted(done[e].values(), key=lambda r: (r["prompt_id"], r["sample_index"]))
+        for e in efforts
+    }
     for e, recs in records.items():
         failed = [r for r in recs if r["error"]]
         if len(failed) > teacher.spec.get("max_failed_fraction", 0.0) * len(recs):
-            raise TeacherError(f"{len(failed)} of {len(recs)} samples failed for good (e.g. {failed[0]['key']}: "
-                               f"{failed[0]['error']}); they stay in {partials[e]} and are retried on the next run",
-                               failed[0]["attempts"])
+            raise TeacherError(
+                f"{len(failed)} of {len(recs)} samples failed for good (e.g. {failed[0]['key']}: "
+                f"{failed[0]['error']}); they stay in {partials[e]} and are retried on the next run",
+                failed[0]["attempts"],
+            )
     per_effort = {}
     for e, out in zip(efforts, outs):
         write_jsonl(out, records[e])
         partials[e].unlink()
         per_effort[e] = _summary(records[e], teacher.spec.get("price", {}))
         m = per_effort[e]
-        log(f"{teacher_name}/{e}: {m['samples']} samples ({m['failed']} failed, {m['skipped']} skipped), "
-            f"{m['completion_tokens']} completion tokens")
+        log(
+            f"{teacher_name}/{e}: {m['samples']} samples ({m['failed']} failed, {m['skipped']} skipped), "
+            f"{m['completion_tokens']} completion tokens"
+        )
     total = _summary([r for recs in records.values() for r in recs], teacher.spec.get("price", {}))
-    return {**total, "prompts": len(problems), **({"per_effort": per_effort} if len(efforts) > 1 else {})}
+    return {
+        **total,
+        "prompts": len(problems),
+        **({"per_effort": per_effort} if len(efforts) > 1 else {}),
+    }

@@ -22,9 +22,22 @@ from stillroom.kernels import VALIDATOR_DEFAULTS
 from stillroom.kernels.prompting import extract_code, user_content
 
 PARAM_DEFAULTS: dict[str, Any] = {
-    "group_size": 4, "prompts_per_step": 2, "beta": 0.04, "loss_type": "dapo", "lr": 1e-6, "max_steps": 100,
-    "max_completion_length": 1024, "temperature": 1.0, "top_p": 1.0, "epsilon": 0.2, "seed": 0,
-    "logging_steps": 1, "validator": {}, "reward_workers": None, "dtype": "auto", "gradient_checkpointing": False,
+    "group_size": 4,
+    "prompts_per_step": 2,
+    "beta": 0.04,
+    "loss_type": "dapo",
+    "lr": 1e-6,
+    "max_steps": 100,
+    "max_completion_length": 1024,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "epsilon": 0.2,
+    "seed": 0,
+    "logging_steps": 1,
+    "validator": {},
+    "reward_workers": None,
+    "dtype": "auto",
+    "gradient_checkpointing": False,
     "distributed": None,
 }
 # TRL 1.16's loss types that work with token-level importance sampling (luspo needs sequence level).
@@ -37,44 +50,70 @@ def check_params(params: Mapping) -> dict[str, Any]:
     """Return ``params`` over the defaults; unknown keys and out-of-range values raise ValueError naming the key."""
     unknown = sorted(set(params) - set(PARAM_DEFAULTS))
     if unknown:
-        raise ValueError(f"unknown grpo param(s): {', '.join(unknown)} (known: {', '.join(PARAM_DEFAULTS)})")
+        raise ValueError(
+            f"unknown grpo param(s): {', '.join(unknown)} (known: {', '.join(PARAM_DEFAULTS)})"
+        )
     p = {**PARAM_DEFAULTS, **params}
-    lowest = {"group_size": 2, "prompts_per_step": 1, "max_steps": 1, "max_completion_length": 1, "seed": 0,
-              "logging_steps": 1, "reward_workers": 1}
+    lowest = {
+        "group_size": 2,
+        "prompts_per_step": 1,
+        "max_steps": 1,
+        "max_completion_length": 1,
+        "seed": 0,
+        "logging_steps": 1,
+        "reward_workers": 1,
+    }
     for key, low in lowest.items():
         if key == "reward_workers" and p[key] is None:  # one per thread of the stage
             continue
         if isinstance(p[key], bool) or not isinstance(p[key], int) or p[key] < low:
             raise ValueError(f"grpo param {key} must be an int >= {low}, got {p[key]!r}")
-    for key, ok, want in (("beta", lambda v: v >= 0, ">= 0"), ("lr", lambda v: v > 0, "> 0"),
-                          ("temperature", lambda v: v > 0, "> 0"), ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
-                          ("epsilon", lambda v: v > 0, "> 0")):
+    for key, ok, want in (
+        ("beta", lambda v: v >= 0, ">= 0"),
+        ("lr", lambda v: v > 0, "> 0"),
+        ("temperature", lambda v: v > 0, "> 0"),
+        ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+        ("epsilon", lambda v: v > 0, "> 0"),
+    ):
         if isinstance(p[key], bool) or not isinstance(p[key], (int, float)) or not ok(p[key]):
             raise ValueError(f"grpo param {key} must be a number {want}, got {p[key]!r}")
     if p["loss_type"] not in LOSS_TYPES:
-        raise ValueError(f"grpo param loss_type: {p['loss_type']!r} is not one of {', '.join(LOSS_TYPES)}")
+        raise ValueError(
+            f"grpo param loss_type: {p['loss_type']!r} is not one of {', '.join(LOSS_TYPES)}"
+        )
     if p["dtype"] not in DTYPES:
-        raise ValueError(f"grpo param dtype: {p['dtype']!r} is not one of {', '.join(DTYPES)} (bf16 weights would "
-                         "lose every update below half a bf16 step; on GPU, auto computes in bf16 over float32)")
+        raise ValueError(
+            f"grpo param dtype: {p['dtype']!r} is not one of {', '.join(DTYPES)} (bf16 weights would "
+            "lose every update below half a bf16 step; on GPU, auto computes in bf16 over float32)"
+        )
     # ValueError, not TypeError, for bad types too: the CLI reports ValueError as a usage error
     if not isinstance(p["gradient_checkpointing"], bool):
         raise ValueError(  # noqa: TRY004
-            f"grpo param gradient_checkpointing must be true or false, got {p['gradient_checkpointing']!r}")
+            f"grpo param gradient_checkpointing must be true or false, got {p['gradient_checkpointing']!r}"
+        )
     if not isinstance(p["validator"], Mapping):
         raise ValueError(f"grpo param validator must be an object, got {p['validator']!r}")  # noqa: TRY004
     bad = sorted(set(p["validator"]) - set(VALIDATOR_DEFAULTS))
     if bad:
-        raise ValueError(f"unknown grpo validator key(s): {', '.join(bad)} (known: {', '.join(VALIDATOR_DEFAULTS)})")
+        raise ValueError(
+            f"unknown grpo validator key(s): {', '.join(bad)} (known: {', '.join(VALIDATOR_DEFAULTS)})"
+        )
     v = p["validator"] = {**VALIDATOR_DEFAULTS, **p["validator"]}
     p["distributed"] = launch.check_distributed({"distributed": p["distributed"]})
     if p["prompts_per_step"] % p["distributed"]["world_size"]:
-        raise ValueError(f"grpo param prompts_per_step {p['prompts_per_step']} must be a multiple of the "
-                         f"{p['distributed']['world_size']} processes of grpo.distributed (each takes whole groups)")
+        raise ValueError(
+            f"grpo param prompts_per_step {p['prompts_per_step']} must be a multiple of the "
+            f"{p['distributed']['world_size']} processes of grpo.distributed (each takes whole groups)"
+        )
     if v["device"] not in ("cpu", "cuda"):
         raise ValueError(f"grpo validator device: {v['device']!r} is not cpu or cuda")
     if isinstance(v["trials"], bool) or not isinstance(v["trials"], int) or v["trials"] < 1:
         raise ValueError(f"grpo validator trials must be an int >= 1, got {v['trials']!r}")
-    if isinstance(v["timeout_s"], bool) or not isinstance(v["timeout_s"], (int, float)) or v["timeout_s"] <= 0:
+    if (
+        isinstance(v["timeout_s"], bool)
+        or not isinstance(v["timeout_s"], (int, float))
+        or v["timeout_s"] <= 0
+    ):
         raise ValueError(f"grpo validator timeout_s must be a number > 0, got {v['timeout_s']!r}")
     return p
 
@@ -88,8 +127,15 @@ class KernelReward:
 
     __name__ = "kernel_reward"  # TRL logs rewards/<name>/mean
 
-    def __init__(self, *, workers: int = 1, device: str = "cpu", trials: int = 3, timeout_s: float = 60.0,
-                 seed: int = 0):
+    def __init__(
+        self,
+        *,
+        workers: int = 1,
+        device: str = "cpu",
+        trials: int = 3,
+        timeout_s: float = 60.0,
+        seed: int = 0,
+    ):
         self.workers = workers
         self.options = {"device": device, "trials": trials, "timeout_s": timeout_s, "seed": seed}
         self.records: list[dict[str, Any]] = []
@@ -99,17 +145,40 @@ class KernelReward:
 
         code = extract_code(text)
         if code is None:  # nothing to run: no subprocess
-            return {"exec_reward": 0.0, "rule_reward": 0.0, "reward": 0.0, "compiled": False, "correct": False,
-                    "launched_triton": False, "reason": "no code block after the reasoning"}
+            return {
+                "exec_reward": 0.0,
+                "rule_reward": 0.0,
+                "reward": 0.0,
+                "compiled": False,
+                "correct": False,
+                "launched_triton": False,
+                "reason": "no code block after the reasoning",
+            }
         r = evaluate(problem, code, **self.options)
-        return {"exec_reward": r.exec_reward, "rule_reward": r.rule_reward, "reward": r.reward,
-                "compiled": r.compiled, "correct": r.correct, "launched_triton": r.launched_triton,
-                "reason": r.reasons[0] if r.reasons else ""}
+        return {
+            "exec_reward": r.exec_reward,
+            "rule_reward": r.rule_reward,
+            "reward": r.reward,
+            "compiled": r.compiled,
+            "correct": r.correct,
+            "launched_triton": r.launched_triton,
+            "reason": r.reasons[0] if r.reasons else "",
+        }
 
-    def __call__(self, completions: list, answer: list[str], prompt_id: list[str], *, trainer_state=None,
-                 log_metric: Callable[[str, float], Any] | None = None, **_) -> list[float]:
+    def __call__(
+        self,
+        completions: list,
+        answer: list[str],
+        prompt_id: list[str],
+        *,
+        trainer_state=None,
+        log_metric: Callable[[str, float], Any] | None = None,
+        **_,
+    ) -> list[float]:
         # Conversational completions arrive as [{"role": "assistant", "content": ...}]
-        texts = [c if isinstance(c, str) else "".join(m["content"] or "" for m in c) for c in completions]
+        texts = [
+            c if isinstance(c, str) else "".join(m["content"] or "" for m in c) for c in completions
+        ]
         with ThreadPoolExecutor(max(1, min(self.workers, len(texts)))) as pool:
             scored = list(pool.map(self._score, answer, texts))
         # Completions are generated at the start of the optimizer step they train: global_step + 1.
@@ -126,10 +195,18 @@ def load_problems(path) -> list[dict[str, Any]]:
     records = read_jsonl(path, required=REQUIRED)
     kernels = [rec for rec in records if rec["kind"] == "kernel"]
     if not kernels:
-        raise DataError(f"{path}: none of its {len(records)} rows has key 'kind' = 'kernel'; GRPO trains on "
-                        "kernel problems")
-    return [{"prompt": [{"role": "user", "content": user_content(rec)}], "answer": rec["answer"],
-             "prompt_id": rec["prompt_id"]} for rec in kernels]
+        raise DataError(
+            f"{path}: none of its {len(records)} rows has key 'kind' = 'kernel'; GRPO trains on "
+            "kernel problems"
+        )
+    return [
+        {
+            "prompt": [{"role": "user", "content": user_content(rec)}],
+            "answer": rec["answer"],
+            "prompt_id": rec["prompt_id"],
+        }
+        for rec in kernels
+    ]
 
 
 def progress_callback(log: Callable[[str], Any]):
@@ -140,13 +217,17 @@ def progress_callback(log: Callable[[str], Any]):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
                 kl = logs.get("kl")
-                log(f"step {state.global_step}/{state.max_steps} reward {logs['reward']:.3f} "
-                    f"std {logs.get('reward_std', 0.0):.3f} kl {'-' if kl is None else f'{kl:.4g}'}")
+                log(
+                    f"step {state.global_step}/{state.max_steps} reward {logs['reward']:.3f} "
+                    f"std {logs.get('reward_std', 0.0):.3f} kl {'-' if kl is None else f'{kl:.4g}'}"
+                )
 
     return Progress()
 
 
-def train_grpo(base_dir, problems, out_dir, *, params: Mapping, threads: int = 1, log=print) -> dict:
+def train_grpo(
+    base_dir, problems, out_dir, *, params: Mapping, threads: int = 1, log=print
+) -> dict:
     """GRPO from the model in ``base_dir`` on ``problems``; save to ``out_dir``; return metrics. Inside a
     torchrun worker every rank runs this (data parallel, FSDP2-sharded when there are several); rank 0
     alone writes files and logs."""
@@ -166,20 +247,28 @@ def train_grpo(base_dir, problems, out_dir, *, params: Mapping, threads: int = 1
     workers = p["reward_workers"] or max(1, threads)
     rows = load_problems(problems)
     if len(rows) < p["prompts_per_step"]:
-        raise DataError(f"{problems}: {len(rows)} problem(s), fewer than prompts_per_step={p['prompts_per_step']}")
+        raise DataError(
+            f"{problems}: {len(rows)} problem(s), fewer than prompts_per_step={p['prompts_per_step']}"
+        )
     cuda = torch.cuda.is_available()
     if p["validator"]["device"] == "cuda" and not cuda:
         raise ValueError("grpo validator device is cuda but no CUDA device is available")
     torch.set_num_threads(threads)
     tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
     # float32 weights always (a bf16 master copy loses small updates); bf16 autocast on GPU
-    model = AutoModelForCausalLM.from_pretrained(Path(base_dir), dtype=torch.float32, attn_implementation="sdpa",
-                                                 **launch.load_kwargs(p, layout))
+    model = AutoModelForCausalLM.from_pretrained(
+        Path(base_dir),
+        dtype=torch.float32,
+        attn_implementation="sdpa",
+        **launch.load_kwargs(p, layout),
+    )
     reward = KernelReward(workers=workers, seed=p["seed"], **p["validator"])
-    log(f"{len(rows)} kernel problems; {p['prompts_per_step']} x {p['group_size']} completions a step over "
-        f"{layout['world_size']} process(es), rewards on {workers} worker(s) each, validator on {p['validator']['device']}")
+    log(
+        f"{len(rows)} kernel problems; {p['prompts_per_step']} x {p['group_size']} completions a step over "
+        f"{layout['world_size']} process(es), rewards on {workers} worker(s) each, validator on {p['validator']['device']}"
+    )
 
-    with (atomic_dir(out_dir) if main else tempfile.TemporaryDirectory()) as tmp:
+    with atomic_dir(out_dir) if main else tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         config = GRPOConfig(
             output_dir=str(tmp / "trainer"),
@@ -202,14 +291,22 @@ def train_grpo(base_dir, problems, out_dir, *, params: Mapping, threads: int = 1
             logging_steps=p["logging_steps"],
             use_cpu=not cuda,
             bf16=cuda,  # GRPOConfig defaults bf16 on, which CPU autocast would make lossy and slow
-            activation_checkpointing=p["gradient_checkpointing"],  # transformers 5's name; TRL defaults it on
+            activation_checkpointing=p[
+                "gradient_checkpointing"
+            ],  # transformers 5's name; TRL defaults it on
             save_strategy="no",
             report_to="none",
             dataloader_num_workers=0,
             disable_tqdm=True,
         )
-        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows),
-                              processing_class=tokenizer, callbacks=[progress_callback(log)] if main else [])
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=reward,
+            args=config,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+            callbacks=[progress_callback(log)] if main else [],
+        )
         trainer.remove_callback(PrinterCallback)  # progress goes through our own log callable
         start = time.perf_counter()
         trainer.train()
@@ -219,7 +316,9 @@ def train_grpo(base_dir, problems, out_dir, *, params: Mapping, threads: int = 1
         if layout["world_size"] > 1:  # each process scored its own completions
             gathered: list = [None] * layout["world_size"]
             dist.all_gather_object(gathered, records)
-            records = sorted((r for part in gathered for r in part), key=lambda r: (r["step"], r["prompt_id"]))
+            records = sorted(
+                (r for part in gathered for r in part), key=lambda r: (r["step"], r["prompt_id"])
+            )
         # Every rank takes part in gathering sharded weights; only rank 0 keeps a directory.
         state = launch.gather_state(model) if launch.sharded(p, layout) else None
         if main:
@@ -231,11 +330,16 @@ def train_grpo(base_dir, problems, out_dir, *, params: Mapping, threads: int = 1
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             write_jsonl(tmp / "rewards.jsonl", records)
-        shutil.rmtree(tmp / "trainer", ignore_errors=True)  # TRL's output_dir: nothing there is kept
+        shutil.rmtree(
+            tmp / "trainer", ignore_errors=True
+        )  # TRL's output_dir: nothing there is kept
 
     n = len(records)
-    per_step = [{"step": h["step"], **{k: h.get(k) for k in ("reward", "reward_std", "kl", "loss")}}
-                for h in trainer.state.log_history if "reward" in h]
+    per_step = [
+        {"step": h["step"], **{k: h.get(k) for k in ("reward", "reward_std", "kl", "loss")}}
+        for h in trainer.state.log_history
+        if "reward" in h
+    ]
     metrics = {
         "steps": trainer.state.global_step,
         "seconds": round(seconds, 3),
@@ -248,17 +352,31 @@ def train_grpo(base_dir, problems, out_dir, *, params: Mapping, threads: int = 1
         "per_step": per_step,
         "trl_version": trl.__version__,
     }
-    log(f"GRPO: {metrics['steps']} steps in {seconds:.1f} s, {n} completions scored, "
-        f"mean reward {metrics['reward_mean']}")
+    log(
+        f"GRPO: {metrics['steps']} steps in {seconds:.1f} s, {n} completions scored, "
+        f"mean reward {metrics['reward_mean']}"
+    )
     return metrics
 
 
-def run(*, base: str, problems: str, out_model: str, params: Mapping, threads: int = 1, log=print, **_) -> dict:
+def run(
+    *, base: str, problems: str, out_model: str, params: Mapping, threads: int = 1, log=print, **_
+) -> dict:
     """The CLI's ``grpo`` stage: in this process, or on every process of ``grpo.distributed``."""
     layout = check_params(params)["distributed"]
     if layout["world_size"] == 1:
         return train_grpo(base, problems, out_model, params=params, threads=threads, log=log)
     per_process = max(1, threads // layout["gpus_per_node"])
-    return launch.spawn(layout, {"base_dir": base, "problems": problems, "out_dir": out_model,
-                                 "params": dict(params), "threads": per_process}, log, cpus=threads,
-                        target="stillroom.grpo:train_grpo")
+    return launch.spawn(
+        layout,
+        {
+            "base_dir": base,
+            "problems": problems,
+            "out_dir": out_model,
+            "params": dict(params),
+            "threads": per_process,
+        },
+        log,
+        cpus=threads,
+        target="stillroom.grpo:train_grpo",
+    )

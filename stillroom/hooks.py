@@ -24,10 +24,14 @@ from typing import Any
 import torch
 
 
-def renorm_rows(tensor: torch.Tensor, *, dim: int = -1, norm: float = 1.0, eps: float = 1e-8) -> torch.Tensor:
+def renorm_rows(
+    tensor: torch.Tensor, *, dim: int = -1, norm: float = 1.0, eps: float = 1e-8
+) -> torch.Tensor:
     """``tensor`` with every vector along ``dim`` rescaled to L2 norm ``norm`` (computed in float32)."""
     t = tensor.float()
-    return (t * (norm / torch.linalg.vector_norm(t, dim=dim, keepdim=True).clamp_min(eps))).to(tensor.dtype)
+    return (t * (norm / torch.linalg.vector_norm(t, dim=dim, keepdim=True).clamp_min(eps))).to(
+        tensor.dtype
+    )
 
 
 WEIGHT_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {"renorm_rows": renorm_rows}
@@ -42,13 +46,19 @@ class WeightHooks:
             spec = dict(spec)
             name, patterns = spec.pop("fn", None), spec.pop("match", None)
             if name not in WEIGHT_FUNCTIONS:
-                raise ValueError(f"weight_hooks[{i}].fn: {name!r} is not one of {', '.join(WEIGHT_FUNCTIONS)}")
+                raise ValueError(
+                    f"weight_hooks[{i}].fn: {name!r} is not one of {', '.join(WEIGHT_FUNCTIONS)}"
+                )
             if not patterns or not isinstance(patterns, list):
-                raise ValueError(f"weight_hooks[{i}].match: expected a non-empty list of regular expressions")
+                raise ValueError(
+                    f"weight_hooks[{i}].match: expected a non-empty list of regular expressions"
+                )
             try:
                 compiled = [re.compile(p) for p in patterns]
             except re.error as exc:
-                raise ValueError(f"weight_hooks[{i}].match: bad regular expression {exc.pattern!r}: {exc}") from None
+                raise ValueError(
+                    f"weight_hooks[{i}].match: bad regular expression {exc.pattern!r}: {exc}"
+                ) from None
             try:  # bad keyword arguments fail here, not after the first training step
                 WEIGHT_FUNCTIONS[name](torch.ones(2, 2), **spec)
             except TypeError as exc:
@@ -64,8 +74,10 @@ class WeightHooks:
         for i, (_, patterns, _) in enumerate(self.hooks):
             for p in patterns:
                 if not any(p.search(n) for n in names):
-                    raise ValueError(f"weight_hooks[{i}].match: {p.pattern!r} matches no tensor of {where} "
-                                     f"(e.g. {', '.join(names[:4])})")
+                    raise ValueError(
+                        f"weight_hooks[{i}].match: {p.pattern!r} matches no tensor of {where} "
+                        f"(e.g. {', '.join(names[:4])})"
+                    )
 
     def apply(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         for fn, patterns, kwargs in self.hooks:
@@ -90,11 +102,15 @@ def sample_options(options: Mapping[str, list], seed: int, step: int) -> dict[st
 def check_options(options: Mapping[str, Any]) -> dict[str, list]:
     for key, values in options.items():
         if not isinstance(values, list) or not values:
-            raise ValueError(f"train.sampled_options.{key}: expected a non-empty list of values, got {values!r}")
+            raise ValueError(
+                f"train.sampled_options.{key}: expected a non-empty list of values, got {values!r}"
+            )
     return dict(options)
 
 
-def step_callback(hooks: WeightHooks, options: Mapping[str, list], seed: int, record: dict[str, dict]):
+def step_callback(
+    hooks: WeightHooks, options: Mapping[str, list], seed: int, record: dict[str, dict]
+):
     """A TrainerCallback: sample the options into ``model.config`` before each optimizer step, apply the
     weight hooks after it. ``record`` counts the sampled values."""
     from transformers import TrainerCallback
@@ -103,9 +119,13 @@ def step_callback(hooks: WeightHooks, options: Mapping[str, list], seed: int, re
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             missing = [k for k in options if not hasattr(model.config, k)]
             if missing:
-                raise ValueError(f"train.sampled_options: the model config has no {', '.join(missing)}")
+                raise ValueError(
+                    f"train.sampled_options: the model config has no {', '.join(missing)}"
+                )
             if hooks:
-                hooks.check_names([n for n, _ in model.named_parameters()], "the model being trained")
+                hooks.check_names(
+                    [n for n, _ in model.named_parameters()], "the model being trained"
+                )
                 hooks.apply_to_model(model)  # start on the constraint surface too
 
         def on_step_begin(self, args, state, control, model=None, **kwargs):

@@ -37,6 +37,7 @@ def _instruction(id_: str, **params: type) -> Callable:
     def register(fn: Callable[..., bool]) -> Callable[..., bool]:
         INSTRUCTIONS[id_] = Instruction(id_, fn, params)
         return fn
+
     return register
 
 
@@ -102,7 +103,9 @@ def format_json(response: str) -> bool:
 
 @_instruction("case_lowercase")
 def case_lowercase(response: str) -> bool:
-    return response.islower()  # islower() also needs at least one letter: "123" is not lowercase text
+    return (
+        response.islower()
+    )  # islower() also needs at least one letter: "123" is not lowercase text
 
 
 @_instruction("case_uppercase")
@@ -162,15 +165,25 @@ def _check_kwargs(inst: Instruction, kwargs: Any) -> None:
         if want is int:
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
         elif want is list:
-            ok = isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value)
+            ok = (
+                isinstance(value, list)
+                and bool(value)
+                and all(isinstance(v, str) and v.strip() for v in value)
+            )
         elif want is str:
             ok = isinstance(value, str) and bool(value.strip())
         else:
             ok = isinstance(value, want)
         if not ok:
-            what = {int: "a count >= 0", list: "a non-empty list of strings", str: "a non-empty string"}
-            raise InstructionError(f"instruction {inst.id!r}: kwarg {name!r} must be "
-                                   f"{what.get(want, want.__name__)}, got {value!r}")
+            what = {
+                int: "a count >= 0",
+                list: "a non-empty list of strings",
+                str: "a non-empty string",
+            }
+            raise InstructionError(
+                f"instruction {inst.id!r}: kwarg {name!r} must be "
+                f"{what.get(want, want.__name__)}, got {value!r}"
+            )
 
 
 def parse_instructions(gold: str | Sequence[Any]) -> list[InstructionSpec]:
@@ -181,14 +194,24 @@ def parse_instructions(gold: str | Sequence[Any]) -> list[InstructionSpec]:
         except ValueError as e:
             raise InstructionError(f"instruction gold is not valid JSON: {e}") from None
     if not isinstance(gold, list) or not gold:
-        raise InstructionError(f"instruction gold must be a non-empty JSON list of specs, got {gold!r}")
+        raise InstructionError(
+            f"instruction gold must be a non-empty JSON list of specs, got {gold!r}"
+        )
     specs = []
     for item in gold:
-        if not isinstance(item, dict) or not isinstance(item.get("id"), str) or set(item) - {"id", "kwargs"}:
-            raise InstructionError(f"instruction spec must be {{'id': str, 'kwargs': {{...}}}}, got {item!r}")
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("id"), str)
+            or set(item) - {"id", "kwargs"}
+        ):
+            raise InstructionError(
+                f"instruction spec must be {{'id': str, 'kwargs': {{...}}}}, got {item!r}"
+            )
         inst = INSTRUCTIONS.get(item["id"])
         if inst is None:
-            raise InstructionError(f"unknown instruction id {item['id']!r}; known: {', '.join(sorted(INSTRUCTIONS))}")
+            raise InstructionError(
+                f"unknown instruction id {item['id']!r}; known: {', '.join(sorted(INSTRUCTIONS))}"
+            )
         kwargs = item.get("kwargs", {})
         _check_kwargs(inst, kwargs)
         specs.append(InstructionSpec(inst.id, dict(kwargs)))
@@ -230,9 +253,15 @@ class InstructionResult:
         return {"correct": self.prompt_strict, "extracted": None, "status": self.status}
 
     def details(self) -> dict[str, Any]:
-        return {"ids": list(self.ids), "strict": list(self.strict), "loose": list(self.loose),
-                "prompt_strict": self.prompt_strict, "prompt_loose": self.prompt_loose,
-                "instruction_strict": self.instruction_strict, "instruction_loose": self.instruction_loose}
+        return {
+            "ids": list(self.ids),
+            "strict": list(self.strict),
+            "loose": list(self.loose),
+            "prompt_strict": self.prompt_strict,
+            "prompt_loose": self.prompt_loose,
+            "instruction_strict": self.instruction_strict,
+            "instruction_loose": self.instruction_loose,
+        }
 
 
 def grade_instructions(response: str, gold: str | Sequence[Any]) -> InstructionResult:

@@ -125,13 +125,21 @@ def iter_jsonl(
             except json.JSONDecodeError as exc:
                 raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
             if not isinstance(rec, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+                raise DataError(
+                    f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}"
+                )
             for key in required:
                 if key not in rec:
-                    raise DataError(f"{path}:{lineno}: missing key '{key}' (row has: {', '.join(sorted(rec))})")
+                    raise DataError(
+                        f"{path}:{lineno}: missing key '{key}' (row has: {', '.join(sorted(rec))})"
+                    )
             for key, typ in (types or {}).items():
                 if key in rec and not isinstance(rec[key], typ):
-                    want = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+                    want = (
+                        typ.__name__
+                        if isinstance(typ, type)
+                        else " or ".join(t.__name__ for t in typ)
+                    )
                     raise DataError(
                         f"{path}:{lineno}: key '{key}' should be {want}, got {type(rec[key]).__name__} {rec[key]!r:.60}"
                     )

@@ -10,10 +10,12 @@ from typing import Any
 @dataclass
 class Sample:
     text: str
-    finish_reason: str      # "stop" when the end-of-turn token came, else "length"
+    finish_reason: str  # "stop" when the end-of-turn token came, else "length"
     prompt_tokens: int
     completion_tokens: int
-    token_ids: list[int] = field(default_factory=list, repr=False)  # the completion, for exact continuation
+    token_ids: list[int] = field(
+        default_factory=list, repr=False
+    )  # the completion, for exact continuation
 
 
 class ChatTokens:
@@ -23,7 +25,9 @@ class ChatTokens:
     tok: Any
 
     def render(self, messages: Sequence[dict[str, str]]) -> str:
-        return self.tok.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        return self.tok.apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=False
+        )
 
     def encode(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"]
@@ -50,15 +54,35 @@ class LocalLM(ChatTokens):
             self.eos = self.tok.eos_token_id
         self.name = path
 
-    def sample(self, prompts: Sequence[str], *, k: int = 1, temperature: float, top_p: float = 1.0,
-               max_new_tokens: int, seed: int) -> list[list[Sample]]:
+    def sample(
+        self,
+        prompts: Sequence[str],
+        *,
+        k: int = 1,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int,
+        seed: int,
+    ) -> list[list[Sample]]:
         """k samples for each rendered prompt, in one generate call (seeded, so reproducible)."""
-        flat = self.complete([self.encode(p) for p in prompts for _ in range(k)], temperature=temperature,
-                             top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-        return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
+        flat = self.complete(
+            [self.encode(p) for p in prompts for _ in range(k)],
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+        )
+        return [flat[i * k : (i + 1) * k] for i in range(len(prompts))]
 
-    def complete(self, prefixes: Sequence[Sequence[int]], *, temperature: float, top_p: float = 1.0,
-                 max_new_tokens: int, seed: int) -> list[Sample]:
+    def complete(
+        self,
+        prefixes: Sequence[Sequence[int]],
+        *,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int,
+        seed: int,
+    ) -> list[Sample]:
         """Continue each token prefix (a rendered prompt, maybe with part of an answer) by up to
         ``max_new_tokens``: raw completion, so a cut-off answer resumes from its exact tokens."""
         import torch
@@ -69,12 +93,23 @@ class LocalLM(ChatTokens):
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes])
         torch.manual_seed(seed)
         with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=mask, do_sample=temperature > 0,
-                                      temperature=temperature or None, top_p=top_p, max_new_tokens=max_new_tokens,
-                                      eos_token_id=self.eos, pad_token_id=pad)
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=temperature > 0,
+                temperature=temperature or None,
+                top_p=top_p,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=self.eos,
+                pad_token_id=pad,
+            )
         results = []
         for prefix, seq in zip(prefixes, out[:, width:].tolist()):
             stopped = self.eos in seq
             new = seq[: seq.index(self.eos) + 1] if stopped else [t for t in seq if t != pad]
-            results.append(Sample(self.decode(new), "stop" if stopped else "length", len(prefix), len(new), new))
+            results.append(
+                Sample(
+                    self.decode(new), "stop" if stopped else "length", len(prefix), len(new), new
+                )
+            )
         return results

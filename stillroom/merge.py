@@ -40,7 +40,10 @@ def _weight_map(model_dir: Path) -> dict[str, str]:
 
 
 def _check_keys(base: Path, tuned: Path, base_map: dict, tuned_map: dict) -> None:
-    missing, extra = sorted(base_map.keys() - tuned_map.keys()), sorted(tuned_map.keys() - base_map.keys())
+    missing, extra = (
+        sorted(base_map.keys() - tuned_map.keys()),
+        sorted(tuned_map.keys() - base_map.keys()),
+    )
     if missing or extra:
         hint = ""
         if any(k.endswith("lm_head.weight") for k in missing + extra):
@@ -56,7 +59,13 @@ def _is_weight_file(path: Path) -> bool:
 
 
 def interpolate(
-    base, tuned, out, tuned_weight: float, *, max_shard_bytes: int = 2 * 1024**3, hooks: WeightHooks | None = None
+    base,
+    tuned,
+    out,
+    tuned_weight: float,
+    *,
+    max_shard_bytes: int = 2 * 1024**3,
+    hooks: WeightHooks | None = None,
 ) -> dict:
     """Write to ``out`` the model (1 - tuned_weight) * base + tuned_weight * tuned, with ``hooks`` applied
     to each merged tensor. Config, generation config and tokenizer files come from ``tuned``. Returns a
@@ -105,11 +114,15 @@ def interpolate(
                 )
             if b.is_floating_point():
                 # Explicit (1-w)*b + w*t rather than lerp: exact at w = 0 and w = 1.
-                merged = hooks.apply(key, b.to(torch.float32, copy=True).mul_(1.0 - w).add_(t, alpha=w)).to(b.dtype)
+                merged = hooks.apply(
+                    key, b.to(torch.float32, copy=True).mul_(1.0 - w).add_(t, alpha=w)
+                ).to(b.dtype)
             elif torch.equal(b, t):
                 merged = t
             else:
-                raise ValueError(f"tensor {key}: non-floating tensors differ and cannot be interpolated")
+                raise ValueError(
+                    f"tensor {key}: non-floating tensors differ and cannot be interpolated"
+                )
             del b, t
             size = merged.numel() * merged.element_size()
             if current and current_bytes + size > max_shard_bytes:
@@ -119,9 +132,13 @@ def interpolate(
             n_tensors, n_params, n_bytes = n_tensors + 1, n_params + merged.numel(), n_bytes + size
         flush()
 
-        names = [SINGLE] if len(written) == 1 else [
-            f"model-{i + 1:05d}-of-{len(written):05d}.safetensors" for i in range(len(written))
-        ]
+        names = (
+            [SINGLE]
+            if len(written) == 1
+            else [
+                f"model-{i + 1:05d}-of-{len(written):05d}.safetensors" for i in range(len(written))
+            ]
+        )
         for (path, _), name in zip(written, names):
             path.rename(tmp / name)
         if len(written) > 1:
@@ -142,13 +159,27 @@ def interpolate(
     }
 
 
-def run(*, base: str, tuned: str, out_model: str, params: Mapping[str, Any],
-        log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+def run(
+    *,
+    base: str,
+    tuned: str,
+    out_model: str,
+    params: Mapping[str, Any],
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
     """Stage 8: one merge at ``params["tuned_weight"]``."""
-    summary = interpolate(base, tuned, out_model, params["tuned_weight"],
-                          hooks=WeightHooks(params.get("weight_hooks")))
-    log(f"merged {summary['tensors']} tensors ({summary['parameters']:,} parameters) at "
-        f"tuned_weight={params['tuned_weight']} in {summary['seconds']:.2f}s")
+    summary = interpolate(
+        base,
+        tuned,
+        out_model,
+        params["tuned_weight"],
+        hooks=WeightHooks(params.get("weight_hooks")),
+    )
+    log(
+        f"merged {summary['tensors']} tensors ({summary['parameters']:,} parameters) at "
+        f"tuned_weight={params['tuned_weight']} in {summary['seconds']:.2f}s"
+    )
     return summary
 
 
@@ -166,8 +197,15 @@ def merge_adapter(base, adapter, hooks: WeightHooks | None = None):
     return model
 
 
-def run_adapter(*, base: str, adapter: str, out_model: str, params: Mapping[str, Any],
-                log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+def run_adapter(
+    *,
+    base: str,
+    adapter: str,
+    out_model: str,
+    params: Mapping[str, Any],
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
     """The ``merge_adapter`` stage: an adapter (e.g. a QLoRA one) into its full-precision base, saved
     with the base's tokenizer and generation config."""
     from transformers import AutoTokenizer
@@ -177,7 +215,12 @@ def run_adapter(*, base: str, adapter: str, out_model: str, params: Mapping[str,
     with atomic_dir(out_model) as tmp:
         model.save_pretrained(tmp)
         AutoTokenizer.from_pretrained(Path(base)).save_pretrained(tmp)
-    summary = {"parameters": sum(p.numel() for p in model.parameters()), "dtype": str(model.dtype),
-               "seconds": round(time.perf_counter() - started, 3)}
-    log(f"merged adapter {adapter} into {base}: {summary['parameters']:,} parameters, {summary['dtype']}")
+    summary = {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": str(model.dtype),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    log(
+        f"merged adapter {adapter} into {base}: {summary['parameters']:,} parameters, {summary['dtype']}"
+    )
     return summary

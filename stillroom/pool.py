@@ -14,8 +14,16 @@ POOL_KEYS = ("prompt_id", "source", "kind", "prompt", "answer")
 GENERATED = ("arithmetic", "choice", "kernels")  # sources the held-out splits are carved from
 
 
-def build_pool(*, benchmarks: Mapping[str, str], out_pool: str, out_heldout: str, out_dev: str,
-               params: Mapping[str, Any], log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+def build_pool(
+    *,
+    benchmarks: Mapping[str, str],
+    out_pool: str,
+    out_heldout: str,
+    out_dev: str,
+    params: Mapping[str, Any],
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
     """Deduplicate all sources by prompt id, then move the ``heldout.size`` generated problems with the
     lowest id hash into the held-out test split and the next ``heldout.dev_size`` into the dev split
     (for choices such as the merge ratio, never reported). Disjoint by construction (each id lands in
@@ -29,13 +37,17 @@ def build_pool(*, benchmarks: Mapping[str, str], out_pool: str, out_heldout: str
             continue
         records[rec["prompt_id"]] = rec
     generated = {s["name"] for s in params["sources"] if s["kind"] in GENERATED}
-    candidates = sorted((r for r in records.values() if r["source"] in generated),
-                        key=lambda r: (bucket(f"{seed}:{r['prompt_id']}", 1 << 62), r["prompt_id"]))
+    candidates = sorted(
+        (r for r in records.values() if r["source"] in generated),
+        key=lambda r: (bucket(f"{seed}:{r['prompt_id']}", 1 << 62), r["prompt_id"]),
+    )
     size, dev_size = params["heldout"]["size"], params["heldout"].get("dev_size", 0)
     if size + dev_size > len(candidates) // 2:
-        raise DataError(f"heldout.size={size} + heldout.dev_size={dev_size} would take more than half of the "
-                        f"{len(candidates)} generated problems")
-    heldout, dev = candidates[:size], candidates[size:size + dev_size]
+        raise DataError(
+            f"heldout.size={size} + heldout.dev_size={dev_size} would take more than half of the "
+            f"{len(candidates)} generated problems"
+        )
+    heldout, dev = candidates[:size], candidates[size : size + dev_size]
     held_ids = {r["prompt_id"] for r in heldout + dev}
     pool = [r for r in records.values() if r["prompt_id"] not in held_ids]
 
@@ -46,19 +58,35 @@ def build_pool(*, benchmarks: Mapping[str, str], out_pool: str, out_heldout: str
         seen = {text(r) for r in split}
         leaked = [r["prompt_id"] for r in others if text(r) in seen]
         if leaked:
-            raise DataError(f"{name} split shares prompt text with {len(leaked)} other prompts, e.g. {leaked[:3]}")
+            raise DataError(
+                f"{name} split shares prompt text with {len(leaked)} other prompts, e.g. {leaked[:3]}"
+            )
     write_jsonl(out_pool, pool)
     write_jsonl(out_heldout, heldout)
     write_jsonl(out_dev, dev)
     per_source = Counter(r["source"] for r in pool)
-    log(f"pool: {len(pool)} prompts {dict(per_source)}; held-out: {len(heldout)}; dev: {len(dev)}; "
-        f"duplicates dropped: {duplicates}")
-    return {"pool": len(pool), "heldout": len(heldout), "dev": len(dev), "duplicates_dropped": duplicates,
-            "per_source": dict(per_source), "heldout_kinds": dict(Counter(r["kind"] for r in heldout))}
+    log(
+        f"pool: {len(pool)} prompts {dict(per_source)}; held-out: {len(heldout)}; dev: {len(dev)}; "
+        f"duplicates dropped: {duplicates}"
+    )
+    return {
+        "pool": len(pool),
+        "heldout": len(heldout),
+        "dev": len(dev),
+        "duplicates_dropped": duplicates,
+        "per_source": dict(per_source),
+        "heldout_kinds": dict(Counter(r["kind"] for r in heldout)),
+    }
 
 
-def assign_shards(*, pool: str, out_shards: list[str], params: Mapping[str, Any],
-                  log: Callable[[str], None] = print, **_: Any) -> dict[str, Any]:
+def assign_shards(
+    *,
+    pool: str,
+    out_shards: list[str],
+    params: Mapping[str, Any],
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
     """Shard i holds the prompts whose id hash is i modulo the shard count — never row order, so adding
     prompts to a source moves no existing prompt to another shard."""
     n = params["shards"]

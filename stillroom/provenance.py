@@ -26,13 +26,31 @@ from typing import Any
 from .io import read_json, write_json
 
 SCHEMA = "stillroom.provenance/1"
-PACKAGES = ("stillroom", "torch", "transformers", "trl", "peft", "accelerate", "tokenizers", "safetensors",
-            "math-verify", "numpy", "scipy", "snakemake")
+PACKAGES = (
+    "stillroom",
+    "torch",
+    "transformers",
+    "trl",
+    "peft",
+    "accelerate",
+    "tokenizers",
+    "safetensors",
+    "math-verify",
+    "numpy",
+    "scipy",
+    "snakemake",
+)
 # Credential-like names (api_key, HF_TOKEN, password, ...), but not counts such as max_tokens.
-SECRET = re.compile(r"api[_-]?key|secret|passw(or)?d|credential|authorization|(^|[_-])token$|^token", re.I)
-ENV_KEPT = re.compile(r"^(STILLROOM_|SLURM_JOB_ID$|SLURM_JOB_NODELIST$|SLURM_NNODES$|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$)")
+SECRET = re.compile(
+    r"api[_-]?key|secret|passw(or)?d|credential|authorization|(^|[_-])token$|^token", re.I
+)
+ENV_KEPT = re.compile(
+    r"^(STILLROOM_|SLURM_JOB_ID$|SLURM_JOB_NODELIST$|SLURM_NNODES$|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$)"
+)
 SUFFIX = ".prov.json"
-IGNORED = {".snakemake_timestamp"}  # Snakemake marks finished directory outputs with it after the job
+IGNORED = {
+    ".snakemake_timestamp"
+}  # Snakemake marks finished directory outputs with it after the job
 
 
 def sidecar_path(artifact: str | os.PathLike) -> Path:
@@ -51,9 +69,14 @@ def digest(path: str | os.PathLike) -> dict[str, Any]:
     """sha256 of a file, or for a directory a manifest of per-file hashes and a hash over it."""
     path = Path(path)
     if path.is_dir():
-        files = {str(p.relative_to(path)): sha256_file(p) for p in sorted(path.rglob("*"))
-                 if p.is_file() and p.name not in IGNORED}
-        total = hashlib.sha256("".join(f"{k}\0{v}\n" for k, v in files.items()).encode()).hexdigest()
+        files = {
+            str(p.relative_to(path)): sha256_file(p)
+            for p in sorted(path.rglob("*"))
+            if p.is_file() and p.name not in IGNORED
+        }
+        total = hashlib.sha256(
+            "".join(f"{k}\0{v}\n" for k, v in files.items()).encode()
+        ).hexdigest()
         return {"sha256": total, "files": files}
     return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
 
@@ -61,8 +84,12 @@ def digest(path: str | os.PathLike) -> dict[str, Any]:
 def redact(obj: Any) -> Any:
     """Copy of params with every value under a credential-like key replaced."""
     if isinstance(obj, Mapping):
-        return {k: ("<redacted>" if SECRET.search(str(k)) and not str(k).endswith("_env") else redact(v))
-                for k, v in obj.items()}
+        return {
+            k: (
+                "<redacted>" if SECRET.search(str(k)) and not str(k).endswith("_env") else redact(v)
+            )
+            for k, v in obj.items()
+        }
     if isinstance(obj, list | tuple):
         return [redact(v) for v in obj]
     return obj
@@ -74,8 +101,10 @@ def git_state() -> dict[str, Any] | None:
     repo = os.environ.get("STILLROOM_REPO") or str(Path(__file__).resolve().parent.parent)
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
-                              check=True, timeout=20).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", repo, *args], capture_output=True, text=True, check=True, timeout=20
+        ).stdout.strip()
+
     try:
         commit = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
@@ -96,7 +125,11 @@ def package_versions() -> dict[str, str | None]:
 
 
 def environment() -> dict[str, str]:
-    return {k: ("<redacted>" if SECRET.search(k) else v) for k, v in sorted(os.environ.items()) if ENV_KEPT.match(k)}
+    return {
+        k: ("<redacted>" if SECRET.search(k) else v)
+        for k, v in sorted(os.environ.items())
+        if ENV_KEPT.match(k)
+    }
 
 
 def now() -> str:
@@ -118,8 +151,10 @@ def write_sidecars(
     metrics: Mapping[str, Any] | None = None,
 ) -> None:
     """One sidecar per output; each names its siblings so audit sees the whole job."""
-    described = {name: ([describe_input(p) for p in v] if isinstance(v, list) else describe_input(v))
-                 for name, v in inputs.items()}
+    described = {
+        name: ([describe_input(p) for p in v] if isinstance(v, list) else describe_input(v))
+        for name, v in inputs.items()
+    }
     common = {
         "schema": SCHEMA,
         "stage": stage,
@@ -142,7 +177,10 @@ def write_sidecars(
         "metrics": dict(metrics or {}),
     }
     for name, path in outputs.items():
-        write_json(sidecar_path(path), {**common, "artifact": str(path), "output_name": name, **digest(path)})
+        write_json(
+            sidecar_path(path),
+            {**common, "artifact": str(path), "output_name": name, **digest(path)},
+        )
 
 
 def read_sidecar(artifact: str | os.PathLike) -> dict[str, Any]:

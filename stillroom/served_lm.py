@@ -23,8 +23,16 @@ RETRIES = 4
 
 
 class ServedLM(ChatTokens):
-    def __init__(self, model_dir: str, base_url: str, model: str, *, concurrency: int = 64,
-                 api_key: str | None = None, timeout_s: float = 3600.0):
+    def __init__(
+        self,
+        model_dir: str,
+        base_url: str,
+        model: str,
+        *,
+        concurrency: int = 64,
+        api_key: str | None = None,
+        timeout_s: float = 3600.0,
+    ):
         from transformers import AutoTokenizer
 
         self.tok = AutoTokenizer.from_pretrained(model_dir)
@@ -33,19 +41,34 @@ class ServedLM(ChatTokens):
         self.timeout_s = timeout_s
         self.name = model
 
-    def complete(self, prefixes: Sequence[Sequence[int]], *, temperature: float, top_p: float = 1.0,
-                 max_new_tokens: int, seed: int) -> list[Sample]:
+    def complete(
+        self,
+        prefixes: Sequence[Sequence[int]],
+        *,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int,
+        seed: int,
+    ) -> list[Sample]:
         # Special tokens stay in the prompt text: they are the chat template's turn markers.
         texts = [self.tok.decode(list(p), skip_special_tokens=False) for p in prefixes]
-        body = {"model": self.model, "max_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p}
+        body = {
+            "model": self.model,
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+        }
         return asyncio.run(self._all(texts, [len(p) for p in prefixes], body, seed))
 
-    async def _all(self, texts: list[str], lengths: list[int], body: dict[str, Any], seed: int) -> list[Sample]:
+    async def _all(
+        self, texts: list[str], lengths: list[int], body: dict[str, Any], seed: int
+    ) -> list[Sample]:
         import aiohttp
 
         gate = asyncio.Semaphore(self.concurrency)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         async with aiohttp.ClientSession(timeout=timeout, headers=self.headers) as session:
+
             async def one(i: int) -> Sample:
                 async with gate:
                     data = await self._post(session, {**body, "prompt": texts[i], "seed": seed + i})
@@ -54,8 +77,14 @@ class ServedLM(ChatTokens):
                 ids = self.encode(text)
                 used = (data.get("usage") or {}).get("completion_tokens", len(ids))
                 finish = choice.get("finish_reason")
-                if finish not in ("stop", "length", "eos"):  # an abort or error is no finished answer
-                    raise RuntimeError(f"{self.base_url}/completions: finish_reason {finish!r} for prompt {i}")
+                if finish not in (
+                    "stop",
+                    "length",
+                    "eos",
+                ):  # an abort or error is no finished answer
+                    raise RuntimeError(
+                        f"{self.base_url}/completions: finish_reason {finish!r} for prompt {i}"
+                    )
                 reason = "length" if finish == "length" else "stop"
                 return Sample(text, reason, lengths[i], used, ids)
 
@@ -74,7 +103,7 @@ class ServedLM(ChatTokens):
             except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
                 detail = repr(exc)
             if attempt + 1 < RETRIES:
-                await asyncio.sleep(2 ** attempt)
+                await asyncio.sleep(2**attempt)
         raise RuntimeError(f"{self.base_url}/completions failed {RETRIES} times; last: {detail}")
 
 
@@ -89,17 +118,28 @@ def open_lm(model_dir: str, backend: Mapping[str, Any] | None, threads: int = 1)
         yield LocalLM(model_dir, threads)
     elif kind == "openai":
         key = os.environ.get(spec["api_key_env"]) if spec.get("api_key_env") else None
-        yield ServedLM(model_dir, spec["base_url"], spec.get("model", model_dir),
-                       concurrency=spec.get("concurrency", 64), api_key=key)
+        yield ServedLM(
+            model_dir,
+            spec["base_url"],
+            spec.get("model", model_dir),
+            concurrency=spec.get("concurrency", 64),
+            api_key=key,
+        )
     elif kind == "sglang":
         from .teachers.sglang import SGLangTeacher
 
         server = {**spec.get("server", {}), "model_path": model_dir}
-        model = spec.get("model", model_dir)  # the served name (e.g. --served-model-name); else the path
-        teacher = SGLangTeacher(f"eval:{os.path.basename(model_dir)}", {**spec, "model": model, "server": server})
+        model = spec.get(
+            "model", model_dir
+        )  # the served name (e.g. --served-model-name); else the path
+        teacher = SGLangTeacher(
+            f"eval:{os.path.basename(model_dir)}", {**spec, "model": model, "server": server}
+        )
         try:
             asyncio.run(teacher.astart())
-            yield ServedLM(model_dir, teacher.spec["base_url"], model, concurrency=spec.get("concurrency", 64))
+            yield ServedLM(
+                model_dir, teacher.spec["base_url"], model, concurrency=spec.get("concurrency", 64)
+            )
         finally:
             teacher.stop()
     else:

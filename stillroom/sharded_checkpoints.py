@@ -22,7 +22,10 @@ def _states(model, optimizer) -> dict:
         get_optimizer_state_dict,
     )
 
-    return {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)}
+    return {
+        "model": get_model_state_dict(model),
+        "optim": get_optimizer_state_dict(model, optimizer),
+    }
 
 
 def sharded_checkpoints(directory: Path, every: int, resume: str | None, keep: int = 2):
@@ -38,30 +41,44 @@ def sharded_checkpoints(directory: Path, every: int, resume: str | None, keep: i
     from transformers import TrainerCallback
 
     class ShardedCheckpoints(TrainerCallback):
-        def on_train_begin(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+        def on_train_begin(
+            self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs
+        ):
             if not resume:
                 return
             states = _states(model, optimizer)
             dcp.load(states, checkpoint_id=Path(resume) / "dcp")
             set_model_state_dict(model, states["model"])
             set_optimizer_state_dict(model, optimizer, states["optim"])
-            lr_scheduler.load_state_dict(torch.load(Path(resume) / "scheduler.pt", weights_only=True))
+            lr_scheduler.load_state_dict(
+                torch.load(Path(resume) / "scheduler.pt", weights_only=True)
+            )
 
-        def on_step_end(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+        def on_step_end(
+            self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs
+        ):
             if state.global_step % every:
                 return
             target = directory / f"checkpoint-{state.global_step}"
             dcp.save(_states(model, optimizer), checkpoint_id=target / "dcp")
             # Each rank's RNG state, in the Trainer's own file layout so its resume restores it (dropout).
-            rng = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+            rng = {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "cpu": torch.random.get_rng_state(),
+            }
             if torch.cuda.is_available():
                 rng["cuda"] = torch.cuda.random.get_rng_state_all()
             torch.save(rng, target / f"rng_state_{dist.get_rank()}.pth")
             dist.barrier()  # every rank's files are in before rank 0 marks the checkpoint complete
             if dist.get_rank() == 0:
                 torch.save(lr_scheduler.state_dict(), target / "scheduler.pt")
-                state.save_to_json(str(target / "trainer_state.json"))  # written last: marks it complete
-                done = sorted(directory.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+                state.save_to_json(
+                    str(target / "trainer_state.json")
+                )  # written last: marks it complete
+                done = sorted(
+                    directory.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
+                )
                 for old in done[:-keep]:
                     shutil.rmtree(old, ignore_errors=True)
             dist.barrier()

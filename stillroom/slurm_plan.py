@@ -29,7 +29,11 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 PROFILE = REPO / "profiles" / "slurm" / "profile.yaml"
 # Placeholders for the environment the profile reads, when the caller has none (the plan is offline).
-PLACEHOLDER_ENV = {"SLURM_ACCOUNT": "ACCOUNT", "STILLROOM_CPU_PARTITION": "cpu", "STILLROOM_GPU_PARTITION": "gpu"}
+PLACEHOLDER_ENV = {
+    "SLURM_ACCOUNT": "ACCOUNT",
+    "STILLROOM_CPU_PARTITION": "cpu",
+    "STILLROOM_GPU_PARTITION": "gpu",
+}
 
 
 class _Resources(dict):
@@ -64,20 +68,42 @@ def _value(raw: str) -> Any:
         return raw
 
 
-def dry_run_jobs(configfiles: Sequence[str | Path], env: Mapping[str, str] | None = None,
-                 extra: Sequence[str] = ()) -> list[Job]:
+def dry_run_jobs(
+    configfiles: Sequence[str | Path],
+    env: Mapping[str, str] | None = None,
+    extra: Sequence[str] = (),
+) -> list[Job]:
     """Every job of ``snakemake -n --forceall --profile profiles/slurm`` with its threads and resources.
     Runs in a scratch directory, so nothing under results/ is read or written."""
     env = {**PLACEHOLDER_ENV, **os.environ, **(env or {})}
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     with tempfile.TemporaryDirectory(prefix="slurm-plan-") as work:
         # A large --cores: a dry run otherwise caps every job's threads at 1 (a real SLURM run does not cap).
-        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", work,
-               "--profile", str(PROFILE.parent), "--workflow-profile", str(REPO / "profiles" / "default"),
-               "--dry-run", "--forceall", "--cores", "100000", "--configfile", *(str(Path(c).resolve()) for c in configfiles), *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            work,
+            "--profile",
+            str(PROFILE.parent),
+            "--workflow-profile",
+            str(REPO / "profiles" / "default"),
+            "--dry-run",
+            "--forceall",
+            "--cores",
+            "100000",
+            "--configfile",
+            *(str(Path(c).resolve()) for c in configfiles),
+            *extra,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
     if proc.returncode:
-        raise RuntimeError(f"snakemake dry run failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
+        raise RuntimeError(
+            f"snakemake dry run failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
+        )
     jobs, block = [], None
     for line in (proc.stdout + proc.stderr).splitlines():
         head = re.match(r"^(?:local)?rule (\w+):$", line)
@@ -88,9 +114,16 @@ def dry_run_jobs(configfiles: Sequence[str | Path], env: Mapping[str, str] | Non
         if block is not None and item:
             block[item.group(1)] = item.group(2)
             if item.group(1) == "resources":  # the last line of a job's block
-                resources = dict(kv.split("=", 1) for kv in block["resources"].split(", ") if "=" in kv)
-                jobs.append(Job(block["rule"], int(block.get("threads", 1)),
-                                {k: _value(v) for k, v in resources.items()}))
+                resources = dict(
+                    kv.split("=", 1) for kv in block["resources"].split(", ") if "=" in kv
+                )
+                jobs.append(
+                    Job(
+                        block["rule"],
+                        int(block.get("threads", 1)),
+                        {k: _value(v) for k, v in resources.items()},
+                    )
+                )
                 block = None
     return jobs
 
@@ -100,23 +133,39 @@ def sbatch_line(job: Job, settings: Mapping[str, Any]) -> str:
     from snakemake_executor_plugin_slurm.submit_string import get_submit_command
     from snakemake_executor_plugin_slurm.utils import set_gres_string
 
-    plugin_job = SimpleNamespace(name=job.rule, threads=job.threads, resources=_Resources(job.resources))
+    plugin_job = SimpleNamespace(
+        name=job.rule, threads=job.threads, resources=_Resources(job.resources)
+    )
     account = str(job.resources.get("slurm_account", ""))
-    params = {"run_uuid": "RUN", "slurm_logfile": "LOG", "comment_str": f"rule_{job.rule}", "workdir": None,
-              "account": f" -A {shlex.quote(account)}" if account else "",
-              "partition": f" -p {shlex.quote(str(job.resources['slurm_partition']))}"
-              if job.resources.get("slurm_partition") else ""}
-    plugin_settings = SimpleNamespace(requeue=bool(settings.get("slurm-requeue")),
-                                      no_requeue=bool(settings.get("slurm-no-requeue")),
-                                      qos=settings.get("slurm-qos"), reservation=settings.get("slurm-reservation"))
-    call = get_submit_command(plugin_job, params, settings=plugin_settings) + set_gres_string(plugin_job)
+    params = {
+        "run_uuid": "RUN",
+        "slurm_logfile": "LOG",
+        "comment_str": f"rule_{job.rule}",
+        "workdir": None,
+        "account": f" -A {shlex.quote(account)}" if account else "",
+        "partition": f" -p {shlex.quote(str(job.resources['slurm_partition']))}"
+        if job.resources.get("slurm_partition")
+        else "",
+    }
+    plugin_settings = SimpleNamespace(
+        requeue=bool(settings.get("slurm-requeue")),
+        no_requeue=bool(settings.get("slurm-no-requeue")),
+        qos=settings.get("slurm-qos"),
+        reservation=settings.get("slurm-reservation"),
+    )
+    call = get_submit_command(plugin_job, params, settings=plugin_settings) + set_gres_string(
+        plugin_job
+    )
     # Drop the per-run parts that say nothing about resources.
     call = re.sub(r" --(job-name|output|comment) \S+", "", call)
     return re.sub(r"\s+", " ", call.replace("--parsable ", "")).strip()
 
 
-def plan(configfiles: Sequence[str | Path], env: Mapping[str, str] | None = None,
-         extra: Sequence[str] = ()) -> dict[str, RulePlan]:
+def plan(
+    configfiles: Sequence[str | Path],
+    env: Mapping[str, str] | None = None,
+    extra: Sequence[str] = (),
+) -> dict[str, RulePlan]:
     """One entry per rule: how many jobs, and the sbatch line of its first job (every job of a rule gets
     the same shape here: resources depend on the config, not on wildcards)."""
     settings = yaml.safe_load(PROFILE.read_text())
@@ -128,7 +177,9 @@ def plan(configfiles: Sequence[str | Path], env: Mapping[str, str] | None = None
         line = sbatch_line(job, settings)
         if job.rule in plans:
             if plans[job.rule].sbatch != line:
-                raise ValueError(f"rule {job.rule}: jobs differ in shape ({plans[job.rule].sbatch!r} vs {line!r})")
+                raise ValueError(
+                    f"rule {job.rule}: jobs differ in shape ({plans[job.rule].sbatch!r} vs {line!r})"
+                )
             plans[job.rule].jobs += 1
         else:
             plans[job.rule] = RulePlan(job.rule, 1, line)
@@ -140,8 +191,12 @@ def plan(configfiles: Sequence[str | Path], env: Mapping[str, str] | None = None
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m stillroom.slurm_plan", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configfile", action="append", required=True, help="config, then overlays (repeatable)")
+    parser = argparse.ArgumentParser(
+        prog="python -m stillroom.slurm_plan", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--configfile", action="append", required=True, help="config, then overlays (repeatable)"
+    )
     args = parser.parse_args(argv)
     for p in sorted(plan(args.configfile).values(), key=lambda p: p.rule):
         print(f"{p.rule:<26} {p.jobs:>5} job(s)  {p.sbatch}")

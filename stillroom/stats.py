@@ -42,7 +42,9 @@ class McNemar:
 def _scores(x, name: str) -> np.ndarray:
     arr = np.asarray(x, dtype=np.float64)
     if arr.ndim not in (1, 2):
-        raise ValueError(f"{name} must have shape (problems,) or (problems, samples), got {arr.shape}")
+        raise ValueError(
+            f"{name} must have shape (problems,) or (problems, samples), got {arr.shape}"
+        )
     if arr.size == 0:
         raise ValueError(f"{name} is empty (shape {arr.shape})")
     if not np.all(np.isfinite(arr)):
@@ -67,7 +69,9 @@ def _inverse_cdf_table(k: int) -> tuple[np.ndarray, np.ndarray]:
     c = np.arange(k + 1)
     p = c / k
     comb = np.array([math.comb(k, i) for i in c], dtype=np.float64)
-    pmf = comb[None, :] * p[:, None] ** c[None, :] * (1 - p[:, None]) ** (k - c)[None, :]  # 0.0**0 == 1
+    pmf = (
+        comb[None, :] * p[:, None] ** c[None, :] * (1 - p[:, None]) ** (k - c)[None, :]
+    )  # 0.0**0 == 1
     cdf = np.cumsum(pmf, axis=1)
     cdf[:, k] = 1.0  # u < 1 always, so the count never exceeds k
     edges = np.arange(_TABLE_BINS + 1) / _TABLE_BINS
@@ -97,7 +101,9 @@ class _WithinResampler:
         self.flat = np.ascontiguousarray(scores).ravel()
         binary = bool(np.all((scores == 0) | (scores == 1)))
         if method == "auto":
-            method = "gather" if not binary else "table" if self.k <= _TABLE_MAX_SAMPLES else "binomial"
+            method = (
+                "gather" if not binary else "table" if self.k <= _TABLE_MAX_SAMPLES else "binomial"
+            )
         if method not in ("table", "binomial", "gather") or (method != "gather" and not binary):
             raise ValueError(f"within-problem method {method!r} does not apply to these scores")
         self.method = method
@@ -110,7 +116,9 @@ class _WithinResampler:
             self.successes = successes
         self.dtype = np.int32 if max(scores.size, (self.k + 1) * _TABLE_BINS) < 2**31 else np.int64
         if method == "table":
-            self.row = (successes * _TABLE_BINS).astype(self.dtype)  # problem i's row in the flat table
+            self.row = (successes * _TABLE_BINS).astype(
+                self.dtype
+            )  # problem i's row in the flat table
 
     def means(self, idx: np.ndarray) -> np.ndarray:
         """Resampled per-problem means, shape idx.shape == (resamples, problems)."""
@@ -132,14 +140,17 @@ class _WithinResampler:
         rows = max(1, _CHUNK_ENTRIES // (idx.shape[1] * self.k))
         for start in range(0, idx.shape[0], rows):
             stop = min(start + rows, idx.shape[0])
-            j = self.rng.integers(0, self.k, size=(stop - start, idx.shape[1], self.k), dtype=self.dtype)
+            j = self.rng.integers(
+                0, self.k, size=(stop - start, idx.shape[1], self.k), dtype=self.dtype
+            )
             j += (idx[start:stop] * self.k).astype(self.dtype)[..., None]
             out[start:stop] = np.take(self.flat, j).sum(axis=-1) / self.k
         return out
 
 
-def _bootstrap_stats(a: np.ndarray, b: np.ndarray, n_resamples: int, seed, two_level: bool,
-                     within: str = "auto") -> np.ndarray:
+def _bootstrap_stats(
+    a: np.ndarray, b: np.ndarray, n_resamples: int, seed, two_level: bool, within: str = "auto"
+) -> np.ndarray:
     """Resampled mean(a) - mean(b): problems drawn with replacement, the same indices for a and b."""
     pa, pb = _per_problem(a), _per_problem(b)
     n = pa.size
@@ -178,7 +189,13 @@ def _bootstrap_p(stats: np.ndarray) -> float:
 
 
 def paired_bootstrap(
-    a, b, *, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0, two_level: bool = False
+    a,
+    b,
+    *,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    two_level: bool = False,
 ) -> Comparison:
     """Compare ``a`` and ``b``, scored on the same problems in the same order.
 
@@ -270,7 +287,9 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
     return [p <= alpha for p in holm_adjusted(p_values)]
 
 
-def holm_comparisons(comparisons: Sequence[Comparison], alpha: float | None = None) -> list[Comparison]:
+def holm_comparisons(
+    comparisons: Sequence[Comparison], alpha: float | None = None
+) -> list[Comparison]:
     """The comparisons of one sweep with Holm's correction applied to their p-values.
 
     Each returned Comparison has ``p_holm`` set; its verdict is "tie" unless Holm rejects at ``alpha``
@@ -285,7 +304,9 @@ def holm_comparisons(comparisons: Sequence[Comparison], alpha: float | None = No
     if alpha is None:
         levels = {c.confidence for c in comparisons}
         if len(levels) > 1:
-            raise ValueError(f"comparisons have different confidence levels {sorted(levels)}; pass alpha")
+            raise ValueError(
+                f"comparisons have different confidence levels {sorted(levels)}; pass alpha"
+            )
         alpha = 1 - levels.pop() if levels else 0.05
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
@@ -301,7 +322,9 @@ def _binary(x, name: str) -> np.ndarray:
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
     if arr.ndim != 1:
-        raise ValueError(f"McNemar's test needs one sample per problem: {name} has shape {np.shape(x)}")
+        raise ValueError(
+            f"McNemar's test needs one sample per problem: {name} has shape {np.shape(x)}"
+        )
     if arr.size == 0:
         raise ValueError(f"{name} is empty (shape {np.shape(x)})")
     try:

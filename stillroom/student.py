@@ -40,8 +40,14 @@ CHAT_TEMPLATE = (
 )
 
 MODEL_KEYS = {
-    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "max_position_embeddings", "tie_word_embeddings",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "tie_word_embeddings",
 }
 MOE_KEYS = {"num_experts", "num_experts_per_tok", "moe_intermediate_size"}  # family qwen3_moe
 OPTIONAL_MODEL_KEYS = {"rope_theta", "family", "norm_topk_prob", "router_aux_loss_coef"}
@@ -109,10 +115,15 @@ def _model_config(tokenizer, model: Mapping):
     missing = sorted(required - set(model))
     if missing:
         raise ValueError(f"missing model key(s) for family {family}: {', '.join(missing)}")
-    kwargs = {k: model[k] for k in required | (set(model) & {"norm_topk_prob", "router_aux_loss_coef"})}
+    kwargs = {
+        k: model[k] for k in required | (set(model) & {"norm_topk_prob", "router_aux_loss_coef"})
+    }
     kwargs["tie_word_embeddings"] = bool(kwargs["tie_word_embeddings"])
     if "rope_theta" in model:
-        kwargs["rope_parameters"] = {"rope_type": "default", "rope_theta": float(model["rope_theta"])}
+        kwargs["rope_parameters"] = {
+            "rope_type": "default",
+            "rope_theta": float(model["rope_theta"]),
+        }
     config_class = Qwen3MoeConfig if family == "qwen3_moe" else Qwen3Config
     return config_class(
         vocab_size=-(-len(tokenizer) // 8) * 8,  # multiple of 8 keeps the embedding matmuls aligned
@@ -137,7 +148,9 @@ def generation_config(tokenizer):
     )
 
 
-def build_model(tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike, *, model: Mapping, seed: int) -> dict:
+def build_model(
+    tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike, *, model: Mapping, seed: int
+) -> dict:
     """Randomly initialise a Qwen3 student for the tokenizer in ``tokenizer_dir``; save both to ``out_dir``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -153,11 +166,21 @@ def build_model(tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
     return {"parameters": sum(p.numel() for p in net.parameters()), "vocab_size": config.vocab_size}
 
 
-SHRINK_DEFAULTS = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64, "num_hidden_layers": 2,
-                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8}
+SHRINK_DEFAULTS = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "num_experts": 8,
+}
 
 
-def build_tiny_like(reference: str, out_dir: str | os.PathLike, *, shrink: Mapping | None = None, seed: int = 0) -> dict:
+def build_tiny_like(
+    reference: str, out_dir: str | os.PathLike, *, shrink: Mapping | None = None, seed: int = 0
+) -> dict:
     """A random-weight model of the same architecture as ``reference`` (a model directory or hub id: only
     its config and tokenizer are read), shrunk to smoke-test size, saved with the reference's tokenizer.
     Sizes are SHRINK_DEFAULTS (those the config has) updated by ``shrink``, whose keys the config must
@@ -176,26 +199,32 @@ def build_tiny_like(reference: str, out_dir: str | os.PathLike, *, shrink: Mappi
         setattr(text, key, value)
     if getattr(text, "num_experts_per_tok", 0) > sizes.get("num_experts", float("inf")):
         text.num_experts_per_tok = sizes["num_experts"]
-    if isinstance(getattr(text, "layer_types", None), list):  # per-layer attention kinds follow the depth
-        text.layer_types = text.layer_types[:text.num_hidden_layers]
+    if isinstance(
+        getattr(text, "layer_types", None), list
+    ):  # per-layer attention kinds follow the depth
+        text.layer_types = text.layer_types[: text.num_hidden_layers]
     tokenizer = AutoTokenizer.from_pretrained(reference)
     torch.manual_seed(seed)
     net = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with atomic_dir(out_dir) as tmp:
         net.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    return {"parameters": sum(p.numel() for p in net.parameters()), "model_type": config.model_type,
-            "shrunk": sizes}
+    return {
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "model_type": config.model_type,
+        "shrunk": sizes,
+    }
 
 
 # CLI stages (stillroom/cli.py calls these with keyword paths, params, threads and log).
 
 
 def run_tiny(*, out_model: str, params: Mapping, log=print, **_) -> dict:
-    metrics = build_tiny_like(params["like"], out_model, shrink=params.get("shrink"), seed=params.get("seed", 0))
+    metrics = build_tiny_like(
+        params["like"], out_model, shrink=params.get("shrink"), seed=params.get("seed", 0)
+    )
     log(f"tiny {metrics['model_type']} like {params['like']}: {metrics['parameters']:,} parameters")
     return metrics
-
 
 
 def run_tokenizer(*, pool: str, out_tokenizer: str, params: Mapping, log=print, **_) -> dict:
@@ -208,9 +237,15 @@ def run_tokenizer(*, pool: str, out_tokenizer: str, params: Mapping, log=print, 
         raise ValueError(f"unknown tokenizer param(s): {', '.join(unknown)}")
     # Prompts as asked and boxed gold answers (a kernel's gold is its prompt): the pool's own text,
     # independent of any teacher or effort setting.
-    texts = [text for rec in iter_jsonl(pool, required=("prompt", "answer"), types={"prompt": str})
-             for text in ((user_content(rec),) if rec.get("kind") == "kernel"
-                          else (rec["prompt"], f"The answer is \\boxed{{{rec['answer']}}}."))]
+    texts = [
+        text
+        for rec in iter_jsonl(pool, required=("prompt", "answer"), types={"prompt": str})
+        for text in (
+            (user_content(rec),)
+            if rec.get("kind") == "kernel"
+            else (rec["prompt"], f"The answer is \\boxed{{{rec['answer']}}}.")
+        )
+    ]
     tok = train_tokenizer(texts, out_tokenizer, **kwargs)
     log(f"tokenizer: {len(tok)} tokens trained on {len(texts)} prompts")
     return {"texts": len(texts), "vocab": len(tok)}
@@ -229,7 +264,9 @@ def run_pretrained(*, out_model: str, params: Mapping, log=print, **_) -> dict:
 
     source = params["pretrained"]
     tokenizer = AutoTokenizer.from_pretrained(source)
-    net = AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16 if torch.cuda.is_available() else None)
+    net = AutoModelForCausalLM.from_pretrained(
+        source, dtype=torch.bfloat16 if torch.cuda.is_available() else None
+    )
     with atomic_dir(out_model) as tmp:
         net.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

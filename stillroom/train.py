@@ -37,12 +37,30 @@ from stillroom.provenance import digest
 from stillroom.sharded_checkpoints import sharded_checkpoints
 
 PARAM_DEFAULTS: dict[str, Any] = {
-    "lr": 1e-3, "epochs": 1.0, "max_steps": -1, "batch_size": 8, "grad_accum": 1, "max_length": 1024,
-    "warmup_ratio": 0.0, "lr_scheduler": "cosine", "weight_decay": 0.0, "seed": 0, "logging_steps": 10,
-    "method": "full", "lora": None, "load_in_4bit": False, "save_steps": 0,
-    "dtype": "auto", "attn_implementation": "sdpa", "gradient_checkpointing": False,
-    "distributed": None, "device_map": None, "gpu_memory_limit": None, "max_memory": None,
-    "weight_hooks": [], "sampled_options": {},
+    "lr": 1e-3,
+    "epochs": 1.0,
+    "max_steps": -1,
+    "batch_size": 8,
+    "grad_accum": 1,
+    "max_length": 1024,
+    "warmup_ratio": 0.0,
+    "lr_scheduler": "cosine",
+    "weight_decay": 0.0,
+    "seed": 0,
+    "logging_steps": 10,
+    "method": "full",
+    "lora": None,
+    "load_in_4bit": False,
+    "save_steps": 0,
+    "dtype": "auto",
+    "attn_implementation": "sdpa",
+    "gradient_checkpointing": False,
+    "distributed": None,
+    "device_map": None,
+    "gpu_memory_limit": None,
+    "max_memory": None,
+    "weight_hooks": [],
+    "sampled_options": {},
 }
 DTYPES = ("auto", "float32", "bfloat16")
 
@@ -52,32 +70,49 @@ def check_params(params: Mapping) -> dict[str, Any]:
     combinations raise ValueError naming the key. Nothing is loaded: these fail in a second."""
     unknown = sorted(set(params) - set(PARAM_DEFAULTS))
     if unknown:
-        raise ValueError(f"unknown training param(s): {', '.join(unknown)} (known: {', '.join(PARAM_DEFAULTS)})")
+        raise ValueError(
+            f"unknown training param(s): {', '.join(unknown)} (known: {', '.join(PARAM_DEFAULTS)})"
+        )
     p = {**PARAM_DEFAULTS, **params}
-    lowest = {"batch_size": 1, "grad_accum": 1, "max_length": 1, "logging_steps": 1, "max_steps": -1, "seed": 0,
-              "save_steps": 0}
+    lowest = {
+        "batch_size": 1,
+        "grad_accum": 1,
+        "max_length": 1,
+        "logging_steps": 1,
+        "max_steps": -1,
+        "seed": 0,
+        "save_steps": 0,
+    }
     for key, low in lowest.items():
         if isinstance(p[key], bool) or not isinstance(p[key], int) or p[key] < low:
             raise ValueError(f"training param {key} must be an int >= {low}, got {p[key]!r}")
     if not 0 <= p["warmup_ratio"] < 1:
-        raise ValueError(f"training param warmup_ratio must be in [0, 1), got {p['warmup_ratio']!r}")
+        raise ValueError(
+            f"training param warmup_ratio must be in [0, 1), got {p['warmup_ratio']!r}"
+        )
     if p["dtype"] not in DTYPES:
         raise ValueError(f"train.dtype: {p['dtype']!r} is not one of {', '.join(DTYPES)}")
     if p["dtype"] == "bfloat16" and p["method"] == "full":
-        raise ValueError("train.dtype bfloat16 with method full trains bf16 weights without a float32 master copy: "
-                         "updates below half a bf16 step (most, at lr 1e-5) are lost. Use dtype auto "
-                         "(float32 weights, bf16 compute on GPU)")
+        raise ValueError(
+            "train.dtype bfloat16 with method full trains bf16 weights without a float32 master copy: "
+            "updates below half a bf16 step (most, at lr 1e-5) are lost. Use dtype auto "
+            "(float32 weights, bf16 compute on GPU)"
+        )
     p["lora"] = check_lora(p)
     p["distributed"] = check_distributed(p)
     if p["weight_hooks"] and p["method"] != "full":
-        raise ValueError("student.weight_hooks re-normalise trained weights after each step; with an adapter "
-                         f"(train.method {p['method']}) the base is frozen and they have nothing to act on")
+        raise ValueError(
+            "student.weight_hooks re-normalise trained weights after each step; with an adapter "
+            f"(train.method {p['method']}) the base is frozen and they have nothing to act on"
+        )
     WeightHooks(p["weight_hooks"])
     p["sampled_options"] = check_options(p["sampled_options"])
     return p
 
 
-def supervision_stats(tokenizer, examples: list[dict], max_length: int, source: str = "dataset") -> dict[str, int]:
+def supervision_stats(
+    tokenizer, examples: list[dict], max_length: int, source: str = "dataset"
+) -> dict[str, int]:
     """Count tokens after truncation at max_length; fail if any example keeps no assistant token."""
     total = supervised = truncated = 0
     empty = []
@@ -96,7 +131,12 @@ def supervision_stats(tokenizer, examples: list[dict], max_length: int, source: 
             f"{source}: {len(empty)} of {len(examples)} examples have no assistant tokens left after truncation "
             f"at max_length={max_length} (ids: {', '.join(empty[:10])}{' ...' if len(empty) > 10 else ''})"
         )
-    return {"examples": len(examples), "supervised_tokens": supervised, "total_tokens": total, "truncated": truncated}
+    return {
+        "examples": len(examples),
+        "supervised_tokens": supervised,
+        "total_tokens": total,
+        "truncated": truncated,
+    }
 
 
 def progress_callback(log: Callable[[str], Any]):
@@ -123,7 +163,12 @@ def collate_packed_rows(examples: list[dict], *, pad_token_id: int, flatten: boo
     import torch
 
     if flatten:
-        examples = [{key: [x for ex in examples for x in ex[key]] for key in ("input_ids", "labels", "seq_lengths")}]
+        examples = [
+            {
+                key: [x for ex in examples for x in ex[key]]
+                for key in ("input_ids", "labels", "seq_lengths")
+            }
+        ]
 
     shape = (len(examples), max(len(ex["input_ids"]) for ex in examples))
     ids, labels = torch.full(shape, pad_token_id), torch.full(shape, -100)
@@ -133,7 +178,9 @@ def collate_packed_rows(examples: list[dict], *, pad_token_id: int, flatten: boo
         ids[row, :n] = torch.tensor(ex["input_ids"])
         labels[row, :n] = torch.tensor(ex["labels"])
         positions[row, :n] = torch.cat([torch.arange(k) for k in ex["seq_lengths"]])
-    labels[positions == 0] = -100  # a document's first token is never predicted from the one before it
+    labels[
+        positions == 0
+    ] = -100  # a document's first token is never predicted from the one before it
     return {"input_ids": ids, "labels": labels, "position_ids": positions}
 
 
@@ -143,8 +190,11 @@ def _dtype(params: Mapping, cuda: bool):
     lr 1e-5 is nearly all of them. Only a frozen adapter base is stored in bf16 on GPU."""
     import torch
 
-    name = params["dtype"] if params["dtype"] != "auto" else (
-        "bfloat16" if cuda and params["method"] != "full" else "float32")
+    name = (
+        params["dtype"]
+        if params["dtype"] != "auto"
+        else ("bfloat16" if cuda and params["method"] != "full" else "float32")
+    )
     return getattr(torch, name)
 
 
@@ -157,18 +207,32 @@ def load_model(base_dir, params: Mapping):
     cuda = torch.cuda.is_available()
     dtype = _dtype(params, cuda)
     kwargs = launch.load_kwargs(params, params["distributed"])
-    if params["load_in_4bit"]:  # a whole 4-bit replica on this process's device, unless a device map spreads it
+    if params[
+        "load_in_4bit"
+    ]:  # a whole 4-bit replica on this process's device, unless a device map spreads it
         kwargs["quantization_config"] = quantization_config(dtype)
-        kwargs.setdefault("device_map", {"": int(os.environ.get("LOCAL_RANK", "0"))} if cuda else "cpu")
+        kwargs.setdefault(
+            "device_map", {"": int(os.environ.get("LOCAL_RANK", "0"))} if cuda else "cpu"
+        )
     model = AutoModelForCausalLM.from_pretrained(
-        Path(base_dir), attn_implementation=params["attn_implementation"], dtype=dtype, **kwargs)
-    model.config.use_cache = False  # a cache disables the packed-document mask (see module docstring)
+        Path(base_dir), attn_implementation=params["attn_implementation"], dtype=dtype, **kwargs
+    )
+    model.config.use_cache = (
+        False  # a cache disables the packed-document mask (see module docstring)
+    )
     if params["load_in_4bit"] and not cuda:
         disable_cpu_repacking(model)
     return model
 
 
-def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, callbacks=(), resume: str | None = None):
+def build_trainer(
+    base_dir,
+    examples: list[dict],
+    params: Mapping,
+    output_dir,
+    callbacks=(),
+    resume: str | None = None,
+):
     """The SFTTrainer for ``examples`` (validated ``params``), model loaded fresh from ``base_dir``."""
     import torch
     from datasets import Dataset
@@ -211,11 +275,20 @@ def build_trainer(base_dir, examples: list[dict], params: Mapping, output_dir, c
         gradient_checkpointing=params["gradient_checkpointing"],
     )
     dataset = Dataset.from_list([{"messages": ex["messages"]} for ex in examples])
-    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
-                         callbacks=list(callbacks), peft_config=lora_config(params["lora"]) if params["lora"] else None)
+    trainer = SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        peft_config=lora_config(params["lora"]) if params["lora"] else None,
+    )
     # TRL refuses a custom collator with BFD packing (it assumes flash-attention varlen); swap it in after.
-    trainer.data_collator = functools.partial(collate_packed_rows, pad_token_id=tokenizer.pad_token_id,
-                                              flatten="flash" in params["attn_implementation"])
+    trainer.data_collator = functools.partial(
+        collate_packed_rows,
+        pad_token_id=tokenizer.pad_token_id,
+        flatten="flash" in params["attn_implementation"],
+    )
     trainer.remove_callback(PrinterCallback)  # progress goes through our own log callable
     if sharded and params["save_steps"]:
         trainer.add_callback(sharded_checkpoints(Path(output_dir), params["save_steps"], resume))
@@ -236,8 +309,11 @@ def _last_checkpoint(checkpoints: Path, fingerprint: Mapping, log, main: bool = 
             log(f"discarding checkpoints in {checkpoints}: made with other params or inputs")
             shutil.rmtree(checkpoints, ignore_errors=True)
         return None
-    found = sorted((p for p in checkpoints.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
-                   key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+    found = sorted(
+        (p for p in checkpoints.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+        key=lambda p: int(p.name.split("-")[-1]),
+        reverse=True,
+    )
     for candidate in found:
         # A kill during a save leaves no trainer_state.json: it is written last (by transformers, and by
         # sharded_checkpoints after every rank's shards and RNG state are in).
@@ -255,11 +331,16 @@ def _gather_adapter(model) -> dict:
     adapter crosses the network: gathering the base too would be the full model in one process."""
     from torch.distributed.tensor import DTensor
 
-    return {name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
-            for name, p in model.named_parameters() if "lora_" in name}
+    return {
+        name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
+        for name, p in model.named_parameters()
+        if "lora_" in name
+    }
 
 
-def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int = 1, log=print) -> dict:
+def train_sft(
+    base_dir, dataset_path, out_dir, *, params: Mapping, threads: int = 1, log=print
+) -> dict:
     """Fine-tune the model in ``base_dir`` on ``dataset_path``; save it to ``out_dir``; return metrics.
 
     Inside a torchrun worker every rank runs this; rank 0 alone writes files and logs progress lines.
@@ -288,7 +369,11 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
     checkpoints = Path(str(out_dir).rstrip("/") + ".checkpoints")
     fingerprint, last = None, None
     if p["save_steps"]:
-        fingerprint = {"params": p, "base": digest(base_dir)["sha256"], "dataset": digest(dataset_path)["sha256"]}
+        fingerprint = {
+            "params": p,
+            "base": digest(base_dir)["sha256"],
+            "dataset": digest(dataset_path)["sha256"],
+        }
         last = _last_checkpoint(checkpoints, fingerprint, log, main)
     sampled: dict[str, dict] = {}
     callbacks = [progress_callback(log)] if main else []
@@ -296,12 +381,16 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
     if hooks or p["sampled_options"]:
         callbacks.append(step_callback(hooks, p["sampled_options"], p["seed"], sampled))
     # Every rank takes part in gathering the sharded weights for the save; only rank 0 keeps a directory.
-    with (atomic_dir(out_dir) if main else tempfile.TemporaryDirectory()) as tmp:
+    with atomic_dir(out_dir) if main else tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        trainer = build_trainer(base_dir, examples, p, checkpoints, callbacks=callbacks, resume=last)
+        trainer = build_trainer(
+            base_dir, examples, p, checkpoints, callbacks=callbacks, resume=last
+        )
         breakdown = trainable_breakdown(trainer.model)
-        log(f"trainable parameters {breakdown['trainable']} of {breakdown['parameters_total']:,} "
-            f"({breakdown['adapter_bytes'] / 2**20:.2f} MiB)")
+        log(
+            f"trainable parameters {breakdown['trainable']} of {breakdown['parameters_total']:,} "
+            f"({breakdown['adapter_bytes'] / 2**20:.2f} MiB)"
+        )
         packed = trainer.train_dataset
         real = sum(len(ids) for ids in packed["input_ids"])
         start = time.perf_counter()
@@ -344,16 +433,30 @@ def train_sft(base_dir, dataset_path, out_dir, *, params: Mapping, threads: int 
         **({"sampled_options": sampled} if sampled else {}),
         **breakdown,
     }
-    log(f"trained {metrics['steps']} steps in {seconds:.1f} s ({metrics['tokens_per_second']:.0f} tokens/s), "
-        f"loss {metrics['first_loss']} -> {metrics['final_loss']}")
+    log(
+        f"trained {metrics['steps']} steps in {seconds:.1f} s ({metrics['tokens_per_second']:.0f} tokens/s), "
+        f"loss {metrics['first_loss']} -> {metrics['final_loss']}"
+    )
     return metrics
 
 
-def run(*, base: str, dataset: str, out_model: str, params: Mapping, threads: int = 1, log=print, **_) -> dict:
+def run(
+    *, base: str, dataset: str, out_model: str, params: Mapping, threads: int = 1, log=print, **_
+) -> dict:
     """The CLI's ``train`` stage: in this process, or on every process of ``train.distributed``."""
     layout = check_params(params)["distributed"]
     if layout["world_size"] == 1:
         return train_sft(base, dataset, out_model, params=params, threads=threads, log=log)
     per_process = max(1, threads // layout["gpus_per_node"])
-    return launch.spawn(layout, {"base_dir": base, "dataset_path": dataset, "out_dir": out_model, "params": dict(params),
-                                 "threads": per_process}, log, cpus=threads)
+    return launch.spawn(
+        layout,
+        {
+            "base_dir": base,
+            "dataset_path": dataset,
+            "out_dir": out_model,
+            "params": dict(params),
+            "threads": per_process,
+        },
+        log,
+        cpus=threads,
+    )

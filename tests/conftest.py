@@ -32,7 +32,9 @@ def small_config() -> dict:
     cfg["heldout"] = {"size": 24, "dev_size": 12}
     cfg["generation"].update(efforts=["low", "medium"], samples_per_prompt=1, shards=2)
     cfg["student"]["tokenizer"]["vocab_size"] = 400
-    cfg["student"]["model"].update(hidden_size=32, intermediate_size=64, num_hidden_layers=1, head_dim=8)
+    cfg["student"]["model"].update(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, head_dim=8
+    )
     cfg["train"].update(max_steps=8, batch_size=2, max_length=256, logging_steps=4)
     cfg["merge"]["ratios"] = [0.5]
     cfg["eval"].update(samples=2, max_new_tokens=24, batch_size=48)
@@ -40,18 +42,33 @@ def small_config() -> dict:
     return cfg
 
 
-def run_snakemake(workdir: Path, config: dict, *args: str, check: bool = True,
-                  env: dict | None = None) -> subprocess.CompletedProcess:
+def run_snakemake(
+    workdir: Path, config: dict, *args: str, check: bool = True, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run the real workflow in ``workdir`` with ``config`` (written to workdir/config.yaml)."""
     cfg_path = workdir / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
     bindir = str(Path(sys.executable).parent)
     env = {**os.environ, **(env or {}), "PATH": bindir + os.pathsep + os.environ["PATH"]}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(cfg_path), "--cores", "2", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(cfg_path),
+        "--cores",
+        "2",
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(
+            f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+        )
     return proc
 
 
@@ -61,8 +78,16 @@ def small_cfg() -> dict:
 
 
 # A tiny dense student and an SFT set, shared by the training, hook, launch and decoding tests.
-MODEL = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=16, max_position_embeddings=512, tie_word_embeddings=True)
+MODEL = dict(
+    hidden_size=64,
+    intermediate_size=192,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=512,
+    tie_word_embeddings=True,
+)
 
 
 def synthetic_rows(n=200, seed=0):
@@ -73,9 +98,14 @@ def synthetic_rows(n=200, seed=0):
         messages = [{"role": "system", "content": "Think, then answer."}] if i % 3 == 0 else []
         messages += [
             {"role": "user", "content": f"What is {a} + {b}?"},
-            {"role": "assistant", "content": f"<think>{a} + {b} = {a + b}.</think>\nThe answer is \\boxed{{{a + b}}}."},
+            {
+                "role": "assistant",
+                "content": f"<think>{a} + {b} = {a + b}.</think>\nThe answer is \\boxed{{{a + b}}}.",
+            },
         ]
-        rows.append({"id": f"ex-{i}", "messages": messages, "teacher": "procedural", "effort": "low"})
+        rows.append(
+            {"id": f"ex-{i}", "messages": messages, "teacher": "procedural", "effort": "low"}
+        )
     return rows
 
 

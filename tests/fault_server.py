@@ -18,8 +18,14 @@ FAULTS = ("error500", "rate429", "malformed", "reset", "slow")
 
 
 class FaultServer:
-    def __init__(self, rates: dict[str, float] | None = None, seed: int = 0, slow_s: float = 1.0,
-                 retry_after: str = "0", delay_s: float = 0.0):
+    def __init__(
+        self,
+        rates: dict[str, float] | None = None,
+        seed: int = 0,
+        slow_s: float = 1.0,
+        retry_after: str = "0",
+        delay_s: float = 0.0,
+    ):
         self.rates = {f: (rates or {}).get(f, 0.0) for f in FAULTS}
         self.rng, self.lock = random.Random(seed), threading.Lock()
         self.slow_s, self.retry_after, self.delay_s = slow_s, retry_after, delay_s
@@ -27,7 +33,9 @@ class FaultServer:
         self.bodies: list[dict] = []
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
-        self.httpd.handle_error = lambda request, address: None  # clients hanging up on injected faults
+        self.httpd.handle_error = lambda request, address: (
+            None
+        )  # clients hanging up on injected faults
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
@@ -61,7 +69,9 @@ class FaultServer:
             def log_message(self, *args):
                 pass
 
-            def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self, status: int, payload: bytes, headers: dict[str, str] | None = None
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -79,13 +89,17 @@ class FaultServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fault = server._draw()
                 if fault == "reset":  # RST instead of a response
-                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
                     self.connection.close()
                     return
                 if fault == "error500":
                     return self._send(500, b'{"error": "injected"}')
                 if fault == "rate429":
-                    return self._send(429, b'{"error": "slow down"}', {"Retry-After": server.retry_after})
+                    return self._send(
+                        429, b'{"error": "slow down"}', {"Retry-After": server.retry_after}
+                    )
                 if fault == "malformed":
                     return self._send(200, b'{"choices": [{"message": ')
                 time.sleep(server.slow_s if fault == "slow" else server.delay_s)
@@ -93,17 +107,31 @@ class FaultServer:
                     server.bodies.append(body)
                 prompt = body["messages"][-1]["content"] if "messages" in body else body["prompt"]
                 numbers = [int(n) for n in re.findall(r"\d+", prompt)]
-                text = f"<think>Adding up {numbers}.</think>\nThe answer is \\boxed{{{sum(numbers)}}}."
-                choice = ({"message": {"role": "assistant", "content": text}} if "messages" in body
-                          else {"text": text}) | {"index": 0, "finish_reason": "stop"}
-                payload = {"id": "x", "model": body["model"] + "-served", "choices": [choice],
-                           "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}}
+                text = (
+                    f"<think>Adding up {numbers}.</think>\nThe answer is \\boxed{{{sum(numbers)}}}."
+                )
+                choice = (
+                    {"message": {"role": "assistant", "content": text}}
+                    if "messages" in body
+                    else {"text": text}
+                ) | {"index": 0, "finish_reason": "stop"}
+                payload = {
+                    "id": "x",
+                    "model": body["model"] + "-served",
+                    "choices": [choice],
+                    "usage": {
+                        "prompt_tokens": len(prompt.split()),
+                        "completion_tokens": len(text.split()),
+                    },
+                }
                 self._send(200, json.dumps(payload).encode())
 
         return Handler
 
 
-if __name__ == "__main__":  # a stand-in for a served model: python tests/fault_server.py PORT [STARTUP_DELAY_S]
+if (
+    __name__ == "__main__"
+):  # a stand-in for a served model: python tests/fault_server.py PORT [STARTUP_DELAY_S]
     import sys
 
     time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)

@@ -11,11 +11,27 @@ from stillroom.train import train_sft
 
 from .conftest import synthetic_rows
 
-MOE = dict(family="qwen3_moe", hidden_size=32, intermediate_size=64, moe_intermediate_size=32, num_experts=4,
-           num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-           max_position_embeddings=256, tie_word_embeddings=False)
-LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
-        "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]}
+MOE = dict(
+    family="qwen3_moe",
+    hidden_size=32,
+    intermediate_size=64,
+    moe_intermediate_size=32,
+    num_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+)
+LORA = {
+    "r": 4,
+    "alpha": 8,
+    "dropout": 0.0,
+    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +39,9 @@ def moe(tmp_path_factory):
     root = tmp_path_factory.mktemp("moe")
     rows = synthetic_rows(120)
     write_jsonl(root / "train.jsonl", rows)
-    train_tokenizer([m["content"] for r in rows for m in r["messages"]], root / "tok", vocab_size=320)
+    train_tokenizer(
+        [m["content"] for r in rows for m in r["messages"]], root / "tok", vocab_size=320
+    )
     m = build_model(root / "tok", root / "base", model=MOE, seed=0)
     return root, m
 
@@ -33,23 +51,51 @@ def test_tiny_moe_builder(moe):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(root / "base")
-    assert model.config.model_type == "qwen3_moe" and model.config.num_experts == 4 and m["parameters"] > 0
+    assert (
+        model.config.model_type == "qwen3_moe"
+        and model.config.num_experts == 4
+        and m["parameters"] > 0
+    )
     assert model.model.layers[0].mlp.experts.gate_up_proj.dim() == 3  # fused experts in memory
     with pytest.raises(ValueError, match="missing model key"):
-        build_model(root / "tok", root / "x", model={k: v for k, v in MOE.items() if k != "num_experts"}, seed=0)
+        build_model(
+            root / "tok",
+            root / "x",
+            model={k: v for k, v in MOE.items() if k != "num_experts"},
+            seed=0,
+        )
 
 
 def test_lora_trains_attention_and_experts_but_never_the_router(moe, tmp_path):
     root, _ = moe
-    params = {"method": "lora", "lora": LORA, "lr": 5e-3, "max_steps": 12, "batch_size": 2, "max_length": 128,
-              "logging_steps": 4, "seed": 0}
-    m = train_sft(root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None)
-    assert m["trainable"]["attention"] > 0 and m["trainable"]["experts"] > 0 and m["trainable"]["other"] == 0
+    params = {
+        "method": "lora",
+        "lora": LORA,
+        "lr": 5e-3,
+        "max_steps": 12,
+        "batch_size": 2,
+        "max_length": 128,
+        "logging_steps": 4,
+        "seed": 0,
+    }
+    m = train_sft(
+        root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None
+    )
+    assert (
+        m["trainable"]["attention"] > 0
+        and m["trainable"]["experts"] > 0
+        and m["trainable"]["other"] == 0
+    )
     assert m["adapter_bytes"] == 4 * m["trainable_total"] and m["final_loss"] < m["first_loss"]
     adapter = load_file(tmp_path / "sft" / "adapter" / "adapter_model.safetensors")
     lora_b = {k: v for k, v in adapter.items() if "lora_B" in k}
-    assert lora_b and all(v.abs().sum() > 0 for v in lora_b.values())  # every adapter got gradients (B starts at 0)
-    base, tuned = load_file(root / "base" / "model.safetensors"), load_file(tmp_path / "sft" / "model.safetensors")
+    assert lora_b and all(
+        v.abs().sum() > 0 for v in lora_b.values()
+    )  # every adapter got gradients (B starts at 0)
+    base, tuned = (
+        load_file(root / "base" / "model.safetensors"),
+        load_file(tmp_path / "sft" / "model.safetensors"),
+    )
     assert set(base) == set(tuned)
     routers = [k for k in base if k.endswith("mlp.gate.weight")]
     assert routers and all(torch.equal(base[k], tuned[k]) for k in routers)
@@ -57,18 +103,30 @@ def test_lora_trains_attention_and_experts_but_never_the_router(moe, tmp_path):
     assert any(not torch.equal(base[k], tuned[k]) for k in base if "q_proj" in k)
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"method": "full", "lora": LORA}, "a full fine-tune has no adapter"),
-    ({"method": "lora"}, "needs train.lora"),
-    ({"method": "dora", "lora": LORA}, "not one of full, lora, qlora"),
-    ({"method": "qlora", "lora": LORA}, "qlora' needs train.load_in_4bit"),
-    ({"method": "lora", "lora": LORA, "load_in_4bit": True}, "set method: qlora"),
-    ({"method": "full", "load_in_4bit": True}, "4-bit weights cannot be fine-tuned directly"),
-    ({"method": "qlora", "lora": LORA, "load_in_4bit": "yes"}, "load_in_4bit must be true or false"),
-    ({"method": "lora", "lora": {**LORA, "dropout": 0.1}}, "dropout must be 0 with target_parameters"),
-    ({"method": "lora", "lora": {**LORA, "target_modules": ["q_proj", "mlp.gate"]}}, "targets the router"),
-    ({"method": "lora", "lora": {**LORA, "rank": 8}}, "unknown key"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"method": "full", "lora": LORA}, "a full fine-tune has no adapter"),
+        ({"method": "lora"}, "needs train.lora"),
+        ({"method": "dora", "lora": LORA}, "not one of full, lora, qlora"),
+        ({"method": "qlora", "lora": LORA}, "qlora' needs train.load_in_4bit"),
+        ({"method": "lora", "lora": LORA, "load_in_4bit": True}, "set method: qlora"),
+        ({"method": "full", "load_in_4bit": True}, "4-bit weights cannot be fine-tuned directly"),
+        (
+            {"method": "qlora", "lora": LORA, "load_in_4bit": "yes"},
+            "load_in_4bit must be true or false",
+        ),
+        (
+            {"method": "lora", "lora": {**LORA, "dropout": 0.1}},
+            "dropout must be 0 with target_parameters",
+        ),
+        (
+            {"method": "lora", "lora": {**LORA, "target_modules": ["q_proj", "mlp.gate"]}},
+            "targets the router",
+        ),
+        ({"method": "lora", "lora": {**LORA, "rank": 8}}, "unknown key"),
+    ],
+)
 def test_lora_config_fails_before_loading(params, message):
     with pytest.raises(ValueError, match=message):
         check_lora(params)
@@ -76,7 +134,9 @@ def test_lora_config_fails_before_loading(params, message):
 
 def test_router_override_and_unresolvable_targets(moe):
     root, _ = moe
-    assert check_lora({"method": "lora", "lora": {**LORA, "target_modules": ["mlp.gate"], "allow_router": True}})
+    assert check_lora(
+        {"method": "lora", "lora": {**LORA, "target_modules": ["mlp.gate"], "allow_router": True}}
+    )
     with pytest.raises(ValueError, match="target_modules: 'qproj' matches nothing"):
         resolve_targets(root / "base", {**LORA, "target_modules": ["qproj"]})
     resolve_targets(root / "base", LORA)
@@ -117,8 +177,17 @@ def test_qlora_adapter_merges_onto_the_full_precision_base(moe, tmp_path):
     from transformers import AutoModelForCausalLM
 
     root, _ = moe
-    params = {**QLORA, "lr": 5e-3, "max_steps": 8, "batch_size": 2, "max_length": 128, "logging_steps": 4}
-    m = train_sft(root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None)
+    params = {
+        **QLORA,
+        "lr": 5e-3,
+        "max_steps": 8,
+        "batch_size": 2,
+        "max_length": 128,
+        "logging_steps": 4,
+    }
+    m = train_sft(
+        root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None
+    )
     assert m["trainable"]["attention"] > 0 and m["trainable"]["experts"] == 0
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "sft")
     assert not getattr(merged, "is_loaded_in_4bit", False)
@@ -128,16 +197,32 @@ def test_qlora_adapter_merges_onto_the_full_precision_base(moe, tmp_path):
     with_adapter = PeftModel.from_pretrained(base, tmp_path / "sft" / "adapter").eval()
     ids = torch.randint(0, merged.config.vocab_size, (1, 12))
     with torch.no_grad():
-        torch.testing.assert_close(merged(input_ids=ids).logits, with_adapter(input_ids=ids).logits,
-                                   rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(
+            merged(input_ids=ids).logits, with_adapter(input_ids=ids).logits, rtol=1e-4, atol=1e-4
+        )
     tuned = load_file(tmp_path / "sft" / "model.safetensors")
-    assert any(not torch.equal(load_file(root / "base" / "model.safetensors")[k], tuned[k])
-               for k in tuned if "q_proj" in k)
+    assert any(
+        not torch.equal(load_file(root / "base" / "model.safetensors")[k], tuned[k])
+        for k in tuned
+        if "q_proj" in k
+    )
     # The standalone stage merges the same adapter onto the same base to the same weights.
     from stillroom.cli import main
 
-    assert main(["merge_adapter", "--base", str(root / "base"), "--adapter", str(tmp_path / "sft" / "adapter"),
-                 "--out-model", str(tmp_path / "again")]) == 0
+    assert (
+        main(
+            [
+                "merge_adapter",
+                "--base",
+                str(root / "base"),
+                "--adapter",
+                str(tmp_path / "sft" / "adapter"),
+                "--out-model",
+                str(tmp_path / "again"),
+            ]
+        )
+        == 0
+    )
     again = load_file(tmp_path / "again" / "model.safetensors")
     assert set(again) == set(tuned) and all(torch.equal(again[k], tuned[k]) for k in tuned)
 
@@ -150,14 +235,35 @@ def test_tiny_model_like_a_real_one_keeps_its_architecture(moe, tmp_path):
     from stillroom.cli import main
 
     root, _ = moe
-    params = '{"like": "%s", "shrink": {"num_hidden_layers": 1, "num_experts": 2, "hidden_size": 16}}' % (root / "base")
+    params = (
+        '{"like": "%s", "shrink": {"num_hidden_layers": 1, "num_experts": 2, "hidden_size": 16}}'
+        % (root / "base")
+    )
     assert main(["tiny", "--out-model", str(tmp_path / "tiny"), "--params", params]) == 0
-    ref, tiny = AutoConfig.from_pretrained(root / "base"), AutoConfig.from_pretrained(tmp_path / "tiny")
+    ref, tiny = (
+        AutoConfig.from_pretrained(root / "base"),
+        AutoConfig.from_pretrained(tmp_path / "tiny"),
+    )
     assert tiny.model_type == ref.model_type == "qwen3_moe"
-    assert (tiny.num_hidden_layers, tiny.num_experts, tiny.hidden_size, tiny.num_experts_per_tok) == (1, 2, 16, 2)
+    assert (
+        tiny.num_hidden_layers,
+        tiny.num_experts,
+        tiny.hidden_size,
+        tiny.num_experts_per_tok,
+    ) == (1, 2, 16, 2)
     assert tiny.vocab_size == ref.vocab_size
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny")
     assert model.model.layers[0].mlp.experts.gate_up_proj.shape[0] == 2
     assert (tmp_path / "tiny" / "tokenizer.json").exists()
-    assert main(["tiny", "--out-model", str(tmp_path / "bad"), "--params",
-                 '{"like": "%s", "shrink": {"num_loops": 2}}' % (root / "base")]) == 2
+    assert (
+        main(
+            [
+                "tiny",
+                "--out-model",
+                str(tmp_path / "bad"),
+                "--params",
+                '{"like": "%s", "shrink": {"num_loops": 2}}' % (root / "base"),
+            ]
+        )
+        == 2
+    )

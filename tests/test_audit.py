@@ -34,14 +34,34 @@ def test_a_clean_run_audits_clean_down_to_the_teacher_records(run):
     assert report.ok, format_tree(report)
     assert report.root == str(run)  # inferred from the table's sidecar
     nodes = report.nodes()
-    assert any(n.path.startswith("results/small/gen/") and n.stage == "generate" and not n.repeat for n in nodes)
+    assert any(
+        n.path.startswith("results/small/gen/") and n.stage == "generate" and not n.repeat
+        for n in nodes
+    )
     stages = {n.stage for n in nodes}
-    assert {"tables", "grade", "evaluate", "merge", "train", "dataset", "generate", "shard", "decontam", "pool",
-            "base", "tokenizer", "select"} <= stages
-    assert any(n.stage is None and n.path.endswith("tinybench.jsonl") for n in nodes)  # the source leaf
+    assert {
+        "tables",
+        "grade",
+        "evaluate",
+        "merge",
+        "train",
+        "dataset",
+        "generate",
+        "shard",
+        "decontam",
+        "pool",
+        "base",
+        "tokenizer",
+        "select",
+    } <= stages
+    assert any(
+        n.stage is None and n.path.endswith("tinybench.jsonl") for n in nodes
+    )  # the source leaf
     text = format_tree(report)
     first = text.splitlines()[0]
-    assert first.startswith(TABLE) and "[tables]" in first and "config " in first and "git " in first
+    assert (
+        first.startswith(TABLE) and "[tables]" in first and "config " in first and "git " in first
+    )
     assert "torch " in first and "transformers " in first and "(see above)" in text
 
 
@@ -53,7 +73,9 @@ def test_a_tampered_raw_shard_is_named(run, capsys):
     shard.write_bytes(bytes(data))
     rel = str(shard.relative_to(run))
     report = audit(TABLE, root=run)
-    assert problems(report) == {("modified", rel)}  # the consumer is not stale: it saw the recorded bytes
+    assert problems(report) == {
+        ("modified", rel)
+    }  # the consumer is not stale: it saw the recorded bytes
 
     assert main(["audit", TABLE, "--root", str(run)]) == 1
     err = capsys.readouterr().err
@@ -65,7 +87,9 @@ def test_a_replaced_checkpoint_file_is_named(run):
     ckpt = run / "results/small/ckpt"
     shutil.copy(ckpt / "base" / "model.safetensors", ckpt / "sft" / "model.safetensors")
     assert ("modified", "results/small/ckpt/sft/model.safetensors") in problems(audit(run / TABLE))
-    assert problems(audit(ckpt / "sft")) == {("modified", "results/small/ckpt/sft/model.safetensors")}
+    assert problems(audit(ckpt / "sft")) == {
+        ("modified", "results/small/ckpt/sft/model.safetensors")
+    }
 
 
 @slow
@@ -99,6 +123,7 @@ def test_missing_sidecars_artifacts_and_config_snapshots_are_named(run, capsys):
 
 # --- a hand-built chain: source -> results/x/a.jsonl -> results/x/b.jsonl ----------------------------------
 
+
 @pytest.fixture
 def chain(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -108,11 +133,21 @@ def chain(tmp_path, monkeypatch):
     (tmp_path / "results/x").mkdir(parents=True)
     (tmp_path / "src/raw.jsonl").write_text('{"prompt": "1+1"}\n')
     (tmp_path / "results/x/a.jsonl").write_text('{"prompt": "1+1", "answer": "2"}\n')
-    write_sidecars({"a": "results/x/a.jsonl"}, {"raw": "src/raw.jsonl"}, stage="pool", params={"seed": 1},
-                   started=now())
+    write_sidecars(
+        {"a": "results/x/a.jsonl"},
+        {"raw": "src/raw.jsonl"},
+        stage="pool",
+        params={"seed": 1},
+        started=now(),
+    )
     (tmp_path / "results/x/b.jsonl").write_text('{"accuracy": 1.0}\n')
-    write_sidecars({"b": "results/x/b.jsonl"}, {"a": "results/x/a.jsonl"}, stage="tables", params={"seed": 1},
-                   started=now())
+    write_sidecars(
+        {"b": "results/x/b.jsonl"},
+        {"a": "results/x/a.jsonl"},
+        stage="tables",
+        params={"seed": 1},
+        started=now(),
+    )
     return tmp_path
 
 
@@ -120,7 +155,10 @@ def test_a_changed_source_file_makes_its_consumer_stale(chain):
     assert audit("results/x/b.jsonl").ok
     (chain / "src/raw.jsonl").write_text('{"prompt": "1+2"}\n')
     report = audit("results/x/b.jsonl")
-    assert problems(report) == {("stale", "results/x/a.jsonl")} and report.problems[0].input == "src/raw.jsonl"
+    assert (
+        problems(report) == {("stale", "results/x/a.jsonl")}
+        and report.problems[0].input == "src/raw.jsonl"
+    )
 
 
 def test_an_artifact_without_provenance_and_an_unreadable_sidecar(chain):

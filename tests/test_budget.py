@@ -14,8 +14,14 @@ from stillroom.teachers.budget import Budget, BudgetExhausted
 
 from .fault_server import FaultServer
 
-SPEC = {"backend": "openai", "model": "m", "backoff_base_s": 0.01, "timeout_s": 5, "concurrency": 4,
-        "sampling": {"max_tokens": 40}}
+SPEC = {
+    "backend": "openai",
+    "model": "m",
+    "backoff_base_s": 0.01,
+    "timeout_s": 5,
+    "concurrency": 4,
+    "sampling": {"max_tokens": 40},
+}
 
 
 def _shard(tmp_path, name="shard", n=20, seed=1):
@@ -25,8 +31,12 @@ def _shard(tmp_path, name="shard", n=20, seed=1):
 
 
 def _run(shard, out, spec, k=1):
-    return generate.run(shard=shard, out_samples=out, log=lambda _: None,
-                        params={"teacher": "api", "spec": spec, "effort": "low", "samples": k, "seed": 0})
+    return generate.run(
+        shard=shard,
+        out_samples=out,
+        log=lambda _: None,
+        params={"teacher": "api", "spec": spec, "effort": "low", "samples": k, "seed": 0},
+    )
 
 
 def test_budget_day_and_reservations(tmp_path):
@@ -51,6 +61,7 @@ def test_reservations_of_dead_processes_are_released(tmp_path):
     b.reserve(10)
     state = json.loads(ledger.read_text())
     import socket
+
     state["reserved"][f"{socket.gethostname()}:999999"] = 80  # a job that was SIGKILLed mid-request
     ledger.write_text(json.dumps(state))
     assert b.status()["in_flight"] == 10
@@ -62,11 +73,16 @@ def test_exhaustion_stops_cleanly_and_the_next_run_resumes(tmp_path):
     spec = {**SPEC, "budget": {"daily_output_tokens": 200, "ledger": str(ledger)}}
     with FaultServer() as server:
         spec["base_url"] = server.base_url
-        with pytest.raises(BudgetExhausted, match=r"budget reached \(\d+ of 200 spent.*resets at .*remain; rerun"):
+        with pytest.raises(
+            BudgetExhausted, match=r"budget reached \(\d+ of 200 spent.*resets at .*remain; rerun"
+        ):
             _run(shard, out, spec)
         kept = read_jsonl(out + ".partial")
         state = json.loads(ledger.read_text())
-        assert 0 < len(kept) < 20 and state["spent"] == sum(r["completion_tokens"] for r in kept) <= 200
+        assert (
+            0 < len(kept) < 20
+            and state["spent"] == sum(r["completion_tokens"] for r in kept) <= 200
+        )
         assert state["reserved"] == {} and not (tmp_path / "gen.jsonl").exists()
         spec["budget"]["daily_output_tokens"] = 10_000  # the next day, in effect
         m = _run(shard, out, spec)
@@ -87,15 +103,26 @@ def _job(args):
 def test_concurrent_jobs_share_one_ledger_exactly(tmp_path):
     ledger = tmp_path / "api.json"
     with FaultServer() as server:
-        spec = {**SPEC, "base_url": server.base_url, "budget": {"daily_output_tokens": 500, "ledger": str(ledger)}}
-        jobs = [(_shard(tmp_path, f"s{i}", 80, i), str(tmp_path / f"gen{i}.jsonl"), spec) for i in range(2)]
+        spec = {
+            **SPEC,
+            "base_url": server.base_url,
+            "budget": {"daily_output_tokens": 500, "ledger": str(ledger)},
+        }
+        jobs = [
+            (_shard(tmp_path, f"s{i}", 80, i), str(tmp_path / f"gen{i}.jsonl"), spec)
+            for i in range(2)
+        ]
         with multiprocessing.get_context("spawn").Pool(2) as pool:
             outs = pool.map(_job, jobs)
     written = [o if os.path.exists(o) else o + ".partial" for o in outs]  # finished or stopped
     tokens = sum(r["completion_tokens"] for o in written for r in read_jsonl(o))
     state = json.loads(ledger.read_text())
     # Never over the limit; admission stops once the worst case of the 8 requests in flight might not fit.
-    assert state["spent"] == tokens and 500 - (2 * 4 + 1) * 40 < tokens <= 500 and state["reserved"] == {}
+    assert (
+        state["spent"] == tokens
+        and 500 - (2 * 4 + 1) * 40 < tokens <= 500
+        and state["reserved"] == {}
+    )
 
 
 def test_context_guard_clamps_or_skips(tmp_path):
@@ -103,12 +130,20 @@ def test_context_guard_clamps_or_skips(tmp_path):
     clamp = make_teacher("api", {**SPEC, "base_url": "http://x/v1", "context_length": 530})
     body = clamp.guard_context(clamp.request_body(problem, "low", 0, 0))
     prompt_tokens = clamp.count_prompt_tokens(body)
-    assert prompt_tokens >= 1500 // 3 and body["max_tokens"] == 530 - prompt_tokens and body["max_tokens_clamped_from"] == 40
-    skip = make_teacher("api", {**SPEC, "base_url": "http://x/v1", "context_length": 530, "on_overflow": "skip"})
+    assert (
+        prompt_tokens >= 1500 // 3
+        and body["max_tokens"] == 530 - prompt_tokens
+        and body["max_tokens_clamped_from"] == 40
+    )
+    skip = make_teacher(
+        "api", {**SPEC, "base_url": "http://x/v1", "context_length": 530, "on_overflow": "skip"}
+    )
     with pytest.raises(SkipSample, match="exceeds context_length 530"):
         skip.guard_context(skip.request_body(problem, "low", 0, 0))
     short = {"prompt_id": "q", "prompt": "What is 1 + 1?"}
-    assert "max_tokens_clamped_from" not in skip.guard_context(skip.request_body(short, "low", 0, 0))
+    assert "max_tokens_clamped_from" not in skip.guard_context(
+        skip.request_body(short, "low", 0, 0)
+    )
 
 
 def test_skipped_samples_are_recorded_with_the_reason(tmp_path):
@@ -117,8 +152,11 @@ def test_skipped_samples_are_recorded_with_the_reason(tmp_path):
     rows[0]["prompt"] = "long " * 400
     write_jsonl(path, rows)
     with FaultServer() as server:
-        m = _run(str(path), str(tmp_path / "gen.jsonl"), {**SPEC, "base_url": server.base_url, "context_length": 300,
-                                                           "on_overflow": "skip"})
+        m = _run(
+            str(path),
+            str(tmp_path / "gen.jsonl"),
+            {**SPEC, "base_url": server.base_url, "context_length": 300, "on_overflow": "skip"},
+        )
     out = {r["prompt_id"]: r for r in read_jsonl(tmp_path / "gen.jsonl")}
     assert m["skipped"] == 1 and out[rows[0]["prompt_id"]]["skipped"].startswith("prompt")
     assert out[rows[0]["prompt_id"]]["response"] is None and server.counts["requests"] == 3
@@ -126,4 +164,12 @@ def test_skipped_samples_are_recorded_with_the_reason(tmp_path):
 
 def test_a_budget_needs_max_tokens():
     with pytest.raises(ValueError, match="needs sampling.max_tokens"):
-        make_teacher("api", {**SPEC, "base_url": "http://x/v1", "sampling": {}, "budget": {"daily_output_tokens": 5}})
+        make_teacher(
+            "api",
+            {
+                **SPEC,
+                "base_url": "http://x/v1",
+                "sampling": {},
+                "budget": {"daily_output_tokens": 5},
+            },
+        )

@@ -20,7 +20,9 @@ from stillroom.io import read_jsonl
 
 from .conftest import REPO
 
-GOLD = json.dumps({"entry_point": "add", "tests": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]})
+GOLD = json.dumps(
+    {"entry_point": "add", "tests": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]}
+)
 ADD = "def add(a, b):\n    return a + b\n"
 
 
@@ -41,9 +43,14 @@ def test_extracts_last_python_block_else_bare_block_else_whole_answer():
     two = "```python\nx = 1\n```\ntext\n```py\nx = 2\n```\n```bash\nls\n```"
     assert extract_program(two) == "x = 2\n"
     assert extract_program("```\nx = 3\n```") == "x = 3\n"
-    assert extract_program("- item:\n  ```python\n  def f():\n      return 1\n  ```") == "def f():\n    return 1\n"
+    assert (
+        extract_program("- item:\n  ```python\n  def f():\n      return 1\n  ```")
+        == "def f():\n    return 1\n"
+    )
     assert extract_program("x = 4\n") == "x = 4"
-    assert extract_program("<think>```python\nx = 5\n```</think>\n```python\nx = 6\n```") == "x = 6\n"
+    assert (
+        extract_program("<think>```python\nx = 5\n```</think>\n```python\nx = 6\n```") == "x = 6\n"
+    )
     assert extract_program("<think>still going ```python\nx = 7\n```") is None
     assert extract_program("<think>done</think>   ") is None
 
@@ -52,9 +59,13 @@ def test_gold_formats():
     assert parse_code_gold("assert f(1) == 1\n") == ("assert f(1) == 1\n", None)
     assert parse_code_gold('{"tests": "assert f()", "entry_point": "f"}') == ("assert f()", "f")
     assert parse_code_gold(GOLD)[0] == "assert add(1, 2) == 3\nassert add(-1, 1) == 0"
-    for bad, message in [('{"tests": "assert f()",', "not valid JSON"), ('{"test": "assert 1"}', "keys 'tests'"),
-                         ('{"tests": "assert 1", "entry_point": "f g"}', "identifier"), ("   ", "no tests"),
-                         ("assert (", "do not compile")]:
+    for bad, message in [
+        ('{"tests": "assert f()",', "not valid JSON"),
+        ('{"test": "assert 1"}', "keys 'tests'"),
+        ('{"tests": "assert 1", "entry_point": "f g"}', "identifier"),
+        ("   ", "no tests"),
+        ("assert (", "do not compile"),
+    ]:
         with pytest.raises(ValueError, match=message):
             parse_code_gold(bad)
 
@@ -65,28 +76,45 @@ def test_correct_solution_passes_and_wrong_one_fails(root):
     assert ok.grade_fields() == {"correct": True, "extracted": ADD, "status": "ok"}
     wrong = grade_code(fenced(ADD.replace("+", "-")), GOLD, timeout_s=5, tmp_root=str(root))
     assert not wrong.passed and wrong.status == "failed" and "AssertionError" in wrong.stderr_tail
-    plain = grade_code(ADD, "assert add(2, 2) == 4", timeout_s=5, tmp_root=str(root))  # plain-assert gold
+    plain = grade_code(
+        ADD, "assert add(2, 2) == 4", timeout_s=5, tmp_root=str(root)
+    )  # plain-assert gold
     assert plain.status == "passed"
 
 
 def test_no_code_errors_and_entry_points(root):
     assert grade_code("<think>never closed", GOLD, tmp_root=str(root)).status == "no_code"
-    assert grade_code("I don't know.", GOLD, timeout_s=5, tmp_root=str(root)).status == "error"  # not Python
-    missing = grade_code(fenced("def plus(a, b):\n    return a + b\n"), GOLD, timeout_s=5, tmp_root=str(root))
+    assert (
+        grade_code("I don't know.", GOLD, timeout_s=5, tmp_root=str(root)).status == "error"
+    )  # not Python
+    missing = grade_code(
+        fenced("def plus(a, b):\n    return a + b\n"), GOLD, timeout_s=5, tmp_root=str(root)
+    )
     assert missing.status == "error" and "entry point 'add' is not defined" in missing.stderr_tail
-    crash = grade_code(fenced("raise RuntimeError('boom')\n"), GOLD, timeout_s=5, tmp_root=str(root))
+    crash = grade_code(
+        fenced("raise RuntimeError('boom')\n"), GOLD, timeout_s=5, tmp_root=str(root)
+    )
     assert crash.status == "error" and "boom" in crash.stderr_tail
     # HumanEval style: the tests' check(candidate) gets the entry point, not a check() of the program's own.
-    humaneval = json.dumps({"entry_point": "add", "tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n"})
+    humaneval = json.dumps(
+        {"entry_point": "add", "tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n"}
+    )
     program = ADD + "def check(x):\n    raise RuntimeError('not the tests')\n"
-    assert grade_code(fenced(program), humaneval, timeout_s=5, tmp_root=str(root)).status == "passed"
+    assert (
+        grade_code(fenced(program), humaneval, timeout_s=5, tmp_root=str(root)).status == "passed"
+    )
     wrong = grade_code(fenced(ADD.replace("+", "*")), humaneval, timeout_s=5, tmp_root=str(root))
     assert wrong.status == "failed"
 
 
 def test_exiting_early_is_not_a_pass(root):
     for exit_call in ("import os\nos._exit(0)\n", "import sys\nsys.exit(0)\n"):
-        assert run_program(ADD + exit_call, "assert add(1, 2) == 3", timeout_s=5, tmp_root=str(root)).status == "error"
+        assert (
+            run_program(
+                ADD + exit_call, "assert add(1, 2) == 3", timeout_s=5, tmp_root=str(root)
+            ).status
+            == "error"
+        )
 
 
 def test_infinite_loop_is_killed_within_the_timeout(root):
@@ -106,10 +134,15 @@ def test_writes_outside_the_sandbox_are_blocked(root):
     # Swallowing the error does not help: the file is still never written.
     program = f"try:\n    open({str(outside)!r}, 'w')\nexcept OSError:\n    pass\n" + ADD
     assert grade_code(fenced(program), GOLD, timeout_s=5, tmp_root=str(root)).status == "passed"
-    others = ["import os\nos.symlink('/tmp', 'link')\nopen('link/escape-{0}', 'w')\n",
-              "import os\nos.remove({1!r})\n", "import os\nos.mkdir('../made')\n",
-              "import os\nos.chdir('..')\nopen('escape', 'w')\n", "import shutil\nshutil.rmtree({2!r})\n",
-              "import os\nos.rename('_run.py', '../moved')\n", "import os\nfd = os.open('/tmp', os.O_RDONLY)\n"]
+    others = [
+        "import os\nos.symlink('/tmp', 'link')\nopen('link/escape-{0}', 'w')\n",
+        "import os\nos.remove({1!r})\n",
+        "import os\nos.mkdir('../made')\n",
+        "import os\nos.chdir('..')\nopen('escape', 'w')\n",
+        "import shutil\nshutil.rmtree({2!r})\n",
+        "import os\nos.rename('_run.py', '../moved')\n",
+        "import os\nfd = os.open('/tmp', os.O_RDONLY)\n",
+    ]
     keep = root.parent / "keep.txt"
     keep.write_text("keep")
     for other in others:
@@ -121,39 +154,52 @@ def test_writes_outside_the_sandbox_are_blocked(root):
 
 
 def test_writes_inside_the_sandbox_are_allowed(root):
-    program = ("import os, shutil, tempfile\nos.mkdir('d')\nwith open('d/x.txt', 'w') as f:\n    f.write('hi')\n"
-               "os.rename('d/x.txt', 'd/y.txt')\nshutil.rmtree('d')\ntempfile.mkstemp()\n"
-               "open(os.path.expanduser('~/notes'), 'w').close()\n") + ADD
+    program = (
+        "import os, shutil, tempfile\nos.mkdir('d')\nwith open('d/x.txt', 'w') as f:\n    f.write('hi')\n"
+        "os.rename('d/x.txt', 'd/y.txt')\nshutil.rmtree('d')\ntempfile.mkstemp()\n"
+        "open(os.path.expanduser('~/notes'), 'w').close()\n"
+    ) + ADD
     assert grade_code(fenced(program), GOLD, timeout_s=5, tmp_root=str(root)).status == "passed"
 
 
-@pytest.mark.parametrize("program", [
-    "import subprocess\nsubprocess.run(['touch', {marker!r}])\n",
-    "import os\nos.system('touch {marker}')\n",
-    "import os\nif os.fork() == 0:\n    open({marker!r}, 'w')\n",
-    "import os\nos.execv('/bin/touch', ['touch', {marker!r}])\n",
-    "import _posixsubprocess\n_posixsubprocess.fork_exec()\n",
-    "import multiprocessing as mp\nmp.get_context('spawn').Process(target=print).start()\n",
-    "import ctypes\n",
-])
+@pytest.mark.parametrize(
+    "program",
+    [
+        "import subprocess\nsubprocess.run(['touch', {marker!r}])\n",
+        "import os\nos.system('touch {marker}')\n",
+        "import os\nif os.fork() == 0:\n    open({marker!r}, 'w')\n",
+        "import os\nos.execv('/bin/touch', ['touch', {marker!r}])\n",
+        "import _posixsubprocess\n_posixsubprocess.fork_exec()\n",
+        "import multiprocessing as mp\nmp.get_context('spawn').Process(target=print).start()\n",
+        "import ctypes\n",
+    ],
+)
 def test_starting_processes_is_blocked(root, program):
     marker = root.parent / "spawned"
-    result = grade_code(fenced(program.format(marker=str(marker)) + ADD), GOLD, timeout_s=5, tmp_root=str(root))
+    result = grade_code(
+        fenced(program.format(marker=str(marker)) + ADD), GOLD, timeout_s=5, tmp_root=str(root)
+    )
     assert result.status == "error" and "PermissionError: sandbox" in result.stderr_tail
     assert not marker.exists()
 
 
 def test_memory_and_output_are_limited(root):
-    assert grade_code(fenced("x = bytearray(4 << 30)\n" + ADD), GOLD, timeout_s=5,
-                      tmp_root=str(root)).status == "error"
-    flood = grade_code(fenced("while True:\n    print('x' * 4096)\n"), GOLD, timeout_s=5, tmp_root=str(root))
+    assert (
+        grade_code(
+            fenced("x = bytearray(4 << 30)\n" + ADD), GOLD, timeout_s=5, tmp_root=str(root)
+        ).status
+        == "error"
+    )
+    flood = grade_code(
+        fenced("while True:\n    print('x' * 4096)\n"), GOLD, timeout_s=5, tmp_root=str(root)
+    )
     assert flood.status == "error" and "File too large" in flood.stderr_tail
 
 
 SOLUTIONS = {
     "is_palindrome": "def is_palindrome(s):\n    t = [c.lower() for c in s if c.isalnum()]\n    return t == t[::-1]\n",
     "fizzbuzz": "def fizzbuzz(n):\n    return ['FizzBuzz' if k % 15 == 0 else 'Fizz' if k % 3 == 0 else 'Buzz' if k % 5 == 0"
-                " else str(k) for k in range(1, n + 1)]\n",
+    " else str(k) for k in range(1, n + 1)]\n",
     "count_vowels": "def count_vowels(s):\n    return sum(c in 'aeiouAEIOU' for c in s)\n",
     "reverse_words": "def reverse_words(s):\n    return ' '.join(reversed(s.split()))\n",
     "second_largest": "def second_largest(nums):\n    v = sorted(set(nums))\n    return v[-2] if len(v) > 1 else None\n",
@@ -161,16 +207,16 @@ SOLUTIONS = {
     "is_prime": "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))\n",
     "fibonacci": "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
     "run_length_encode": "import itertools\ndef run_length_encode(s):\n"
-                         "    return ''.join(f'{k}{len(list(g))}' for k, g in itertools.groupby(s))\n",
+    "    return ''.join(f'{k}{len(list(g))}' for k, g in itertools.groupby(s))\n",
     "merge_intervals": "def merge_intervals(iv):\n    out = []\n    for a, b in sorted(iv):\n"
-                       "        if out and a <= out[-1][1]:\n            out[-1][1] = max(out[-1][1], b)\n"
-                       "        else:\n            out.append([a, b])\n    return out\n",
+    "        if out and a <= out[-1][1]:\n            out[-1][1] = max(out[-1][1], b)\n"
+    "        else:\n            out.append([a, b])\n    return out\n",
     "word_frequencies": "import re\nfrom collections import Counter\ndef word_frequencies(text):\n"
-                        "    return dict(Counter(w.lower() for w in re.findall('[A-Za-z]+', text)))\n",
+    "    return dict(Counter(w.lower() for w in re.findall('[A-Za-z]+', text)))\n",
     "balanced_brackets": "def balanced_brackets(s):\n    pairs, stack = {')': '(', ']': '[', '}': '{'}, []\n"
-                         "    for c in s:\n        if c in '([{':\n            stack.append(c)\n"
-                         "        elif c in pairs and (not stack or stack.pop() != pairs[c]):\n"
-                         "            return False\n    return not stack\n",
+    "    for c in s:\n        if c in '([{':\n            stack.append(c)\n"
+    "        elif c in pairs and (not stack or stack.pop() != pairs[c]):\n"
+    "            return False\n    return not stack\n",
 }
 
 
@@ -180,7 +226,16 @@ def test_shipped_benchmark_is_well_formed_and_solvable(root):
     for row in rows:
         assert set(row) == {"prompt_id", "prompt", "answer", "kind"} and row["kind"] == "code"
         _, entry = parse_code_gold(row["answer"])
-        result = grade_code(fenced(SOLUTIONS[entry]), row["answer"], timeout_s=5, tmp_root=str(root))
+        result = grade_code(
+            fenced(SOLUTIONS[entry]), row["answer"], timeout_s=5, tmp_root=str(root)
+        )
         assert result.status == "passed", (entry, result.stderr_tail)
-        assert grade_code(fenced(f"def {entry}(*a):\n    return None\n"), row["answer"], timeout_s=5,
-                          tmp_root=str(root)).status == "failed", entry
+        assert (
+            grade_code(
+                fenced(f"def {entry}(*a):\n    return None\n"),
+                row["answer"],
+                timeout_s=5,
+                tmp_root=str(root),
+            ).status
+            == "failed"
+        ), entry

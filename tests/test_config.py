@@ -11,25 +11,60 @@ def test_default_config_is_valid():
     validate(default_config())
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda c: c["train"].update(lr_typo=1), r"train: unknown key\(s\) 'lr_typo'"),
-    (lambda c: c["train"].update(lr="fast"), r"train.lr: 'fast' is not of type 'number'"),
-    (lambda c: c["merge"].update(ratios=[0.5, 1.5]), r"merge.ratios.1: 1.5 is greater than or equal to"),
-    (lambda c: c["generation"].update(samples_per_prompt=0), r"generation.samples_per_prompt: 0 is less than"),
-    (lambda c: c.update(colour="blue"), r"<top level>: unknown key\(s\) 'colour'"),
-    (lambda c: c["generation"].update(teacher="gpt"), r"generation.teacher: 'gpt' is not a key of teachers"),
-    (lambda c: c["dataset"].update(default_effort="xhigh"), r"dataset.default_effort: 'xhigh' is not in"),
-    (lambda c: c["eval"].update(benchmarks=["aime"]), r"eval.benchmarks.0: 'aime' is neither"),
-    (lambda c: c["student"].update(effort_tag="{effort}"), r"student.effort_tag: .* does not match"),
-    (lambda c: c["sources"].append({"name": "x", "kind": "jsonl"}), r"sources.3 \(x\): kind 'jsonl' needs key 'path'"),
-    (lambda c: c["eval"]["budget_force"].update(models=["sft", "merge-0.9"]),
-     r"eval.budget_force.models.1: 'merge-0.9' is not one of base, sft, merge-0.3"),
-    (lambda c: c["merge"].update(select_on="heldout"), r"merge.select_on: 'heldout' is also a reported benchmark"),
-    (lambda c: c["heldout"].update(dev_size=0), r"merge.select_on: 'dev' needs heldout.dev_size > 0"),
-    (lambda c: c["merge"].update(select_on="aime"), r"merge.select_on: 'aime' is neither 'dev' nor"),
-    (lambda c: c["train"].update(method="qlora8"), r"train.method: 'qlora8' is not one of"),
-    (lambda c: c["student"].update(weight_hooks=[{"fn": "renorm_rows"}]), r"student.weight_hooks.0: 'match' is"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c["train"].update(lr_typo=1), r"train: unknown key\(s\) 'lr_typo'"),
+        (lambda c: c["train"].update(lr="fast"), r"train.lr: 'fast' is not of type 'number'"),
+        (
+            lambda c: c["merge"].update(ratios=[0.5, 1.5]),
+            r"merge.ratios.1: 1.5 is greater than or equal to",
+        ),
+        (
+            lambda c: c["generation"].update(samples_per_prompt=0),
+            r"generation.samples_per_prompt: 0 is less than",
+        ),
+        (lambda c: c.update(colour="blue"), r"<top level>: unknown key\(s\) 'colour'"),
+        (
+            lambda c: c["generation"].update(teacher="gpt"),
+            r"generation.teacher: 'gpt' is not a key of teachers",
+        ),
+        (
+            lambda c: c["dataset"].update(default_effort="xhigh"),
+            r"dataset.default_effort: 'xhigh' is not in",
+        ),
+        (lambda c: c["eval"].update(benchmarks=["aime"]), r"eval.benchmarks.0: 'aime' is neither"),
+        (
+            lambda c: c["student"].update(effort_tag="{effort}"),
+            r"student.effort_tag: .* does not match",
+        ),
+        (
+            lambda c: c["sources"].append({"name": "x", "kind": "jsonl"}),
+            r"sources.3 \(x\): kind 'jsonl' needs key 'path'",
+        ),
+        (
+            lambda c: c["eval"]["budget_force"].update(models=["sft", "merge-0.9"]),
+            r"eval.budget_force.models.1: 'merge-0.9' is not one of base, sft, merge-0.3",
+        ),
+        (
+            lambda c: c["merge"].update(select_on="heldout"),
+            r"merge.select_on: 'heldout' is also a reported benchmark",
+        ),
+        (
+            lambda c: c["heldout"].update(dev_size=0),
+            r"merge.select_on: 'dev' needs heldout.dev_size > 0",
+        ),
+        (
+            lambda c: c["merge"].update(select_on="aime"),
+            r"merge.select_on: 'aime' is neither 'dev' nor",
+        ),
+        (lambda c: c["train"].update(method="qlora8"), r"train.method: 'qlora8' is not one of"),
+        (
+            lambda c: c["student"].update(weight_hooks=[{"fn": "renorm_rows"}]),
+            r"student.weight_hooks.0: 'match' is",
+        ),
+    ],
+)
 def test_bad_config_names_the_key(mutate, message):
     cfg = default_config()
     mutate(cfg)

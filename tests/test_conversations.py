@@ -29,16 +29,42 @@ PLAIN = [
 
 
 def tool_row(id="t1"):
-    return {"id": id, "messages": [
-        {"role": "user", "content": "Sum 2 and 3; how is Oslo?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"type": "function", "id": "call_1", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}},
-            {"type": "function", "id": "call_2", "function": {"name": "weather", "arguments": {"city": "Oslo"}}},
-        ]},
-        {"role": "tool", "name": "add", "tool_call_id": "call_1", "content": "5", "extra": "dropped"},
-        {"role": "tool", "name": "weather", "tool_call_id": "call_2", "content": '{"sky": "grey"}'},
-        {"role": "assistant", "content": "2 + 3 = 5 and Oslo is grey."},
-    ]}
+    return {
+        "id": id,
+        "messages": [
+            {"role": "user", "content": "Sum 2 and 3; how is Oslo?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "id": "call_1",
+                        "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+                    },
+                    {
+                        "type": "function",
+                        "id": "call_2",
+                        "function": {"name": "weather", "arguments": {"city": "Oslo"}},
+                    },
+                ],
+            },
+            {
+                "role": "tool",
+                "name": "add",
+                "tool_call_id": "call_1",
+                "content": "5",
+                "extra": "dropped",
+            },
+            {
+                "role": "tool",
+                "name": "weather",
+                "tool_call_id": "call_2",
+                "content": '{"sky": "grey"}',
+            },
+            {"role": "assistant", "content": "2 + 3 = 5 and Oslo is grey."},
+        ],
+    }
 
 
 def write_rows(path, rows):
@@ -51,7 +77,9 @@ def write_rows(path, rows):
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("conv") / "tokenizer"
-    texts = [m["content"] or "" for m in tool_row()["messages"] + PLAIN] + ['<tool_call>\n{"name": "add"}']
+    texts = [m["content"] or "" for m in tool_row()["messages"] + PLAIN] + [
+        '<tool_call>\n{"name": "add"}'
+    ]
     train_tokenizer(texts * 5, out, vocab_size=300)
     return out
 
@@ -64,8 +92,16 @@ def tok(tok_dir):
 def test_tool_conversation_loads_renders_and_masks_calls_as_assistant(tok, tmp_path):
     [ex] = load_conversations(write_rows(tmp_path / "d.jsonl", [tool_row()]))
     call = ex["messages"][1]
-    assert call["content"] == "" and call["tool_calls"][0]["function"]["arguments"] == {"a": 2, "b": 3}
-    assert ex["messages"][2] == {"role": "tool", "content": "5", "name": "add", "tool_call_id": "call_1"}
+    assert call["content"] == "" and call["tool_calls"][0]["function"]["arguments"] == {
+        "a": 2,
+        "b": 3,
+    }
+    assert ex["messages"][2] == {
+        "role": "tool",
+        "content": "5",
+        "name": "add",
+        "tool_call_id": "call_1",
+    }
     check_renders(tok, [ex], "d.jsonl")
     text = tok.apply_chat_template(ex["messages"], tokenize=False)
     assert (
@@ -73,7 +109,9 @@ def test_tool_conversation_loads_renders_and_masks_calls_as_assistant(tok, tmp_p
         '<tool_call>\n{"name": "weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>\n'
         '<|im_start|>tool\n<tool_response name="add">\n5\n</tool_response><|im_end|>\n'
     ) in text
-    enc = tok.apply_chat_template(ex["messages"], return_dict=True, return_assistant_tokens_mask=True)
+    enc = tok.apply_chat_template(
+        ex["messages"], return_dict=True, return_assistant_tokens_mask=True
+    )
     pairs = list(zip(enc["input_ids"], enc["assistant_masks"]))
     assistant = tok.decode([t for t, bit in pairs if bit])
     assert assistant == (
@@ -81,7 +119,9 @@ def test_tool_conversation_loads_renders_and_masks_calls_as_assistant(tok, tmp_p
         '<tool_call>\n{"name": "weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>'
         "2 + 3 = 5 and Oslo is grey.<|im_end|>"
     )
-    assert "tool_response" not in assistant and "<tool_response" in tok.decode([t for t, bit in pairs if not bit])
+    assert "tool_response" not in assistant and "<tool_response" in tok.decode(
+        [t for t, bit in pairs if not bit]
+    )
 
 
 def test_plain_conversations_render_as_before(tok):
@@ -89,11 +129,14 @@ def test_plain_conversations_render_as_before(tok):
     for n in range(1, len(PLAIN) + 1):
         for gen in (False, True):
             ours = tok.apply_chat_template(PLAIN[:n], tokenize=False, add_generation_prompt=gen)
-            old = tok.apply_chat_template(PLAIN[:n], tokenize=False, add_generation_prompt=gen,
-                                          chat_template=OLD_TEMPLATE)
+            old = tok.apply_chat_template(
+                PLAIN[:n], tokenize=False, add_generation_prompt=gen, chat_template=OLD_TEMPLATE
+            )
             assert ours == old
     kw = {"return_dict": True, "return_assistant_tokens_mask": True}
-    assert tok.apply_chat_template(PLAIN, **kw) == tok.apply_chat_template(PLAIN, chat_template=OLD_TEMPLATE, **kw)
+    assert tok.apply_chat_template(PLAIN, **kw) == tok.apply_chat_template(
+        PLAIN, chat_template=OLD_TEMPLATE, **kw
+    )
 
 
 def edit(fn):
@@ -105,25 +148,55 @@ def edit(fn):
 MSG = "key 'messages': message"
 
 
-@pytest.mark.parametrize("row, match", [
-    (edit(lambda m: m[2].pop("name")), rf"{MSG} 2: tool message needs a non-empty string 'name'"),
-    (edit(lambda m: m[2].update(name="")), rf"{MSG} 2: tool message needs a non-empty string 'name'"),
-    (edit(lambda m: m[2].update(tool_call_id="call_9")), rf"{MSG} 2: tool_call_id 'call_9' answers no tool call"),
-    (edit(lambda m: m[2].update(name="weather")), rf"{MSG} 2: tool_call_id 'call_1' is a call to 'add', but .*'weather'"),
-    (edit(lambda m: m.insert(1, m.pop(2))), rf"{MSG} 1: tool_call_id 'call_1' answers no tool call of an earlier"),
-    (edit(lambda m: m[1]["tool_calls"][0]["function"].update(arguments='{"a": 2,')),
-     rf"{MSG} 1: tool_calls\[0\] \(add\) arguments are not valid JSON"),
-    (edit(lambda m: m[1]["tool_calls"][1]["function"].update(arguments="[1]")),
-     rf"{MSG} 1: tool_calls\[1\] \(weather\) arguments should be a JSON object"),
-    (edit(lambda m: m[1]["tool_calls"][0]["function"].pop("name")), rf"{MSG} 1: tool_calls\[0\] needs .*'name'"),
-    (edit(lambda m: m[1].pop("tool_calls")), rf"{MSG} 1: assistant message needs string content"),
-    (edit(lambda m: m[0].update(role="teacher")), rf"{MSG} 0: needs a role in"),
-    (edit(lambda m: [m.pop(4), m.pop(1)]), r"key 'messages': no assistant turn"),
-    ({"id": "x", "prompt": "hi"}, r"missing key 'messages'"),
-    ("{not json", r"not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "row, match",
+    [
+        (
+            edit(lambda m: m[2].pop("name")),
+            rf"{MSG} 2: tool message needs a non-empty string 'name'",
+        ),
+        (
+            edit(lambda m: m[2].update(name="")),
+            rf"{MSG} 2: tool message needs a non-empty string 'name'",
+        ),
+        (
+            edit(lambda m: m[2].update(tool_call_id="call_9")),
+            rf"{MSG} 2: tool_call_id 'call_9' answers no tool call",
+        ),
+        (
+            edit(lambda m: m[2].update(name="weather")),
+            rf"{MSG} 2: tool_call_id 'call_1' is a call to 'add', but .*'weather'",
+        ),
+        (
+            edit(lambda m: m.insert(1, m.pop(2))),
+            rf"{MSG} 1: tool_call_id 'call_1' answers no tool call of an earlier",
+        ),
+        (
+            edit(lambda m: m[1]["tool_calls"][0]["function"].update(arguments='{"a": 2,')),
+            rf"{MSG} 1: tool_calls\[0\] \(add\) arguments are not valid JSON",
+        ),
+        (
+            edit(lambda m: m[1]["tool_calls"][1]["function"].update(arguments="[1]")),
+            rf"{MSG} 1: tool_calls\[1\] \(weather\) arguments should be a JSON object",
+        ),
+        (
+            edit(lambda m: m[1]["tool_calls"][0]["function"].pop("name")),
+            rf"{MSG} 1: tool_calls\[0\] needs .*'name'",
+        ),
+        (
+            edit(lambda m: m[1].pop("tool_calls")),
+            rf"{MSG} 1: assistant message needs string content",
+        ),
+        (edit(lambda m: m[0].update(role="teacher")), rf"{MSG} 0: needs a role in"),
+        (edit(lambda m: [m.pop(4), m.pop(1)]), r"key 'messages': no assistant turn"),
+        ({"id": "x", "prompt": "hi"}, r"missing key 'messages'"),
+        ("{not json", r"not valid JSON"),
+    ],
+)
 def test_bad_rows_name_file_line_and_message(tmp_path, row, match):
-    path = write_rows(tmp_path / "data.jsonl", [tool_row(), None, row])  # the blank line still counts
+    path = write_rows(
+        tmp_path / "data.jsonl", [tool_row(), None, row]
+    )  # the blank line still counts
     with pytest.raises(DataError, match=rf"data\.jsonl:3: {match}"):
         load_conversations(path)
 
@@ -149,24 +222,33 @@ def test_all_bad_rows_are_reported_together(tmp_path):
 def test_blank_lines_keep_ids_and_line_numbers(tmp_path):
     row = tool_row()
     del row["id"]
-    examples = load_conversations(write_rows(tmp_path / "d.jsonl", [None, row, None, None, tool_row("kept")]))
+    examples = load_conversations(
+        write_rows(tmp_path / "d.jsonl", [None, row, None, None, tool_row("kept")])
+    )
     assert [ex["id"] for ex in examples] == ["line 2", "kept"]
     with pytest.raises(DataError, match=r"d\.jsonl: no examples"):
         load_conversations(write_rows(tmp_path / "d.jsonl", [None, None]))
 
 
 def test_template_without_tool_support_is_reported_by_id(tok, tok_dir, tmp_path):
-    examples = load_conversations(write_rows(tmp_path / "d.jsonl", [tool_row("tools-1"), {"messages": PLAIN}]))
+    examples = load_conversations(
+        write_rows(tmp_path / "d.jsonl", [tool_row("tools-1"), {"messages": PLAIN}])
+    )
     strict = AutoTokenizer.from_pretrained(tok_dir)
     strict.chat_template = (
         "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tool role') }}{% endif %}"
         "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     )
-    with pytest.raises(DataError, match=r"src: 1 of 2 examples .*: tools-1 \(TemplateError: no tool role\)$"):
+    with pytest.raises(
+        DataError, match=r"src: 1 of 2 examples .*: tools-1 \(TemplateError: no tool role\)$"
+    ):
         check_renders(strict, examples, "src")
     # A template that silently drops tool calls and results renders, but the check still catches it.
     strict.chat_template = OLD_TEMPLATE
-    with pytest.raises(DataError, match=r"tools-1 \(rendered text omits message 1 call to 'add', message 1 call to 'weather', "
-                       r"message 2 tool result 'add', message 3 tool result 'weather'\)$"):
+    with pytest.raises(
+        DataError,
+        match=r"tools-1 \(rendered text omits message 1 call to 'add', message 1 call to 'weather', "
+        r"message 2 tool result 'add', message 3 tool result 'weather'\)$",
+    ):
         check_renders(strict, examples, "src")
     check_renders(tok, examples, "src")

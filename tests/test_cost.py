@@ -12,8 +12,14 @@ def artifact(tmp_path, name, *, stage, rule, params, metrics, monkeypatch, job=N
         monkeypatch.setenv("SLURM_JOB_ID", job)
     else:
         monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    write_sidecars({"out": path}, {}, stage=stage, params=params, started=f"2026-01-01T00:00:0{len(name) % 10}",
-                   metrics=metrics)
+    write_sidecars(
+        {"out": path},
+        {},
+        stage=stage,
+        params=params,
+        started=f"2026-01-01T00:00:0{len(name) % 10}",
+        metrics=metrics,
+    )
     return str(path)
 
 
@@ -26,33 +32,91 @@ def test_parse_sacct():
 
 def test_ledger_sums_api_cost_per_teacher_and_effort_and_gpu_hours_per_rule(tmp_path, monkeypatch):
     gen = {"prompt_tokens": 1000, "completion_tokens": 4000, "cost_usd": 2.0, "wall_s": 100}
-    a = artifact(tmp_path, "g1", stage="generate", rule="generate", params={"teacher": "beam", "effort": "low"},
-                 metrics=gen, monkeypatch=monkeypatch)
-    b = artifact(tmp_path, "g22", stage="generate", rule="generate", params={"teacher": "beam", "effort": "low"},
-                 metrics=gen, monkeypatch=monkeypatch)
-    grouped = {**gen, "per_effort": {"high": {"prompt_tokens": 10, "completion_tokens": 20, "cost_usd": 0.5},
-                                     "xhigh": {"prompt_tokens": 30, "completion_tokens": 40, "cost_usd": 1.5}}}
-    c = artifact(tmp_path, "g333", stage="generate", rule="generate_high_xhigh",
-                 params={"teacher": "beam", "efforts": ["high", "xhigh"]}, metrics=grouped, monkeypatch=monkeypatch)
-    t = artifact(tmp_path, "train", stage="train", rule="train", params={}, metrics={"wall_s": 9999},
-                 monkeypatch=monkeypatch, job="4242")
-    rows = ledger({"a": a, "b": b, "c": c, "t": t}, {"gpu_hour_usd": 2.0, "gpus": {"generate": 2}},
-                  usage=lambda job: (3600.0, 4) if job == "4242" else None)
+    a = artifact(
+        tmp_path,
+        "g1",
+        stage="generate",
+        rule="generate",
+        params={"teacher": "beam", "effort": "low"},
+        metrics=gen,
+        monkeypatch=monkeypatch,
+    )
+    b = artifact(
+        tmp_path,
+        "g22",
+        stage="generate",
+        rule="generate",
+        params={"teacher": "beam", "effort": "low"},
+        metrics=gen,
+        monkeypatch=monkeypatch,
+    )
+    grouped = {
+        **gen,
+        "per_effort": {
+            "high": {"prompt_tokens": 10, "completion_tokens": 20, "cost_usd": 0.5},
+            "xhigh": {"prompt_tokens": 30, "completion_tokens": 40, "cost_usd": 1.5},
+        },
+    }
+    c = artifact(
+        tmp_path,
+        "g333",
+        stage="generate",
+        rule="generate_high_xhigh",
+        params={"teacher": "beam", "efforts": ["high", "xhigh"]},
+        metrics=grouped,
+        monkeypatch=monkeypatch,
+    )
+    t = artifact(
+        tmp_path,
+        "train",
+        stage="train",
+        rule="train",
+        params={},
+        metrics={"wall_s": 9999},
+        monkeypatch=monkeypatch,
+        job="4242",
+    )
+    rows = ledger(
+        {"a": a, "b": b, "c": c, "t": t},
+        {"gpu_hour_usd": 2.0, "gpus": {"generate": 2}},
+        usage=lambda job: (3600.0, 4) if job == "4242" else None,
+    )
     api = {(r["teacher"], r["effort"]): r for r in rows["api"]}
-    assert api[("beam", "low")]["cost_usd"] == 4.0 and api[("beam", "low")]["completion_tokens"] == 8000
+    assert (
+        api[("beam", "low")]["cost_usd"] == 4.0
+        and api[("beam", "low")]["completion_tokens"] == 8000
+    )
     assert api[("beam", "xhigh")]["cost_usd"] == 1.5 and api[("beam", "high")]["jobs"] == 1
     gpu = {r["rule"]: r for r in rows["gpu"]}
-    assert gpu["generate"]["gpu_hours"] == round(2 * 100 * 2 / 3600, 4) and gpu["generate"]["source"] == "wall time"
-    assert gpu["train"]["gpu_hours"] == 4.0 and gpu["train"]["cost_usd"] == 8.0 and gpu["train"]["source"] == "sacct"
+    assert (
+        gpu["generate"]["gpu_hours"] == round(2 * 100 * 2 / 3600, 4)
+        and gpu["generate"]["source"] == "wall time"
+    )
+    assert (
+        gpu["train"]["gpu_hours"] == 4.0
+        and gpu["train"]["cost_usd"] == 8.0
+        and gpu["train"]["source"] == "sacct"
+    )
     assert gpu["generate_high_xhigh"]["gpu_hours"] == 0.0  # no GPUs configured for that rule
 
 
 def test_run_writes_markdown_and_csv_with_totals(tmp_path, monkeypatch):
-    a = artifact(tmp_path, "g1", stage="generate", rule="generate", params={"teacher": "api", "effort": "medium"},
-                 metrics={"prompt_tokens": 5, "completion_tokens": 7, "cost_usd": 1.25, "wall_s": 3600},
-                 monkeypatch=monkeypatch)
-    m = run(artifacts={"a": a}, out_markdown=str(tmp_path / "c.md"), out_csv=str(tmp_path / "c.csv"),
-            params={"gpu_hour_usd": 3.0, "gpus": {"generate": 1}}, log=lambda _: None)
+    a = artifact(
+        tmp_path,
+        "g1",
+        stage="generate",
+        rule="generate",
+        params={"teacher": "api", "effort": "medium"},
+        metrics={"prompt_tokens": 5, "completion_tokens": 7, "cost_usd": 1.25, "wall_s": 3600},
+        monkeypatch=monkeypatch,
+    )
+    m = run(
+        artifacts={"a": a},
+        out_markdown=str(tmp_path / "c.md"),
+        out_csv=str(tmp_path / "c.csv"),
+        params={"gpu_hour_usd": 3.0, "gpus": {"generate": 1}},
+        log=lambda _: None,
+    )
     assert m == {"api_usd": 1.25, "gpu_usd": 3.0}
     assert "**Total: $4.25**" in (tmp_path / "c.md").read_text()
     assert (tmp_path / "c.csv").read_text().splitlines()[-1].startswith("total,")

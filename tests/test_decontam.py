@@ -29,7 +29,10 @@ def naive(benchmarks, n):
         words, out = normalize_words(text), set()
         for m in lengths:
             for j in range(len(words) - m + 1):
-                out |= {(b, i, " ".join(words[j : j + m])) for b, i in grams.get(tuple(words[j : j + m]), ())}
+                out |= {
+                    (b, i, " ".join(words[j : j + m]))
+                    for b, i in grams.get(tuple(words[j : j + m]), ())
+                }
         return out
 
     return found
@@ -98,7 +101,9 @@ def test_exact_13gram_hit(Index):
 
 def test_twelve_shared_words_do_not_match(Index):
     ix = Index({"math": [ITEM]})
-    text = " ".join(WORDS[:12]) + " other " + " ".join(WORDS[13:24])  # 12 + 7 shared, never 13 in a row
+    text = (
+        " ".join(WORDS[:12]) + " other " + " ".join(WORDS[13:24])
+    )  # 12 + 7 shared, never 13 in a row
     assert ix.matches(text) == []
     assert not ix.contaminated(text)
     assert ix.matches(" ".join(WORDS[1:13])) == []  # 12 words, fewer than n
@@ -174,7 +179,9 @@ def test_no_window_spans_two_texts():
 
 
 def _benchmarks(rng, vocab):
-    items = lambda k: [" ".join(rng.choice(vocab) for _ in range(rng.randint(1, 30))) for _ in range(k)]  # noqa: E731
+    items = lambda k: [
+        " ".join(rng.choice(vocab) for _ in range(rng.randint(1, 30))) for _ in range(k)
+    ]  # noqa: E731
     return {"gsm": items(40), "math": items(40), "aime": items(10)}
 
 
@@ -186,23 +193,43 @@ def test_scan_agrees_with_matches_contaminated_and_naive(n):
     benchmarks = _benchmarks(rng, vocab)
     corpus = random_corpus(rng, vocab + ["zz", "yy"], 300)
     # plant item passages so there are hits of both kinds (n-grams and whole short items)
-    corpus += [f"{rng.choice(corpus)} {rng.choice(items)} {rng.choice(corpus)}" for items in benchmarks.values()]
+    corpus += [
+        f"{rng.choice(corpus)} {rng.choice(items)} {rng.choice(corpus)}"
+        for items in benchmarks.values()
+    ]
     fast, slow, default = Numpy(benchmarks, n), Python(benchmarks, n), NgramIndex(benchmarks, n)
     batch = fast.scan(corpus)
-    assert batch == slow.scan(corpus) == default.scan(corpus) == [default.matches(t) for t in corpus]
-    assert [bool(m) for m in batch] == [fast.contaminated(t) for t in corpus] == [slow.contaminated(t) for t in corpus]
+    assert (
+        batch == slow.scan(corpus) == default.scan(corpus) == [default.matches(t) for t in corpus]
+    )
+    assert (
+        [bool(m) for m in batch]
+        == [fast.contaminated(t) for t in corpus]
+        == [slow.contaminated(t) for t in corpus]
+    )
     assert as_sets(batch) == list(map(naive(benchmarks, n), corpus))
     assert sum(map(bool, batch)) > 10  # the test exercises real hits
 
 
 def test_hash_collisions_never_give_false_hits():
     rng = random.Random(0)
-    vocab = ["ab", "ba", "a", "b", "aab", "c", "abc", "cab"]  # many byte-sum (anagram) collisions under _P = 1
+    vocab = [
+        "ab",
+        "ba",
+        "a",
+        "b",
+        "aab",
+        "c",
+        "abc",
+        "cab",
+    ]  # many byte-sum (anagram) collisions under _P = 1
     benchmarks = {"b": [" ".join(rng.choice(vocab) for _ in range(13)) for _ in range(20)]}
     ix = Collide(benchmarks)
     reordered = [" ".join(reversed(item.split())) for item in benchmarks["b"]]
     gram_hash = lambda text: ix._window_hashes(ix._tokens([text])[3], 13)[0]  # noqa: E731
-    assert all(gram_hash(a) == gram_hash(b) for a, b in zip(benchmarks["b"], reordered))  # collisions do occur
+    assert all(
+        gram_hash(a) == gram_hash(b) for a, b in zip(benchmarks["b"], reordered)
+    )  # collisions do occur
     corpus = random_corpus(random.Random(1), vocab, 2000, 10, 40) + reordered
     found = ix.scan(corpus)
     assert as_sets(found) == list(map(naive(benchmarks, 13), corpus))
@@ -212,9 +239,15 @@ def test_hash_collisions_never_give_false_hits():
 def test_large_random_corpus_no_false_positives():
     rng = random.Random(2)
     vocab = [f"w{i}" for i in range(50)]
-    benchmarks = {f"b{k}": [" ".join(rng.choice(vocab) for _ in range(30)) for _ in range(50)] for k in range(3)}
+    benchmarks = {
+        f"b{k}": [" ".join(rng.choice(vocab) for _ in range(30)) for _ in range(50)]
+        for k in range(3)
+    }
     corpus = random_corpus(rng, vocab, 3000, 10, 80)
     found = NgramIndex(benchmarks).scan(corpus)
     assert as_sets(found) == list(map(naive(benchmarks, 13), corpus))
     planted = [f"{corpus[0]} {benchmarks['b1'][7]}"]
-    assert Match("b1", 7, " ".join(benchmarks["b1"][7].split()[:13])) in NgramIndex(benchmarks).scan(planted)[0]
+    assert (
+        Match("b1", 7, " ".join(benchmarks["b1"][7].split()[:13]))
+        in NgramIndex(benchmarks).scan(planted)[0]
+    )

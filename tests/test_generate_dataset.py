@@ -10,13 +10,19 @@ SPEC = {"backend": "procedural", "error_rate": {"low": 0.4, "medium": 0.2}}
 
 def _shard(tmp_path, n=40):
     path = tmp_path / "shard.jsonl"
-    write_jsonl(path, sources.generate("arithmetic", "a", n, 1) + sources.generate("choice", "c", n // 2, 1))
+    write_jsonl(
+        path, sources.generate("arithmetic", "a", n, 1) + sources.generate("choice", "c", n // 2, 1)
+    )
     return str(path)
 
 
 def _generate(shard, out, effort="low", k=2):
-    return generate.run(shard=shard, out_samples=out, log=lambda _: None,
-                        params={"teacher": "proc", "spec": SPEC, "effort": effort, "samples": k, "seed": 5})
+    return generate.run(
+        shard=shard,
+        out_samples=out,
+        log=lambda _: None,
+        params={"teacher": "proc", "spec": SPEC, "effort": effort, "samples": k, "seed": 5},
+    )
 
 
 def test_generation_writes_one_record_per_sample_key(tmp_path):
@@ -40,12 +46,18 @@ def test_generation_resumes_after_a_torn_write(tmp_path):
     partial.write_text("\n".join(lines[:7]) + "\n" + lines[7][: len(lines[7]) // 2])
     (tmp_path / "gen.jsonl").unlink()
     logs = []
-    generate.run(shard=shard, out_samples=out, log=logs.append,
-                 params={"teacher": "proc", "spec": SPEC, "effort": "low", "samples": 2, "seed": 5})
+    generate.run(
+        shard=shard,
+        out_samples=out,
+        log=logs.append,
+        params={"teacher": "proc", "spec": SPEC, "effort": "low", "samples": 2, "seed": 5},
+    )
     resumed = read_jsonl(out)
     assert [r["key"] for r in resumed] == [r["key"] for r in full]
     assert [r["response"] for r in resumed] == [r["response"] for r in full]
-    assert any("torn" in line for line in logs) and any("7 samples already done" in line for line in logs)
+    assert any("torn" in line for line in logs) and any(
+        "7 samples already done" in line for line in logs
+    )
 
 
 def test_grading_stage_rejects_teacher_slips(tmp_path):
@@ -62,14 +74,22 @@ def test_grading_stage_rejects_teacher_slips(tmp_path):
 def _graded(tmp_path):
     shard, paths = _shard(tmp_path, 60), {}
     for effort in ("low", "medium"):
-        gen, graded = str(tmp_path / f"gen-{effort}.jsonl"), str(tmp_path / f"graded-{effort}.jsonl")
+        gen, graded = (
+            str(tmp_path / f"gen-{effort}.jsonl"),
+            str(tmp_path / f"graded-{effort}.jsonl"),
+        )
         _generate(shard, gen, effort, k=3)
         grading.run(samples=gen, out_graded=graded, params={}, log=lambda _: None)
         paths[effort] = graded
     return paths
 
 
-PARAMS = {"seed": 1, "default_effort": "medium", "untagged_fraction": 0.5, "effort_tag": "{reasoning effort: $effort}"}
+PARAMS = {
+    "seed": 1,
+    "default_effort": "medium",
+    "untagged_fraction": 0.5,
+    "effort_tag": "{reasoning effort: $effort}",
+}
 
 
 def test_dataset_keeps_the_shortest_correct_trace_and_tags_efforts(tmp_path):
@@ -79,12 +99,22 @@ def test_dataset_keeps_the_shortest_correct_trace_and_tags_efforts(tmp_path):
     rows = read_jsonl(out)
     graded = [r for p in paths.values() for r in read_jsonl(p)]
     for row in rows:
-        candidates = [g for g in graded if g["prompt_id"] == row["prompt_id"] and g["effort"] == row["effort"]
-                      and g["grade"]["correct"]]
+        candidates = [
+            g
+            for g in graded
+            if g["prompt_id"] == row["prompt_id"]
+            and g["effort"] == row["effort"]
+            and g["grade"]["correct"]
+        ]
         assert row["completion_tokens"] == min(c["completion_tokens"] for c in candidates)
-        assert row["messages"][-1]["role"] == "assistant" and row["id"] in {c["key"] for c in candidates}
+        assert row["messages"][-1]["role"] == "assistant" and row["id"] in {
+            c["key"] for c in candidates
+        }
         if row["tagged"]:
-            assert row["messages"][0] == {"role": "system", "content": f"{{reasoning effort: {row['effort']}}}"}
+            assert row["messages"][0] == {
+                "role": "system",
+                "content": f"{{reasoning effort: {row['effort']}}}",
+            }
         else:
             assert row["effort"] == "medium" and row["messages"][0]["role"] == "user"
     medium = [r for r in rows if r["effort"] == "medium"]
@@ -96,8 +126,21 @@ def test_dataset_keeps_the_shortest_correct_trace_and_tags_efforts(tmp_path):
 
 def test_dataset_with_nothing_correct_fails_clearly(tmp_path):
     path = tmp_path / "g.jsonl"
-    write_jsonl(path, [{"key": "k", "prompt_id": "p", "effort": "low", "sample_index": 0, "prompt": "q",
-                        "response": "r", "completion_tokens": 1, "grade": {"correct": False}}])
+    write_jsonl(
+        path,
+        [
+            {
+                "key": "k",
+                "prompt_id": "p",
+                "effort": "low",
+                "sample_index": 0,
+                "prompt": "q",
+                "response": "r",
+                "completion_tokens": 1,
+                "grade": {"correct": False},
+            }
+        ],
+    )
     with pytest.raises(DataError, match="no correct samples"):
         dataset.build(graded={"g": str(path)}, out_dataset=str(tmp_path / "o.jsonl"), params=PARAMS)
     path.write_text('{"key": "k"}\n')

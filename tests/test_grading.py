@@ -67,7 +67,9 @@ def test_math_last_close_think_wins():
     assert grade_math(r, "7") == Grade(True, "7", "ok")
 
 
-@pytest.mark.parametrize("response", [r"<think>so \boxed{7}", r"<think>a</think> b <think> \boxed{7}"])
+@pytest.mark.parametrize(
+    "response", [r"<think>so \boxed{7}", r"<think>a</think> b <think> \boxed{7}"]
+)
 def test_math_unclosed_think_is_no_answer(response):
     assert grade_math(response, "7") == Grade(False, None, "no_answer")
 
@@ -93,7 +95,11 @@ def test_math_grades_from_a_thread():
     cases = [(r"\boxed{0.5}", r"\frac{1}{2}"), (r"\boxed{8}", "7"), ("nothing", "7")]
     with ThreadPoolExecutor(2) as pool:
         got = list(pool.map(lambda c: grade_math(*c), cases))
-    assert [(g.correct, g.status) for g in got] == [(True, "ok"), (False, "ok"), (False, "no_answer")]
+    assert [(g.correct, g.status) for g in got] == [
+        (True, "ok"),
+        (False, "ok"),
+        (False, "no_answer"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -120,13 +126,24 @@ def test_choice_accepted_forms(response):
 
 def test_choice_wrong_letter_and_last_occurrence_wins():
     assert grade_choice("Answer: A", "B") == Grade(False, "A", "ok")
-    assert grade_choice(r"The answer is A. Wait, no: \boxed{C}. Final answer: B", "B").extracted == "B"
-    assert grade_choice(r"Answer: B. Hmm, actually the answer is (D)", "B") == Grade(False, "D", "ok")
+    assert (
+        grade_choice(r"The answer is A. Wait, no: \boxed{C}. Final answer: B", "B").extracted == "B"
+    )
+    assert grade_choice(r"Answer: B. Hmm, actually the answer is (D)", "B") == Grade(
+        False, "D", "ok"
+    )
 
 
 @pytest.mark.parametrize(
     "response",
-    ["I'd pick B.", "Answer: Both are plausible", "answer is c", "Answer: E", r"\boxed{A+B}", "<think>Answer: B"],
+    [
+        "I'd pick B.",
+        "Answer: Both are plausible",
+        "answer is c",
+        "Answer: E",
+        r"\boxed{A+B}",
+        "<think>Answer: B",
+    ],
 )
 def test_choice_no_answer(response):
     assert grade_choice(response, "B") == Grade(False, None, "no_answer")
@@ -160,7 +177,13 @@ def test_grade_dispatch_and_unknown_kind():
 def test_grade_many_workers_agree_and_keep_order():
     items = []
     for i in range(60):
-        items.append((rf"<think>\boxed{{{i + 1}}}</think> so \boxed{{{i}}}", str(i if i % 3 else i + 1), "math"))
+        items.append(
+            (
+                rf"<think>\boxed{{{i + 1}}}</think> so \boxed{{{i}}}",
+                str(i if i % 3 else i + 1),
+                "math",
+            )
+        )
         items.append((f"The answer is {'ABCD'[i % 4]}", "ABCD"[i % 3], "choice"))
     items.append(("<think>unfinished", "1", "math"))
     serial = grade_many(items, workers=1)
@@ -190,7 +213,9 @@ def test_choice_long_whitespace_does_not_backtrack(ws):
 
 def test_choice_letters_a_to_j_in_workers():
     letters = "ABCDEFGHIJ"
-    items = [(f"The answer is ({L})", "J", "choice") for L in letters] + [(r"\boxed{J}", "K", "choice")]
+    items = [(f"The answer is ({L})", "J", "choice") for L in letters] + [
+        (r"\boxed{J}", "K", "choice")
+    ]
     got = grade_many(items, workers=2, letters=letters)
     assert [g.extracted for g in got] == [*letters, None]
     assert [g.correct for g in got] == [False] * 9 + [True, False]
@@ -200,7 +225,9 @@ def test_choice_letters_a_to_j_in_workers():
 
 
 def _warm_pool():
-    grade_many([(r"\boxed{1}", "1", "math")], workers=1)  # starts the forkserver once per test process
+    grade_many(
+        [(r"\boxed{1}", "1", "math")], workers=1
+    )  # starts the forkserver once per test process
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -208,7 +235,9 @@ def test_stuck_worker_is_killed_within_its_timeout(workers):
     _warm_pool()
     items = [(rf"\boxed{{{i}}}", str(i if i % 2 else i + 1), "math") for i in range(12)]
     items.append(("Answer: C", "C", "choice"))
-    hung = {0, 3} if workers == 2 else {3}  # with 2 workers, the first item of each one's first batch
+    hung = (
+        {0, 3} if workers == 2 else {3}
+    )  # with 2 workers, the first item of each one's first batch
     for i in hung:
         items[i] = (HANG, "7", "math")
     t0 = time.perf_counter()
@@ -219,7 +248,9 @@ def test_stuck_worker_is_killed_within_its_timeout(workers):
     assert [i for i, g in enumerate(got) if g.status == "timeout"] == sorted(hung)
     assert all(got[i] == TIMEOUT for i in hung)
     # Every other item graded, in order, by a replacement worker where needed.
-    assert [g for i, g in enumerate(got) if i not in hung] == [grade(*it) for i, it in enumerate(items) if i not in hung]
+    assert [g for i, g in enumerate(got) if i not in hung] == [
+        grade(*it) for i, it in enumerate(items) if i not in hung
+    ]
 
 
 def test_pool_enforces_timeouts_when_called_from_a_thread():
@@ -247,7 +278,9 @@ def test_worker_that_dies_marks_its_item_crashed_and_is_replaced():
         # Once the worker has burnt more CPU than its warm-up, it is on HANG: kill it as the OOM killer would.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            worker = [p.pid for p in multiprocessing.active_children() if p.name == "stillroom-grader"]
+            worker = [
+                p.pid for p in multiprocessing.active_children() if p.name == "stillroom-grader"
+            ]
             if worker and _cpu_s(worker[0]) > 1.5:
                 break
             time.sleep(0.05)
@@ -275,20 +308,56 @@ def test_run_records_grader_and_counts_gold_failures_apart(tmp_path):
     ]
     src, out, logs = tmp_path / "samples.jsonl", tmp_path / "graded.jsonl", []
     write_jsonl(src, rows)
-    m = grading.run(samples=str(src), out_graded=str(out), params={"letters": "ABCDEFGHIJ", "grade_timeout_s": 1},
-                    threads=2, log=logs.append)
-    assert {k: m[k] for k in ("samples", "correct", "wrong", "no_answer", "timeout", "crashed", "gold_unparseable")} == {
-        "samples": 7, "correct": 2, "wrong": 1, "no_answer": 1, "timeout": 1, "crashed": 0, "gold_unparseable": 2}
+    m = grading.run(
+        samples=str(src),
+        out_graded=str(out),
+        params={"letters": "ABCDEFGHIJ", "grade_timeout_s": 1},
+        threads=2,
+        log=logs.append,
+    )
+    assert {
+        k: m[k]
+        for k in (
+            "samples",
+            "correct",
+            "wrong",
+            "no_answer",
+            "timeout",
+            "crashed",
+            "gold_unparseable",
+        )
+    } == {
+        "samples": 7,
+        "correct": 2,
+        "wrong": 1,
+        "no_answer": 1,
+        "timeout": 1,
+        "crashed": 0,
+        "gold_unparseable": 2,
+    }
     assert any("2 samples have a gold answer that does not parse" in line for line in logs)
     graded = read_jsonl(out)
     assert [r["grade"]["status"] for r in graded] == [
-        "ok", "ok", "gold_unparseable", "timeout", "no_answer", "ok", "gold_unparseable"]
+        "ok",
+        "ok",
+        "gold_unparseable",
+        "timeout",
+        "no_answer",
+        "ok",
+        "gold_unparseable",
+    ]
     math_grader, choice_grader = graded[0]["grader"], graded[-1]["grader"]
-    assert all(r["grader"] == (math_grader if r["kind"] == "math" else choice_grader) for r in graded)
+    assert all(
+        r["grader"] == (math_grader if r["kind"] == "math" else choice_grader) for r in graded
+    )
     assert math_grader["name"] == "math-verify"
     assert math_grader["version"] == importlib.metadata.version("math-verify")
-    assert math_grader["options"]["timeout_s"] == 1 and math_grader["options"]["float_rounding"] == 6
-    assert choice_grader["name"] == "choice" and choice_grader["version"] == importlib.metadata.version("stillroom")
+    assert (
+        math_grader["options"]["timeout_s"] == 1 and math_grader["options"]["float_rounding"] == 6
+    )
+    assert choice_grader["name"] == "choice" and choice_grader[
+        "version"
+    ] == importlib.metadata.version("stillroom")
     assert choice_grader["options"]["letters"] == "ABCDEFGHIJ"
     assert m["graders"] == {"math": math_grader, "choice": choice_grader}
 
@@ -300,13 +369,21 @@ def test_off_target_kinds_grade_through_the_worker_pool():
     items = [
         ("all lowercase here", _json.dumps([{"id": "case_lowercase"}]), "instructions"),
         ("Sure!\nall lowercase here", _json.dumps([{"id": "case_lowercase"}]), "instructions"),
-        ("```python\ndef add(a, b):\n    return a + b\n```", _json.dumps({"tests": "assert add(2, 3) == 5",
-                                                                           "entry_point": "add"}), "code"),
-        ("```python\ndef add(a, b):\n    while True: pass\n```", _json.dumps({"tests": "assert add(2, 3) == 5",
-                                                                               "entry_point": "add"}), "code"),
+        (
+            "```python\ndef add(a, b):\n    return a + b\n```",
+            _json.dumps({"tests": "assert add(2, 3) == 5", "entry_point": "add"}),
+            "code",
+        ),
+        (
+            "```python\ndef add(a, b):\n    while True: pass\n```",
+            _json.dumps({"tests": "assert add(2, 3) == 5", "entry_point": "add"}),
+            "code",
+        ),
         ("\\boxed{5}", "5", "math"),
     ]
-    lower, preamble, good, loops, math = grading.grade_many(items, workers=1, timeout_s=grading.CODE_TIMEOUT_S + 3)
+    lower, preamble, good, loops, math = grading.grade_many(
+        items, workers=1, timeout_s=grading.CODE_TIMEOUT_S + 3
+    )
     assert lower.correct and not preamble.correct and preamble.details["prompt_loose"]
     assert good.correct and good.details["run"] == "passed"
     assert not loops.correct and loops.status == "timeout" and loops.details["run"] == "timeout"

@@ -6,8 +6,16 @@ from stillroom import generate, sources
 from stillroom.io import read_jsonl, write_jsonl
 from stillroom.student import build_model, train_tokenizer
 
-MODEL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-             head_dim=16, max_position_embeddings=256, tie_word_embeddings=True)
+MODEL = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    max_position_embeddings=256,
+    tie_word_embeddings=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,18 +32,34 @@ def test_hf_teacher_batches_local_generation(tmp_path, model_dir, monkeypatch):
 
     calls = []
     original = LocalLM.sample
-    monkeypatch.setattr(LocalLM, "sample", lambda self, prompts, **kw: calls.append(len(prompts)) or original(self, prompts, **kw))
+    monkeypatch.setattr(
+        LocalLM,
+        "sample",
+        lambda self, prompts, **kw: calls.append(len(prompts)) or original(self, prompts, **kw),
+    )
     shard = tmp_path / "shard.jsonl"
     write_jsonl(shard, sources.generate("arithmetic", "b", 12, 2))
-    spec = {"backend": "hf", "model_path": model_dir, "batch_size": 8, "sampling": {"max_tokens": 10, "temperature": 1.0},
-            "effort": {"system": "{reasoning effort: $effort}"}, "context_length": 256}
-    m = generate.run(shard=str(shard), out_samples=str(tmp_path / "gen.jsonl"), log=lambda _: None,
-                     params={"teacher": "local", "spec": spec, "effort": "high", "samples": 2, "seed": 0})
+    spec = {
+        "backend": "hf",
+        "model_path": model_dir,
+        "batch_size": 8,
+        "sampling": {"max_tokens": 10, "temperature": 1.0},
+        "effort": {"system": "{reasoning effort: $effort}"},
+        "context_length": 256,
+    }
+    m = generate.run(
+        shard=str(shard),
+        out_samples=str(tmp_path / "gen.jsonl"),
+        log=lambda _: None,
+        params={"teacher": "local", "spec": spec, "effort": "high", "samples": 2, "seed": 0},
+    )
     rows = read_jsonl(tmp_path / "gen.jsonl")
     assert m["samples"] == len(rows) == 24 and m["failed"] == 0
     assert sum(calls) == 24 and max(calls) > 1  # requests were batched
     assert all(0 < r["completion_tokens"] <= 10 and r["model"] == model_dir for r in rows)
-    assert all(r["sampling"]["max_tokens"] == 10 and r["finish_reason"] in ("stop", "length") for r in rows)
+    assert all(
+        r["sampling"]["max_tokens"] == 10 and r["finish_reason"] in ("stop", "length") for r in rows
+    )
 
 
 def test_hf_teacher_needs_a_model_path():

@@ -1,4 +1,5 @@
 """Every kernel-track problem has a Triton solution that matches the PyTorch reference."""
+
 import os
 
 # the interpreter runs Triton kernels on CPU; it must be chosen before triton is imported

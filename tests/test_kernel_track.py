@@ -28,22 +28,36 @@ def test_kernel_source_keeps_the_file_verbatim_as_prompt_and_gold(tmp_path):
     assert len(records(None)) == len(list(PROBLEMS_DIR.glob("[!_]*.py"))) >= 40
     with pytest.raises(DataError, match=r"source 'kb': no problem file for \['nope'\]"):
         records(["relu", "nope"])
-    (tmp_path / "mine.py").write_text(src)  # a directory of one's own problems: no reference solutions
+    (tmp_path / "mine.py").write_text(
+        src
+    )  # a directory of one's own problems: no reference solutions
     (tmp_path / "__init__.py").write_text("")
     own = list(iter_sources([{"name": "own", "kind": "kernels", "dir": str(tmp_path)}], {}, seed=0))
     assert [r["meta"] for r in own] == [{"problem": "mine"}] and own[0]["prompt"] == src
     with pytest.raises(DataError, match="no problem files"):
-        list(iter_sources([{"name": "own", "kind": "kernels", "dir": str(tmp_path / "none")}], {}, seed=0))
+        list(
+            iter_sources(
+                [{"name": "own", "kind": "kernels", "dir": str(tmp_path / "none")}], {}, seed=0
+            )
+        )
 
 
 def test_instruction_wraps_the_source_and_extract_code_finds_modelnew():
     rec = records(["relu"])[0]
     asked = user_content(rec)
-    assert asked == instruction(rec["prompt"]) and "`ModelNew`" in asked and rec["prompt"].strip() in asked
+    assert (
+        asked == instruction(rec["prompt"])
+        and "`ModelNew`" in asked
+        and rec["prompt"].strip() in asked
+    )
     assert user_content({"kind": "math", "prompt": "1+1?"}) == "1+1?"
-    answer = ("<think>draft:\n```python\nclass ModelNew: pass\n```</think>\nHelper:\n```python\nx = 1\n```\n"
-              "Final:\n```python\nimport torch\nclass ModelNew(torch.nn.Module): ...\n```\nand a tail\n```\ny\n```")
-    assert extract_code(answer).startswith("import torch\nclass ModelNew")  # after the reasoning, defines ModelNew
+    answer = (
+        "<think>draft:\n```python\nclass ModelNew: pass\n```</think>\nHelper:\n```python\nx = 1\n```\n"
+        "Final:\n```python\nimport torch\nclass ModelNew(torch.nn.Module): ...\n```\nand a tail\n```\ny\n```"
+    )
+    assert extract_code(answer).startswith(
+        "import torch\nclass ModelNew"
+    )  # after the reasoning, defines ModelNew
     assert extract_code("```py\nz = 2\n```") == "z = 2\n"
     assert extract_code("<think>never closed ```python\nclass ModelNew: pass\n```") is None
     assert extract_code("no code at all") is None
@@ -57,7 +71,9 @@ def test_procedural_teacher_answers_with_reasoning_and_code_and_slips():
     assert "@triton.jit" in extract_code(high) and "layer_norm_kernel" in high
     slipped = ProceduralTeacher("p", {"error_rate": 1.0})
     codes = {extract_code(slipped.complete(rec, "medium", i, 1).text) for i in range(12)}
-    assert any("triton" not in c for c in codes)  # the torch slip: the reference's own code as ModelNew
+    assert any(
+        "triton" not in c for c in codes
+    )  # the torch slip: the reference's own code as ModelNew
     assert any("0.5 *" in c for c in codes)  # the wrong-kernel slip
     with pytest.raises(DataError, match="no meta.op or meta.solution"):
         teacher.complete({**rec, "meta": {}}, "low", 0, 1)
@@ -68,14 +84,23 @@ def test_grading_kernel_answers_with_the_validator(tmp_path):
     kernel are not; no code block is no answer."""
     rec = records(["relu"])[0]
     good = ProceduralTeacher("p", {}).complete(rec, "medium", 0, 1).text
-    torch_code = rec["prompt"].split("\ndef get_inputs")[0].replace("class Model(", "class ModelNew(")
+    torch_code = (
+        rec["prompt"].split("\ndef get_inputs")[0].replace("class Model(", "class ModelNew(")
+    )
     wrong = good.replace("tl.store(out_ptr + offs, y", "tl.store(out_ptr + offs, y + 1")
     assert wrong != good
-    rows = [{"key": str(i), "response": r, "answer": rec["answer"], "kind": "kernel"}
-            for i, r in enumerate([good, f"```python\n{torch_code}```", wrong, "I cannot help"])]
+    rows = [
+        {"key": str(i), "response": r, "answer": rec["answer"], "kind": "kernel"}
+        for i, r in enumerate([good, f"```python\n{torch_code}```", wrong, "I cannot help"])
+    ]
     write_jsonl(tmp_path / "s.jsonl", rows)
-    m = grading.run(samples=str(tmp_path / "s.jsonl"), out_graded=str(tmp_path / "g.jsonl"),
-                    params={"kernel": {"trials": 2, "timeout_s": 30}, "seed": 3}, threads=2, log=lambda _: None)
+    m = grading.run(
+        samples=str(tmp_path / "s.jsonl"),
+        out_graded=str(tmp_path / "g.jsonl"),
+        params={"kernel": {"trials": 2, "timeout_s": 30}, "seed": 3},
+        threads=2,
+        log=lambda _: None,
+    )
     graded = read_jsonl(tmp_path / "g.jsonl")
     g = [r["grade"] for r in graded]
     assert [x["correct"] for x in g] == [True, False, False, False]
@@ -85,18 +110,35 @@ def test_grading_kernel_answers_with_the_validator(tmp_path):
     assert m["correct"] == 1 and m["no_answer"] == 1
     info = graded[0]["grader"]
     assert info["name"] == "kernel-validator" and info["options"]["validator"]["trials"] == 2
-    assert info["options"]["timeout_s"] > 30  # the pool's limit leaves the validator room to report its own
+    assert (
+        info["options"]["timeout_s"] > 30
+    )  # the pool's limit leaves the validator room to report its own
 
 
 def test_dataset_rows_are_instruction_reasoning_code(tmp_path):
     rec = records(["relu"])[0]
     text = ProceduralTeacher("p", {}).complete(rec, "medium", 0, 1).text
-    graded = {**rec, "key": "k", "effort": "medium", "sample_index": 0, "response": text, "completion_tokens": 9,
-              "grade": {"correct": True}}
+    graded = {
+        **rec,
+        "key": "k",
+        "effort": "medium",
+        "sample_index": 0,
+        "response": text,
+        "completion_tokens": 9,
+        "grade": {"correct": True},
+    }
     write_jsonl(tmp_path / "g.jsonl", [graded])
-    dataset.build(graded={"a": str(tmp_path / "g.jsonl")}, out_dataset=str(tmp_path / "d.jsonl"),
-                  params={"seed": 0, "default_effort": "high", "untagged_fraction": 0.0, "effort_tag": "[$effort]"},
-                  log=lambda _: None)
+    dataset.build(
+        graded={"a": str(tmp_path / "g.jsonl")},
+        out_dataset=str(tmp_path / "d.jsonl"),
+        params={
+            "seed": 0,
+            "default_effort": "high",
+            "untagged_fraction": 0.0,
+            "effort_tag": "[$effort]",
+        },
+        log=lambda _: None,
+    )
     messages = read_jsonl(tmp_path / "d.jsonl")[0]["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant"]
     assert messages[1]["content"] == instruction(rec["prompt"])
@@ -121,38 +163,89 @@ def _graded(path, reward_p, compiled_p, n=40, k=2, seed=0, speedup=None):
         for s in range(k):
             compiled = bool(rng.random() < compiled_p)
             reward = float(compiled and rng.random() < reward_p / max(compiled_p, 1e-9))
-            details = {"compiled": compiled, "correct": bool(reward), "launched_triton": compiled,
-                       "rule_reward": float(compiled), "reward": reward, "speedup": speedup}
-            rows.append({"prompt_id": f"p{i:02d}", "sample_index": s, "completion_tokens": 5,
-                         "grade": {"correct": bool(reward), "status": "ok", "details": details}})
+            details = {
+                "compiled": compiled,
+                "correct": bool(reward),
+                "launched_triton": compiled,
+                "rule_reward": float(compiled),
+                "reward": reward,
+                "speedup": speedup,
+            }
+            rows.append(
+                {
+                    "prompt_id": f"p{i:02d}",
+                    "sample_index": s,
+                    "completion_tokens": 5,
+                    "grade": {"correct": bool(reward), "status": "ok", "details": details},
+                }
+            )
     write_jsonl(path, rows)
     return str(path)
 
 
-PARAMS = {"benchmark": "heldout", "base": "base", "tuned": "sft", "n_resamples": 1000, "confidence": 0.95, "seed": 0}
+PARAMS = {
+    "benchmark": "heldout",
+    "base": "base",
+    "tuned": "sft",
+    "n_resamples": 1000,
+    "confidence": 0.95,
+    "seed": 0,
+}
 
 
 def test_kernel_tables_rates_paired_cis_and_fast_p(tmp_path):
-    graded = {"base": _graded(tmp_path / "b.jsonl", 0.0, 0.0, seed=1),
-              "sft": _graded(tmp_path / "s.jsonl", 0.4, 0.8, seed=2),
-              "grpo": _graded(tmp_path / "g.jsonl", 0.6, 0.9, seed=3)}
+    graded = {
+        "base": _graded(tmp_path / "b.jsonl", 0.0, 0.0, seed=1),
+        "sft": _graded(tmp_path / "s.jsonl", 0.4, 0.8, seed=2),
+        "grpo": _graded(tmp_path / "g.jsonl", 0.6, 0.9, seed=3),
+    }
     md, csv_path = str(tmp_path / "k.md"), str(tmp_path / "k.csv")
-    out = kernel_tables.run(graded=graded, out_markdown=md, out_csv=csv_path, params=PARAMS, log=lambda _: None)
+    out = kernel_tables.run(
+        graded=graded, out_markdown=md, out_csv=csv_path, params=PARAMS, log=lambda _: None
+    )
     assert out["rates"]["base"]["compiles"] == 0.0 and 0.6 < out["rates"]["sft"]["compiles"] < 1.0
     assert not out["timed"] and "fast_p needs timed speedups" in open(md).read()
-    rows = [dict(zip(["benchmark", "model", "metric", "rate", "reference", "delta", "low", "high"], line.split(",")))
-            for line in open(csv_path).read().splitlines()[1:]]
-    sft_reward = next(r for r in rows if r["model"] == "sft" and r["metric"] == "reward" and r["reference"] == "base")
+    rows = [
+        dict(
+            zip(
+                ["benchmark", "model", "metric", "rate", "reference", "delta", "low", "high"],
+                line.split(","),
+            )
+        )
+        for line in open(csv_path).read().splitlines()[1:]
+    ]
+    sft_reward = next(
+        r
+        for r in rows
+        if r["model"] == "sft" and r["metric"] == "reward" and r["reference"] == "base"
+    )
     assert float(sft_reward["low"]) > 0  # clearly better than a base that never compiles
-    assert {r["metric"] for r in rows} == {"answers", "compiles", "correct", "launches", "rules", "reward"}
+    assert {r["metric"] for r in rows} == {
+        "answers",
+        "compiles",
+        "correct",
+        "launches",
+        "rules",
+        "reward",
+    }
     # Timed speedups (GPU): fast_p columns appear, counting only rewarded answers faster than p.
-    timed = {name: _graded(tmp_path / f"t{name}.jsonl", 0.5, 0.5, seed=4, speedup=1.5) for name in ("base", "sft")}
-    out = kernel_tables.run(graded=timed, out_markdown=md, out_csv=csv_path,
-                            params={**PARAMS, "fast_p": [1.0, 2.0]}, log=lambda _: None)
+    timed = {
+        name: _graded(tmp_path / f"t{name}.jsonl", 0.5, 0.5, seed=4, speedup=1.5)
+        for name in ("base", "sft")
+    }
+    out = kernel_tables.run(
+        graded=timed,
+        out_markdown=md,
+        out_csv=csv_path,
+        params={**PARAMS, "fast_p": [1.0, 2.0]},
+        log=lambda _: None,
+    )
     assert out["timed"] and out["rates"]["sft"]["fast_1"] == out["rates"]["sft"]["reward"]
     assert out["rates"]["sft"]["fast_2"] == 0.0
     with pytest.raises(DataError, match="reference model 'sft'"):
-        kernel_tables.run(graded={"base": graded["base"]}, out_markdown=md, out_csv=csv_path, params=PARAMS)
+        kernel_tables.run(
+            graded={"base": graded["base"]}, out_markdown=md, out_csv=csv_path, params=PARAMS
+        )
 
 
 def test_a_problem_file_shared_by_train_and_test_would_fail_the_pool(tmp_path):
@@ -160,9 +253,14 @@ def test_a_problem_file_shared_by_train_and_test_would_fail_the_pool(tmp_path):
     from stillroom.pool import build_pool
 
     out = {k: str(tmp_path / f"{k}.jsonl") for k in ("pool", "heldout", "dev")}
-    m = build_pool(benchmarks={}, out_pool=out["pool"], out_heldout=out["heldout"], out_dev=out["dev"],
-                   params={"seed": 0, "sources": [{"name": "kb", "kind": "kernels"}], "heldout": {"size": 12}},
-                   log=lambda _: None)
+    m = build_pool(
+        benchmarks={},
+        out_pool=out["pool"],
+        out_heldout=out["heldout"],
+        out_dev=out["dev"],
+        params={"seed": 0, "sources": [{"name": "kb", "kind": "kernels"}], "heldout": {"size": 12}},
+        log=lambda _: None,
+    )
     held = {r["prompt_id"] for r in read_jsonl(out["heldout"])}
     pool = {r["prompt_id"] for r in read_jsonl(out["pool"])}
     assert m["heldout"] == 12 and not held & pool and len(held | pool) == m["pool"] + 12

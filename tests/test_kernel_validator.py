@@ -38,9 +38,16 @@ def candidate(forward: str, prelude: str = "", init: str = "") -> str:
     """A relu ModelNew whose forward body is ``forward``."""
     body = textwrap.indent(textwrap.dedent(forward).strip(), " " * 8)
     init_body = textwrap.indent(textwrap.dedent(init).strip(), " " * 8) if init else ""
-    return (HEADER + textwrap.dedent(prelude) + "\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
-            "        super().__init__()\n" + (init_body + "\n" if init_body else "") +
-            "\n    def forward(self, x):\n" + body + "\n")
+    return (
+        HEADER
+        + textwrap.dedent(prelude)
+        + "\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n"
+        + (init_body + "\n" if init_body else "")
+        + "\n    def forward(self, x):\n"
+        + body
+        + "\n"
+    )
 
 
 HONEST = candidate("""
@@ -54,71 +61,135 @@ HONEST = candidate("""
 CHEATS = {
     "torch does the work, no kernel": (
         HEADER.split("@triton.jit")[0] + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
-        "        return torch.relu(x)\n", "no @triton.jit kernel"),
+        "        return torch.relu(x)\n",
+        "no @triton.jit kernel",
+    ),
     "kernel defined but never launched": (candidate("return torch.relu(x)"), "never launches"),
     "kernel launched, torch computes the answer": (
-        candidate("out = torch.empty_like(x)\nlaunch(x, out)\nreturn torch.relu(x)"), "torch.relu"),
-    "tensor method computes": (candidate("out = torch.empty_like(x)\nlaunch(x, out)\nreturn x.clamp(min=0)"),
-                               ".clamp()"),
+        candidate("out = torch.empty_like(x)\nlaunch(x, out)\nreturn torch.relu(x)"),
+        "torch.relu",
+    ),
+    "tensor method computes": (
+        candidate("out = torch.empty_like(x)\nlaunch(x, out)\nreturn x.clamp(min=0)"),
+        ".clamp()",
+    ),
     "operators compute (only the run-time check sees it)": (
-        candidate("out = torch.empty_like(x)\nlaunch(x, out)\nreturn x * (x > 0)"), "torch computed outside Triton"),
-    "try/except fallback": (candidate("""
+        candidate("out = torch.empty_like(x)\nlaunch(x, out)\nreturn x * (x > 0)"),
+        "torch computed outside Triton",
+    ),
+    "try/except fallback": (
+        candidate("""
         try:
             out = torch.empty_like(x)
             launch(x, out)
             return out
         except Exception:
             return torch.relu(x)
-    """), "try/except"),
-    "output cached across calls": (candidate("""
+    """),
+        "try/except",
+    ),
+    "output cached across calls": (
+        candidate(
+            """
         if self.cache is None:
             self.cache = torch.empty_like(x)
             launch(x.contiguous(), self.cache)
         return self.cache
-    """, init="self.cache = None"), "trial 1:"),
-    "module-level cache": (candidate("""
+    """,
+            init="self.cache = None",
+        ),
+        "trial 1:",
+    ),
+    "module-level cache": (
+        candidate(
+            """
         global CACHE
         CACHE = CACHE if CACHE is not None else torch.empty_like(x)
         launch(x, CACHE)
         return CACHE
-    """, prelude="CACHE = None"), "global"),
+    """,
+            prelude="CACHE = None",
+        ),
+        "global",
+    ),
     "input mutated in place": (candidate("launch(x, x)\nreturn x"), "modified its inputs"),
-    "comparison patched": (candidate("return torch.empty_like(x)", prelude="""
+    "comparison patched": (
+        candidate(
+            "return torch.empty_like(x)",
+            prelude="""
         torch.allclose = lambda *a, **k: True
         torch.testing.assert_close = lambda *a, **k: None
-    """), "patching a library"),
+    """,
+        ),
+        "patching a library",
+    ),
     "process exits": (candidate("raise SystemExit(0)"), "SystemExit"),
     "hangs": (candidate("while True:\n    pass"), "timed out"),
     "memory bomb": (candidate("hog = [0] * (1 << 32)\nreturn hog"), "MemoryError"),
     "reaches the reference": (candidate("return Model()(x)"), "uses Model"),
     "reaches the reference through sys.modules": (
-        candidate("return sys.modules['problem'].Model()(x)", prelude="import sys"), "imports sys"),
+        candidate("return sys.modules['problem'].Model()(x)", prelude="import sys"),
+        "imports sys",
+    ),
     "getattr trick": (candidate("return getattr(torch, 're' + 'lu')(x)"), "uses getattr"),
     "eval trick": (candidate("return eval('torch.relu')(x)"), "uses eval"),
-    "numpy computes": (candidate("return torch.from_numpy(np.maximum(x.numpy(), 0))", prelude="import numpy as np"),
-                       "imports numpy"),
-    "subprocess": (candidate("subprocess.run(['true'])\nreturn x", prelude="import subprocess"), "imports subprocess"),
-    "code at import time": (candidate("return x", prelude="torch.save(torch.zeros(1), 'leak.pt')"),
-                            "code at module or class level"),
-    "writes a file from C (RLIMIT_FSIZE 0 stops it)": (candidate("torch.save(x, 'leak.pt')\nreturn x"),
-                                                       "failed at forward: RuntimeError"),
+    "numpy computes": (
+        candidate(
+            "return torch.from_numpy(np.maximum(x.numpy(), 0))", prelude="import numpy as np"
+        ),
+        "imports numpy",
+    ),
+    "subprocess": (
+        candidate("subprocess.run(['true'])\nreturn x", prelude="import subprocess"),
+        "imports subprocess",
+    ),
+    "code at import time": (
+        candidate("return x", prelude="torch.save(torch.zeros(1), 'leak.pt')"),
+        "code at module or class level",
+    ),
+    "writes a file from C (RLIMIT_FSIZE 0 stops it)": (
+        candidate("torch.save(x, 'leak.pt')\nreturn x"),
+        "failed at forward: RuntimeError",
+    ),
     "writes a file from Python (the audit hook refuses)": (
-        candidate("f = self.opener('leak.txt', 'w')\nreturn x", init="self.opener = __builtins__['open']"),
-        "may not write files"),
+        candidate(
+            "f = self.opener('leak.txt', 'w')\nreturn x", init="self.opener = __builtins__['open']"
+        ),
+        "may not write files",
+    ),
     "signals the process that started it (the audit hook refuses)": (  # signal 0: harmless if it got through
-        candidate("torch.os.killpg(torch.os.getpgid(torch.os.getppid()), 0)\nreturn x"), "may not use os.killpg"),
-    "finalizer runs after the checks": (HONEST + "\n    def __del__(self):\n        pass\n", "defines __del__"),
-    "torch inside the kernel body": (HONEST.replace("tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)",
-                                                    "tl.store(out_ptr + offs, torch.relu(x), mask=mask)"),
-                                     "inside a Triton kernel"),
-    "leaves an output element unwritten": (HONEST.replace("offs < n", "(offs < n) & (offs > 0)"), "trial 0:"),
+        candidate("torch.os.killpg(torch.os.getpgid(torch.os.getppid()), 0)\nreturn x"),
+        "may not use os.killpg",
+    ),
+    "finalizer runs after the checks": (
+        HONEST + "\n    def __del__(self):\n        pass\n",
+        "defines __del__",
+    ),
+    "torch inside the kernel body": (
+        HONEST.replace(
+            "tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)",
+            "tl.store(out_ptr + offs, torch.relu(x), mask=mask)",
+        ),
+        "inside a Triton kernel",
+    ),
+    "leaves an output element unwritten": (
+        HONEST.replace("offs < n", "(offs < n) & (offs > 0)"),
+        "trial 0:",
+    ),
     "wrong answer": (HONEST.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.1)"), "elements off"),
 }
 
 
 def test_honest_candidate_earns_full_reward():
     r = evaluate(RELU, HONEST)
-    assert (r.reward, r.exec_reward, r.rule_reward, r.compiled, r.correct, r.launched_triton) == (1, 1, 1, 1, 1, 1)
+    assert (r.reward, r.exec_reward, r.rule_reward, r.compiled, r.correct, r.launched_triton) == (
+        1,
+        1,
+        1,
+        1,
+        1,
+        1,
+    )
     assert r.speedup is None  # timed on GPU only
 
 
@@ -142,7 +213,9 @@ def test_static_rules_accept_every_reference_solution():
 
 def test_every_reference_solution_earns_full_reward():
     def score(path):
-        return path.stem, evaluate(path.read_text(), (KERNELS / "solutions" / path.name).read_text(), trials=2)
+        return path.stem, evaluate(
+            path.read_text(), (KERNELS / "solutions" / path.name).read_text(), trials=2
+        )
 
     with ThreadPoolExecutor(2) as pool:  # each evaluation is its own process, forked by one server
         results = dict(pool.map(score, PROBLEMS))
@@ -158,10 +231,14 @@ def test_process_isolation_scores_alike():
 
 @pytest.mark.parametrize("isolation", ["fork", "process"])
 def test_a_process_ending_without_a_result_is_reported_with_its_stderr(isolation):
-    source = candidate("torch.sys.stderr.write('boom\\n')\ntorch.sys.stderr.flush()\ntorch.os._exit(3)")
+    source = candidate(
+        "torch.sys.stderr.write('boom\\n')\ntorch.sys.stderr.flush()\ntorch.os._exit(3)"
+    )
     r = evaluate(RELU, source, isolation=isolation)
     assert r.reward == 0
-    assert any("ended (exit 3) without a readable result" in why and "boom" in why for why in r.reasons), r.reasons
+    assert any(
+        "ended (exit 3) without a readable result" in why and "boom" in why for why in r.reasons
+    ), r.reasons
 
 
 def test_an_unknown_isolation_is_refused():
@@ -204,10 +281,14 @@ def test_a_dead_fork_server_is_restarted():
     with ThreadPoolExecutor(1) as pool:
         hung = pool.submit(evaluate, RELU, CHEATS["hangs"][0], timeout_s=60)
         deadline = time.monotonic() + 30
-        while not any(job.pid for job in list(server.jobs.values())) and time.monotonic() < deadline:
+        while (
+            not any(job.pid for job in list(server.jobs.values())) and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         server.proc.kill()
         r = hung.result(timeout=30)  # at once, not after its timeout
-    assert r.reward == 0 and any("the kernel fork server died" in reason for reason in r.reasons), r.reasons
+    assert r.reward == 0 and any("the kernel fork server died" in reason for reason in r.reasons), (
+        r.reasons
+    )
     assert evaluate(RELU, HONEST).reward == 1
     assert validator._fork_server("cpu") is not server

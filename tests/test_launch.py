@@ -15,15 +15,30 @@ from stillroom.train import run as train_stage
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"distributed": {"nodes": 1, "gpus_per_node": 4, "fsdp_size": 3}}, "must equal the world size 4"),
-    ({"distributed": {"nodes": 2, "gpus_per_node": 4, "dp_replicate_size": 3}}, "does not divide the world size 8"),
-    ({"distributed": {"gpus": 8}}, "unknown key"),
-    ({"distributed": {"nodes": 0}}, "nodes must be an int >= 1"),
-    ({"device_map": "auto", "gpu_memory_limit": "70GiB", "max_memory": {0: "70GiB"}}, "are exclusive"),
-    ({"gpu_memory_limit": "70GiB"}, "only apply with train.device_map"),
-    ({"device_map": "auto", "distributed": {"nodes": 2, "gpus_per_node": 8}}, "runs as one process on one node"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (
+            {"distributed": {"nodes": 1, "gpus_per_node": 4, "fsdp_size": 3}},
+            "must equal the world size 4",
+        ),
+        (
+            {"distributed": {"nodes": 2, "gpus_per_node": 4, "dp_replicate_size": 3}},
+            "does not divide the world size 8",
+        ),
+        ({"distributed": {"gpus": 8}}, "unknown key"),
+        ({"distributed": {"nodes": 0}}, "nodes must be an int >= 1"),
+        (
+            {"device_map": "auto", "gpu_memory_limit": "70GiB", "max_memory": {0: "70GiB"}},
+            "are exclusive",
+        ),
+        ({"gpu_memory_limit": "70GiB"}, "only apply with train.device_map"),
+        (
+            {"device_map": "auto", "distributed": {"nodes": 2, "gpus_per_node": 8}},
+            "runs as one process on one node",
+        ),
+    ],
+)
 def test_layout_checks_name_the_key(params, message):
     with pytest.raises(ValueError, match=message):
         check_distributed(params)
@@ -37,28 +52,57 @@ def test_layout_defaults_and_hsdp():
 
 def test_command_outside_slurm_is_standalone_torchrun():
     layout = check_distributed({"distributed": {"gpus_per_node": 2}})
-    assert command(layout, ["w"], env={}) == [*TORCHRUN, "--standalone", "--nnodes=1", "--nproc-per-node=2", "w"]
+    assert command(layout, ["w"], env={}) == [
+        *TORCHRUN,
+        "--standalone",
+        "--nnodes=1",
+        "--nproc-per-node=2",
+        "w",
+    ]
     with pytest.raises(ValueError, match="not a SLURM job"):
         command(check_distributed({"distributed": {"nodes": 2}}), ["w"], env={})
     # One node inside a SLURM job is the same: the executor's one-task step already holds the GPUs.
-    assert command(layout, ["w"], env={"SLURM_JOB_ID": "7", "SLURM_NNODES": "1"}) == command(layout, ["w"], env={})
+    assert command(layout, ["w"], env={"SLURM_JOB_ID": "7", "SLURM_NNODES": "1"}) == command(
+        layout, ["w"], env={}
+    )
 
 
 def test_device_map_is_one_process_over_the_nodes_gpus():
-    d = check_distributed({"device_map": "auto", "gpu_memory_limit": "125GiB", "distributed": {"gpus_per_node": 8}})
+    d = check_distributed(
+        {"device_map": "auto", "gpu_memory_limit": "125GiB", "distributed": {"gpus_per_node": 8}}
+    )
     assert (d["world_size"], d["gpus_per_node"], d["nodes"]) == (1, 8, 1)
 
 
 def test_command_under_slurm_is_one_srun_task_per_node_with_a_per_job_rendezvous():
     layout = check_distributed({"distributed": {"nodes": 2, "gpus_per_node": 8}})
-    env = {"SLURM_JOB_ID": "123456"}  # all the executor's job step keeps of the allocation's variables
+    env = {
+        "SLURM_JOB_ID": "123456"
+    }  # all the executor's job step keeps of the allocation's variables
     seen = []
-    cmd = command(layout, ["w"], env=env, cpus=64, allocation=lambda job: seen.append(job) or (2, ["gpu07", "gpu08"]))
+    cmd = command(
+        layout,
+        ["w"],
+        env=env,
+        cpus=64,
+        allocation=lambda job: seen.append(job) or (2, ["gpu07", "gpu08"]),
+    )
     assert seen == ["123456"]
     job = f"123456-{os.getpid()}"
-    assert cmd == ["srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=64", "--kill-on-bad-exit=1",
-                   *TORCHRUN, "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
-                   f"--rdzv-endpoint=gpu07:{job_port(job)}", f"--rdzv-id={job}", "w"]
+    assert cmd == [
+        "srun",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=64",
+        "--kill-on-bad-exit=1",
+        *TORCHRUN,
+        "--nnodes=2",
+        "--nproc-per-node=8",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=gpu07:{job_port(job)}",
+        f"--rdzv-id={job}",
+        "w",
+    ]
     assert job_port(job) != job_port("123457-1") and 20000 <= job_port(job) < 50000
     with pytest.raises(ValueError, match="has 3 node"):
         command(layout, ["w"], env=env, allocation=lambda _: (3, ["a", "b", "c"]))
@@ -67,17 +111,31 @@ def test_command_under_slurm_is_one_srun_task_per_node_with_a_per_job_rendezvous
 def test_fsdp2_on_two_cpu_ranks_matches_one_rank_on_the_same_global_batch(setup, tmp_path):
     """Two gloo ranks with batch 4 each against one process with batch 8: same losses, same weights."""
     common = {"lr": 3e-3, "max_steps": 6, "max_length": 128, "logging_steps": 1, "seed": 0}
-    one = train_stage(base=str(setup / "base"), dataset=str(setup / "train.jsonl"), out_model=str(tmp_path / "one"),
-                      params={**common, "batch_size": 8}, threads=2, log=lambda _: None)
+    one = train_stage(
+        base=str(setup / "base"),
+        dataset=str(setup / "train.jsonl"),
+        out_model=str(tmp_path / "one"),
+        params={**common, "batch_size": 8},
+        threads=2,
+        log=lambda _: None,
+    )
     logs = []
-    two = train_stage(base=str(setup / "base"), dataset=str(setup / "train.jsonl"), out_model=str(tmp_path / "two"),
-                      params={**common, "batch_size": 4, "distributed": {"gpus_per_node": 2}}, threads=2,
-                      log=logs.append)
+    two = train_stage(
+        base=str(setup / "base"),
+        dataset=str(setup / "train.jsonl"),
+        out_model=str(tmp_path / "two"),
+        params={**common, "batch_size": 4, "distributed": {"gpus_per_node": 2}},
+        threads=2,
+        log=logs.append,
+    )
     assert any("--nproc-per-node=2" in line for line in logs)
     assert two["world_size"] == 2 and one["world_size"] == 1 and two["steps"] == one["steps"] == 6
     # Tolerance: the two ranks reduce their gradients in another order than one process sums them.
     assert two["losses"] == pytest.approx(one["losses"], rel=1e-3)
-    a, b = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    a, b = (
+        load_file(tmp_path / "one" / "model.safetensors"),
+        load_file(tmp_path / "two" / "model.safetensors"),
+    )
     assert set(a) == set(b)
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-3, atol=1e-4)
@@ -108,16 +166,41 @@ def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
     import subprocess
     import time
 
-    params = {"lr": 3e-3, "max_steps": 14, "batch_size": 2, "max_length": 128, "logging_steps": 2, "seed": 0,
-              "save_steps": 3, "distributed": {"gpus_per_node": 2}}
+    params = {
+        "lr": 3e-3,
+        "max_steps": 14,
+        "batch_size": 2,
+        "max_length": 128,
+        "logging_steps": 2,
+        "seed": 0,
+        "save_steps": 3,
+        "distributed": {"gpus_per_node": 2},
+    }
 
     def cmd(out):
-        return [sys.executable, "-m", "stillroom", "train", "--base", str(setup / "base"), "--dataset",
-                str(setup / "train.jsonl"), "--out-model", str(out), "--params", json.dumps(params), "--threads", "2"]
+        return [
+            sys.executable,
+            "-m",
+            "stillroom",
+            "train",
+            "--base",
+            str(setup / "base"),
+            "--dataset",
+            str(setup / "train.jsonl"),
+            "--out-model",
+            str(out),
+            "--params",
+            json.dumps(params),
+            "--threads",
+            "2",
+        ]
 
     straight = subprocess.run(cmd(tmp_path / "straight"), capture_output=True, text=True)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    out, marker = tmp_path / "killed", tmp_path / "killed.checkpoints" / "checkpoint-6" / "trainer_state.json"
+    out, marker = (
+        tmp_path / "killed",
+        tmp_path / "killed.checkpoints" / "checkpoint-6" / "trainer_state.json",
+    )
     proc = subprocess.Popen(cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
     while not marker.exists() and time.monotonic() < deadline:
@@ -132,7 +215,10 @@ def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
     resumed = subprocess.run(cmd(out), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr, resumed.stderr[-4000:]
-    a, b = load_file(tmp_path / "straight" / "model.safetensors"), load_file(out / "model.safetensors")
+    a, b = (
+        load_file(tmp_path / "straight" / "model.safetensors"),
+        load_file(out / "model.safetensors"),
+    )
     assert set(a) == set(b) and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
     assert not (tmp_path / "killed.checkpoints").exists()
 
@@ -140,13 +226,29 @@ def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
 def test_qlora_processes_are_data_parallel_replicas(setup, tmp_path):
     """4-bit weights cannot be FSDP-sharded: two QLoRA ranks each hold the whole NF4 model (DDP) and match
     one process on the same global batch."""
-    common = {"method": "qlora", "load_in_4bit": True, "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
-              "lr": 5e-3, "max_steps": 4, "max_length": 128, "logging_steps": 1, "seed": 0}
+    common = {
+        "method": "qlora",
+        "load_in_4bit": True,
+        "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+        "lr": 5e-3,
+        "max_steps": 4,
+        "max_length": 128,
+        "logging_steps": 1,
+        "seed": 0,
+    }
     runs = {}
-    for name, extra in (("one", {"batch_size": 4}), ("two", {"batch_size": 2, "distributed": {"gpus_per_node": 2}})):
-        runs[name] = train_stage(base=str(setup / "base"), dataset=str(setup / "train.jsonl"),
-                                 out_model=str(tmp_path / name), params={**common, **extra}, threads=2,
-                                 log=lambda _: None)
+    for name, extra in (
+        ("one", {"batch_size": 4}),
+        ("two", {"batch_size": 2, "distributed": {"gpus_per_node": 2}}),
+    ):
+        runs[name] = train_stage(
+            base=str(setup / "base"),
+            dataset=str(setup / "train.jsonl"),
+            out_model=str(tmp_path / name),
+            params={**common, **extra},
+            threads=2,
+            log=lambda _: None,
+        )
     assert runs["two"]["world_size"] == 2
     assert runs["two"]["losses"] == pytest.approx(runs["one"]["losses"], rel=1e-3)
     with pytest.raises(ValueError, match="cannot be FSDP-sharded"):
@@ -156,13 +258,31 @@ def test_qlora_processes_are_data_parallel_replicas(setup, tmp_path):
 def test_lora_on_two_fsdp_ranks_saves_the_whole_adapter(setup, tmp_path):
     """Only the adapter is gathered from the shards for the save; it matches one process's training."""
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
-    common = {"method": "lora", "lora": lora, "lr": 5e-3, "max_steps": 4, "max_length": 128, "logging_steps": 1,
-              "seed": 0}
-    one = train_stage(base=str(setup / "base"), dataset=str(setup / "train.jsonl"), out_model=str(tmp_path / "one"),
-                      params={**common, "batch_size": 4}, threads=2, log=lambda _: None)
-    two = train_stage(base=str(setup / "base"), dataset=str(setup / "train.jsonl"), out_model=str(tmp_path / "two"),
-                      params={**common, "batch_size": 2, "distributed": {"gpus_per_node": 2}}, threads=2,
-                      log=lambda _: None)
+    common = {
+        "method": "lora",
+        "lora": lora,
+        "lr": 5e-3,
+        "max_steps": 4,
+        "max_length": 128,
+        "logging_steps": 1,
+        "seed": 0,
+    }
+    one = train_stage(
+        base=str(setup / "base"),
+        dataset=str(setup / "train.jsonl"),
+        out_model=str(tmp_path / "one"),
+        params={**common, "batch_size": 4},
+        threads=2,
+        log=lambda _: None,
+    )
+    two = train_stage(
+        base=str(setup / "base"),
+        dataset=str(setup / "train.jsonl"),
+        out_model=str(tmp_path / "two"),
+        params={**common, "batch_size": 2, "distributed": {"gpus_per_node": 2}},
+        threads=2,
+        log=lambda _: None,
+    )
     assert two["losses"] == pytest.approx(one["losses"], rel=1e-3)
     a = load_file(tmp_path / "one" / "adapter" / "adapter_model.safetensors")
     b = load_file(tmp_path / "two" / "adapter" / "adapter_model.safetensors")

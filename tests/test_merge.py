@@ -37,7 +37,12 @@ def models(tmp_path_factory):
     for tied in (True, False):
         name = "tied" if tied else "untied"
         base, tuned = root / f"{name}-base", root / f"{name}-tuned"
-        made[name] = (base, tuned, _save(base, tied, 0), _save(tuned, tied, 1, max_shard_size="40KB"))
+        made[name] = (
+            base,
+            tuned,
+            _save(base, tied, 0),
+            _save(tuned, tied, 1, max_shard_size="40KB"),
+        )
         (tuned / "tokenizer_config.json").write_text('{"marker": "tuned"}')
         (tuned / "chat_template.jinja").write_text("{{ tuned }}")
         (base / "tokenizer_config.json").write_text('{"marker": "base"}')
@@ -78,7 +83,9 @@ def test_interpolate_matches_expected(models, tmp_path, variant, w):
     assert summary["bytes_written"] > 4 * summary["parameters"]
     assert json.loads((out / "tokenizer_config.json").read_text()) == {"marker": "tuned"}
     assert (out / "chat_template.jinja").read_text() == "{{ tuned }}"
-    assert json.loads((out / "config.json").read_text()) == json.loads((tuned / "config.json").read_text())
+    assert json.loads((out / "config.json").read_text()) == json.loads(
+        (tuned / "config.json").read_text()
+    )
     assert (out / "generation_config.json").exists()
     assert not list(tmp_path.glob(".merged*"))  # no temp dir left behind
 

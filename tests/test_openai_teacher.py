@@ -13,8 +13,16 @@ from stillroom.teachers import TeacherError, make_teacher
 
 from .fault_server import FaultServer
 
-FAST = {"backend": "openai", "model": "m", "backoff_base_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 0.5,
-        "max_attempts": 40, "concurrency": 8, "sampling": {"temperature": 0.7, "top_p": 0.99, "max_tokens": 64}}
+FAST = {
+    "backend": "openai",
+    "model": "m",
+    "backoff_base_s": 0.01,
+    "backoff_max_s": 0.05,
+    "timeout_s": 0.5,
+    "max_attempts": 40,
+    "concurrency": 8,
+    "sampling": {"temperature": 0.7, "top_p": 0.99, "max_tokens": 64},
+}
 
 
 def _problems(tmp_path, n=30):
@@ -24,21 +32,42 @@ def _problems(tmp_path, n=30):
 
 
 def _run(shard, out, spec, k=2):
-    return generate.run(shard=shard, out_samples=out, log=lambda _: None,
-                        params={"teacher": "api", "spec": spec, "effort": "medium", "samples": k, "seed": 3})
+    return generate.run(
+        shard=shard,
+        out_samples=out,
+        log=lambda _: None,
+        params={"teacher": "api", "spec": spec, "effort": "medium", "samples": k, "seed": 3},
+    )
 
 
 def test_request_body_carries_sampling_and_effort():
     problem = {"prompt_id": "p", "prompt": "What is 2 + 3?"}
     t = make_teacher("api", {**FAST, "base_url": "http://x/v1"})
     body = t.request_body(problem, "high", 1, 3)
-    assert body["reasoning_effort"] == "high" and body["temperature"] == 0.7 and body["max_tokens"] == 64
+    assert (
+        body["reasoning_effort"] == "high"
+        and body["temperature"] == 0.7
+        and body["max_tokens"] == 64
+    )
     assert body["messages"] == [{"role": "user", "content": "What is 2 + 3?"}]
     assert body["seed"] != t.request_body(problem, "high", 0, 3)["seed"]
-    t = make_teacher("api", {**FAST, "base_url": "http://x/v1", "endpoint": "completions",
-                             "effort": {"system": "Reasoning: $effort", "extra_body": {"chat_template_kwargs": "e=$effort"}}})
+    t = make_teacher(
+        "api",
+        {
+            **FAST,
+            "base_url": "http://x/v1",
+            "endpoint": "completions",
+            "effort": {
+                "system": "Reasoning: $effort",
+                "extra_body": {"chat_template_kwargs": "e=$effort"},
+            },
+        },
+    )
     body = t.request_body(problem, "low", 0, 3)
-    assert body["prompt"] == "Reasoning: low\n\nWhat is 2 + 3?" and body["chat_template_kwargs"] == "e=low"
+    assert (
+        body["prompt"] == "Reasoning: low\n\nWhat is 2 + 3?"
+        and body["chat_template_kwargs"] == "e=low"
+    )
     assert "reasoning_effort" not in body
     with pytest.raises(ValueError, match="needs 'base_url'"):
         make_teacher("api", {"backend": "openai", "model": "m"})
@@ -46,10 +75,27 @@ def test_request_body_carries_sampling_and_effort():
 
 def test_server_reasoning_field_becomes_a_think_block():
     t = make_teacher("api", {**FAST, "base_url": "http://x/v1"})
-    c = t._parse({"model": "served", "choices": [{"finish_reason": "length", "message": {
-        "content": " The answer is 5.", "reasoning_content": "2 + 3 = 5"}}], "usage": {"completion_tokens": 9}}, {}, 2)
+    c = t._parse(
+        {
+            "model": "served",
+            "choices": [
+                {
+                    "finish_reason": "length",
+                    "message": {"content": " The answer is 5.", "reasoning_content": "2 + 3 = 5"},
+                }
+            ],
+            "usage": {"completion_tokens": 9},
+        },
+        {},
+        2,
+    )
     assert c.text == "<think>2 + 3 = 5</think>\nThe answer is 5." and c.reasoning == "2 + 3 = 5"
-    assert (c.finish_reason, c.completion_tokens, c.model, c.extra["attempts"]) == ("length", 9, "served", 2)
+    assert (c.finish_reason, c.completion_tokens, c.model, c.extra["attempts"]) == (
+        "length",
+        9,
+        "served",
+        2,
+    )
 
 
 def test_every_sample_survives_injected_faults(tmp_path):
@@ -57,13 +103,22 @@ def test_every_sample_survives_injected_faults(tmp_path):
     with FaultServer(rates, seed=1, slow_s=1.0) as server:
         out = str(tmp_path / "gen.jsonl")
         ledger = tmp_path / "ledger.json"
-        m = _run(_problems(tmp_path), out, {**FAST, "base_url": server.base_url,
-                                            "price": {"input_per_mtok": 1.0, "output_per_mtok": 4.0},
-                                            "budget": {"daily_output_tokens": 10**9, "ledger": str(ledger)}})
+        m = _run(
+            _problems(tmp_path),
+            out,
+            {
+                **FAST,
+                "base_url": server.base_url,
+                "price": {"input_per_mtok": 1.0, "output_per_mtok": 4.0},
+                "budget": {"daily_output_tokens": 10**9, "ledger": str(ledger)},
+            },
+        )
     rows = read_jsonl(out)
     assert len(rows) == len({r["key"] for r in rows}) == 60 and m["failed"] == 0
     for r in rows:  # the fault server answers with the sum of the prompt's numbers
-        assert r["error"] is None and r["response"].endswith(f"\\boxed{{{sum(map(int, re.findall(r'[0-9]+', r['prompt'])))}}}.")
+        assert r["error"] is None and r["response"].endswith(
+            f"\\boxed{{{sum(map(int, re.findall(r'[0-9]+', r['prompt'])))}}}."
+        )
     assert all(v > 0 for k, v in server.counts.items() if k != "slow") and server.counts["ok"] == 60
     # Every request the server saw was an attempt the client counted (an attempt on a pooled connection
     # the server had already dropped never reaches the handler, so the client may count a few more).
@@ -72,7 +127,9 @@ def test_every_sample_survives_injected_faults(tmp_path):
     state = json.loads(ledger.read_text())  # the budget ledger is exact under faults
     assert state["spent"] == sum(r["completion_tokens"] for r in rows) and state["reserved"] == {}
     assert state["requests"] == 60
-    assert m["cost_usd"] == pytest.approx((m["prompt_tokens"] * 1.0 + m["completion_tokens"] * 4.0) / 1e6)
+    assert m["cost_usd"] == pytest.approx(
+        (m["prompt_tokens"] * 1.0 + m["completion_tokens"] * 4.0) / 1e6
+    )
 
 
 def test_retry_after_header_forms():
@@ -81,7 +138,9 @@ def test_retry_after_header_forms():
 
     from stillroom.teachers.openai import _retry_after
 
-    assert _retry_after("2.5") == 2.5 and _retry_after(None) is None and _retry_after("soon") is None
+    assert (
+        _retry_after("2.5") == 2.5 and _retry_after(None) is None and _retry_after("soon") is None
+    )
     later = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True)
     assert 25 < _retry_after(later) <= 30
 
@@ -91,13 +150,19 @@ def test_retry_after_is_honoured():
         t = make_teacher("api", {**FAST, "base_url": server.base_url, "max_attempts": 3})
         start = time.monotonic()
         with pytest.raises(TeacherError, match="gave up after 3 attempts; last: HTTP 429") as err:
+
             async def once():
                 try:
                     await t.acomplete({"prompt_id": "p", "prompt": "1 + 1"}, "low", 0, 0)
                 finally:
                     await t.aclose()
+
             asyncio.run(once())
-        assert time.monotonic() - start >= 0.8 and err.value.attempts == 3 and server.counts["requests"] == 3
+        assert (
+            time.monotonic() - start >= 0.8
+            and err.value.attempts == 3
+            and server.counts["requests"] == 3
+        )
 
 
 def test_failures_are_recorded_then_retried_on_the_next_run(tmp_path):
@@ -115,7 +180,9 @@ def test_failures_are_recorded_then_retried_on_the_next_run(tmp_path):
 
 
 def test_api_key_comes_from_the_named_environment_variable(monkeypatch):
-    t = make_teacher("api", {**FAST, "base_url": "http://x/v1", "api_key_env": "STILLROOM_TEST_KEY"})
+    t = make_teacher(
+        "api", {**FAST, "base_url": "http://x/v1", "api_key_env": "STILLROOM_TEST_KEY"}
+    )
     monkeypatch.delenv("STILLROOM_TEST_KEY", raising=False)
     with pytest.raises(ValueError, match="STILLROOM_TEST_KEY"):
         t._headers()
@@ -128,11 +195,15 @@ def test_snakemake_generates_a_shard_from_an_openai_teacher(tmp_path, small_cfg)
     from .conftest import run_snakemake
 
     with FaultServer({"error500": 0.2, "rate429": 0.1}) as server:
-        small_cfg["teachers"]["api"] = {k: v for k, v in {**FAST, "base_url": server.base_url}.items()}
+        small_cfg["teachers"]["api"] = {
+            k: v for k, v in {**FAST, "base_url": server.base_url}.items()
+        }
         small_cfg["generation"]["teacher"] = "api"
         run_snakemake(tmp_path, small_cfg, "results/small/gen/api/low/shard-00000.jsonl")
     rows = read_jsonl(tmp_path / "results" / "small" / "gen" / "api" / "low" / "shard-00000.jsonl")
-    assert rows and all(r["error"] is None and r["teacher"] == "api" and r["effort"] == "low" for r in rows)
+    assert rows and all(
+        r["error"] is None and r["teacher"] == "api" and r["effort"] == "low" for r in rows
+    )
     assert sum(r["attempts"] for r in rows) >= server.counts["requests"] > len(rows)
 
 
@@ -145,13 +216,28 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path):
 
     shard = _problems(tmp_path, 60)
     with FaultServer({"error500": 0.05}, delay_s=0.01) as server:
-        params = {"teacher": "api", "effort": "low", "samples": 2, "seed": 3,
-                  "spec": {**FAST, "base_url": server.base_url, "concurrency": 4}}
+        params = {
+            "teacher": "api",
+            "effort": "low",
+            "samples": 2,
+            "seed": 3,
+            "spec": {**FAST, "base_url": server.base_url, "concurrency": 4},
+        }
         reference = str(tmp_path / "reference.jsonl")
         generate.run(shard=shard, out_samples=reference, params=params, log=lambda _: None)
         out = tmp_path / "killed.jsonl"
-        cmd = [sys.executable, "-m", "stillroom", "generate", "--shard", shard, "--out-samples", str(out),
-               "--params", json.dumps(params)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "stillroom",
+            "generate",
+            "--shard",
+            shard,
+            "--out-samples",
+            str(out),
+            "--params",
+            json.dumps(params),
+        ]
         partial = tmp_path / "killed.jsonl.partial"
         kills = 0
         for threshold in sorted(random.Random(7).sample(range(10, 110), 3)) + [None]:

@@ -26,14 +26,33 @@ def scheduled(proc) -> dict[str, int]:
 def test_every_stage_produced_its_artifacts(done):
     workdir, cfg, _ = done
     r = workdir / "results" / "small"
-    for rel in ["pool/pool.jsonl", "pool/heldout.jsonl", "pool/decontaminated.jsonl", "pool/decontam_report.json",
-                "shards/shard-00000.jsonl", "gen/procedural/low/shard-00001.jsonl",
-                "graded/procedural/medium/shard-00000.jsonl", "dataset/train.jsonl", "student/tokenizer",
-                "ckpt/base", "ckpt/sft", "ckpt/merge-0.5", "eval/merge-0.5/heldout/graded.jsonl",
-                "tables/heldout.md", "tables/heldout.csv", "tables/heldout.png", "pool/dev.jsonl",
-                "eval/merge-0.5/dev/graded.jsonl", "merge/selected.json", "tables/heldout.tex",
-                "tables/tinycode.md", "tables/tinyifeval.csv", "tables/heldout-budgets.png", "cost/ledger.md",
-                "eval/sft/heldout/budget-16/graded.jsonl"]:
+    for rel in [
+        "pool/pool.jsonl",
+        "pool/heldout.jsonl",
+        "pool/decontaminated.jsonl",
+        "pool/decontam_report.json",
+        "shards/shard-00000.jsonl",
+        "gen/procedural/low/shard-00001.jsonl",
+        "graded/procedural/medium/shard-00000.jsonl",
+        "dataset/train.jsonl",
+        "student/tokenizer",
+        "ckpt/base",
+        "ckpt/sft",
+        "ckpt/merge-0.5",
+        "eval/merge-0.5/heldout/graded.jsonl",
+        "tables/heldout.md",
+        "tables/heldout.csv",
+        "tables/heldout.png",
+        "pool/dev.jsonl",
+        "eval/merge-0.5/dev/graded.jsonl",
+        "merge/selected.json",
+        "tables/heldout.tex",
+        "tables/tinycode.md",
+        "tables/tinyifeval.csv",
+        "tables/heldout-budgets.png",
+        "cost/ledger.md",
+        "eval/sft/heldout/budget-16/graded.jsonl",
+    ]:
         assert (r / rel).exists(), rel
         assert sidecar_path(r / rel).exists(), f"no provenance for {rel}"
     assert (r / "tables" / "heldout.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -46,7 +65,10 @@ def test_decontamination_drops_the_scraped_benchmark_copies(done):
     dropped = {d["prompt_id"] for d in report["dropped"]}
     scraped = {p["prompt_id"] for p in read_jsonl(r / "pool.jsonl") if p["source"] == "scraped"}
     assert scraped and scraped <= dropped
-    assert all(d["matches"] and {"benchmark", "item", "ngram"} <= set(d["matches"][0]) for d in report["dropped"])
+    assert all(
+        d["matches"] and {"benchmark", "item", "ngram"} <= set(d["matches"][0])
+        for d in report["dropped"]
+    )
     clean = {p["prompt_id"] for p in read_jsonl(r / "decontaminated.jsonl")}
     assert not clean & dropped
     held = {p["prompt_id"] for p in read_jsonl(r / "heldout.jsonl")}
@@ -61,8 +83,10 @@ def test_tables_compare_every_model_with_base_and_tuned(done):
         assert f"| {model} |" in md
     assert "| merge-0.5 (chosen on dev) |" in md and "Merge ratio chosen on `dev`" in md
     rows = (workdir / "results" / "small" / "tables" / "heldout.csv").read_text().splitlines()
-    assert rows[0] == ("benchmark,model,problems,samples,accuracy,mean_tokens,cap_hit_rate,reference,delta,ci_low,"
-                       "ci_high,p_value,p_holm,verdict,mcnemar_p")
+    assert rows[0] == (
+        "benchmark,model,problems,samples,accuracy,mean_tokens,cap_hit_rate,reference,delta,ci_low,"
+        "ci_high,p_value,p_holm,verdict,mcnemar_p"
+    )
     assert len(rows) == 1 + 3 * 2
 
 
@@ -75,7 +99,10 @@ def test_provenance_links_inputs_by_hash(done):
         assert digest(workdir / item["path"])["sha256"] == item["sha256"]
         assert item["provenance"] and (workdir / item["provenance"]).exists()
     model = read_json(sidecar_path(r / "ckpt" / "sft"))
-    assert "config.json" in model["files"] and model["metrics"]["final_loss"] < model["metrics"]["first_loss"]
+    assert (
+        "config.json" in model["files"]
+        and model["metrics"]["final_loss"] < model["metrics"]["first_loss"]
+    )
     assert set(model["packages"]) >= {"torch", "transformers", "trl"}
     assert model["params"]["seed"] == 1234
 
@@ -91,7 +118,15 @@ def test_changing_merge_ratios_reruns_only_those_merges(done):
     cfg["merge"]["ratios"] = [0.5, 0.25]
     jobs = scheduled(run_snakemake(workdir, cfg, "-n"))
     # the new merge is evaluated on the three reported benchmarks and on dev, where the ratio is chosen again
-    assert jobs == {"merge": 1, "evaluate": 4, "grade_eval": 4, "select_merge": 1, "tables": 3, "cost": 1, "all": 1}
+    assert jobs == {
+        "merge": 1,
+        "evaluate": 4,
+        "grade_eval": 4,
+        "select_merge": 1,
+        "tables": 3,
+        "cost": 1,
+        "all": 1,
+    }
 
 
 def test_changing_efforts_keeps_pool_and_tokenizer(done):
@@ -126,8 +161,20 @@ def test_provenance_walks_from_the_table_to_the_teacher_records(done):
                 assert digest(workdir / item["path"])["sha256"] == item["sha256"], item["path"]
                 if item["provenance"]:
                     todo.append(workdir / item["provenance"])
-    assert {"tables", "grade", "evaluate", "merge", "train", "dataset", "generate", "shard", "decontam", "pool",
-            "base", "tokenizer"} <= stages
+    assert {
+        "tables",
+        "grade",
+        "evaluate",
+        "merge",
+        "train",
+        "dataset",
+        "generate",
+        "shard",
+        "decontam",
+        "pool",
+        "base",
+        "tokenizer",
+    } <= stages
     example = read_jsonl(workdir / "results" / "small" / "dataset" / "train.jsonl")[0]
     graded = {r["key"]: r for r in read_jsonl(workdir / example["source_record"]["file"])}
     assert graded[example["id"]]["response"] == example["messages"][-1]["content"]

@@ -9,8 +9,19 @@ from stillroom.selection import choose, run
 
 def graded(path, correct):
     """Graded samples: problem i, 2 samples each, ``correct[i]`` of them right."""
-    write_jsonl(path, [{"prompt_id": f"p{i}", "sample_index": s, "grade": {"correct": s < c}, "completion_tokens": 5}
-                       for i, c in enumerate(correct) for s in range(2)])
+    write_jsonl(
+        path,
+        [
+            {
+                "prompt_id": f"p{i}",
+                "sample_index": s,
+                "grade": {"correct": s < c},
+                "completion_tokens": 5,
+            }
+            for i, c in enumerate(correct)
+            for s in range(2)
+        ],
+    )
     return str(path)
 
 
@@ -24,26 +35,51 @@ def test_choose_prefers_accuracy_then_less_fine_tune():
 def splits(tmp_path):
     write_jsonl(tmp_path / "dev.jsonl", [{"prompt": f"What is {i} + 1?"} for i in range(4)])
     write_jsonl(tmp_path / "heldout.jsonl", [{"prompt": f"What is {i} + 2?"} for i in range(4)])
-    g = {"merge-0.3": graded(tmp_path / "a.jsonl", [0, 1, 0, 0]), "merge-0.7": graded(tmp_path / "b.jsonl", [2, 2, 1, 0])}
+    g = {
+        "merge-0.3": graded(tmp_path / "a.jsonl", [0, 1, 0, 0]),
+        "merge-0.7": graded(tmp_path / "b.jsonl", [2, 2, 1, 0]),
+    }
     return tmp_path, g
 
 
 def test_select_stage_writes_the_choice_with_provenance(splits):
     root, g = splits
     out = root / "selected.json"
-    args = ["select", "--graded", *(f"{k}={v}" for k, v in g.items()), "--dev", str(root / "dev.jsonl"),
-            "--reported", f"heldout={root / 'heldout.jsonl'}", "--out-selection", str(out),
-            "--params", '{"benchmark": "dev"}']
+    args = [
+        "select",
+        "--graded",
+        *(f"{k}={v}" for k, v in g.items()),
+        "--dev",
+        str(root / "dev.jsonl"),
+        "--reported",
+        f"heldout={root / 'heldout.jsonl'}",
+        "--out-selection",
+        str(out),
+        "--params",
+        '{"benchmark": "dev"}',
+    ]
     assert main(args) == 0
     sel = read_json(out)
-    assert sel["selected"] == "merge-0.7" and sel["tuned_weight"] == 0.7 and sel["accuracy"]["merge-0.3"] == 0.125
+    assert (
+        sel["selected"] == "merge-0.7"
+        and sel["tuned_weight"] == 0.7
+        and sel["accuracy"]["merge-0.3"] == 0.125
+    )
     assert read_json(str(out) + ".prov.json")["stage"] == "select"
 
 
 def test_a_dev_split_overlapping_a_reported_benchmark_is_refused(splits):
     root, g = splits
-    write_jsonl(root / "leaky.jsonl", [{"prompt": "what is 2  + 1?"}])  # the same prompt after normalisation
+    write_jsonl(
+        root / "leaky.jsonl", [{"prompt": "what is 2  + 1?"}]
+    )  # the same prompt after normalisation
     with pytest.raises(DataError, match="shares 1 prompts with reported benchmark 'leaky'"):
-        run(graded=g, dev=str(root / "dev.jsonl"), reported={"leaky": str(root / "leaky.jsonl")},
-            out_selection=str(root / "s.json"), params={"benchmark": "dev"}, log=lambda _: None)
+        run(
+            graded=g,
+            dev=str(root / "dev.jsonl"),
+            reported={"leaky": str(root / "leaky.jsonl")},
+            out_selection=str(root / "s.json"),
+            params={"benchmark": "dev"},
+            log=lambda _: None,
+        )
     assert not (root / "s.json").exists()

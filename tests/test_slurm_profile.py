@@ -31,31 +31,76 @@ def test_distillation_recipe_submissions(distill):
     counts = {rule: p.jobs for rule, p in distill.items()}
     # 62 medium shards; low/high/xhigh share one job per shard on 20 shards; 3 benchmarks x 5 models.
     assert counts["generate"] == 62 and counts["generate_low_high_xhigh"] == 20
-    assert counts["grade_generation"] == 62 + 3 * 20 and counts["evaluate"] == 3 * 5 and counts["train"] == 1
+    assert (
+        counts["grade_generation"] == 62 + 3 * 20
+        and counts["evaluate"] == 3 * 5
+        and counts["train"] == 1
+    )
 
     gen = opts(distill["generate"].sbatch)  # the SGLang teacher: server.tp 2 on one node, one task
-    assert (gen["-p"], gen["--gpus"], gen["--nodes"], gen["--cpus-per-task"]) == ("gpu", "2", "1", "16")
-    assert (gen["-t"], gen["--mem"], gen["--array"], gen["-A"]) == ("360", "256000", "1-62", "ACCOUNT")
+    assert (gen["-p"], gen["--gpus"], gen["--nodes"], gen["--cpus-per-task"]) == (
+        "gpu",
+        "2",
+        "1",
+        "16",
+    )
+    assert (gen["-t"], gen["--mem"], gen["--array"], gen["-A"]) == (
+        "360",
+        "256000",
+        "1-62",
+        "ACCOUNT",
+    )
     assert "--ntasks-per-gpu" not in gen and "--requeue" in gen
     assert opts(distill["generate_low_high_xhigh"].sbatch)["--gpus"] == "2"
 
     train = opts(distill["train"].sbatch)  # FSDP2 over the seed's 4 GPUs of one node
-    assert (train["-p"], train["--gpus"], train["--nodes"], train["-t"], train["--mem"]) == \
-        ("gpu", "4", "1", "2880", "1000000")
+    assert (train["-p"], train["--gpus"], train["--nodes"], train["-t"], train["--mem"]) == (
+        "gpu",
+        "4",
+        "1",
+        "2880",
+        "1000000",
+    )
     assert "--gres" not in train and "--ntasks-per-gpu" not in train
 
     ev = opts(distill["evaluate"].sbatch)  # in-process model: one GPU
     assert (ev["-p"], ev["--gpus"], ev["-t"], ev["--array"]) == ("gpu", "1", "720", "1-15")
-    for rule in ("pool", "decontam", "grade_generation", "dataset", "merge", "tables", "cost", "pretrained"):
+    for rule in (
+        "pool",
+        "decontam",
+        "grade_generation",
+        "dataset",
+        "merge",
+        "tables",
+        "cost",
+        "pretrained",
+    ):
         cpu = opts(distill[rule].sbatch)
-        assert cpu["-p"] == "cpu" and cpu["--ntasks"] == "1" and "--gpus" not in cpu and "--gres" not in cpu, rule
+        assert (
+            cpu["-p"] == "cpu"
+            and cpu["--ntasks"] == "1"
+            and "--gpus" not in cpu
+            and "--gres" not in cpu
+        ), rule
 
 
-@pytest.mark.parametrize("overlay, nodes, per_node", [("beam-lora-fsdp", 2, 8), ("beam-full-fsdp", 8, 8)])
-def test_multi_node_training_is_one_launcher_task_per_node_with_gpus_per_node(overlay, nodes, per_node):
+@pytest.mark.parametrize(
+    "overlay, nodes, per_node", [("beam-lora-fsdp", 2, 8), ("beam-full-fsdp", 8, 8)]
+)
+def test_multi_node_training_is_one_launcher_task_per_node_with_gpus_per_node(
+    overlay, nodes, per_node
+):
     train = opts(plan([DISTILL, EXP / f"{overlay}.yaml"])["train"].sbatch)
-    assert (train["--nodes"], train["--ntasks"], train["--gres"]) == (str(nodes), str(nodes), f"gpu:{per_node}")
-    assert train["--cpus-per-task"] == "64" and "--gpus" not in train and "--ntasks-per-gpu" not in train
+    assert (train["--nodes"], train["--ntasks"], train["--gres"]) == (
+        str(nodes),
+        str(nodes),
+        f"gpu:{per_node}",
+    )
+    assert (
+        train["--cpus-per-task"] == "64"
+        and "--gpus" not in train
+        and "--ntasks-per-gpu" not in train
+    )
 
 
 def test_device_map_training_is_one_process_over_the_nodes_gpus():
@@ -67,11 +112,18 @@ def test_kernel_recipe_grades_and_trains_on_gpus():
     """autotriton-8b: GRPO FSDP2 over one 8-GPU node; compiled-kernel grading asks for a GPU, on the GPU partition."""
     kernels = plan([EXP / "autotriton-8b.yaml"])
     grpo = opts(kernels["grpo"].sbatch)
-    assert (grpo["-p"], grpo["--gpus"], grpo["--nodes"], grpo["--cpus-per-task"]) == ("gpu", "8", "1", "16")
+    assert (grpo["-p"], grpo["--gpus"], grpo["--nodes"], grpo["--cpus-per-task"]) == (
+        "gpu",
+        "8",
+        "1",
+        "16",
+    )
     for rule in ("grade_generation", "grade_eval"):
         grade = opts(kernels[rule].sbatch)
         assert (grade["-p"], grade["--gpus"]) == ("gpu", "1"), rule
-    assert kernels["kernel_tables"].jobs == 2 and "--gpus" not in opts(kernels["kernel_tables"].sbatch)
+    assert kernels["kernel_tables"].jobs == 2 and "--gpus" not in opts(
+        kernels["kernel_tables"].sbatch
+    )
 
 
 def test_an_api_teacher_generates_on_the_cpu_partition(tmp_path):
@@ -91,7 +143,10 @@ def test_per_run_overrides_replace_the_profiles_entries():
 def test_retries_come_back_with_more_memory_and_time():
     first = opts(plan([DISTILL], extra=["--attempt", "1"])["grade_generation"].sbatch)
     third = opts(plan([DISTILL], extra=["--attempt", "3"])["grade_generation"].sbatch)
-    assert (int(third["--mem"]), int(third["-t"])) == (3 * int(first["--mem"]), 3 * int(first["-t"]))
+    assert (int(third["--mem"]), int(third["-t"])) == (
+        3 * int(first["--mem"]),
+        3 * int(first["-t"]),
+    )
 
 
 def test_job_shapes_follow_the_config():
@@ -101,11 +156,20 @@ def test_job_shapes_follow_the_config():
     assert backend_gpus({"backend": "hf"}) == 1 and backend_gpus({}) == 1
     assert backend_gpus({"backend": "openai"}) == backend_gpus({"backend": "procedural"}) == 0
     assert train_resources({"train": {}}) == {"gpu": 1, "nodes": 1}
-    assert train_resources({"train": {"distributed": {"nodes": 2, "gpus_per_node": 8}}}) == \
-        {"nodes": 2, "tasks": 2, "gres": "gpu:8", "mpi": "srun"}
+    assert train_resources({"train": {"distributed": {"nodes": 2, "gpus_per_node": 8}}}) == {
+        "nodes": 2,
+        "tasks": 2,
+        "gres": "gpu:8",
+        "mpi": "srun",
+    }
     # The cost ledger charges the same shapes when sacct has no answer.
-    assert stage_gpus(yaml.safe_load(DISTILL.read_text())) == \
-        {"generate": 2, "generate_low_high_xhigh": 2, "train": 4, "evaluate": 1, "evaluate_budget": 1}
+    assert stage_gpus(yaml.safe_load(DISTILL.read_text())) == {
+        "generate": 2,
+        "generate_low_high_xhigh": 2,
+        "train": 4,
+        "evaluate": 1,
+        "evaluate_budget": 1,
+    }
 
 
 @pytest.mark.parametrize("profile", ["slurm", "default"])
@@ -124,6 +188,11 @@ def test_unset_cluster_environment_stops_before_anything_is_submitted(tmp_path, 
     monkeypatch.delenv("SLURM_ACCOUNT", raising=False)
     monkeypatch.delenv("STILLROOM_GPU_PARTITION", raising=False)
     monkeypatch.setenv("STILLROOM_CPU_PARTITION", "cpu")
-    proc = run_snakemake(tmp_path, small_config(), "--profile", str(REPO / "profiles" / "slurm"), "-n", check=False)
+    proc = run_snakemake(
+        tmp_path, small_config(), "--profile", str(REPO / "profiles" / "slurm"), "-n", check=False
+    )
     assert proc.returncode != 0
-    assert "need SLURM_ACCOUNT, STILLROOM_GPU_PARTITION in the environment" in proc.stderr + proc.stdout
+    assert (
+        "need SLURM_ACCOUNT, STILLROOM_GPU_PARTITION in the environment"
+        in proc.stderr + proc.stdout
+    )

@@ -1,4 +1,3 @@
-
 import pytest
 
 from stillroom import pool, sources
@@ -38,22 +37,37 @@ def test_generators_are_deterministic_distinct_and_checkable():
 def test_effort_levels_have_clearly_different_lengths():
     teacher = make_teacher("t", {"backend": "procedural", "error_rate": 0.0})
     probs = sources.generate("arithmetic", "a", 100, 1) + sources.generate("choice", "c", 50, 1)
-    mean = {e: sum(len(teacher.complete(p, e, 0, 0).text.split()) for p in probs) / len(probs)
-            for e in ("low", "medium", "high", "xhigh")}
-    assert mean["low"] < 0.8 * mean["medium"] < mean["medium"] < mean["high"] / 1.2 < mean["xhigh"] / 1.2
+    mean = {
+        e: sum(len(teacher.complete(p, e, 0, 0).text.split()) for p in probs) / len(probs)
+        for e in ("low", "medium", "high", "xhigh")
+    }
+    assert (
+        mean["low"]
+        < 0.8 * mean["medium"]
+        < mean["medium"]
+        < mean["high"] / 1.2
+        < mean["xhigh"] / 1.2
+    )
 
 
 def test_teacher_error_rate_and_determinism():
     teacher = make_teacher("t", {"backend": "procedural", "error_rate": {"low": 0.5, "high": 0.0}})
     probs = sources.generate("arithmetic", "a", 400, 1)
-    wrong = sum(f"\\boxed{{{p['answer']}}}" not in teacher.complete(p, "low", 0, 3).text for p in probs)
+    wrong = sum(
+        f"\\boxed{{{p['answer']}}}" not in teacher.complete(p, "low", 0, 3).text for p in probs
+    )
     assert 0.4 < wrong / len(probs) < 0.6
     assert all(f"\\boxed{{{p['answer']}}}" in teacher.complete(p, "high", 0, 3).text for p in probs)
     assert teacher.complete(probs[0], "low", 1, 3) == teacher.complete(probs[0], "low", 1, 3)
     with pytest.raises(ValueError, match="effort 'ultra'"):
         teacher.complete(probs[0], "ultra", 0, 0)
     with pytest.raises(DataError, match="no meta.op"):
-        teacher.complete({"prompt_id": "x", "source": "web", "prompt": "hi", "answer": "1", "kind": "math"}, "low", 0, 0)
+        teacher.complete(
+            {"prompt_id": "x", "source": "web", "prompt": "hi", "answer": "1", "kind": "math"},
+            "low",
+            0,
+            0,
+        )
 
 
 def test_echo_copies_benchmark_items_with_noise():
@@ -64,7 +78,9 @@ def test_echo_copies_benchmark_items_with_noise():
 
 def test_bad_benchmark_rows_name_file_line_and_key(tmp_path):
     bad = tmp_path / "b.jsonl"
-    bad.write_text('{"prompt": "p", "answer": "1", "kind": "math"}\n{"prompt": "q", "kind": "math"}\n')
+    bad.write_text(
+        '{"prompt": "p", "answer": "1", "kind": "math"}\n{"prompt": "q", "kind": "math"}\n'
+    )
     with pytest.raises(DataError, match=r"b.jsonl:2: missing key 'answer'"):
         sources.load_benchmark(str(bad))
     bad.write_text('{"prompt": "p", "answer": "1", "kind": "essay"}\n')
@@ -73,10 +89,15 @@ def test_bad_benchmark_rows_name_file_line_and_key(tmp_path):
 
 
 def _params(size=20):
-    return {"seed": 3, "heldout": {"size": size}, "sources": [
-        {"name": "arith", "kind": "arithmetic", "count": 150},
-        {"name": "mcq", "kind": "choice", "count": 60},
-        {"name": "scraped", "kind": "echo", "benchmark": "tinybench", "count": 5}]}
+    return {
+        "seed": 3,
+        "heldout": {"size": size},
+        "sources": [
+            {"name": "arith", "kind": "arithmetic", "count": 150},
+            {"name": "mcq", "kind": "choice", "count": 60},
+            {"name": "scraped", "kind": "echo", "benchmark": "tinybench", "count": 5},
+        ],
+    }
 
 
 def test_pool_heldout_and_dev_are_disjoint(tmp_path):
@@ -84,14 +105,21 @@ def test_pool_heldout_and_dev_are_disjoint(tmp_path):
     paths = {"out_pool": str(out), "out_heldout": str(held), "out_dev": str(dev)}
     params = _params()
     params["heldout"]["dev_size"] = 10
-    m = pool.build_pool(benchmarks={"tinybench": TINYBENCH}, **paths, params=params, log=lambda _: None)
+    m = pool.build_pool(
+        benchmarks={"tinybench": TINYBENCH}, **paths, params=params, log=lambda _: None
+    )
     p, h, d = read_jsonl(out), read_jsonl(held), read_jsonl(dev)
     assert len(h) == 20 and len(d) == m["dev"] == 10 and m["pool"] == len(p) == 150 + 60 + 5 - 30
     ids = [{r["prompt_id"] for r in split} for split in (p, h, d)]
     assert not ids[0] & ids[1] and not ids[0] & ids[2] and not ids[1] & ids[2]
     assert all(r["source"] != "scraped" for r in h + d)
     with pytest.raises(DataError, match="more than half"):
-        pool.build_pool(benchmarks={"tinybench": TINYBENCH}, **paths, params=_params(size=200), log=lambda _: None)
+        pool.build_pool(
+            benchmarks={"tinybench": TINYBENCH},
+            **paths,
+            params=_params(size=200),
+            log=lambda _: None,
+        )
 
 
 def test_shards_follow_prompt_id_not_row_order(tmp_path):
@@ -101,7 +129,9 @@ def test_shards_follow_prompt_id_not_row_order(tmp_path):
     outs = [str(tmp_path / f"s{i}.jsonl") for i in range(3)]
     pool.assign_shards(pool=str(src), out_shards=outs, params={"shards": 3}, log=lambda _: None)
     first = [[r["prompt_id"] for r in read_jsonl(o)] for o in outs]
-    write_jsonl(src, rows[::-1] + sources.generate("arithmetic", "b", 10, 1))  # reordered and extended
+    write_jsonl(
+        src, rows[::-1] + sources.generate("arithmetic", "b", 10, 1)
+    )  # reordered and extended
     pool.assign_shards(pool=str(src), out_shards=outs, params={"shards": 3}, log=lambda _: None)
     second = [{r["prompt_id"] for r in read_jsonl(o)} for o in outs]
     for i, ids in enumerate(first):

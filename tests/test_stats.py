@@ -140,8 +140,15 @@ def test_interval_agrees_with_scipy_percentile_bootstrap():
     a = (rng.random((400, 4)) < 0.55).astype(float)
     b = (rng.random((400, 4)) < 0.45).astype(float)
     ours = paired_bootstrap(a, b, n_resamples=20_000, seed=1)
-    ref = bootstrap((a.mean(1), b.mean(1)), lambda x, y: np.mean(x - y), paired=True, vectorized=False,
-                    n_resamples=20_000, method="percentile", random_state=2).confidence_interval
+    ref = bootstrap(
+        (a.mean(1), b.mean(1)),
+        lambda x, y: np.mean(x - y),
+        paired=True,
+        vectorized=False,
+        n_resamples=20_000,
+        method="percentile",
+        random_state=2,
+    ).confidence_interval
     half = (ours.high - ours.low) / 2
     assert abs(ours.low - ref.low) < 0.05 * half and abs(ours.high - ref.high) < 0.05 * half
 
@@ -162,7 +169,9 @@ def test_p_value_identical_is_one_and_clear_winner_is_floor():
     bad = (rng.random((300, 4)) < 0.4).astype(float)
     # no resample reaches 0: each tail is (0 + 1) / (B + 1)
     assert paired_bootstrap(good, bad, n_resamples=999).p_value == pytest.approx(2 / 1000)
-    assert paired_bootstrap(good, bad, n_resamples=999, two_level=True).p_value == pytest.approx(2 / 1000)
+    assert paired_bootstrap(good, bad, n_resamples=999, two_level=True).p_value == pytest.approx(
+        2 / 1000
+    )
 
 
 def test_p_value_symmetric_under_swap():
@@ -177,9 +186,13 @@ def test_p_value_symmetric_under_swap():
 
 
 def test_two_level_needs_2d_input():
-    with pytest.raises(ValueError, match=r"two_level=True .* a must have shape \(problems, samples\), got \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"two_level=True .* a must have shape \(problems, samples\), got \(3,\)"
+    ):
         paired_bootstrap([1, 0, 1], np.ones((3, 2)), two_level=True)
-    with pytest.raises(ValueError, match=r"b must have shape \(problems, samples\), got \(3,\).*\(problems, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"b must have shape \(problems, samples\), got \(3,\).*\(problems, 1\)"
+    ):
         paired_bootstrap(np.ones((3, 2)), [1, 0, 1], two_level=True)
 
 
@@ -190,12 +203,17 @@ def test_two_level_without_within_spread_equals_one_level():
     b = np.repeat((rng.random((70, 1)) < 0.5).astype(float), 3, axis=1)
     one, two = paired_bootstrap(a, b, seed=9), paired_bootstrap(a, b, seed=9, two_level=True)
     assert two.two_level and not one.two_level
-    assert (two.low, two.high, two.p_value, two.verdict) == (one.low, one.high, one.p_value, one.verdict)
+    assert (two.low, two.high, two.p_value, two.verdict) == (
+        one.low,
+        one.high,
+        one.p_value,
+        one.verdict,
+    )
     # one sample per problem, as (problems, 1): the same as the one-level run on the 1-D scores
     x, y = rng.random((70, 1)), rng.random((70, 1))
-    assert dataclasses.replace(paired_bootstrap(x, y, seed=2, two_level=True), two_level=False) == paired_bootstrap(
-        x[:, 0], y[:, 0], seed=2
-    )
+    assert dataclasses.replace(
+        paired_bootstrap(x, y, seed=2, two_level=True), two_level=False
+    ) == paired_bootstrap(x[:, 0], y[:, 0], seed=2)
 
 
 def test_two_level_wider_with_within_problem_noise():
@@ -220,7 +238,11 @@ def test_two_level_variance_matches_law_of_total_variance(binary):
     else:
         a = rng.random((n, 4)) * rng.random((n, 1))
         b = rng.random((n, 6))
-    var = (np.var(a.mean(1) - b.mean(1)) + (a.var(1) / a.shape[1]).mean() + (b.var(1) / b.shape[1]).mean()) / n
+    var = (
+        np.var(a.mean(1) - b.mean(1))
+        + (a.var(1) / a.shape[1]).mean()
+        + (b.var(1) / b.shape[1]).mean()
+    ) / n
     stats = _bootstrap_stats(a, b, 4000, 3, True)
     assert stats.std() == pytest.approx(math.sqrt(var), rel=0.05)
     assert stats.mean() == pytest.approx(a.mean() - b.mean(), abs=0.1 * math.sqrt(var))
@@ -238,7 +260,9 @@ def test_two_level_binary_shortcut_matches_other_paths(within):
     fast = _bootstrap_stats(a, b, 3000, 0, True)  # the lookup table
     other = _bootstrap_stats(a, b, 3000, 0, True, within=within)
     assert fast.std() == pytest.approx(other.std(), rel=0.08)
-    assert np.quantile(fast, [0.025, 0.975]) == pytest.approx(np.quantile(other, [0.025, 0.975]), abs=0.15 * other.std())
+    assert np.quantile(fast, [0.025, 0.975]) == pytest.approx(
+        np.quantile(other, [0.025, 0.975]), abs=0.15 * other.std()
+    )
 
 
 @pytest.mark.parametrize("k", [2, 5, 16, 64])
@@ -334,8 +358,15 @@ def test_holm_caps_ties_and_edges():
     assert np.all(np.diff(adj[order]) >= 0) and np.all(adj >= raw) and np.all(adj <= 1)
 
 
-@pytest.mark.parametrize("p, match", [([0.1, 1.5], r"p_values\[1\] is 1.5"), ([float("nan")], r"p_values\[0\] is nan"),
-                                      ([0.1, None], r"p_values\[1\] is None"), ([-0.01], r"p_values\[0\]")])
+@pytest.mark.parametrize(
+    "p, match",
+    [
+        ([0.1, 1.5], r"p_values\[1\] is 1.5"),
+        ([float("nan")], r"p_values\[0\] is nan"),
+        ([0.1, None], r"p_values\[1\] is None"),
+        ([-0.01], r"p_values\[0\]"),
+    ],
+)
 def test_holm_rejects_bad_p_values(p, match):
     with pytest.raises(ValueError, match=match):
         holm_adjusted(p)
@@ -351,13 +382,28 @@ def _comparison(p, verdict, confidence=0.95):
 
 
 def test_holm_comparisons_demotes_what_the_correction_no_longer_rejects():
-    cs = [_comparison(0.01, "a"), _comparison(0.04, "b"), _comparison(0.03, "a"), _comparison(0.005, "tie")]
+    cs = [
+        _comparison(0.01, "a"),
+        _comparison(0.04, "b"),
+        _comparison(0.03, "a"),
+        _comparison(0.005, "tie"),
+    ]
     out = holm_comparisons(cs)
     assert [c.p_holm for c in out] == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert [c.verdict for c in out] == ["a", "tie", "tie", "tie"]  # a rejection keeps the interval's verdict
-    assert [c.p_value for c in out] == [0.01, 0.04, 0.03, 0.005] and cs[1].verdict == "b"  # inputs untouched
+    assert [c.verdict for c in out] == [
+        "a",
+        "tie",
+        "tie",
+        "tie",
+    ]  # a rejection keeps the interval's verdict
+    assert [c.p_value for c in out] == [0.01, 0.04, 0.03, 0.005] and cs[
+        1
+    ].verdict == "b"  # inputs untouched
     # alpha defaults to 1 - confidence
-    assert [c.verdict for c in holm_comparisons([_comparison(0.04, "a", 0.9), _comparison(0.05, "a", 0.9)])] == ["a", "a"]
+    assert [
+        c.verdict
+        for c in holm_comparisons([_comparison(0.04, "a", 0.9), _comparison(0.05, "a", 0.9)])
+    ] == ["a", "a"]
     assert [c.verdict for c in holm_comparisons(cs, alpha=0.1)] == ["a", "b", "a", "tie"]
     assert holm_comparisons([]) == []
 
@@ -373,7 +419,9 @@ def test_holm_comparisons_on_real_bootstraps():
 
 def test_holm_comparisons_errors():
     with pytest.raises(ValueError, match=r"comparisons\[1\] has no p_value"):
-        holm_comparisons([_comparison(0.01, "a"), Comparison(0.5, 0.4, 0.1, 0.0, 0.2, "a", 10, 0.95, 100)])
+        holm_comparisons(
+            [_comparison(0.01, "a"), Comparison(0.5, 0.4, 0.1, 0.0, 0.2, "a", 10, 0.95, 100)]
+        )
     with pytest.raises(ValueError, match="different confidence levels"):
         holm_comparisons([_comparison(0.01, "a", 0.95), _comparison(0.01, "a", 0.9)])
 
@@ -387,8 +435,18 @@ def _pairs(b01, b10, both=5, neither=3):
     return a, b
 
 
-@pytest.mark.parametrize("b01, b10, p", [(1, 9, 22 / 1024), (9, 1, 22 / 1024), (0, 6, 2 / 64), (5, 5, 1.0), (0, 0, 1.0),
-                                        (0, 1, 1.0), (3, 12, 0.03515625)])
+@pytest.mark.parametrize(
+    "b01, b10, p",
+    [
+        (1, 9, 22 / 1024),
+        (9, 1, 22 / 1024),
+        (0, 6, 2 / 64),
+        (5, 5, 1.0),
+        (0, 0, 1.0),
+        (0, 1, 1.0),
+        (3, 12, 0.03515625),
+    ],
+)
 def test_mcnemar_known_values(b01, b10, p):
     a, b = _pairs(b01, b10)
     m = mcnemar_exact(a, b)

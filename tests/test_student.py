@@ -7,8 +7,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from stillroom.student import build_model, train_tokenizer
 
-MODEL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=8, max_position_embeddings=256, tie_word_embeddings=True)
+MODEL = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=256,
+    tie_word_embeddings=True,
+)
 MESSAGES = [
     {"role": "system", "content": "Answer briefly."},
     {"role": "user", "content": "What is 3 + 4?"},
@@ -40,16 +48,21 @@ def tok(tok_dir):
 
 def test_tokenizer_is_deterministic(tok_dir, tmp_path):
     train_tokenizer(corpus(), tmp_path / "again", vocab_size=400)
-    assert (tmp_path / "again" / "tokenizer.json").read_bytes() == (tok_dir / "tokenizer.json").read_bytes()
+    assert (tmp_path / "again" / "tokenizer.json").read_bytes() == (
+        tok_dir / "tokenizer.json"
+    ).read_bytes()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
 
 
-@pytest.mark.parametrize("text", [
-    "What is 1234 + 5678?",
-    "<think>7 * 6 = 42, so x = 42.</think>\nThe answer is \\boxed{42}.",
-    "\\frac{1}{2} + \\sqrt{x^2} \u2248 \u03c0 (unseen characters fall back to bytes)",
-    "  leading spaces,\ttabs\n\nand blank lines  ",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What is 1234 + 5678?",
+        "<think>7 * 6 = 42, so x = 42.</think>\nThe answer is \\boxed{42}.",
+        "\\frac{1}{2} + \\sqrt{x^2} \u2248 \u03c0 (unseen characters fall back to bytes)",
+        "  leading spaces,\ttabs\n\nand blank lines  ",
+    ],
+)
 def test_encode_decode_round_trip(tok, text):
     ids = tok.encode(text, add_special_tokens=False)
     assert tok.decode(ids) == text
@@ -60,8 +73,14 @@ def test_think_tags_are_single_tokens(tok):
     for tag in ("<think>", "</think>"):
         assert tok.tokenize(tag) == [tag]
     ids = tok.encode("<think>x</think>", add_special_tokens=False)
-    assert ids[0] == tok.convert_tokens_to_ids("<think>") and ids[-1] == tok.convert_tokens_to_ids("</think>")
-    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|pad|>" and tok.bos_token == "<|endoftext|>"
+    assert ids[0] == tok.convert_tokens_to_ids("<think>") and ids[-1] == tok.convert_tokens_to_ids(
+        "</think>"
+    )
+    assert (
+        tok.eos_token == "<|im_end|>"
+        and tok.pad_token == "<|pad|>"
+        and tok.bos_token == "<|endoftext|>"
+    )
 
 
 def test_chat_template_renders_chatml(tok):
@@ -77,7 +96,9 @@ def test_chat_template_renders_chatml(tok):
 
 
 def test_assistant_mask_covers_exactly_assistant_turns(tok):
-    enc = tok.apply_chat_template(MESSAGES, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    enc = tok.apply_chat_template(
+        MESSAGES, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
     ids, mask = enc["input_ids"], enc["assistant_masks"]
     assert len(ids) == len(mask)
     spans, current = [], []
@@ -91,7 +112,9 @@ def test_assistant_mask_covers_exactly_assistant_turns(tok):
     expected = [m["content"] + "<|im_end|>" for m in MESSAGES if m["role"] == "assistant"]
     assert [tok.decode(s) for s in spans] == expected
     unmasked = tok.decode([t for t, bit in zip(ids, mask) if not bit])
-    assert "Answer briefly." in unmasked and "What is 3 + 4?" in unmasked and "<think>" not in unmasked
+    assert (
+        "Answer briefly." in unmasked and "What is 3 + 4?" in unmasked and "<think>" not in unmasked
+    )
 
 
 def test_build_model_is_loadable(tok_dir, tmp_path):
@@ -100,12 +123,17 @@ def test_build_model_is_loadable(tok_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(out)
     tok = AutoTokenizer.from_pretrained(out)
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    assert metrics == {"parameters": sum(p.numel() for p in model.parameters()), "vocab_size": model.config.vocab_size}
+    assert metrics == {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": model.config.vocab_size,
+    }
     assert model.config.vocab_size >= len(tok) and model.config.vocab_size % 8 == 0
     assert model.config.eos_token_id == tok.eos_token_id == im_end
     assert model.generation_config.eos_token_id == im_end
     assert model.generation_config.pad_token_id == tok.pad_token_id
-    prompt = tok.apply_chat_template(MESSAGES[:2], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    prompt = tok.apply_chat_template(
+        MESSAGES[:2], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     with torch.no_grad():
         out_ids = model.generate(**prompt, max_new_tokens=4, do_sample=False)
     assert out_ids.shape[1] <= prompt["input_ids"].shape[1] + 4
@@ -119,10 +147,13 @@ def test_seed_controls_weights(tok_dir, tmp_path):
     assert any(not torch.equal(a[k], c[k]) for k in a)
 
 
-@pytest.mark.parametrize("change, match", [
-    (lambda m: m.update(hidden_sise=32), "hidden_sise"),
-    (lambda m: m.pop("head_dim"), "head_dim"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda m: m.update(hidden_sise=32), "hidden_sise"),
+        (lambda m: m.pop("head_dim"), "head_dim"),
+    ],
+)
 def test_bad_model_keys_raise(tok_dir, tmp_path, change, match):
     model = dict(MODEL)
     change(model)

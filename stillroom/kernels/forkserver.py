@@ -69,8 +69,14 @@ def _run_child(job_dir: str, device: str, err: int, inherited: list[int], server
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
-        os.dup2(err, 2)  # a pipe, as for a worker process: RLIMIT_FSIZE 0 would stop writes to a file
-        for fd in {devnull, err, *inherited}:  # nothing of the server's: its protocol, other children's pipes
+        os.dup2(
+            err, 2
+        )  # a pipe, as for a worker process: RLIMIT_FSIZE 0 would stop writes to a file
+        for fd in {
+            devnull,
+            err,
+            *inherited,
+        }:  # nothing of the server's: its protocol, other children's pipes
             os.close(fd)
         os.chdir(job_dir)
         os.environ["TRITON_CACHE_DIR"] = os.path.join(job_dir, "triton-cache")
@@ -90,7 +96,9 @@ def serve(device: str) -> None:
     import triton  # noqa: F401 - once, here, not in every child
 
     if torch.cuda.is_initialized():
-        raise RuntimeError("the kernel fork server initialised CUDA before forking; its children could not use it")
+        raise RuntimeError(
+            "the kernel fork server initialised CUDA before forking; its children could not use it"
+        )
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # stray prints of libraries must not corrupt the protocol
 
@@ -121,8 +129,13 @@ def serve(device: str) -> None:
                     inherited = [err_r, wake_r, wake_w, out.fileno(), sel.fileno()]
                     pid = os.fork()
                     if pid == 0:
-                        _run_child(job["dir"], device, err_w, inherited + [c.err for c in children.values()
-                                                                           if c.err is not None], server)
+                        _run_child(
+                            job["dir"],
+                            device,
+                            err_w,
+                            inherited + [c.err for c in children.values() if c.err is not None],
+                            server,
+                        )
                     os.close(err_w)
                     os.set_blocking(err_r, False)
                     children[pid] = child = _Child(job["id"], err_r)
@@ -143,8 +156,11 @@ def serve(device: str) -> None:
                     if child.err is not None:  # held open by a descendant: what came so far
                         sel.unregister(child.err)
                         os.close(child.err)
-                    send(id=child.id, exit=os.waitstatus_to_exitcode(status),
-                         stderr=child.tail.decode(errors="replace"))
+                    send(
+                        id=child.id,
+                        exit=os.waitstatus_to_exitcode(status),
+                        stderr=child.tail.decode(errors="replace"),
+                    )
             else:
                 key.data.read(sel)
 

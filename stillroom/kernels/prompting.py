@@ -45,7 +45,7 @@ def extract_code(response: str) -> str | None:
     end = response.rfind("</think>")
     if response.find("<think>", end + 1 if end >= 0 else 0) >= 0:
         return None
-    blocks = _BLOCK.findall(response[end + len("</think>"):] if end >= 0 else response)
+    blocks = _BLOCK.findall(response[end + len("</think>") :] if end >= 0 else response)
     if not blocks:
         return None
     with_model = [b for b in blocks if "class ModelNew" in b]

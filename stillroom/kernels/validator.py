@@ -32,8 +32,10 @@ from pathlib import Path
 from . import rules
 
 # (rtol, atol) per dtype. On GPU, tl.dot computes fp32 in TF32 by default, hence the looser fp32 there.
-TOLERANCES = {"cpu": {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
-              "cuda": {"float32": (1e-2, 1e-2), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)}}
+TOLERANCES = {
+    "cpu": {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
+    "cuda": {"float32": (1e-2, 1e-2), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
+}
 
 
 # evaluate's options and their defaults: what the kernels: config section and grpo.validator may set.
@@ -96,13 +98,23 @@ def _compare(expected, got, device: str) -> str | None:
     return None
 
 
-def evaluate(problem_src: str, candidate_src: str, *, device: str = "cpu", trials: int = 3,
-             timeout_s: float = 60.0, seed: int = 0, isolation: str = "fork") -> KernelResult:
+def evaluate(
+    problem_src: str,
+    candidate_src: str,
+    *,
+    device: str = "cpu",
+    trials: int = 3,
+    timeout_s: float = 60.0,
+    seed: int = 0,
+    isolation: str = "fork",
+) -> KernelResult:
     if isolation not in ISOLATIONS:
         raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
     import torch
 
-    if device == "cuda":  # this process's GPU (a torchrun rank's), for the reference and the candidate alike
+    if (
+        device == "cuda"
+    ):  # this process's GPU (a torchrun rank's), for the reference and the candidate alike
         device = f"cuda:{torch.cuda.current_device()}"
 
     reasons = rules.check(candidate_src)
@@ -125,9 +137,16 @@ def evaluate(problem_src: str, candidate_src: str, *, device: str = "cpu", trial
         with torch.no_grad():
             expected = [model(*[x.clone().to(device) for x in trial]) for trial in inputs]
         (work / "candidate.py").write_text(candidate_src)
-        torch.save({"init_inputs": init_inputs, "state_dict": {k: v.cpu() for k, v in model.state_dict().items()},
-                    "trials": inputs, "seed": seed, "time_reps": 20 if device.startswith("cuda") else 0},
-                   work / "job.pt")
+        torch.save(
+            {
+                "init_inputs": init_inputs,
+                "state_dict": {k: v.cpu() for k, v in model.state_dict().items()},
+                "trials": inputs,
+                "seed": seed,
+                "time_reps": 20 if device.startswith("cuda") else 0,
+            },
+            work / "job.pt",
+        )
         timed_out, returncode, stderr = ISOLATIONS[isolation](work, device, timeout_s)
         if timed_out:
             return _result(False, False, False, reasons + [f"timed out after {timeout_s:g} s"])
@@ -135,18 +154,32 @@ def evaluate(problem_src: str, candidate_src: str, *, device: str = "cpu", trial
             result = torch.load(work / "result.pt", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - a missing or forged result is the candidate's failure
             tail = (stderr or "").strip().splitlines()[-3:]
-            how = ("the kernel fork server died" if returncode is None else
-                   f"killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exit {returncode}")
-            return _result(False, False, False, reasons + [
-                f"the candidate's process ended ({how}) without a readable result "
-                f"({type(exc).__name__}){': ' + ' | '.join(tail) if tail else ''}"])
+            how = (
+                "the kernel fork server died"
+                if returncode is None
+                else f"killed by {signal.Signals(-returncode).name}"
+                if returncode < 0
+                else f"exit {returncode}"
+            )
+            return _result(
+                False,
+                False,
+                False,
+                reasons
+                + [
+                    f"the candidate's process ended ({how}) without a readable result "
+                    f"({type(exc).__name__}){': ' + ' | '.join(tail) if tail else ''}"
+                ],
+            )
 
     launched = result["launches"] > 0
     if not launched:
         reasons.append("no Triton kernel was launched at run time")
     if result["outside"]:
         reasons.append(f"torch computed outside Triton kernels: {', '.join(result['outside'][:8])}")
-    compiled = result["stage"] == "done" or bool(result["outputs"])  # built, and at least one forward ran
+    compiled = result["stage"] == "done" or bool(
+        result["outputs"]
+    )  # built, and at least one forward ran
     if result["error"]:
         reasons.append(f"failed at {result['stage']}: {result['error']}")
     correct = result["stage"] == "done"
@@ -172,12 +205,22 @@ def evaluate(problem_src: str, candidate_src: str, *, device: str = "cpu", trial
 
 def _run_process(work: Path, device: str, timeout_s: float) -> tuple[bool, int | None, str]:
     """A fresh interpreter runs the worker: (timed out, exit code, stderr)."""
-    env = {**os.environ, "TRITON_CACHE_DIR": str(work / "triton-cache"), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        **os.environ,
+        "TRITON_CACHE_DIR": str(work / "triton-cache"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.Popen([sys.executable, "-m", "stillroom.kernels.worker", str(work), device], cwd=work,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stillroom.kernels.worker", str(work), device],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -224,12 +267,16 @@ class _ForkServer:
         self.alive = True
         self.proc: subprocess.Popen | None = None
         self.ready = threading.Event()
-        threading.Thread(target=self._serve, name=f"kernel-forkserver-{device}", daemon=True).start()
+        threading.Thread(
+            target=self._serve, name=f"kernel-forkserver-{device}", daemon=True
+        ).start()
         self.ready.wait()
         if not self.alive:
             code = self.proc.returncode if self.proc else None
-            raise RuntimeError(f"the kernel fork server for device {device!r} failed to start (exit {code}); "
-                               "its error is on stderr")
+            raise RuntimeError(
+                f"the kernel fork server for device {device!r} failed to start (exit {code}); "
+                "its error is on stderr"
+            )
 
     def _serve(self) -> None:
         # This thread starts the server and lives as long as it does: PR_SET_PDEATHSIG fires when the
@@ -238,9 +285,14 @@ class _ForkServer:
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "stillroom.kernels.forkserver", self.device],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
-                                         bufsize=1)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "stillroom.kernels.forkserver", self.device],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                text=True,
+                bufsize=1,
+            )
             for line in self.proc.stdout:
                 msg = json.loads(line)
                 if "ready" in msg:
@@ -326,11 +378,25 @@ os.register_at_fork(after_in_child=_forget_servers)
 ISOLATIONS = {"fork": _run_forked, "process": _run_process}
 
 
-def _result(compiled: bool, correct: bool, rule_ok: bool, reasons: list[str], launched: bool = False,
-            speedup: float | None = None) -> KernelResult:
+def _result(
+    compiled: bool,
+    correct: bool,
+    rule_ok: bool,
+    reasons: list[str],
+    launched: bool = False,
+    speedup: float | None = None,
+) -> KernelResult:
     exec_reward, rule_reward = float(correct), float(rule_ok)
-    return KernelResult(exec_reward, rule_reward, exec_reward * rule_reward, compiled, correct, launched, speedup,
-                        reasons)
+    return KernelResult(
+        exec_reward,
+        rule_reward,
+        exec_reward * rule_reward,
+        compiled,
+        correct,
+        launched,
+        speedup,
+        reasons,
+    )
 
 
 def _reference_seconds(model, inputs, device: str, reps: int = 20) -> float:

@@ -29,14 +29,37 @@ from pathlib import Path
 # Torch operations the forward path may make outside kernels: allocation, shapes, views, metadata.
 ALLOCATIONS = {"torch.empty", "torch.empty_like", "torch.empty_strided", "torch.Tensor.new_empty"}
 ALLOWED_OPS = ALLOCATIONS | {
-    "torch.zeros", "torch.zeros_like", "torch.Tensor.new_zeros",
-    "torch.Tensor.view", "torch.Tensor.reshape", "torch.Tensor.contiguous", "torch.Tensor.t",
-    "torch.Tensor.transpose", "torch.Tensor.permute", "torch.Tensor.size", "torch.Tensor.stride",
-    "torch.Tensor.numel", "torch.Tensor.dim", "torch.Tensor.unsqueeze", "torch.Tensor.squeeze",
-    "torch.Tensor.expand", "torch.Tensor.flatten", "torch.Tensor.data_ptr", "torch.Tensor.is_contiguous",
-    "torch.Tensor.element_size", "torch.Tensor.view_as", "torch.Tensor.reshape_as", "torch.Tensor.expand_as",
-    "torch.Tensor.unbind", "torch.Tensor.chunk", "torch.Tensor.split", "torch.Tensor.__getitem__",
-    "torch.Tensor.__len__", "torch.Tensor.__hash__", "torch.Tensor.__format__", "torch.Tensor.storage_offset",
+    "torch.zeros",
+    "torch.zeros_like",
+    "torch.Tensor.new_zeros",
+    "torch.Tensor.view",
+    "torch.Tensor.reshape",
+    "torch.Tensor.contiguous",
+    "torch.Tensor.t",
+    "torch.Tensor.transpose",
+    "torch.Tensor.permute",
+    "torch.Tensor.size",
+    "torch.Tensor.stride",
+    "torch.Tensor.numel",
+    "torch.Tensor.dim",
+    "torch.Tensor.unsqueeze",
+    "torch.Tensor.squeeze",
+    "torch.Tensor.expand",
+    "torch.Tensor.flatten",
+    "torch.Tensor.data_ptr",
+    "torch.Tensor.is_contiguous",
+    "torch.Tensor.element_size",
+    "torch.Tensor.view_as",
+    "torch.Tensor.reshape_as",
+    "torch.Tensor.expand_as",
+    "torch.Tensor.unbind",
+    "torch.Tensor.chunk",
+    "torch.Tensor.split",
+    "torch.Tensor.__getitem__",
+    "torch.Tensor.__len__",
+    "torch.Tensor.__hash__",
+    "torch.Tensor.__format__",
+    "torch.Tensor.storage_offset",
     "torch.Tensor.get_device",
 }
 
@@ -49,10 +72,26 @@ class _State:
 
 
 def _audit(event: str, args: tuple) -> None:
-    if event in {"socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo", "subprocess.Popen",
-                 "os.system", "os.exec", "os.posix_spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
-                 "signal.pthread_kill", "ctypes.dlopen",
-                 "pty.spawn", "shutil.rmtree", "os.remove", "os.rename"}:
+    if event in {
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "socket.getaddrinfo",
+        "subprocess.Popen",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.fork",
+        "os.forkpty",
+        "os.kill",
+        "os.killpg",
+        "signal.pthread_kill",
+        "ctypes.dlopen",
+        "pty.spawn",
+        "shutil.rmtree",
+        "os.remove",
+        "os.rename",
+    }:
         if not (_State.in_launch and event == "subprocess.Popen"):  # a GPU compile runs ptxas
             raise PermissionError(f"the candidate may not use {event}")
     elif event == "open" and not _State.writes_allowed and not _State.in_launch:
@@ -68,6 +107,7 @@ def _wrap_launches() -> None:
     classes = [jit.JITFunction]
     try:
         from triton.runtime.interpreter import InterpretedFunction
+
         classes.append(InterpretedFunction)
     except ImportError:  # an older triton without the interpreter
         pass
@@ -95,7 +135,9 @@ def _audit_mode():
             if _State.in_launch:
                 return out
             name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
-            if name.endswith(".__get__") or name.endswith(".__set__"):  # attribute reads: shape, dtype, device
+            if name.endswith(".__get__") or name.endswith(
+                ".__set__"
+            ):  # attribute reads: shape, dtype, device
                 if name.endswith(".__set__"):
                     _State.outside.add(name)
                 return out
@@ -123,7 +165,9 @@ MEMORY_LIMIT_BYTES = 8 << 30  # address space of a CPU worker: torch and triton 
 
 def _limit(device: str) -> None:
     """Set by the worker itself, before candidate code (preexec_fn is unsafe when the caller has threads)."""
-    if device == "cpu":  # CUDA maps far more virtual memory than it uses: no address-space cap there
+    if (
+        device == "cpu"
+    ):  # CUDA maps far more virtual memory than it uses: no address-space cap there
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -140,11 +184,19 @@ def main(scratch: str, device: str) -> None:
         torch.cuda.set_device(torch.device(device))
     work = Path(scratch)
     job = torch.load(work / "job.pt", weights_only=True)
-    result: dict = {"stage": "import", "error": None, "outputs": [], "inputs_after": [], "seconds": None}
+    result: dict = {
+        "stage": "import",
+        "error": None,
+        "outputs": [],
+        "inputs_after": [],
+        "seconds": None,
+    }
     _wrap_launches()
     sys.addaudithook(_audit)
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    if device == "cpu":  # C code writes files too (torch.save), unseen by the audit hook: EFBIG instead
+    if (
+        device == "cpu"
+    ):  # C code writes files too (torch.save), unseen by the audit hook: EFBIG instead
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))
     try:
         spec = importlib.util.spec_from_file_location("candidate", work / "candidate.py")
@@ -156,8 +208,10 @@ def main(scratch: str, device: str) -> None:
         state = {k: v.to(device) for k, v in job["state_dict"].items()}
         own = set(model.state_dict())
         if own != set(state):
-            raise ValueError(f"ModelNew's parameters and buffers differ from Model's: missing {sorted(set(state) - own)}, "
-                             f"unexpected {sorted(own - set(state))}")
+            raise ValueError(
+                f"ModelNew's parameters and buffers differ from Model's: missing {sorted(set(state) - own)}, "
+                f"unexpected {sorted(own - set(state))}"
+            )
         model.load_state_dict(state)
         result["stage"] = "forward"
         audit = _audit_mode()

@@ -15,11 +15,11 @@ from typing import Any
 
 @dataclass
 class Completion:
-    text: str                    # what the teacher wrote, reasoning included (<think>…</think> answer)
-    finish_reason: str           # "stop" or "length"
+    text: str  # what the teacher wrote, reasoning included (<think>…</think> answer)
+    finish_reason: str  # "stop" or "length"
     prompt_tokens: int
     completion_tokens: int
-    model: str                   # the model id the backend reports
+    model: str  # the model id the backend reports
     reasoning: str | None = None  # the reasoning part alone, when the backend separates it
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -40,11 +40,17 @@ class Teacher(ABC):
     def __init__(self, name: str, spec: Mapping[str, Any]):
         self.name, self.spec = name, dict(spec)
 
-    def complete(self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int) -> Completion:
+    def complete(
+        self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int
+    ) -> Completion:
         """One sample for one problem at one effort level (backends implement this or ``acomplete``)."""
-        raise TypeError(f"teacher '{self.name}' ({type(self).__name__}) is asynchronous: use acomplete")
+        raise TypeError(
+            f"teacher '{self.name}' ({type(self).__name__}) is asynchronous: use acomplete"
+        )
 
-    async def acomplete(self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int) -> Completion:
+    async def acomplete(
+        self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int
+    ) -> Completion:
         return self.complete(problem, effort, sample_index, seed)
 
     async def astart(self) -> None:
@@ -58,14 +64,20 @@ def make_teacher(name: str, spec: Mapping[str, Any]) -> Teacher:
     backend = spec.get("backend")
     if backend == "procedural":
         from .procedural import ProceduralTeacher
+
         return ProceduralTeacher(name, spec)
     if backend == "openai":
         from .openai import OpenAITeacher
+
         return OpenAITeacher(name, spec)
     if backend == "hf":
         from .hf import HFTeacher
+
         return HFTeacher(name, spec)
     if backend == "sglang":
         from .sglang import SGLangTeacher
+
         return SGLangTeacher(name, spec)
-    raise ValueError(f"teacher '{name}': unknown backend {backend!r} (available: procedural, openai, sglang, hf)")
+    raise ValueError(
+        f"teacher '{name}': unknown backend {backend!r} (available: procedural, openai, sglang, hf)"
+    )

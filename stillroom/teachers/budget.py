@@ -60,8 +60,11 @@ class Budget:
                 if state.get("day") != day:
                     state = {"day": day, "spent": 0, "requests": 0, "reserved": {}}
                 host = socket.gethostname()
-                state["reserved"] = {o: n for o, n in state["reserved"].items()
-                                     if not o.startswith(host + ":") or _alive(int(o.rsplit(":", 1)[1]))}
+                state["reserved"] = {
+                    o: n
+                    for o, n in state["reserved"].items()
+                    if not o.startswith(host + ":") or _alive(int(o.rsplit(":", 1)[1]))
+                }
                 yield state
                 tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
                 tmp.write_text(json.dumps(state, sort_keys=True))
@@ -91,5 +94,10 @@ class Budget:
     def status(self) -> dict[str, Any]:
         with self._ledger() as state:
             _, ends = self._period()
-            return {"day": state["day"], "spent": state["spent"], "limit": self.daily,
-                    "in_flight": sum(state["reserved"].values()), "resets_at": ends.isoformat(timespec="minutes")}
+            return {
+                "day": state["day"],
+                "spent": state["spent"],
+                "limit": self.daily,
+                "in_flight": sum(state["reserved"].values()),
+                "resets_at": ends.isoformat(timespec="minutes"),
+            }

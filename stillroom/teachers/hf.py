@@ -19,11 +19,22 @@ from .openai import OpenAITeacher
 class HFTeacher(OpenAITeacher):
     def __init__(self, name: str, spec: Mapping[str, Any]):
         if not spec.get("model_path"):
-            raise ValueError(f"teacher '{name}': backend hf needs model_path (a directory or hub id)")
+            raise ValueError(
+                f"teacher '{name}': backend hf needs model_path (a directory or hub id)"
+            )
         batch = int(spec.get("batch_size", 16))
-        super().__init__(name, {"concurrency": batch, "tokenizer": spec["model_path"], "effort": {}, **spec,
-                                "base_url": "http://local", "model": spec.get("model", spec["model_path"]),
-                                "batch_size": batch})
+        super().__init__(
+            name,
+            {
+                "concurrency": batch,
+                "tokenizer": spec["model_path"],
+                "effort": {},
+                **spec,
+                "base_url": "http://local",
+                "model": spec.get("model", spec["model_path"]),
+                "batch_size": batch,
+            },
+        )
         self.lm = None
         self.queue: asyncio.Queue | None = None
         self.batcher: asyncio.Task | None = None
@@ -31,12 +42,20 @@ class HFTeacher(OpenAITeacher):
     async def astart(self) -> None:
         from ..local_lm import LocalLM
 
-        self.lm = await asyncio.to_thread(LocalLM, self.spec["model_path"], int(self.spec.get("threads", 1)))
+        self.lm = await asyncio.to_thread(
+            LocalLM, self.spec["model_path"], int(self.spec.get("threads", 1))
+        )
         self.queue = asyncio.Queue()
         self.batcher = asyncio.create_task(self._batch_forever())
 
-    async def _send(self, body: dict[str, Any], problem: Mapping[str, Any], effort: str, sample_index: int,
-                    seed: int) -> Completion:
+    async def _send(
+        self,
+        body: dict[str, Any],
+        problem: Mapping[str, Any],
+        effort: str,
+        sample_index: int,
+        seed: int,
+    ) -> Completion:
         future = asyncio.get_running_loop().create_future()
         await self.queue.put((body, future))
         return await future
@@ -50,20 +69,33 @@ class HFTeacher(OpenAITeacher):
             first = batch[0][0]
             try:
                 results = await asyncio.to_thread(
-                    self.lm.sample, [self.lm.render(body["messages"]) for body, _ in batch],
-                    temperature=first.get("temperature", 1.0), top_p=first.get("top_p", 1.0),
-                    max_new_tokens=max(body.get("max_tokens", 512) for body, _ in batch), seed=first["seed"])
+                    self.lm.sample,
+                    [self.lm.render(body["messages"]) for body, _ in batch],
+                    temperature=first.get("temperature", 1.0),
+                    top_p=first.get("top_p", 1.0),
+                    max_new_tokens=max(body.get("max_tokens", 512) for body, _ in batch),
+                    seed=first["seed"],
+                )
             except Exception as exc:  # every waiting request learns about it
                 for _, future in batch:
                     future.set_exception(exc)
                 continue
             for (body, future), (sample,) in zip(batch, results):
                 found = self.THINK.findall(sample.text)
-                future.set_result(Completion(
-                    text=sample.text, finish_reason=sample.finish_reason, prompt_tokens=sample.prompt_tokens,
-                    completion_tokens=sample.completion_tokens, model=self.spec["model"],
-                    reasoning=found[-1] if found else None,
-                    extra={"attempts": 1, "sampling": {k: v for k, v in body.items() if k != "messages"}}))
+                future.set_result(
+                    Completion(
+                        text=sample.text,
+                        finish_reason=sample.finish_reason,
+                        prompt_tokens=sample.prompt_tokens,
+                        completion_tokens=sample.completion_tokens,
+                        model=self.spec["model"],
+                        reasoning=found[-1] if found else None,
+                        extra={
+                            "attempts": 1,
+                            "sampling": {k: v for k, v in body.items() if k != "messages"},
+                        },
+                    )
+                )
 
     async def aclose(self) -> None:
         if self.batcher is not None:

@@ -25,8 +25,16 @@ from .budget import Budget, BudgetExhausted
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 THINK = re.compile(r"<think>(.*?)</think>", re.S)
-DEFAULTS = {"endpoint": "chat", "timeout_s": 600.0, "max_attempts": 8, "backoff_base_s": 1.0,
-            "backoff_max_s": 120.0, "sampling": {}, "effort": {"field": "reasoning_effort"}, "on_overflow": "clamp"}
+DEFAULTS = {
+    "endpoint": "chat",
+    "timeout_s": 600.0,
+    "max_attempts": 8,
+    "backoff_base_s": 1.0,
+    "backoff_max_s": 120.0,
+    "sampling": {},
+    "effort": {"field": "reasoning_effort"},
+    "on_overflow": "clamp",
+}
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -52,24 +60,42 @@ class OpenAITeacher(Teacher):
             if not self.spec.get(key):
                 raise ValueError(f"teacher '{name}': backend openai needs '{key}'")
         if self.spec["endpoint"] not in ("chat", "completions"):
-            raise ValueError(f"teacher '{name}': endpoint must be 'chat' or 'completions', got {self.spec['endpoint']!r}")
+            raise ValueError(
+                f"teacher '{name}': endpoint must be 'chat' or 'completions', got {self.spec['endpoint']!r}"
+            )
         self._client = None
         self._tokenizer = None
         b = self.spec.get("budget")
         if b and not (self.spec["sampling"].get("max_tokens") or self.spec.get("context_length")):
-            raise ValueError(f"teacher '{name}': a budget needs sampling.max_tokens (each request's worst case)")
-        self.budget = Budget(b.get("ledger", f"results/budget/{name}.json"), b["daily_output_tokens"],
-                             b.get("reset_hour_utc", 0)) if b else None
+            raise ValueError(
+                f"teacher '{name}': a budget needs sampling.max_tokens (each request's worst case)"
+            )
+        self.budget = (
+            Budget(
+                b.get("ledger", f"results/budget/{name}.json"),
+                b["daily_output_tokens"],
+                b.get("reset_hour_utc", 0),
+            )
+            if b
+            else None
+        )
 
     def count_prompt_tokens(self, body: Mapping[str, Any]) -> int:
         """With the teacher's tokenizer when configured, else a conservative estimate (3 bytes a token)."""
         if self.spec.get("tokenizer"):
             if self._tokenizer is None:
                 from transformers import AutoTokenizer
+
                 self._tokenizer = AutoTokenizer.from_pretrained(self.spec["tokenizer"])
             if "messages" in body:
-                return len(self._tokenizer.apply_chat_template(body["messages"], add_generation_prompt=True,
-                                                               tokenize=True, return_dict=True)["input_ids"])
+                return len(
+                    self._tokenizer.apply_chat_template(
+                        body["messages"],
+                        add_generation_prompt=True,
+                        tokenize=True,
+                        return_dict=True,
+                    )["input_ids"]
+                )
             return len(self._tokenizer(body["prompt"])["input_ids"])
         texts = [m["content"] for m in body["messages"]] if "messages" in body else [body["prompt"]]
         return sum(len(t.encode()) // 3 + 8 for t in texts)
@@ -85,40 +111,57 @@ class OpenAITeacher(Teacher):
             return body
         room = limit - prompt
         if self.spec["on_overflow"] == "skip" or room < 1:
-            raise SkipSample(f"prompt {prompt} + max_tokens {want} tokens exceeds context_length {limit}")
+            raise SkipSample(
+                f"prompt {prompt} + max_tokens {want} tokens exceeds context_length {limit}"
+            )
         return {**body, "max_tokens": room, "max_tokens_clamped_from": want}
 
     def _headers(self) -> dict[str, str]:
         env = self.spec.get("api_key_env")
         if env and not os.environ.get(env):
-            raise ValueError(f"teacher '{self.name}': environment variable {env} (api_key_env) is not set")
+            raise ValueError(
+                f"teacher '{self.name}': environment variable {env} (api_key_env) is not set"
+            )
         return {"Authorization": f"Bearer {os.environ[env]}"} if env else {}
 
-    def request_body(self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int) -> dict[str, Any]:
+    def request_body(
+        self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int
+    ) -> dict[str, Any]:
         """The JSON sent for one sample: sampling params from config, the effort as configured."""
         how = self.spec["effort"]
-        body: dict[str, Any] = {"model": self.spec["model"], **self.spec["sampling"],
-                                "seed": (seed * 1_000_003 + sample_index) % 2**31}
+        body: dict[str, Any] = {
+            "model": self.spec["model"],
+            **self.spec["sampling"],
+            "seed": (seed * 1_000_003 + sample_index) % 2**31,
+        }
         messages = [{"role": "user", "content": user_content(problem)}]
         if "system" in how:
-            messages.insert(0, {"role": "system", "content": Template(how["system"]).substitute(effort=effort)})
+            messages.insert(
+                0, {"role": "system", "content": Template(how["system"]).substitute(effort=effort)}
+            )
         if "field" in how:
             body[how["field"]] = effort
         for key, value in how.get("extra_body", {}).items():
-            body[key] = Template(value).substitute(effort=effort) if isinstance(value, str) else value
+            body[key] = (
+                Template(value).substitute(effort=effort) if isinstance(value, str) else value
+            )
         if self.spec["endpoint"] == "chat":
             body["messages"] = messages
         else:
             body["prompt"] = "\n\n".join(m["content"] for m in messages)
         return body
 
-    async def acomplete(self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int) -> Completion:
+    async def acomplete(
+        self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int
+    ) -> Completion:
         body = self.guard_context(self.request_body(problem, effort, sample_index, seed))
         worst = int(body.get("max_tokens") or self.spec.get("context_length") or 0)
         if self.budget and not self.budget.reserve(worst):
             st = self.budget.status()
-            raise BudgetExhausted(f"teacher '{self.name}': daily output-token budget reached ({st['spent']:,} of "
-                                  f"{st['limit']:,} spent, {st['in_flight']:,} in flight); it resets at {st['resets_at']}")
+            raise BudgetExhausted(
+                f"teacher '{self.name}': daily output-token budget reached ({st['spent']:,} of "
+                f"{st['limit']:,} spent, {st['in_flight']:,} in flight); it resets at {st['resets_at']}"
+            )
         used = 0
         try:
             completion = await self._send(body, problem, effort, sample_index, seed)
@@ -135,16 +178,26 @@ class OpenAITeacher(Teacher):
             # One kept-alive connection per request in flight. (aiohttp, not httpx: measured here, httpx's
             # pool costs ~5 ms of client CPU per request at 64 in flight against aiohttp's 0.3 ms.)
             n = max(1, int(self.spec.get("concurrency", 1)))
-            self._client = aiohttp.ClientSession(headers=self._headers(),
-                                                 timeout=aiohttp.ClientTimeout(total=self.spec["timeout_s"]),
-                                                 connector=aiohttp.TCPConnector(limit=n))
+            self._client = aiohttp.ClientSession(
+                headers=self._headers(),
+                timeout=aiohttp.ClientTimeout(total=self.spec["timeout_s"]),
+                connector=aiohttp.TCPConnector(limit=n),
+            )
         return self._client
 
-    async def _send(self, body: dict[str, Any], problem: Mapping[str, Any], effort: str, sample_index: int,
-                    seed: int) -> Completion:
+    async def _send(
+        self,
+        body: dict[str, Any],
+        problem: Mapping[str, Any],
+        effort: str,
+        sample_index: int,
+        seed: int,
+    ) -> Completion:
         import aiohttp
 
-        url = self.spec["base_url"].rstrip("/") + ("/chat/completions" if self.spec["endpoint"] == "chat" else "/completions")
+        url = self.spec["base_url"].rstrip("/") + (
+            "/chat/completions" if self.spec["endpoint"] == "chat" else "/completions"
+        )
         clamped = body.pop("max_tokens_clamped_from", None)
         rng = random.Random(f"{seed}:{problem['prompt_id']}:{effort}:{sample_index}")
         session, last = self._session(), ""
@@ -152,7 +205,11 @@ class OpenAITeacher(Teacher):
             wait = None
             try:
                 async with session.post(url, json=body) as resp:
-                    status, text, retry_after = resp.status, await resp.text(), resp.headers.get("retry-after")
+                    status, text, retry_after = (
+                        resp.status,
+                        await resp.text(),
+                        resp.headers.get("retry-after"),
+                    )
                 if status == 200:
                     completion = self._parse(json.loads(text), body, attempt)
                     if clamped is not None:
@@ -168,9 +225,14 @@ class OpenAITeacher(Teacher):
                 last = f"malformed response: {type(exc).__name__}: {exc}"
             if attempt == self.spec["max_attempts"]:
                 break
-            backoff = min(self.spec["backoff_max_s"], self.spec["backoff_base_s"] * 2 ** (attempt - 1))
+            backoff = min(
+                self.spec["backoff_max_s"], self.spec["backoff_base_s"] * 2 ** (attempt - 1)
+            )
             await asyncio.sleep(max(wait or 0.0, backoff * rng.uniform(0.5, 1.5)))
-        raise TeacherError(f"gave up after {self.spec['max_attempts']} attempts; last: {last}", self.spec["max_attempts"])
+        raise TeacherError(
+            f"gave up after {self.spec['max_attempts']} attempts; last: {last}",
+            self.spec["max_attempts"],
+        )
 
     def _parse(self, data: Mapping[str, Any], body: Mapping[str, Any], attempt: int) -> Completion:
         choice = data["choices"][0]
@@ -182,19 +244,27 @@ class OpenAITeacher(Teacher):
             content, reasoning = choice["text"], None
         if not isinstance(content, str):
             raise TypeError(f"content is {type(content).__name__}, expected a string")
-        if reasoning:  # the server split the reasoning off: keep the <think> form graders and students expect
+        if (
+            reasoning
+        ):  # the server split the reasoning off: keep the <think> form graders and students expect
             text = f"<think>{reasoning}</think>\n{content.lstrip()}"
         else:
             text = content
             found = THINK.findall(content)
             reasoning = found[-1] if found else None
         usage = data.get("usage") or {}
-        return Completion(text=text, finish_reason=choice.get("finish_reason") or "unknown",
-                          prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                          completion_tokens=int(usage.get("completion_tokens", 0)),
-                          model=data.get("model") or self.spec["model"], reasoning=reasoning,
-                          extra={"attempts": attempt, "sampling": {k: v for k, v in body.items()
-                                                                   if k not in ("messages", "prompt")}})
+        return Completion(
+            text=text,
+            finish_reason=choice.get("finish_reason") or "unknown",
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            model=data.get("model") or self.spec["model"],
+            reasoning=reasoning,
+            extra={
+                "attempts": attempt,
+                "sampling": {k: v for k, v in body.items() if k not in ("messages", "prompt")},
+            },
+        )
 
     async def aclose(self) -> None:
         if self._client is not None:

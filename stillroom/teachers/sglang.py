@@ -25,7 +25,12 @@ from typing import Any
 from . import TeacherError
 from .openai import OpenAITeacher
 
-SERVER_DEFAULTS = {"health_path": "/health", "startup_timeout_s": 1800.0, "stop_timeout_s": 30.0, "host": "127.0.0.1"}
+SERVER_DEFAULTS = {
+    "health_path": "/health",
+    "startup_timeout_s": 1800.0,
+    "stop_timeout_s": 30.0,
+    "host": "127.0.0.1",
+}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -42,8 +47,12 @@ class SGLangTeacher(OpenAITeacher):
     def __init__(self, name: str, spec: Mapping[str, Any]):
         server = {**SERVER_DEFAULTS, **spec.get("server", {})}
         if "command" not in server:
-            raise ValueError(f"teacher '{name}': backend sglang needs server.command (a template with {{port}})")
-        super().__init__(name, {**spec, "server": server, "base_url": spec.get("base_url", "http://pending/v1")})
+            raise ValueError(
+                f"teacher '{name}': backend sglang needs server.command (a template with {{port}})"
+            )
+        super().__init__(
+            name, {**spec, "server": server, "base_url": spec.get("base_url", "http://pending/v1")}
+        )
         self.proc: subprocess.Popen | None = None
         self.log_path: str | None = None
 
@@ -59,8 +68,9 @@ class SGLangTeacher(OpenAITeacher):
         port = free_port(server["host"])
         fd, self.log_path = tempfile.mkstemp(prefix=f"stillroom-{self.name}-", suffix=".log")
         env = {**os.environ, **{k: str(v) for k, v in server.get("env", {}).items()}}
-        self.proc = subprocess.Popen(self.command(port), stdout=fd, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.command(port), stdout=fd, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         os.close(fd)
         atexit.register(self.stop)
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -69,8 +79,11 @@ class SGLangTeacher(OpenAITeacher):
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as client:
             while True:
                 if self.proc.poll() is not None:
-                    raise TeacherError(f"teacher '{self.name}': server exited with {self.proc.returncode} before it was "
-                                       f"healthy; log tail:\n{self.log_tail()}", 1)
+                    raise TeacherError(
+                        f"teacher '{self.name}': server exited with {self.proc.returncode} before it was "
+                        f"healthy; log tail:\n{self.log_tail()}",
+                        1,
+                    )
                 try:
                     async with client.get(root + server["health_path"]) as resp:
                         if resp.status == 200:
@@ -79,8 +92,11 @@ class SGLangTeacher(OpenAITeacher):
                     pass
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise TeacherError(f"teacher '{self.name}': server not healthy after {server['startup_timeout_s']} s "
-                                       f"at {root}{server['health_path']}; log tail:\n{self.log_tail()}", 1)
+                    raise TeacherError(
+                        f"teacher '{self.name}': server not healthy after {server['startup_timeout_s']} s "
+                        f"at {root}{server['health_path']}; log tail:\n{self.log_tail()}",
+                        1,
+                    )
                 await asyncio.sleep(0.2)
         self.spec["base_url"] = root + "/v1"
 
@@ -96,7 +112,10 @@ class SGLangTeacher(OpenAITeacher):
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        for sig, wait in ((signal.SIGTERM, self.spec["server"]["stop_timeout_s"]), (signal.SIGKILL, 10)):
+        for sig, wait in (
+            (signal.SIGTERM, self.spec["server"]["stop_timeout_s"]),
+            (signal.SIGKILL, 10),
+        ):
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
