@@ -1,77 +1,103 @@
-# Shared by every stage: config validation, path helpers, wildcard constraints, params as JSON.
+# Shared by every stage: the config (loaded, checked and resolved once, before any job), paths,
+# wildcard constraints, resources that follow the config, and how a rule calls its stage.
+# Nothing here writes a file or sets an environment variable: jobs get what they need as arguments.
 import functools
 import json
 import os
 import re
+import shlex
 import shutil
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
+from snakemake.settings.types import DeploymentMethod
 
 import stillroom.config
-import stillroom.sources
-from stillroom.kernels import SOLUTIONS_DIR, VALIDATOR_DEFAULTS
+import stillroom.io
 from stillroom.cluster import backend_gpus, stage_gpus, train_resources
+from stillroom.kernels.problemset import kernel_files, solution_files
 
+REPO = Path(workflow.basedir)
+
+# The config files given (each read again to refuse duplicated keys), or the embedded default; every
+# default filled in, so each rule passes its sections through as they are.
 try:
-    validate(config, schema="../config/schema.yaml")
-except WorkflowError:
-    stillroom.config.validate(config)  # the same schema, re-checked to name every bad key
-    raise
-stillroom.config.cross_check(config)  # references between sections, which a schema cannot express
+    RESOLVED = stillroom.config.workflow_config(
+        config,
+        workflow.config_settings.configfiles,
+        default=REPO / "config" / "config.yaml",
+        root=REPO,
+    )
+except (stillroom.config.ConfigError, stillroom.io.DataError) as exc:
+    raise WorkflowError(str(exc)) from None
+config.clear()
+config.update(RESOLVED)
 
-if shutil.which("stillroom") is None:
-    raise WorkflowError("`stillroom` is not on PATH: run `make run`, or `source .venv/bin/activate` first")
+CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+if shutil.which("stillroom") is None and not CONDA:
+    raise WorkflowError(
+        "`stillroom` is not on PATH: run `make run`, or `source .venv/bin/activate` first"
+    )
 
 
 def unset_profile_variables():
-    """Environment variables the profile's resources name but the environment lacks: Snakemake keeps an
-    unset `$NAME` literally, and sbatch would get it as the partition or account (profiles/slurm)."""
+    """Environment variables the profile's resources name but the environment lacks: Snakemake keeps
+    an unset `$NAME` literally, and sbatch would get it as the partition or account."""
     rs = workflow.resource_settings
-    resources = [*dict(rs.default_resources or {}).values()]
-    resources += [r for rule in (rs.overwrite_resources or {}).values() for r in dict(rule).values()]
+    per_rule = (rs.overwrite_resources or {}).values()
+    resources = [
+        *dict(rs.default_resources or {}).values(),
+        *(r for rule in per_rule for r in dict(rule).values()),
+    ]
     names = {n for r in resources if isinstance(r.raw, str) for n in re.findall(r"\$\{?(\w+)", r.raw)}
     return sorted(n for n in names if n not in os.environ)
 
 
-UNSET = unset_profile_variables() if workflow.is_main_process else []  # jobs see a pruned environment
+UNSET = unset_profile_variables() if workflow.is_main_process else []  # jobs: a pruned environment
 if UNSET:
-    raise WorkflowError(f"the profile's resources need {', '.join(UNSET)} in the environment "
-                        "(see profiles/slurm/profile.yaml; SLURM_ACCOUNT may be empty)")
+    raise WorkflowError(
+        f"the profile's resources need {', '.join(UNSET)} in the environment "
+        "(see profiles/slurm/profile.yaml; SLURM_ACCOUNT may be empty)"
+    )
+
 
 def partition_for(gpus):
-    """SLURM partition of a rule whose GPU count follows the config (an API teacher needs none, a compiled-
-    kernel grader one): the profile cannot see the config, and a --set-resources on the command line
-    replaces the profile's whole set-resources (measured), so the rule declares it. Empty when not set
-    (local runs); under the slurm profile the variable check above has run."""
+    """SLURM partition of a rule whose GPU count follows the config (an API teacher needs none, a
+    compiled-kernel grader one): the profile cannot see the config, and a --set-resources on the
+    command line replaces the profile's whole set-resources (measured), so the rule declares it.
+    Empty when not set (local runs); under the slurm profile the variable check above has run."""
     return os.environ.get("STILLROOM_GPU_PARTITION" if gpus else "STILLROOM_CPU_PARTITION", "")
 
 
-REPO = Path(workflow.basedir)
+def conda_env(backend):
+    """The environment a rule's job runs in under --sdm conda: SGLang's own, for the rules that start
+    an SGLang server, else the project's."""
+    return f"../envs/{'sglang' if backend == 'sglang' else 'stillroom'}.yaml"
+
+
+ENV = conda_env(None)
 EXP = config["experiment"]
 R = f"results/{EXP}"
 TEACHER = config["generation"]["teacher"]
+TEACHER_SPEC = config["teachers"][TEACHER]
 EFFORTS = config["generation"]["efforts"]
-GROUPED = {e for g in config["generation"].get("effort_groups", []) for e in g}
+GROUPED = {e for g in config["generation"]["effort_groups"] for e in g}
 SHARDS = [f"{i:05d}" for i in range(config["generation"]["shards"])]
 RATIOS = [str(r) for r in config["merge"]["ratios"]]
-GRPO = "grpo" in config  # kernel track: GRPO from the fine-tune (rules/train.smk)
+GRPO = config["grpo"] is not None  # kernel track: GRPO from the fine-tune (rules/grpo.smk)
 MODELS = ["base", "sft"] + (["grpo"] if GRPO else []) + [f"merge-{r}" for r in RATIOS]
-SELECT_ON = config["merge"].get("select_on")  # the dev benchmark the merge ratio is chosen on, if any
-WEIGHT_HOOKS = config["student"].get("weight_hooks", [])
+SELECT_ON = config["merge"]["select_on"]  # the dev split the merge ratio is chosen on, if any
+WEIGHT_HOOKS = config["student"]["weight_hooks"]
 
-# Provenance: every job records the hash of the resolved config and where a snapshot of it is.
+# Provenance: every job records the hash of the resolved config, whose snapshot (named by that
+# hash, so writing it never dirties anything) is written when the run starts.
 CONFIG_SHA256 = stillroom.config.config_hash(config)
-CONFIG_SNAPSHOT = Path(R, "config", f"{CONFIG_SHA256[:16]}.json")
-if not CONFIG_SNAPSHOT.exists():  # content-addressed, so writing it never dirties anything
-    CONFIG_SNAPSHOT.parent.mkdir(parents=True, exist_ok=True)
-    CONFIG_SNAPSHOT.write_text(json.dumps(config, indent=2, sort_keys=True))
-os.environ["STILLROOM_CONFIG_SHA256"] = CONFIG_SHA256
-os.environ["STILLROOM_CONFIG_PATH"] = str(CONFIG_SNAPSHOT.resolve())
-os.environ["STILLROOM_REPO"] = str(REPO)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+CONFIG_SNAPSHOT = f"{R}/config/{CONFIG_SHA256[:16]}.json"
+
+
+onstart:
+    if not Path(CONFIG_SNAPSHOT).exists():
+        stillroom.io.write_json(CONFIG_SNAPSHOT, config)
 
 
 wildcard_constraints:
@@ -91,41 +117,51 @@ def repo_path(path):
 
 
 # A benchmark is a JSONL file, or a dataset spec (hub id or file) that rule `benchmark` materialises.
-BENCHMARKS = {name: (f"{R}/benchmarks/{name}.jsonl" if isinstance(b, dict) else repo_path(b))
-              for name, b in config["benchmarks"].items()}
-LOCAL_DATA = (".jsonl", ".json", ".parquet", ".csv")
+BENCHMARKS = {
+    name: (f"{R}/benchmarks/{name}.jsonl" if isinstance(b, dict) else repo_path(b))
+    for name, b in config["benchmarks"].items()
+}
+LOCAL_DATA = tuple(stillroom.config.LOCAL_DATA)
 
 
 def local_path(spec):
-    """A source or benchmark spec with its local file (or kernel problem dir) resolved against the repository root."""
-    if isinstance(spec, dict) and str(spec.get("path", "")).endswith(LOCAL_DATA):
+    """A source or benchmark spec with its local file (or problem directory) resolved against the
+    repository root."""
+    if str(spec.get("path", "")).endswith(LOCAL_DATA):
         return {**spec, "path": repo_path(spec["path"])}
-    if isinstance(spec, dict) and spec.get("dir"):
+    if spec.get("dir"):
         return {**spec, "dir": repo_path(spec["dir"])}
     return spec
 
 
 SOURCES = [local_path(s) for s in config["sources"]]
-# Kernel problem files are pool inputs: editing one rebuilds everything downstream of it. The procedural
-# teacher answers with the reference solutions, so they are its generation jobs' inputs.
-KERNEL_FILES = [str(f) for s in SOURCES if s["kind"] == "kernels" for f in stillroom.sources.kernel_files(s).values()]
-TEACHER_FILES = [str(SOLUTIONS_DIR / f"{name}.py") for s in SOURCES if s["kind"] == "kernels" and not s.get("dir")
-                 for name in stillroom.sources.kernel_files(s) if (SOLUTIONS_DIR / f"{name}.py").exists()
-                 ] if config["teachers"][TEACHER]["backend"] == "procedural" else []
+KERNEL_SOURCES = [s for s in SOURCES if s["kind"] == "kernels"]
+# Kernel problem files are pool inputs: editing one rebuilds everything downstream of it. The
+# procedural teacher answers with the reference solutions: they are its generation jobs' inputs.
+try:
+    KERNEL_FILES = [str(f) for s in KERNEL_SOURCES for f in kernel_files(s).values()]
+    TEACHER_FILES = [
+        str(f) for s in KERNEL_SOURCES for f in solution_files(s).values()
+    ] if TEACHER_SPEC["backend"] == "procedural" else []
+except stillroom.io.DataError as exc:
+    raise WorkflowError(f"sources: {exc}") from None
+
+SPLITS = {"heldout": f"{R}/pool/heldout.jsonl", "dev": f"{R}/pool/dev.jsonl"}  # carved from the pool
 
 
 def shards_of(effort):
     """Efforts listed in generation.effort_shards run on that many shards (a hash-random subset of
     prompts); the others on all of them."""
-    return SHARDS[: config["generation"].get("effort_shards", {}).get(effort, len(SHARDS))]
+    return SHARDS[: config["generation"]["effort_shards"].get(effort, len(SHARDS))]
 
 
 def tracked(**outputs):
-    """Each artifact plus its provenance sidecar (`<name>_prov`), both declared so a failed job removes both."""
+    """Each artifact plus its provenance sidecar (`<name>_prov`), both declared so that a failed job
+    removes both."""
     declared = {}
     for name, path in outputs.items():
         declared[name] = path
-        declared[f"{name}_prov"] = str(path).rstrip("/") + ".prov.json"
+        declared[f"{name}_prov"] = f"{Path(path)}.prov.json"
     return declared
 
 
@@ -138,7 +174,20 @@ def named(mapping):
     return [f"{name}={path}" for name, path in mapping.items()]
 
 
-SPLITS = {"heldout": f"{R}/pool/heldout.jsonl", "dev": f"{R}/pool/dev.jsonl"}  # carved from the pool
+def stillroom_cli(stage, rule, args):
+    """A rule's shell command: its stage through the CLI, told its rule, params, threads, config
+    snapshot and workflow for provenance; everything the stage prints goes to the rule's log."""
+    job = f"--rule {rule} --config {CONFIG_SNAPSHOT} --workflow {shlex.quote(str(REPO))}"
+    return (
+        f"stillroom {stage} {args} {job} --threads {{threads}} --params {{params.p:q}}"
+        " >> {log:q} 2>&1"
+    )
+
+
+def timing(rule, wildcards=""):
+    """A rule's benchmark file (wall time, memory, I/O of each job)."""
+    suffix = f"-{wildcards}" if wildcards else ""
+    return f"{R}/timing/{rule}{suffix}.tsv"
 
 
 def benchmark_file(wildcards):
@@ -146,15 +195,18 @@ def benchmark_file(wildcards):
     return SPLITS.get(wildcards.bench) or BENCHMARKS[wildcards.bench]
 
 
-# Kernel answers are graded by the validator with these options (stillroom.kernels.evaluate).
-KERNELS = config.get("kernels")
-KERNEL_GRADING = {"kernel": {k: v for k, v in KERNELS.items() if k in VALIDATOR_DEFAULTS}} if KERNELS else {}
-KERNEL_BENCHMARKS = KERNELS.get("benchmarks", config["eval"]["benchmarks"]) if KERNELS else []
-KERNEL_GRADE_GPUS = int(bool(KERNELS) and KERNELS.get("device") == "cuda")  # compiled kernels, timed speedups
+# Kernel answers are graded by the validator with the options of the kernels: section.
+KERNELS = config["kernels"]
+VALIDATOR = (
+    {k: KERNELS[k] for k in stillroom.config.ValidatorOptions.model_fields} if KERNELS else {}
+)
+KERNEL_BENCHMARKS = (KERNELS["benchmarks"] or config["eval"]["benchmarks"]) if KERNELS else []
+KERNEL_GRADE_GPUS = int(bool(KERNELS) and KERNELS["device"] == "cuda")  # compiled kernels, timed
 
-BUDGETS = config["eval"].get("budget_force", {}).get("budgets", [])
-BUDGET_MODELS = config["eval"].get("budget_force", {}).get("models", MODELS)
-BUDGET_BENCHMARKS = config["eval"].get("budget_force", {}).get("benchmarks", config["eval"]["benchmarks"])
+FORCE = config["eval"]["budget_force"] or {}
+BUDGETS = FORCE.get("budgets", [])
+BUDGET_MODELS = FORCE.get("models") or MODELS
+BUDGET_BENCHMARKS = FORCE.get("benchmarks") or config["eval"]["benchmarks"]
 
 
 def all_tables():
@@ -164,5 +216,96 @@ def all_tables():
     return tables + [f"{R}/cost/ledger.md"]
 
 
-# Appended to every `stillroom <stage>` command: provenance, threads, progress log, params.
-STAGE_ARGS = " --rule {rule} --threads {threads} --log {log} --params {params.p:q}"
+# Per-stage helpers (lint: rule files hold rules only).
+
+
+def generation_params(wildcards, efforts=None):
+    effort = {"efforts": efforts} if efforts else {"effort": wildcards.effort}
+    return as_json(
+        teacher=wildcards.teacher,
+        spec=config["teachers"][wildcards.teacher],
+        samples=config["generation"]["samples_per_prompt"],
+        **effort,
+    )
+
+
+def teacher_gpus(wildcards):
+    """GPUs of the teacher's server inside the job (0 for an API)."""
+    return backend_gpus(config["teachers"][wildcards.teacher])
+
+
+def graded_shards():
+    return {
+        f"{e}-{s}": f"{R}/graded/{TEACHER}/{e}/shard-{s}.jsonl" for e in EFFORTS for s in shards_of(e)
+    }
+
+
+# What evaluation depends on: the eval section without the benchmark list and budget forcing (and
+# no **kwargs: Snakemake would pass input, output, threads and resources into them, and a resource
+# change, e.g. another profile, would rerun every evaluation).
+DECODING = {k: config["eval"][k] for k in stillroom.config.Decoding.model_fields}
+
+
+def eval_params(wildcards):
+    return as_json(
+        model_name=wildcards.model,
+        benchmark=wildcards.bench,
+        effort_tag=config["student"]["effort_tag"],
+        **DECODING,
+    )
+
+
+def budget_params(wildcards):
+    forcing = {k: FORCE[k] for k in stillroom.config.Forcing.model_fields}
+    return as_json(
+        model_name=wildcards.model,
+        benchmark=wildcards.bench,
+        effort_tag=config["student"]["effort_tag"],
+        budget=int(wildcards.budget),
+        **DECODING,
+        **forcing,
+    )
+
+
+def graded_models(wildcards):
+    return {m: f"{R}/eval/{m}/{wildcards.bench}/graded.jsonl" for m in MODELS}
+
+
+def tables_params(wildcards, fast_p=None):
+    """(No **kwargs: Snakemake would pass input, output, threads and resources into them.)"""
+    fast = {"fast_p": fast_p} if fast_p is not None else {}
+    return as_json(benchmark=wildcards.bench, base="base", tuned="sft", **config["tables"], **fast)
+
+
+def budget_graded(wildcards):
+    return {
+        f"{m}@{b}": f"{R}/eval/{m}/{wildcards.bench}/budget-{b}/graded.jsonl"
+        for m in BUDGET_MODELS
+        for b in BUDGETS
+    }
+
+
+def cost_artifacts():
+    gen = {
+        f"gen-{e}-{s}": f"{R}/gen/{TEACHER}/{e}/shard-{s}.jsonl" for e in EFFORTS for s in shards_of(e)
+    }
+    benches = config["eval"]["benchmarks"] + ([SELECT_ON] if SELECT_ON else [])
+    evals = {
+        f"eval-{m}-{b}": f"{R}/eval/{m}/{b}/samples.jsonl"
+        for m in MODELS
+        for b in benches
+        if b in config["eval"]["benchmarks"] or m.startswith("merge-")
+    }
+    budgets = {
+        f"budget-{m}-{b}-{B}": f"{R}/eval/{m}/{b}/budget-{B}/samples.jsonl"
+        for m in BUDGET_MODELS
+        for b in BUDGET_BENCHMARKS
+        for B in BUDGETS
+    }
+    merges = {f"merge-{r}": f"{R}/ckpt/merge-{r}" for r in RATIOS}
+    grpo = {"grpo": f"{R}/ckpt/grpo"} if GRPO else {}
+    return {**gen, "train": f"{R}/ckpt/sft", **grpo, **merges, **evals, **budgets}
+
+
+# GPUs per job follow the job shapes (stillroom/cluster.py); cost.gpus overrides them.
+COST_PARAMS = {**config["cost"], "gpus": {**stage_gpus(config), **config["cost"]["gpus"]}}

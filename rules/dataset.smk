@@ -1,8 +1,5 @@
-# Stage 6: shortest correct trace per (prompt, effort), effort-tagged.
-
-
-def graded_shards():
-    return {f"{e}-{s}": f"{R}/graded/{TEACHER}/{e}/shard-{s}.jsonl" for e in EFFORTS for s in shards_of(e)}
+# The SFT dataset: the shortest correct trace per (prompt, effort), effort-tagged
+# (stillroom/stages/dataset.py).
 
 
 rule dataset:
@@ -15,5 +12,9 @@ rule dataset:
         graded=named(graded_shards()),
     log:
         f"{R}/logs/dataset.log",
+    benchmark:
+        timing("dataset")
+    conda:
+        ENV
     shell:
-        "stillroom dataset --graded {params.graded} --out-dataset {output.dataset}" + STAGE_ARGS
+        stillroom_cli("dataset", "dataset", "--graded {params.graded} --out-dataset {output.dataset}")

@@ -1,16 +1,4 @@
-# Stages 4-5: teacher samples per (teacher, effort, shard), then grading.
-
-
-def generation_params(wildcards, efforts=None):
-    gen = config["generation"]
-    effort = {"efforts": efforts} if efforts else {"effort": wildcards.effort}
-    return as_json(teacher=wildcards.teacher, spec=config["teachers"][wildcards.teacher], **effort,
-                   samples=gen["samples_per_prompt"])
-
-
-def teacher_gpus(wildcards):
-    """GPUs of the teacher's server inside the job (0 for an API)."""
-    return backend_gpus(config["teachers"][wildcards.teacher])
+# Teacher samples per (teacher, effort, shard), resumable (stillroom/stages/generate.py).
 
 
 rule generate:
@@ -29,12 +17,17 @@ rule generate:
         slurm_partition=lambda wildcards: partition_for(teacher_gpus(wildcards)),
     log:
         f"{R}/logs/generate/{{teacher}}-{{effort}}-{{shard}}.log",
+    benchmark:
+        timing("generate", "{teacher}-{effort}-{shard}")
+    conda:
+        conda_env(TEACHER_SPEC["backend"])
     shell:
-        "stillroom generate --shard {input.shard} --out-samples {output.samples}" + STAGE_ARGS
+        stillroom_cli("generate", "generate", "--shard {input.shard} --out-samples {output.samples}")
 
 
 # Efforts in one of generation.effort_groups share a job per shard: one server start serves them all.
-for group in config["generation"].get("effort_groups", []):
+for group in config["generation"]["effort_groups"]:
+    group_outputs = " ".join(f"{{output.{e}}}" for e in group)
 
     rule:
         name:
@@ -52,23 +45,13 @@ for group in config["generation"].get("effort_groups", []):
             slurm_partition=lambda wildcards: partition_for(teacher_gpus(wildcards)),
         log:
             f"{R}/logs/generate/{{teacher}}-{'-'.join(group)}-{{shard}}.log",
+        benchmark:
+            timing(f"generate_{'_'.join(group)}", "{teacher}-{shard}")
+        conda:
+            conda_env(TEACHER_SPEC["backend"])
         shell:
-            "stillroom generate --shard {input.shard} --out-samples "
-            + " ".join(f"{{output.{e}}}" for e in group)
-            + STAGE_ARGS
-
-
-rule grade_generation:
-    input:
-        f"{R}/gen/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl",
-    output:
-        **tracked(graded=f"{R}/graded/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
-    params:
-        p=as_json(**KERNEL_GRADING),
-    resources:
-        gpu=KERNEL_GRADE_GPUS,
-        slurm_partition=partition_for(KERNEL_GRADE_GPUS),
-    log:
-        f"{R}/logs/grade/{{teacher}}-{{effort}}-{{shard}}.log",
-    shell:
-        "stillroom grade --samples {input} --out-graded {output.graded}" + STAGE_ARGS
+            stillroom_cli(
+                "generate",
+                f"generate_{'_'.join(group)}",
+                f"--shard {{input.shard}} --out-samples {group_outputs}",
+            )

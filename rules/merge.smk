@@ -1,9 +1,5 @@
-# Stage 8: interpolate base and fine-tuned weights, one job per ratio; optionally choose the ratio on a
-# dev split that no reported table uses.
-
-
-def merge_params(wildcards):
-    return as_json(tuned_weight=float(wildcards.ratio), weight_hooks=WEIGHT_HOOKS)
+# Merges: base and fine-tune interpolated, one job per ratio; optionally the ratio chosen on a dev
+# split that no reported table uses (stillroom/stages/merge.py).
 
 
 rule merge:
@@ -13,11 +9,17 @@ rule merge:
     output:
         **tracked(model=directory(f"{R}/ckpt/merge-{{ratio}}")),
     params:
-        p=merge_params,
+        p=lambda wildcards: as_json(tuned_weight=float(wildcards.ratio), weight_hooks=WEIGHT_HOOKS),
     log:
         f"{R}/logs/merge-{{ratio}}.log",
+    benchmark:
+        timing("merge", "{ratio}")
+    conda:
+        ENV
     shell:
-        "stillroom merge --base {input.base} --tuned {input.tuned} --out-model {output.model}" + STAGE_ARGS
+        stillroom_cli(
+            "merge", "merge", "--base {input.base} --tuned {input.tuned} --out-model {output.model}"
+        )
 
 
 if SELECT_ON:
@@ -37,6 +39,14 @@ if SELECT_ON:
             reported=named(REPORTED),
         log:
             f"{R}/logs/select-merge.log",
+        benchmark:
+            timing("select_merge")
+        conda:
+            ENV
         shell:
-            "stillroom select --graded {params.graded} --dev {input.dev} --reported {params.reported}"
-            " --out-selection {output.selection}" + STAGE_ARGS
+            stillroom_cli(
+                "select",
+                "select_merge",
+                "--graded {params.graded} --dev {input.dev} --reported {params.reported}"
+                " --out-selection {output.selection}",
+            )

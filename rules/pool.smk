@@ -1,19 +1,22 @@
-# Stages 1-3: benchmarks, prompt pool and held-out split, decontamination, shards.
-
-
-def benchmark_params(wildcards):
-    return as_json(name=wildcards.bench, spec=local_path(config["benchmarks"][wildcards.bench]))
+# Benchmarks given as dataset specs, the prompt pool with its held-out test and dev splits, and the
+# pool's shards (stillroom/stages/pool.py).
 
 
 rule benchmark:
     output:
         **tracked(benchmark=f"{R}/benchmarks/{{bench}}.jsonl"),
     params:
-        p=benchmark_params,
+        p=lambda wildcards: as_json(
+            name=wildcards.bench, spec=local_path(config["benchmarks"][wildcards.bench])
+        ),
     log:
         f"{R}/logs/benchmark-{{bench}}.log",
+    benchmark:
+        timing("benchmark", "{bench}")
+    conda:
+        ENV
     shell:
-        "stillroom benchmark --out-benchmark {output.benchmark}" + STAGE_ARGS
+        stillroom_cli("benchmark", "benchmark", "--out-benchmark {output.benchmark}")
 
 
 rule pool:
@@ -22,33 +25,27 @@ rule pool:
         files=[s["path"] for s in SOURCES if s.get("path", "").endswith(LOCAL_DATA)],
         kernels=KERNEL_FILES,
     output:
-        **tracked(pool=f"{R}/pool/pool.jsonl", heldout=f"{R}/pool/heldout.jsonl", dev=f"{R}/pool/dev.jsonl"),
+        **tracked(
+            pool=f"{R}/pool/pool.jsonl",
+            heldout=f"{R}/pool/heldout.jsonl",
+            dev=f"{R}/pool/dev.jsonl",
+        ),
     params:
         p=as_json(sources=SOURCES, heldout=config["heldout"]),
         benchmarks=named(BENCHMARKS),
     log:
         f"{R}/logs/pool.log",
+    benchmark:
+        timing("pool")
+    conda:
+        ENV
     shell:
-        "stillroom pool --benchmarks {params.benchmarks} --out-pool {output.pool} --out-heldout {output.heldout}"
-        " --out-dev {output.dev}" + STAGE_ARGS
-
-
-rule decontam:
-    input:
-        pool=f"{R}/pool/pool.jsonl",
-        heldout=f"{R}/pool/heldout.jsonl",
-        dev=f"{R}/pool/dev.jsonl",
-        benchmarks=list(BENCHMARKS.values()),
-    output:
-        **tracked(clean=f"{R}/pool/decontaminated.jsonl", report=f"{R}/pool/decontam_report.json"),
-    params:
-        p=as_json(**config["decontam"]),
-        benchmarks=named({**BENCHMARKS, **SPLITS}),
-    log:
-        f"{R}/logs/decontam.log",
-    shell:
-        "stillroom decontam --pool {input.pool} --benchmarks {params.benchmarks}"
-        " --out-clean {output.clean} --out-report {output.report}" + STAGE_ARGS
+        stillroom_cli(
+            "pool",
+            "pool",
+            "--benchmarks {params.benchmarks} --out-pool {output.pool}"
+            " --out-heldout {output.heldout} --out-dev {output.dev}",
+        )
 
 
 rule shard:
@@ -61,5 +58,9 @@ rule shard:
         shards=[f"{R}/shards/shard-{s}.jsonl" for s in SHARDS],
     log:
         f"{R}/logs/shard.log",
+    benchmark:
+        timing("shard")
+    conda:
+        ENV
     shell:
-        "stillroom shard --pool {input} --out-shards {params.shards}" + STAGE_ARGS
+        stillroom_cli("shard", "shard", "--pool {input} --out-shards {params.shards}")

@@ -1,7 +1,8 @@
 """One CLI for every stage: ``stillroom <stage> --<input> PATH ... --<output> PATH --params JSON``.
 
-Each stage is a library function; this module parses paths and params, times the call, and writes
-the provenance sidecar of every output. Rules in ``rules/*.smk`` call these commands and nothing else.
+Each stage is a function of ``stillroom.stages``, whose module is named after the ``rules/*.smk``
+file of its rule; this module parses paths and params, times the call, and writes the provenance
+sidecar of every output. Rules call these commands and nothing else.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .io import DataError
 
 @dataclass(frozen=True)
 class Stage:
-    target: str  # "module:function" in stillroom
+    target: str  # "module:function" in stillroom.stages
     inputs: tuple[
         str, ...
     ]  # a trailing "*" takes several NAME=PATH (or PATH) values, "?" is optional
@@ -32,7 +33,7 @@ class Stage:
 
 STAGES: dict[str, Stage] = {
     "benchmark": Stage(
-        "sources:fetch_benchmark",
+        "pool:fetch_benchmark",
         (),
         ("benchmark",),
         "materialise a benchmark from a hub id or a local file as prompt/answer/kind JSONL",
@@ -50,10 +51,7 @@ STAGES: dict[str, Stage] = {
         "drop every prompt sharing an n-gram with a benchmark item; write a report",
     ),
     "shard": Stage(
-        "pool:assign_shards",
-        ("pool",),
-        ("shards*",),
-        "split the pool into shards by prompt-id hash",
+        "pool:assign_shards", ("pool",), ("shards*",), "split the pool into shards by prompt-id hash"
     ),
     "generate": Stage(
         "generate:run",
@@ -62,10 +60,10 @@ STAGES: dict[str, Stage] = {
         "teacher samples for one (teacher, shard) at one effort, or at several in one run",
     ),
     "grade": Stage(
-        "grading:run",
+        "grade:run",
         ("samples",),
         ("graded",),
-        "grade samples: math-verify for math, strict letter match for multiple choice",
+        "grade samples: math, multiple choice, instructions, code and kernels, each by its grader",
     ),
     "dataset": Stage(
         "dataset:build",
@@ -114,7 +112,7 @@ STAGES: dict[str, Stage] = {
         "merge a LoRA / QLoRA adapter into its full-precision base",
     ),
     "select": Stage(
-        "selection:run",
+        "merge:select",
         ("graded*", "dev", "reported*"),
         ("selection",),
         "choose the merge ratio by accuracy on a dev split disjoint from every reported benchmark",
@@ -138,10 +136,10 @@ STAGES: dict[str, Stage] = {
         "accuracy against thinking budget (budget forcing), per model",
     ),
     "kernel_tables": Stage(
-        "kernel_tables:run",
+        "tables:kernel_tables",
         ("graded*",),
         ("markdown", "csv"),
-        "kernel track: compile, correctness, launch, rule and reward rates with paired CIs; fast_p",
+        "kernel track: compile, correct, launch, rule and reward rates with paired CIs; fast_p",
     ),
     "tables": Stage(
         "tables:run",
@@ -177,22 +175,18 @@ def _load_params(text: str | None) -> dict[str, Any]:
     return params
 
 
-def _logger(stage: str, log_path: str | None) -> Callable[[str], None]:
-    fh = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115 (lives for the process)
+def _logger(stage: str) -> Callable[[str], None]:
+    """Progress lines on stderr, which a workflow job appends to its rule's log."""
     t0 = time.monotonic()
 
     def log(msg: str) -> None:
-        line = f"[{stage} {time.monotonic() - t0:6.1f}s] {msg}"
-        print(line, file=sys.stderr, flush=True)
-        if fh:
-            fh.write(line + "\n")
-            fh.flush()
+        print(f"[{stage} {time.monotonic() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
     return log
 
 
 def run_stage(name: str, args: argparse.Namespace) -> None:
-    from .provenance import now, write_sidecars
+    from .provenance import Job, now, write_sidecars
 
     stage = STAGES[name]
     inputs: dict[str, Any] = {}
@@ -202,23 +196,14 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
         inputs[key] = _named(value) if spec.endswith("*") else value
     outputs = {spec.rstrip("*"): getattr(args, "out_" + spec.rstrip("*")) for spec in stage.outputs}
     params = _load_params(args.params)
-    if args.rule:
-        os.environ["STILLROOM_RULE"] = args.rule
-    log = _logger(name, args.log)
+    job = Job(rule=args.rule, config_path=args.config, workflow=args.workflow)
+    log = _logger(name)
     module, func = stage.target.split(":")
-    fn = getattr(importlib.import_module(f"stillroom.{module}"), func)
+    fn = getattr(importlib.import_module(f"stillroom.stages.{module}"), func)
     started = now()
     t0 = time.monotonic()
-    metrics = (
-        fn(
-            **inputs,
-            **{f"out_{k}": v for k, v in outputs.items()},
-            params=params,
-            threads=args.threads,
-            log=log,
-        )
-        or {}
-    )
+    out_args = {f"out_{k}": v for k, v in outputs.items()}
+    metrics = fn(**inputs, **out_args, params=params, threads=args.threads, log=log) or {}
     metrics["wall_s"] = round(time.monotonic() - t0, 3)
     flat_outputs: dict[str, str] = {}
     for key, value in outputs.items():
@@ -232,9 +217,25 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
         if v is not None
     }
     write_sidecars(
-        flat_outputs, flat_inputs, stage=name, params=params, started=started, metrics=metrics
+        flat_outputs,
+        flat_inputs,
+        stage=name,
+        params=params,
+        started=started,
+        metrics=metrics,
+        job=job,
     )
     log(f"done in {metrics['wall_s']:.1f}s")
+
+
+def check_config(paths: list[str], root: str) -> None:
+    """Print the resolved config of ``paths`` (merged in order, as Snakemake merges them)."""
+    from .config import load_yaml, merge_configs, resolve
+
+    merged: dict[str, Any] = {}
+    for path in paths:
+        merged = merge_configs(merged, load_yaml(path))
+    print(json.dumps(resolve(merged, root), indent=2))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -263,7 +264,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--params", help="JSON object, or @file.json")
         p.add_argument("--threads", type=int, default=1)
         p.add_argument("--rule", help="the Snakemake rule, recorded in provenance")
-        p.add_argument("--log", help="also append progress lines to this file")
+        p.add_argument("--config", help="the resolved config's snapshot, recorded by its hash")
+        p.add_argument("--workflow", help="the workflow's directory, whose git state is recorded")
+    config = sub.add_parser(
+        "config",
+        help="check experiment config files (merged in order) and print the resolved config",
+    )
+    config.add_argument("paths", nargs="+", metavar="YAML")
+    config.add_argument("--root", default=".", help="where relative paths start (the repository)")
+    sub.add_parser("schema", help="print the JSON schema of an experiment config")
     show = sub.add_parser(
         "show", help="print the result tables of an experiment and where its artifacts are"
     )
@@ -289,16 +298,23 @@ def main(argv: list[str] | None = None) -> int:
     from .teachers import TeacherError
     from .teachers.budget import BudgetExhausted
 
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # no fork warnings from tokenizers
     args = build_parser().parse_args(argv)
     try:
         if args.command == "show":
-            from .tables import show
+            from .stages.tables import show
 
             show(args.experiment_dir)
         elif args.command == "audit":
             from .audit import run
 
             return run(args.path, root=args.root, as_json=args.json)
+        elif args.command == "config":
+            check_config(args.paths, args.root)
+        elif args.command == "schema":
+            from .config import schema
+
+            print(json.dumps(schema(), indent=2))
         else:
             run_stage(args.command, args)
     except (DataError, ValueError, FileNotFoundError, TeacherError, BudgetExhausted) as exc:

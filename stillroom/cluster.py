@@ -16,58 +16,59 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .launch import check_distributed
+from .config import Grpo, Server, Train
 
 
 def server_gpus(spec: Mapping[str, Any]) -> int:
-    """GPUs an SGLang server started in the job uses: ``server.gpus``, else tensor x data parallel size."""
-    server = spec.get("server") or {}
-    if "gpus" in server:
-        return int(server["gpus"])
-    return int(server.get("tp", 1)) * int(server.get("dp", 1))
+    """GPUs an SGLang server started in the job uses: ``server.gpus``, else tensor x data parallel."""
+    return Server.parse(spec["server"], where="server").gpu_count
 
 
 def backend_gpus(spec: Mapping[str, Any]) -> int:
     """GPUs of a model backend run inside the job: a started server, an in-process model (one GPU),
     or none for an API or the procedural stand-in."""
-    backend = spec.get("backend", "hf")
+    backend = spec["backend"]
     if backend == "sglang":
         return server_gpus(spec)
     return 1 if backend == "hf" else 0
 
 
 def train_resources(config: Mapping[str, Any], section: str = "train") -> dict[str, Any]:
-    """The job of ``section``'s layout (``train`` or ``grpo``: its ``distributed``). One node:
-    ``gpus_per_node`` GPUs (one process per GPU, or one device_map process over them all). Several:
-    ``gres`` per node, one launcher task per node, launcher in the batch script (``mpi``)."""
-    layout = check_distributed(config[section])
-    if layout["nodes"] == 1:
-        return {"gpu": layout["gpus_per_node"], "nodes": 1}
+    """The job of ``section``'s layout (``train`` or ``grpo``). One node: ``gpus_per_node`` GPUs
+    (one process per GPU, or one device_map process over them all). Several: ``gres`` per node,
+    one launcher task per node, launcher in the batch script (``mpi``)."""
+    layout = _layout(config, section)
+    if layout.nodes == 1:
+        return {"gpu": layout.gpus_per_node, "nodes": 1}
     return {
-        "nodes": layout["nodes"],
-        "tasks": layout["nodes"],
-        "gres": f"gpu:{layout['gpus_per_node']}",
+        "nodes": layout.nodes,
+        "tasks": layout.nodes,
+        "gres": f"gpu:{layout.gpus_per_node}",
         "mpi": "srun",
     }
 
 
+def _layout(config: Mapping[str, Any], section: str):
+    model = Train if section == "train" else Grpo
+    return model.parse(config[section], where=section).layout
+
+
 def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
-    """GPUs per job of each GPU rule: what the cost ledger charges when SLURM accounting has no answer."""
+    """GPUs per job of each GPU rule: what the cost ledger charges when SLURM accounting has no
+    answer."""
     teacher = backend_gpus(config["teachers"][config["generation"]["teacher"]])
-    layout = check_distributed(config["train"])
-    evaluation = backend_gpus(config["eval"].get("backend") or {"backend": "hf"})
+    layout = _layout(config, "train")
+    evaluation = backend_gpus(config["eval"]["backend"])
     gpus = {
         "generate": teacher,
-        "train": layout["nodes"] * layout["gpus_per_node"],
+        "train": layout.nodes * layout.gpus_per_node,
         "evaluate": evaluation,
         "evaluate_budget": evaluation,
     }
-    gpus.update(
-        {f"generate_{'_'.join(g)}": teacher for g in config["generation"].get("effort_groups", [])}
-    )
-    if "grpo" in config:
-        grpo = check_distributed(config["grpo"])
-        gpus["grpo"] = grpo["nodes"] * grpo["gpus_per_node"]
-    if config.get("kernels", {}).get("device") == "cuda":  # compiled kernels need a GPU to grade
+    gpus.update({f"generate_{'_'.join(g)}": teacher for g in config["generation"]["effort_groups"]})
+    if config.get("grpo"):
+        grpo = _layout(config, "grpo")
+        gpus["grpo"] = grpo.nodes * grpo.gpus_per_node
+    if (config.get("kernels") or {}).get("device") == "cuda":  # compiled kernels need a GPU
         gpus.update(grade_generation=1, grade_eval=1)
     return gpus

@@ -19,6 +19,7 @@ import re
 import socket
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -95,10 +96,28 @@ def redact(obj: Any) -> Any:
     return obj
 
 
+@dataclass(frozen=True)
+class Job:
+    """What a workflow job knows of itself, passed on its command line: its rule, the snapshot of
+    the resolved config it ran under, and the workflow's directory (whose git state is recorded)."""
+
+    rule: str | None = None
+    config_path: str | None = None
+    workflow: str | None = None
+
+    @functools.cached_property
+    def config_sha256(self) -> str | None:
+        if not self.config_path:
+            return None
+        from .config import config_hash
+
+        return config_hash(read_json(self.config_path))
+
+
 @functools.cache
-def git_state() -> dict[str, Any] | None:
-    """Commit and dirty state of the workflow's repository (set by the Snakefile), else of this package's."""
-    repo = os.environ.get("STILLROOM_REPO") or str(Path(__file__).resolve().parent.parent)
+def git_state(repo: str | None = None) -> dict[str, Any] | None:
+    """Commit and dirty state of the workflow's repository, else of this package's."""
+    repo = repo or str(Path(__file__).resolve().parent.parent)
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -149,6 +168,7 @@ def write_sidecars(
     params: Mapping[str, Any],
     started: str,
     metrics: Mapping[str, Any] | None = None,
+    job: Job = Job(),
 ) -> None:
     """One sidecar per output; each names its siblings so audit sees the whole job."""
     described = {
@@ -158,14 +178,14 @@ def write_sidecars(
     common = {
         "schema": SCHEMA,
         "stage": stage,
-        "rule": os.environ.get("STILLROOM_RULE") or stage,
+        "rule": job.rule or stage,
         "inputs": described,
         "outputs": {name: str(p) for name, p in outputs.items()},
         "params": redact(dict(params)),
         "seed": params.get("seed"),
-        "config_sha256": os.environ.get("STILLROOM_CONFIG_SHA256"),
-        "config_path": os.environ.get("STILLROOM_CONFIG_PATH"),
-        "git": git_state(),
+        "config_sha256": job.config_sha256,
+        "config_path": str(Path(job.config_path).resolve()) if job.config_path else None,
+        "git": git_state(job.workflow),
         "packages": package_versions(),
         "host": socket.gethostname(),
         "platform": platform.platform(),

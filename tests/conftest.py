@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from stillroom.data.sources import iter_sources
 from stillroom.io import write_jsonl
-from stillroom.student import build_model, train_tokenizer
+from stillroom.runtime.student import build_model, train_tokenizer
+from stillroom.stages.pool import PoolParams
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -38,6 +40,7 @@ def small_config() -> dict:
     cfg["train"].update(max_steps=8, batch_size=2, max_length=256, logging_steps=4)
     cfg["merge"]["ratios"] = [0.5]
     cfg["eval"].update(samples=2, max_new_tokens=24, batch_size=48)
+    cfg["eval"]["budget_force"]["budgets"] = [8, 16]  # at most max_new_tokens
     cfg["tables"]["n_resamples"] = 500
     return cfg
 
@@ -90,6 +93,16 @@ MODEL = dict(
 )
 
 
+KERNEL_PROBLEMS = ["relu", "softmax_rows", "layer_norm"]
+
+
+def kernel_records(names=KERNEL_PROBLEMS):
+    """Pool records of a ``kind: kernels`` source of the project's problems (all of them for None),
+    shared by the kernel track's tests."""
+    spec = {"name": "kb", "kind": "kernels", "problems": names}
+    return list(iter_sources(PoolParams.parse({"sources": [spec], "heldout": {"size": 0}}).sources, {}, seed=0))
+
+
 def synthetic_rows(n=200, seed=0):
     rng = random.Random(seed)
     rows = []
@@ -115,7 +128,7 @@ def setup(tmp_path_factory):
     rows = synthetic_rows()
     write_jsonl(root / "train.jsonl", rows)
     texts = [m["content"] for r in rows for m in r["messages"]]
-    train_tokenizer(texts, root / "tokenizer", vocab_size=320)
+    train_tokenizer(texts, root / "tokenizer", vocab_size=320, min_frequency=2)
     build_model(root / "tokenizer", root / "base", model=MODEL, seed=0)
     return root
 

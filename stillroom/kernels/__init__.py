@@ -1,10 +1,8 @@
-"""Kernel track: KernelBench-style problems, reference Triton solutions, and the dual-reward validator."""
+"""Kernel track: KernelBench-style problems with reference Triton solutions, the dual-reward
+validator (execution x rules) and its sandboxed worker, the reward every stage takes from it, and
+the kernel tables."""
 
-from pathlib import Path
+from .problemset import PROBLEMS_DIR, SOLUTIONS_DIR
+from .validator import KernelResult, evaluate
 
-from .validator import VALIDATOR_DEFAULTS, KernelResult, evaluate
-
-PROBLEMS_DIR = Path(__file__).parent / "problems"
-SOLUTIONS_DIR = Path(__file__).parent / "solutions"
-
-__all__ = ["PROBLEMS_DIR", "SOLUTIONS_DIR", "VALIDATOR_DEFAULTS", "KernelResult", "evaluate"]
+__all__ = ["PROBLEMS_DIR", "SOLUTIONS_DIR", "KernelResult", "evaluate"]

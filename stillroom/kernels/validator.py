@@ -29,6 +29,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import ValidatorOptions
 from . import rules
 
 # (rtol, atol) per dtype. On GPU, tl.dot computes fp32 in TF32 by default, hence the looser fp32 there.
@@ -38,8 +39,7 @@ TOLERANCES = {
 }
 
 
-# evaluate's options and their defaults: what the kernels: config section and grpo.validator may set.
-VALIDATOR_DEFAULTS = {"device": "cpu", "trials": 3, "timeout_s": 60.0}
+_DEFAULT = ValidatorOptions()  # evaluate's options, as the kernels: config section sets them
 
 
 @dataclass
@@ -52,6 +52,7 @@ class KernelResult:
     launched_triton: bool
     speedup: float | None = None
     reasons: list[str] = field(default_factory=list)
+    answered: bool = True  # False: the answer had no code to run (kernels/reward.py)
 
 
 def load_problem(problem_src: str, workdir: Path):
@@ -102,9 +103,9 @@ def evaluate(
     problem_src: str,
     candidate_src: str,
     *,
-    device: str = "cpu",
-    trials: int = 3,
-    timeout_s: float = 60.0,
+    device: str = _DEFAULT.device,
+    trials: int = _DEFAULT.trials,
+    timeout_s: float = _DEFAULT.timeout_s,
     seed: int = 0,
     isolation: str = "fork",
 ) -> KernelResult:

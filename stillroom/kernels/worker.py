@@ -26,6 +26,8 @@ import time
 import traceback
 from pathlib import Path
 
+from .. import sandbox
+
 # Torch operations the forward path may make outside kernels: allocation, shapes, views, metadata.
 ALLOCATIONS = {"torch.empty", "torch.empty_like", "torch.empty_strided", "torch.Tensor.new_empty"}
 ALLOWED_OPS = ALLOCATIONS | {
@@ -71,33 +73,15 @@ class _State:
     writes_allowed = False
 
 
-def _audit(event: str, args: tuple) -> None:
-    if event in {
-        "socket.__new__",
-        "socket.connect",
-        "socket.bind",
-        "socket.getaddrinfo",
-        "subprocess.Popen",
-        "os.system",
-        "os.exec",
-        "os.posix_spawn",
-        "os.fork",
-        "os.forkpty",
-        "os.kill",
-        "os.killpg",
-        "signal.pthread_kill",
-        "ctypes.dlopen",
-        "pty.spawn",
-        "shutil.rmtree",
-        "os.remove",
-        "os.rename",
-    }:
-        if not (_State.in_launch and event == "subprocess.Popen"):  # a GPU compile runs ptxas
-            raise PermissionError(f"the candidate may not use {event}")
-    elif event == "open" and not _State.writes_allowed and not _State.in_launch:
-        mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
-        if any(c in mode for c in "wax+"):
-            raise PermissionError(f"the candidate may not write files ({args[0]})")
+# Let through inside a Triton launch, where Triton's own code runs: a GPU compile starts ptxas and
+# writes its cache (TRITON_CACHE_DIR, in the scratch directory).
+_LAUNCH_EVENTS = {"subprocess.Popen", "_posixsubprocess.fork_exec", "os.posix_spawn", "open"}
+
+
+def _allow(event: str, args: tuple) -> bool:
+    if _State.in_launch:
+        return event in _LAUNCH_EVENTS or event in sandbox.PATH_EVENTS
+    return _State.writes_allowed and event == "open"
 
 
 def _wrap_launches() -> None:
@@ -161,21 +145,15 @@ def _to(value, device):
 
 
 MEMORY_LIMIT_BYTES = 8 << 30  # address space of a CPU worker: torch and triton take ~3 GiB of it
-
-
-def _limit(device: str) -> None:
-    """Set by the worker itself, before candidate code (preexec_fn is unsafe when the caller has threads)."""
-    if (
-        device == "cpu"
-    ):  # CUDA maps far more virtual memory than it uses: no address-space cap there
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 20, 256 << 20))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+FILE_LIMIT_BYTES = 256 << 20
 
 
 def main(scratch: str, device: str) -> None:
     """Run the candidate in ``scratch`` (the current directory) and end the process: never returns."""
-    _limit(device)
+    # CUDA maps far more virtual memory than it uses: no address-space cap there.
+    sandbox.limit(
+        memory_bytes=MEMORY_LIMIT_BYTES if device == "cpu" else None, file_bytes=FILE_LIMIT_BYTES
+    )
     import torch
 
     import triton  # noqa: F401 - imported before the audit hook so its own start-up is not audited
@@ -192,7 +170,7 @@ def main(scratch: str, device: str) -> None:
         "seconds": None,
     }
     _wrap_launches()
-    sys.addaudithook(_audit)
+    sandbox.guard(box=None, allow=_allow)  # no writes: the result is written after it
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     if (
         device == "cpu"

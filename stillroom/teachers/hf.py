@@ -12,39 +12,24 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from . import Completion
+from ..config import HFSpec
+from .base import Completion
 from .openai import OpenAITeacher
 
 
 class HFTeacher(OpenAITeacher):
+    Spec = HFSpec
+
     def __init__(self, name: str, spec: Mapping[str, Any]):
-        if not spec.get("model_path"):
-            raise ValueError(
-                f"teacher '{name}': backend hf needs model_path (a directory or hub id)"
-            )
-        batch = int(spec.get("batch_size", 16))
-        super().__init__(
-            name,
-            {
-                "concurrency": batch,
-                "tokenizer": spec["model_path"],
-                "effort": {},
-                **spec,
-                "base_url": "http://local",
-                "model": spec.get("model", spec["model_path"]),
-                "batch_size": batch,
-            },
-        )
+        super().__init__(name, spec)
         self.lm = None
         self.queue: asyncio.Queue | None = None
         self.batcher: asyncio.Task | None = None
 
     async def astart(self) -> None:
-        from ..local_lm import LocalLM
+        from ..runtime.lm import LocalLM
 
-        self.lm = await asyncio.to_thread(
-            LocalLM, self.spec["model_path"], int(self.spec.get("threads", 1))
-        )
+        self.lm = await asyncio.to_thread(LocalLM, self.spec["model_path"], self.spec["threads"])
         self.queue = asyncio.Queue()
         self.batcher = asyncio.create_task(self._batch_forever())
 

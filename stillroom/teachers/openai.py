@@ -19,24 +19,13 @@ from collections.abc import Mapping
 from string import Template
 from typing import Any
 
-from ..kernels.prompting import user_content
-from . import Completion, SkipSample, Teacher, TeacherError
+from ..config import OpenAISpec, Sampling
+from ..grading.formats import user_content
+from .base import Completion, SkipSample, Teacher, TeacherError
 from .budget import Budget, BudgetExhausted
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 THINK = re.compile(r"<think>(.*?)</think>", re.S)
-DEFAULTS = {
-    "endpoint": "chat",
-    "timeout_s": 600.0,
-    "max_attempts": 8,
-    "backoff_base_s": 1.0,
-    "backoff_max_s": 120.0,
-    "sampling": {},
-    "effort": {"field": "reasoning_effort"},
-    "on_overflow": "clamp",
-}
-
-
 def _retry_after(value: str | None) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or an HTTP date)."""
     if not value:
@@ -52,29 +41,20 @@ def _retry_after(value: str | None) -> float | None:
 
 
 class OpenAITeacher(Teacher):
+    Spec = OpenAISpec
     THINK = THINK
 
     def __init__(self, name: str, spec: Mapping[str, Any]):
-        super().__init__(name, {**DEFAULTS, **spec})
-        for key in ("base_url", "model"):
-            if not self.spec.get(key):
-                raise ValueError(f"teacher '{name}': backend openai needs '{key}'")
-        if self.spec["endpoint"] not in ("chat", "completions"):
-            raise ValueError(
-                f"teacher '{name}': endpoint must be 'chat' or 'completions', got {self.spec['endpoint']!r}"
-            )
+        super().__init__(name, spec)
         self._client = None
         self._tokenizer = None
-        b = self.spec.get("budget")
-        if b and not (self.spec["sampling"].get("max_tokens") or self.spec.get("context_length")):
-            raise ValueError(
-                f"teacher '{name}': a budget needs sampling.max_tokens (each request's worst case)"
-            )
+        self.sampling = Sampling.parse(self.spec["sampling"]).body()
+        b = self.spec["budget"]
         self.budget = (
             Budget(
-                b.get("ledger", f"results/budget/{name}.json"),
+                b["ledger"] or f"results/budget/{name}.json",
                 b["daily_output_tokens"],
-                b.get("reset_hour_utc", 0),
+                b["reset_hour_utc"],
             )
             if b
             else None
@@ -82,7 +62,7 @@ class OpenAITeacher(Teacher):
 
     def count_prompt_tokens(self, body: Mapping[str, Any]) -> int:
         """With the teacher's tokenizer when configured, else a conservative estimate (3 bytes a token)."""
-        if self.spec.get("tokenizer"):
+        if self.spec["tokenizer"]:
             if self._tokenizer is None:
                 from transformers import AutoTokenizer
 
@@ -102,7 +82,7 @@ class OpenAITeacher(Teacher):
 
     def guard_context(self, body: dict[str, Any]) -> dict[str, Any]:
         """Keep prompt + max_tokens inside the context length: clamp max_tokens, or skip the sample."""
-        limit = self.spec.get("context_length")
+        limit = self.spec["context_length"]
         if not limit:
             return body
         prompt = self.count_prompt_tokens(body)
@@ -117,7 +97,7 @@ class OpenAITeacher(Teacher):
         return {**body, "max_tokens": room, "max_tokens_clamped_from": want}
 
     def _headers(self) -> dict[str, str]:
-        env = self.spec.get("api_key_env")
+        env = self.spec["api_key_env"]
         if env and not os.environ.get(env):
             raise ValueError(
                 f"teacher '{self.name}': environment variable {env} (api_key_env) is not set"
@@ -131,17 +111,17 @@ class OpenAITeacher(Teacher):
         how = self.spec["effort"]
         body: dict[str, Any] = {
             "model": self.spec["model"],
-            **self.spec["sampling"],
+            **self.sampling,
             "seed": (seed * 1_000_003 + sample_index) % 2**31,
         }
         messages = [{"role": "user", "content": user_content(problem)}]
-        if "system" in how:
+        if how["system"]:
             messages.insert(
                 0, {"role": "system", "content": Template(how["system"]).substitute(effort=effort)}
             )
-        if "field" in how:
+        if how["field"]:
             body[how["field"]] = effort
-        for key, value in how.get("extra_body", {}).items():
+        for key, value in how["extra_body"].items():
             body[key] = (
                 Template(value).substitute(effort=effort) if isinstance(value, str) else value
             )
@@ -155,7 +135,7 @@ class OpenAITeacher(Teacher):
         self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int
     ) -> Completion:
         body = self.guard_context(self.request_body(problem, effort, sample_index, seed))
-        worst = int(body.get("max_tokens") or self.spec.get("context_length") or 0)
+        worst = int(body.get("max_tokens") or self.spec["context_length"] or 0)
         if self.budget and not self.budget.reserve(worst):
             st = self.budget.status()
             raise BudgetExhausted(
@@ -177,7 +157,7 @@ class OpenAITeacher(Teacher):
         if self._client is None:
             # One kept-alive connection per request in flight. (aiohttp, not httpx: measured here, httpx's
             # pool costs ~5 ms of client CPU per request at 64 in flight against aiohttp's 0.3 ms.)
-            n = max(1, int(self.spec.get("concurrency", 1)))
+            n = self.concurrency
             self._client = aiohttp.ClientSession(
                 headers=self._headers(),
                 timeout=aiohttp.ClientTimeout(total=self.spec["timeout_s"]),

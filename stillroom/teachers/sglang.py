@@ -22,15 +22,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from . import TeacherError
+from ..config import SGLangSpec
+from .base import TeacherError
 from .openai import OpenAITeacher
 
-SERVER_DEFAULTS = {
-    "health_path": "/health",
-    "startup_timeout_s": 1800.0,
-    "stop_timeout_s": 30.0,
-    "host": "127.0.0.1",
-}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -44,15 +39,10 @@ def _exit_on_sigterm(signum, frame):  # unwind (finally blocks, atexit) instead 
 
 
 class SGLangTeacher(OpenAITeacher):
+    Spec = SGLangSpec
+
     def __init__(self, name: str, spec: Mapping[str, Any]):
-        server = {**SERVER_DEFAULTS, **spec.get("server", {})}
-        if "command" not in server:
-            raise ValueError(
-                f"teacher '{name}': backend sglang needs server.command (a template with {{port}})"
-            )
-        super().__init__(
-            name, {**spec, "server": server, "base_url": spec.get("base_url", "http://pending/v1")}
-        )
+        super().__init__(name, spec)
         self.proc: subprocess.Popen | None = None
         self.log_path: str | None = None
 

@@ -1,0 +1,32 @@
+# The cost ledger: API tokens x price per teacher and effort, GPU-hours per stage x the config's
+# rate (stillroom/stages/cost.py).
+
+
+rule cost:
+    input:
+        list(cost_artifacts().values()),
+    output:
+        **tracked(
+            markdown=f"{R}/cost/ledger.md",
+            csv=report(
+                f"{R}/cost/ledger.csv",
+                caption="../report/cost.rst",
+                category="Cost",
+                labels={"table": "cost ledger"},
+            ),
+        ),
+    params:
+        p=as_json(**COST_PARAMS),
+        artifacts=named(cost_artifacts()),
+    log:
+        f"{R}/logs/cost.log",
+    benchmark:
+        timing("cost")
+    conda:
+        ENV
+    shell:
+        stillroom_cli(
+            "cost",
+            "cost",
+            "--artifacts {params.artifacts} --out-markdown {output.markdown} --out-csv {output.csv}",
+        )

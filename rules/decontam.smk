@@ -1,0 +1,28 @@
+# Decontamination: every pool prompt sharing an n-gram with a benchmark item or a split of the pool
+# is dropped and reported (stillroom/stages/decontam.py).
+
+
+rule decontam:
+    input:
+        pool=f"{R}/pool/pool.jsonl",
+        heldout=f"{R}/pool/heldout.jsonl",
+        dev=f"{R}/pool/dev.jsonl",
+        benchmarks=list(BENCHMARKS.values()),
+    output:
+        **tracked(clean=f"{R}/pool/decontaminated.jsonl", report=f"{R}/pool/decontam_report.json"),
+    params:
+        p=as_json(**config["decontam"]),
+        benchmarks=named({**BENCHMARKS, **SPLITS}),
+    log:
+        f"{R}/logs/decontam.log",
+    benchmark:
+        timing("decontam")
+    conda:
+        ENV
+    shell:
+        stillroom_cli(
+            "decontam",
+            "decontam",
+            "--pool {input.pool} --benchmarks {params.benchmarks}"
+            " --out-clean {output.clean} --out-report {output.report}",
+        )

@@ -1,0 +1,42 @@
+# Grading, of teacher samples and of evaluation samples alike: each answer by the grader of its kind
+# (stillroom/stages/grade.py, stillroom/grading/).
+
+
+rule grade_generation:
+    input:
+        f"{R}/gen/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl",
+    output:
+        **tracked(graded=f"{R}/graded/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
+    params:
+        p=as_json(kernel=VALIDATOR),
+    resources:
+        gpu=KERNEL_GRADE_GPUS,
+        slurm_partition=partition_for(KERNEL_GRADE_GPUS),
+    log:
+        f"{R}/logs/grade/{{teacher}}-{{effort}}-{{shard}}.log",
+    benchmark:
+        timing("grade_generation", "{teacher}-{effort}-{shard}")
+    conda:
+        ENV
+    shell:
+        stillroom_cli("grade", "grade_generation", "--samples {input} --out-graded {output.graded}")
+
+
+rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
+    input:
+        f"{R}/eval/{{run}}/samples.jsonl",
+    output:
+        **tracked(graded=f"{R}/eval/{{run}}/graded.jsonl"),
+    params:
+        p=as_json(letters=config["eval"]["letters"], kernel=VALIDATOR),
+    resources:
+        gpu=KERNEL_GRADE_GPUS,
+        slurm_partition=partition_for(KERNEL_GRADE_GPUS),
+    log:
+        f"{R}/logs/grade-eval/{{run}}.log",
+    benchmark:
+        timing("grade_eval", "{run}")
+    conda:
+        ENV
+    shell:
+        stillroom_cli("grade", "grade_eval", "--samples {input} --out-graded {output.graded}")

@@ -1,0 +1,29 @@
+# Kernel track: GRPO from the fine-tune on the pool's kernel problems, one reward, execution x rules
+# (stillroom/stages/grpo.py).
+
+
+if GRPO:
+
+    rule grpo:
+        input:
+            base=f"{R}/ckpt/sft",
+            problems=f"{R}/pool/decontaminated.jsonl",
+        output:
+            **tracked(model=directory(f"{R}/ckpt/grpo")),
+        params:
+            p=as_json(**config["grpo"], validator=VALIDATOR),
+        threads: 2
+        resources:
+            **train_resources(config, "grpo"),  # nodes and GPUs follow grpo.distributed
+        log:
+            f"{R}/logs/grpo.log",
+        benchmark:
+            timing("grpo")
+        conda:
+            ENV
+        shell:
+            stillroom_cli(
+                "grpo",
+                "grpo",
+                "--base {input.base} --problems {input.problems} --out-model {output.model}",
+            )

@@ -1,0 +1,55 @@
+# The student: a pretrained model (path or hub id), or for the embedded default a tokenizer trained
+# on the pool and a random-weight base (stillroom/stages/student.py).
+
+
+if config["student"]["pretrained"]:
+
+    rule pretrained:
+        output:
+            **tracked(model=directory(f"{R}/ckpt/base")),
+        params:
+            p=as_json(pretrained=config["student"]["pretrained"]),
+        log:
+            f"{R}/logs/base.log",
+        benchmark:
+            timing("pretrained")
+        conda:
+            ENV
+        shell:
+            stillroom_cli("pretrained", "pretrained", "--out-model {output.model}")
+
+else:
+
+    rule tokenizer:
+        input:
+            f"{R}/pool/decontaminated.jsonl",
+        output:
+            **tracked(tokenizer=directory(f"{R}/student/tokenizer")),
+        params:
+            p=as_json(**config["student"]["tokenizer"]),
+        log:
+            f"{R}/logs/tokenizer.log",
+        benchmark:
+            timing("tokenizer")
+        conda:
+            ENV
+        shell:
+            stillroom_cli(
+                "tokenizer", "tokenizer", "--pool {input} --out-tokenizer {output.tokenizer}"
+            )
+
+    rule base:
+        input:
+            f"{R}/student/tokenizer",
+        output:
+            **tracked(model=directory(f"{R}/ckpt/base")),
+        params:
+            p=as_json(model=config["student"]["model"]),
+        log:
+            f"{R}/logs/base.log",
+        benchmark:
+            timing("base")
+        conda:
+            ENV
+        shell:
+            stillroom_cli("base", "base", "--tokenizer {input} --out-model {output.model}")

@@ -1,0 +1,2 @@
+"""Paired comparisons of models scored on the same problems: grids of graded samples and the
+statistics the tables report."""

@@ -1,0 +1,57 @@
+"""Graded samples as grids of [problems, samples] for paired comparisons: every model's grid must
+have the same problems and sample indices."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..io import DataError, iter_jsonl
+
+
+def grade_grid(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
+    """(problem index, grades, completion tokens, capped, excluded) of one model, the arrays [problems,
+    samples] (grades: each record's grade dict); capped marks answers still cut off at the overall token
+    limit. Problems whose gold answer does not parse are excluded (a benchmark bug, not a wrong answer)
+    and counted."""
+    cells: dict[tuple[str, int], tuple[dict, int, bool]] = {}
+    excluded = set()
+    for rec in iter_jsonl(
+        path, required=("prompt_id", "sample_index", "grade", "completion_tokens")
+    ):
+        if rec["grade"].get("status") == "gold_unparseable":
+            excluded.add(rec["prompt_id"])
+            continue
+        cells[(rec["prompt_id"], rec["sample_index"])] = (
+            rec["grade"],
+            rec["completion_tokens"],
+            rec.get("finish_reason") == "length",
+        )
+    problems = sorted({p for p, _ in cells})
+    samples = sorted({s for _, s in cells})
+    if len(cells) != len(problems) * len(samples):
+        raise DataError(
+            f"{path}: not every problem has samples {samples}; paired tables need a full grid"
+        )
+    index = {p: i for i, p in enumerate(problems)}
+    grades = np.empty((len(problems), len(samples)), dtype=object)
+    tokens, capped = np.zeros(grades.shape), np.zeros(grades.shape)
+    for (p, s), (g, t, cut) in cells.items():
+        i, j = index[p], samples.index(s)
+        grades[i, j], tokens[i, j], capped[i, j] = g, t, cut
+    return index, grades, tokens, capped, len(excluded)
+
+
+def scores(
+    grades: np.ndarray, value: Callable[[Mapping[str, Any]], float] = lambda g: bool(g["correct"])
+) -> np.ndarray:
+    """``value`` of every grade of a grid (default: correct, as 0/1)."""
+    return np.array([float(value(g)) for g in grades.flat]).reshape(grades.shape)
+
+
+def score_matrix(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
+    """As grade_grid, with each grade scored as correct (1) or not (0)."""
+    index, grades, tokens, capped, excluded = grade_grid(path)
+    return index, scores(grades), tokens, capped, excluded

@@ -1,0 +1,179 @@
+"""The experiment config: typed sections (their keys, defaults, bounds and cross-checks, each defined
+once), strict YAML loading, and the resolved config the workflow and every stage read.
+
+``resolve`` is what the workflow runs while it is parsed: every check that needs no job's output
+fails there, before any job starts, with one message naming every bad key. The JSON schema for
+editors (``stillroom schema``) is generated from the same definitions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .base import ConfigError, Effort, Letters, Section
+from .data import LOCAL_DATA, DatasetSpec, Decontam, Heldout, Source
+from .evaluation import (
+    Backend,
+    BudgetForce,
+    Cost,
+    Decoding,
+    Eval,
+    Forcing,
+    Kernels,
+    PairedTables,
+    Tables,
+    ValidatorOptions,
+)
+from .experiment import SPLITS, Experiment
+from .generation import (
+    PROCEDURAL_DETAIL,
+    DatasetSelection,
+    Generation,
+    HFSpec,
+    OpenAISpec,
+    ProceduralSpec,
+    Sampling,
+    Server,
+    SGLangSpec,
+    TeacherSpec,
+)
+from .training import Distributed, Grpo, Layout, Lora, Merge, ModelShape, Student, Train, WeightHook
+
+__all__ = [
+    "LOCAL_DATA",
+    "PROCEDURAL_DETAIL",
+    "SPLITS",
+    "Backend",
+    "BudgetForce",
+    "ConfigError",
+    "Cost",
+    "DatasetSelection",
+    "DatasetSpec",
+    "Decoding",
+    "Decontam",
+    "Distributed",
+    "Effort",
+    "Eval",
+    "Experiment",
+    "Forcing",
+    "Generation",
+    "Grpo",
+    "Heldout",
+    "Kernels",
+    "Layout",
+    "Letters",
+    "Lora",
+    "Merge",
+    "PairedTables",
+    "ModelShape",
+    "Sampling",
+    "Section",
+    "Server",
+    "Source",
+    "Student",
+    "Tables",
+    "TeacherSpec",
+    "HFSpec",
+    "OpenAISpec",
+    "ProceduralSpec",
+    "SGLangSpec",
+    "Train",
+    "ValidatorOptions",
+    "WeightHook",
+    "config_hash",
+    "load_yaml",
+    "merge_configs",
+    "resolve",
+    "schema",
+    "workflow_config",
+]
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(
+                    f"{key_node.start_mark.name}:{line}: key '{key}' is given twice "
+                    f"(first on line {seen[key]})"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """A config file as a dict; a syntax error or a duplicated key names the file and line."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as fh:  # a stream: marks name the file
+            data = yaml.load(fh, Loader=_StrictLoader)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of config sections, got {type(data).__name__}")
+    return data
+
+
+def resolve(config: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]:
+    """The config checked, with every default filled in: what the rules pass to the stages. Local
+    paths are checked against ``root`` (the repository: config paths are relative to it)."""
+    experiment = Experiment.parse(dict(config))
+    problems = experiment.file_problems(Path(root))
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+    return experiment.dump()
+
+
+def workflow_config(
+    config: Mapping[str, Any], configfiles: Iterable[str | Path], default: str | Path, root: str | Path
+) -> dict[str, Any]:
+    """The resolved config of a workflow run. Snakemake has merged the ``--configfile`` files and
+    ``--config`` values into ``config``; each file is read again here, to refuse duplicated keys.
+    Without a config file the embedded default is loaded, under any ``--config`` values."""
+    files = list(configfiles)
+    for path in files:
+        load_yaml(path)
+    merged = dict(config) if files else merge_configs(load_yaml(default), config)
+    return resolve(merged, root)
+
+
+def merge_configs(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` merged into ``base`` key by key, as Snakemake merges config files."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merge_configs(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    return hashlib.sha256(
+        json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+
+
+def schema() -> dict[str, Any]:
+    """The JSON schema of an experiment config (for editors and other tools)."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **Experiment.model_json_schema(),
+    }

@@ -1,0 +1,153 @@
+"""The base of every typed config section and stage params: unknown keys refused, strict types, and
+errors that name the config key and what was expected."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from string import Formatter
+from typing import Annotated, Any, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A config (or a stage's params) that cannot run; the message names every bad key."""
+
+
+# Tags of the tagged unions (source kinds, teacher and evaluation backends): pydantic puts the tag in
+# an error's location, which would read as a key of the config.
+_UNION_TAGS: set[str] = set()
+
+
+class Section(BaseModel):
+    """A config section: frozen, strict (no "3" for 3), every key known."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            known = {name: f.alias or name for name, f in cls.model_fields.items()}
+            unknown = [k for k in data if k not in known and k not in known.values()]
+            if unknown and cls.model_config.get("extra") == "forbid":
+                raise ValueError(unknown_keys(unknown, known.values()))
+        return data
+
+    @classmethod
+    def parse(cls, data: Any, where: str = "") -> Self:
+        """``data`` (a mapping, or already this section) checked; ConfigError names each bad key
+        under ``where`` (the section's place in the config, e.g. "train")."""
+        if isinstance(data, cls):
+            return data
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(explain(exc, where)) from None
+
+    def dump(self) -> dict[str, Any]:
+        """Plain JSON-ready values, every default filled in."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def unknown_keys(unknown: Iterable[Any], known: Iterable[str]) -> str:
+    known = sorted(known)
+    parts = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), known, n=1)
+        parts.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return f"unknown key {', '.join(parts)}; allowed: {', '.join(known)}"
+
+
+def explain(exc: ValidationError, where: str = "") -> str:
+    """One line per error: the dotted key, then what was wrong."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = _key_path(err["loc"])
+        key = ".".join(([where] if where else []) + loc)
+        msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        if err["type"] == "missing":
+            msg = "required key missing"
+        elif err["type"] not in ("value_error", "assertion_error") and "input" in err and _scalar(err["input"]):
+            msg += f" (got {err['input']!r:.80})"
+        # A check over several keys writes one problem a line, each starting with its key
+        # relative to the section that checks it.
+        for m in msg.split("\n"):
+            if not key:
+                lines.append(m)
+            elif _RELATIVE_KEY.match(m):
+                lines.append(f"{key}.{m}")
+            else:
+                lines.append(f"{key}: {m}")
+    return "invalid config:\n  " + "\n  ".join(dict.fromkeys(lines))
+
+
+def _scalar(value: Any) -> bool:
+    return not isinstance(value, Mapping | list)
+
+
+_RELATIVE_KEY = re.compile(r"^[A-Za-z_][\w.]*: ")
+
+
+def tag(*values: str) -> None:
+    _UNION_TAGS.update(values)
+
+
+# Where pydantic puts a tagged union's tag in an error's location: after a list index (sources), a
+# name the user chose (teachers, benchmarks) or the union's own key (eval.backend, a stage's spec).
+_NAMED = {"teachers", "benchmarks"}
+_UNION_KEYS = {"backend", "spec"}
+_LABEL = re.compile(r"^(str|int|float|bool|none|(list|dict|tuple)\[.*\]|(constrained|function)-.*)$")
+
+
+def _key_path(loc: tuple[Any, ...]) -> list[str]:
+    """A pydantic error location as config keys: without the tags and member labels that pydantic
+    adds for the members of a union."""
+    labels = {c.__name__ for c in _subclasses(Section)}
+    out: list[Any] = []
+    for part in loc:
+        tag_place = bool(out) and (
+            isinstance(out[-1], int)
+            or out[-1] in _UNION_KEYS
+            or (len(out) > 1 and out[-2] in _NAMED)
+        )
+        if (tag_place and part in _UNION_TAGS) or (
+            isinstance(part, str) and (part in labels or _LABEL.match(part))
+        ):
+            continue
+        out.append(part)
+    return [str(p) for p in out]
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [sub for c in cls.__subclasses__() for sub in (c, *_subclasses(c))]
+
+
+def _distinct_letters(letters: str) -> str:
+    if len(set(letters)) != len(letters) or any(c.isspace() for c in letters):
+        raise ValueError(f"letters must be distinct non-space characters, got {letters!r}")
+    return letters
+
+
+def _regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"bad regular expression {pattern!r}: {exc}") from None
+    return pattern
+
+
+def placeholders(template: str) -> set[str]:
+    """The ``{name}`` fields of a str.format template."""
+    return {name for _, name, _, _ in Formatter().parse(template) if name}
+
+
+Probability = Annotated[float, Field(ge=0, le=1)]
+Effort = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")]
+PositiveInt = Annotated[int, Field(ge=1)]
+Regex = Annotated[str, AfterValidator(_regex)]
+# Multiple-choice letters, e.g. ABCDEFGHIJ: read by evaluation's grading and by nothing else.
+Letters = Annotated[str, Field(default="ABCD", min_length=2), AfterValidator(_distinct_letters)]

@@ -1,0 +1,124 @@
+"""Where prompts come from: benchmarks, prompt sources, the held-out splits and decontamination."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_serializer, model_validator
+
+from .base import Name, PositiveInt, Section, tag
+
+# Local files a dataset spec may name instead of a hub id: suffix -> the datasets loader.
+LOCAL_DATA = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+AnswerKind = Literal["math", "choice", "kernel"]
+
+
+class WhereRule(Section):
+    """A row filter on one field; only the given bounds apply."""
+
+    min: float | None = None
+    max: float | None = None
+    equals: Any = None
+    in_: list[Any] | None = Field(None, alias="in")
+
+    @model_serializer(mode="wrap")
+    def _given(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class DatasetSpec(Section):
+    """A hub dataset (loaded in a job, never while the DAG is built) or a local parquet/JSONL/CSV file."""
+
+    path: str
+    subset: str | None = None
+    split: str = "train"
+    revision: str | None = Field(None, description="pin the dataset version")
+    prompt: str = Field("prompt", description="field holding the prompt")
+    answer: str = Field("answer", description="field holding the gold answer")
+    answer_kind: AnswerKind = Field(
+        "math", description="kernel: prompt and answer are the problem file (KernelBench code)"
+    )
+    where: dict[str, WhereRule] = Field({}, description="row filters: field -> {min, max, equals, in}")
+    limit: PositiveInt | None = None
+
+    @property
+    def local(self) -> bool:
+        return self.path.endswith(tuple(LOCAL_DATA))
+
+
+class _Source(Section):
+    name: Name
+
+
+class ArithmeticSource(_Source):
+    """Generated closed-form math problems."""
+
+    kind: Literal["arithmetic"]
+    count: PositiveInt
+    max_operand: Annotated[int, Field(ge=2, le=1000)] = 12
+
+
+class ChoiceSource(_Source):
+    """Generated multiple choice with exactly one right letter."""
+
+    kind: Literal["choice"]
+    count: PositiveInt
+    max_operand: Annotated[int, Field(ge=2, le=1000)] = 12
+
+
+class EchoSource(_Source):
+    """Disturbed copies of benchmark items: the contamination decontamination must remove."""
+
+    kind: Literal["echo"]
+    benchmark: str = Field(description="which benchmark to copy items from")
+    count: PositiveInt
+
+
+class JsonlSource(_Source):
+    kind: Literal["jsonl"]
+    path: str = Field(description="a JSONL file with prompt, answer and kind")
+
+
+class DatasetSource(DatasetSpec):
+    name: Name
+    kind: Literal["dataset"]
+
+
+class KernelSource(_Source):
+    """KernelBench-style problem files: the project's own set, or those in ``dir``."""
+
+    kind: Literal["kernels"]
+    problems: Annotated[list[str], Field(min_length=1)] | None = Field(
+        None, description="problem file stems (default: all)"
+    )
+    dir: str | None = Field(None, description="a directory of problem files (default: the project's)")
+
+    @model_validator(mode="after")
+    def _unique(self) -> KernelSource:
+        if self.problems and len(set(self.problems)) != len(self.problems):
+            raise ValueError("problems: each problem may be listed once")
+        return self
+
+
+Source = Annotated[
+    ArithmeticSource | ChoiceSource | EchoSource | JsonlSource | DatasetSource | KernelSource,
+    Field(discriminator="kind"),
+]
+tag("arithmetic", "choice", "echo", "jsonl", "dataset", "kernels")
+GENERATED = ("arithmetic", "choice", "kernels")  # the kinds the held-out splits are carved from
+
+
+class Heldout(Section):
+    size: int = Field(ge=0, description="0: no held-out split (evaluate on benchmarks instead)")
+    dev_size: int = Field(
+        0, ge=0, description="a dev split for choices (merge.select_on: dev), never reported"
+    )
+
+
+class Decontam(Section):
+    ngram: Annotated[int, Field(ge=3, le=50)] = 13
+    ignore_common: PositiveInt | None = Field(
+        None,
+        description="ignore n-grams shared by more than this many benchmark items: boilerplate "
+        "(imports, class headers), not contamination",
+    )

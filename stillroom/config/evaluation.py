@@ -1,0 +1,186 @@
+"""Evaluation and the tables: how models are sampled (in process or served), graded (multiple-choice
+letters, the kernel validator) and compared (paired bootstrap), and what the cost ledger charges."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from .base import Letters, PositiveInt, Section, tag
+from .generation import Server
+
+
+class ValidatorOptions(Section):
+    """How the kernel validator runs a candidate (stillroom.kernels.evaluate)."""
+
+    device: Literal["cpu", "cuda"] = Field(
+        "cpu", description="cpu: Triton's interpreter; cuda: compiled kernels, speedup timed"
+    )
+    trials: PositiveInt = Field(3, description="fresh random inputs per candidate")
+    timeout_s: float = Field(60.0, gt=0, description="hard limit per candidate process")
+
+
+class Kernels(ValidatorOptions):
+    """Kernel track: the validator's options for grading and GRPO, and the kernel tables."""
+
+    fast_p: list[Annotated[float, Field(ge=0)]] = Field(
+        [0.0, 1.0, 2.0], description="speedup thresholds p of the fast_p table columns (GPU)"
+    )
+    benchmarks: list[str] | None = Field(
+        None, description="eval benchmarks that get kernel tables (default: all)"
+    )
+
+    @property
+    def validator(self) -> ValidatorOptions:
+        return ValidatorOptions(device=self.device, trials=self.trials, timeout_s=self.timeout_s)
+
+
+class HFBackend(Section):
+    """The checkpoint in this process: batched sampling on CPU or one GPU."""
+
+    backend: Literal["hf"] = "hf"
+
+
+class OpenAIBackend(Section):
+    """An OpenAI-compatible server already running at ``base_url``."""
+
+    backend: Literal["openai"]
+    base_url: str = Field(pattern=r"^https?://")
+    model: str | None = Field(None, description="the served name (default: the checkpoint path)")
+    api_key_env: str | None = None
+    concurrency: PositiveInt = 64
+
+
+class SGLangBackend(Section):
+    """A server per checkpoint, started inside the evaluation job from ``server.command``
+    (with ``{model_path}`` and ``{port}``)."""
+
+    backend: Literal["sglang"]
+    server: Server
+    model: str | None = Field(None, description="the served name (default: the checkpoint path)")
+    concurrency: PositiveInt = 64
+
+    @model_validator(mode="after")
+    def _placeholders(self) -> SGLangBackend:
+        missing = self.server.missing({"model_path"})
+        if missing:
+            raise ValueError(f"server.command: no value for {', '.join('{' + m + '}' for m in missing)}")
+        if "{model_path}" not in self.server.command:
+            raise ValueError("server.command: must serve {model_path}, the checkpoint evaluated")
+        return self
+
+
+Backend = Annotated[HFBackend | OpenAIBackend | SGLangBackend, Field(discriminator="backend")]
+tag("hf", "openai", "sglang")
+
+
+class _Served(Section):
+    backend: Backend
+
+
+def parse_backend(spec: Any) -> HFBackend | OpenAIBackend | SGLangBackend:
+    """An evaluation backend from its config (eval.backend), checked."""
+    if isinstance(spec, HFBackend | OpenAIBackend | SGLangBackend):
+        return spec
+    return _Served.parse({"backend": spec}, where="eval").backend
+
+
+class Forcing(Section):
+    """How a thinking budget is enforced: thinking closed at the budget with the end-of-thinking
+    marker and ``answer_cue``, then an answer within ``answer_tokens``."""
+
+    answer_tokens: PositiveInt = 64
+    answer_cue: str = Field(
+        "\nThe answer is", description="after a forced end of thinking: the answer's opening"
+    )
+
+
+class BudgetForce(Forcing):
+    """Accuracy-against-budget curves: every answer evaluated again at each thinking budget."""
+
+    budgets: Annotated[list[PositiveInt], Field(min_length=1)]
+    models: Annotated[list[str], Field(min_length=1)] | None = Field(
+        None, description="default: every model"
+    )
+    benchmarks: Annotated[list[str], Field(min_length=1)] | None = Field(
+        None, description="default: every eval benchmark"
+    )
+
+    @model_validator(mode="after")
+    def _unique(self) -> BudgetForce:
+        if len(set(self.budgets)) != len(self.budgets):
+            raise ValueError(f"budgets: each budget may be listed once, got {self.budgets}")
+        return self
+
+
+class Decoding(Section):
+    """How every model answers an evaluation problem: k samples, their limits, the backend."""
+
+    samples: PositiveInt
+    temperature: float = Field(ge=0)
+    top_p: float = Field(gt=0, le=1)
+    max_new_tokens: PositiveInt = Field(description="the overall limit of an answer")
+    request_tokens: PositiveInt | None = Field(
+        None,
+        description="per request; a cut-off answer is continued from its exact tokens up to "
+        "max_new_tokens (continue_truncated)",
+    )
+    batch_size: PositiveInt
+    effort: str | None = Field(None, description="tag eval prompts with this effort (null: untagged)")
+    backend: Backend = HFBackend()
+
+
+class Eval(Decoding):
+    benchmarks: Annotated[list[str], Field(min_length=1)]
+    letters: Letters
+    budget_force: BudgetForce | None = None
+
+    @model_validator(mode="after")
+    def _limits(self) -> Eval:
+        problems = []
+        if len(set(self.benchmarks)) != len(self.benchmarks):
+            problems.append(f"benchmarks: each benchmark may be listed once, got {self.benchmarks}")
+        if self.request_tokens and self.request_tokens > self.max_new_tokens:
+            problems.append(
+                f"request_tokens: {self.request_tokens} is more than max_new_tokens "
+                f"({self.max_new_tokens}), the overall limit"
+            )
+        force = self.budget_force
+        if force and max(force.budgets) > self.max_new_tokens:
+            problems.append(
+                f"budget_force.budgets: {max(force.budgets)} is more than max_new_tokens "
+                f"({self.max_new_tokens}); no answer ever thinks that long"
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+class Tables(Section):
+    n_resamples: int = Field(10_000, ge=100)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    two_level: bool = Field(
+        False,
+        description="resample samples within problems too (measured: over-covers, ~99% at a "
+        "nominal 95%; off by default)",
+    )
+
+
+class PairedTables(Tables):
+    """A paired table of one benchmark: every model against the two references."""
+
+    seed: int = 0
+    benchmark: str
+    base: str = Field(description="the model every other is compared with first")
+    tuned: str = Field(description="the fine-tune, the second reference")
+
+
+class Cost(Section):
+    """The cost ledger's rates. GPU time is sacct's when a SLURM job id was recorded, else wall time
+    x GPUs of the rule's job."""
+
+    gpu_hour_usd: float = Field(0.0, ge=0)
+    gpus: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        {}, description="GPUs per job, by rule; default: the job shapes of stillroom/cluster.py"
+    )

@@ -1,0 +1,202 @@
+"""A whole experiment: every section, and the checks between sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+
+from .base import Name, Section, tag
+from .data import GENERATED, DatasetSpec, Decontam, Heldout, KernelSource, Source
+from .evaluation import Cost, Eval, Kernels, Tables
+from .generation import DatasetSelection, Generation, ProceduralSpec, TeacherSpec
+from .training import Grpo, Merge, Student, Train, hooks_problem
+
+# A benchmark is a JSONL file of prompt/answer/kind rows, or a dataset spec (hub id or local file).
+Benchmark = Annotated[
+    Annotated[str, Tag("file")] | Annotated[DatasetSpec, Tag("dataset")],
+    Discriminator(lambda v: "file" if isinstance(v, str) else "dataset"),
+]
+tag("file", "dataset")
+SPLITS = ("heldout", "dev")  # carved from the pool, evaluated like benchmarks
+
+
+class Experiment(Section):
+    """The whole config of one experiment; results go to results/<experiment>/."""
+
+    experiment: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = Field(ge=0)
+    benchmarks: dict[Name, Benchmark] = Field(
+        {}, description="what the pool is decontaminated against and evaluation may report"
+    )
+    sources: Annotated[list[Source], Field(min_length=1)]
+    heldout: Heldout
+    decontam: Decontam = Decontam()
+    generation: Generation
+    teachers: Annotated[dict[str, TeacherSpec], Field(min_length=1)]
+    dataset: DatasetSelection
+    student: Student
+    train: Train = Train()
+    merge: Merge = Merge()
+    eval: Eval
+    tables: Tables = Tables()
+    cost: Cost = Cost()
+    kernels: Kernels | None = Field(None, description="kernel track: the validator and kernel tables")
+    grpo: Grpo | None = Field(None, description="kernel track: GRPO from the fine-tune")
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _not_splits(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name in value:
+            if name in SPLITS:
+                raise ValueError(f"{name}: the name of a split of the pool; choose another")
+        return value
+
+    @property
+    def models(self) -> list[str]:
+        """Every model the tables compare, in table order."""
+        grpo = ["grpo"] if self.grpo else []
+        return ["base", "sft", *grpo, *(f"merge-{r}" for r in self.merge.ratios)]
+
+    @model_validator(mode="after")
+    def _between_sections(self) -> Experiment:
+        problems = [
+            *self._generation_problems(),
+            *self._source_problems(),
+            *self._eval_problems(),
+            *self._training_problems(),
+        ]
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def _generation_problems(self) -> list[str]:
+        gen, problems = self.generation, []
+        if gen.teacher not in self.teachers:
+            problems.append(
+                f"generation.teacher: '{gen.teacher}' is not a key of teachers ({sorted(self.teachers)})"
+            )
+        if self.dataset.default_effort not in gen.efforts:
+            problems.append(
+                f"dataset.default_effort: '{self.dataset.default_effort}' is not in generation.efforts"
+            )
+        teacher = self.teachers.get(gen.teacher)
+        if isinstance(teacher, ProceduralSpec):
+            where = f"teachers.{gen.teacher}"
+            for effort in gen.efforts:
+                if effort not in teacher.levels:
+                    problems.append(
+                        f"{where}.detail: no detail level for effort '{effort}' "
+                        f"(have {sorted(teacher.levels)})"
+                    )
+            if isinstance(teacher.error_rate, dict):
+                for effort in sorted(set(teacher.error_rate) - set(gen.efforts)):
+                    problems.append(f"{where}.error_rate.{effort}: '{effort}' is not in generation.efforts")
+            for i, s in enumerate(self.sources):
+                if s.kind in ("jsonl", "dataset") or (isinstance(s, KernelSource) and s.dir):
+                    problems.append(
+                        f"sources.{i} ({s.name}): the procedural teacher answers only generated "
+                        "problems and the project's own kernel problems"
+                    )
+        return problems
+
+    def _source_problems(self) -> list[str]:
+        problems = []
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            problems.append(f"sources: names must be unique, got {names}")
+        for i, s in enumerate(self.sources):
+            if s.kind == "echo" and s.benchmark not in self.benchmarks:
+                problems.append(f"sources.{i}.benchmark: '{s.benchmark}' is not a key of benchmarks")
+        if (self.heldout.size or self.heldout.dev_size) and not any(
+            s.kind in GENERATED for s in self.sources
+        ):
+            problems.append(
+                "heldout: the held-out splits are carved from generated sources "
+                f"({', '.join(GENERATED)}), and there are none"
+            )
+        return problems
+
+    def _eval_problems(self) -> list[str]:
+        ev, problems = self.eval, []
+        sizes = {"heldout": self.heldout.size, "dev": self.heldout.dev_size}
+        for i, name in enumerate(ev.benchmarks):
+            problems += self._benchmark_problem(f"eval.benchmarks.{i}", name, sizes)
+        if ev.effort is not None and ev.effort not in self.generation.efforts:
+            problems.append(
+                f"eval.effort: '{ev.effort}' is not one of generation.efforts "
+                f"({', '.join(self.generation.efforts)}): the student never saw that tag"
+            )
+        force = ev.budget_force
+        for key, known in (("models", self.models), ("benchmarks", ev.benchmarks)):
+            for i, name in enumerate((getattr(force, key) or []) if force else []):
+                if name not in known:
+                    problems.append(
+                        f"eval.budget_force.{key}.{i}: '{name}' is not one of {', '.join(known)}"
+                    )
+        for i, name in enumerate((self.kernels.benchmarks or []) if self.kernels else []):
+            if name not in ev.benchmarks:
+                problems.append(f"kernels.benchmarks.{i}: '{name}' is not one of eval.benchmarks")
+        select_on = self.merge.select_on
+        if select_on is not None:
+            if select_on in ev.benchmarks:
+                problems.append(
+                    f"merge.select_on: '{select_on}' is also a reported benchmark (eval.benchmarks); "
+                    "choose the ratio on a split no table reports"
+                )
+            problems += self._benchmark_problem("merge.select_on", select_on, sizes)
+            if not self.merge.ratios:
+                problems.append("merge.select_on: needs merge.ratios to choose from")
+        return problems
+
+    def _benchmark_problem(self, key: str, name: str, sizes: dict[str, int]) -> list[str]:
+        if name in sizes:
+            size_key = "size" if name == "heldout" else "dev_size"
+            return [f"{key}: '{name}' needs heldout.{size_key} > 0"] if not sizes[name] else []
+        if name not in self.benchmarks:
+            return [f"{key}: '{name}' is neither {' nor '.join(SPLITS)} nor a key of benchmarks"]
+        return []
+
+    def _training_problems(self) -> list[str]:
+        problems = []
+        hooks = hooks_problem(self.train.method, self.student.weight_hooks)
+        if hooks:
+            problems.append(f"student.weight_hooks: {hooks}")
+        shape = self.student.model
+        if shape and self.train.max_length > shape.max_position_embeddings:
+            problems.append(
+                f"train.max_length: {self.train.max_length} is more than the student's "
+                f"max_position_embeddings ({shape.max_position_embeddings})"
+            )
+        if shape and self.eval.max_new_tokens >= shape.max_position_embeddings:
+            problems.append(
+                f"eval.max_new_tokens: {self.eval.max_new_tokens} leaves no room for the prompt in the "
+                f"student's max_position_embeddings ({shape.max_position_embeddings})"
+            )
+        if self.grpo and not any(s.kind == "kernels" for s in self.sources):
+            problems.append("grpo: trains on the pool's kernel problems, but no source has kind 'kernels'")
+        return problems
+
+    def file_problems(self, root: Path) -> list[str]:
+        """Paths the config names that must exist before any job runs (relative to ``root``)."""
+        problems = []
+
+        def check(key: str, path: str, want_dir: bool = False) -> None:
+            full = Path(path) if Path(path).is_absolute() else root / path
+            if not full.exists():
+                problems.append(f"{key}: {path} does not exist (relative paths start at {root})")
+            elif want_dir != full.is_dir():
+                problems.append(f"{key}: {path} is {'not ' if want_dir else ''}a directory")
+
+        for name, bench in self.benchmarks.items():
+            if isinstance(bench, str):
+                check(f"benchmarks.{name}", bench)
+            elif bench.local:
+                check(f"benchmarks.{name}.path", bench.path)
+        for i, s in enumerate(self.sources):
+            if s.kind == "jsonl" or (s.kind == "dataset" and s.local):
+                check(f"sources.{i}.path", s.path)
+            elif isinstance(s, KernelSource) and s.dir:
+                check(f"sources.{i}.dir", s.dir, want_dir=True)
+        return problems

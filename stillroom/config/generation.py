@@ -1,0 +1,266 @@
+"""Teacher generation: which teacher answers at which efforts, how each backend is reached, and how
+the SFT dataset is chosen from the graded answers."""
+
+from __future__ import annotations
+
+from string import Template
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, model_serializer, model_validator
+
+from .base import Effort, PositiveInt, Probability, Section, placeholders, tag
+
+
+class Generation(Section):
+    teacher: str = Field(description="a key of teachers")
+    efforts: Annotated[list[Effort], Field(min_length=1)]
+    samples_per_prompt: Annotated[int, Field(ge=1, le=1024)]
+    shards: Annotated[int, Field(ge=1, le=100_000)]
+    effort_groups: list[Annotated[list[Effort], Field(min_length=2)]] = Field(
+        [], description="efforts generated together: one job (one server start) per shard and group"
+    )
+    effort_shards: dict[Effort, PositiveInt] = Field(
+        {}, description="effort -> how many shards it runs on (a hash-random subset); unlisted: all"
+    )
+
+    @model_validator(mode="after")
+    def _efforts(self) -> Generation:
+        problems = []
+        if len(set(self.efforts)) != len(self.efforts):
+            problems.append(f"efforts: each effort may be listed once, got {self.efforts}")
+        for effort, n in self.effort_shards.items():
+            if effort not in self.efforts:
+                problems.append(f"effort_shards.{effort}: '{effort}' is not in efforts")
+            elif n > self.shards:
+                problems.append(f"effort_shards.{effort}: {n} is more than shards ({self.shards})")
+        seen: set[str] = set()
+        for i, group in enumerate(self.effort_groups):
+            if set(group) - set(self.efforts) or set(group) & seen or len(set(group)) < len(group):
+                problems.append(
+                    f"effort_groups.{i}: {group} must list distinct efforts of efforts, "
+                    "each in at most one group"
+                )
+            seen |= set(group)
+            if len({self.shards_of(e) for e in group}) > 1:
+                problems.append(f"effort_groups.{i}: efforts of one group need the same effort_shards")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def shards_of(self, effort: str) -> int:
+        return self.effort_shards.get(effort, self.shards)
+
+
+class Price(Section):
+    """Dollars per million tokens; each shard's cost goes into its provenance."""
+
+    input_per_mtok: float = Field(0.0, ge=0)
+    output_per_mtok: float = Field(0.0, ge=0)
+
+
+class _TeacherSpec(Section):
+    concurrency: PositiveInt = Field(1, description="requests in flight per shard job")
+    price: Price = Price()
+    max_failed_fraction: Probability = Field(
+        0.0, description="samples allowed to fail for good before the shard job fails"
+    )
+
+
+# The procedural teacher's reasoning length per effort (0 core step .. 3 everything, checked twice).
+PROCEDURAL_DETAIL = {"low": 0, "medium": 1, "high": 2, "xhigh": 3}
+
+
+class ProceduralSpec(_TeacherSpec):
+    """The offline stand-in for a reasoning teacher (stillroom/teachers/procedural.py)."""
+
+    backend: Literal["procedural"]
+    error_rate: Probability | dict[Effort, Probability] = Field(
+        0.0, description="chance of a slip, for every effort or per effort"
+    )
+    detail: dict[Effort, Annotated[int, Field(ge=0, le=3)]] = Field(
+        {}, description=f"effort -> reasoning detail 0..3, over the defaults {PROCEDURAL_DETAIL}"
+    )
+
+    @property
+    def levels(self) -> dict[str, int]:
+        return {**PROCEDURAL_DETAIL, **self.detail}
+
+
+class Sampling(Section):
+    """Sampling fields of each request; ``extra`` holds a server's own fields, sent as they are."""
+
+    temperature: float | None = Field(None, ge=0)
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    top_k: int | None = None
+    min_p: Probability | None = None
+    max_tokens: PositiveInt | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = Field(None, gt=0)
+    stop: str | list[str] | None = None
+    extra: dict[str, Any] = {}
+
+    @model_serializer(mode="wrap")
+    def _given(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None and v != {}}
+
+    def body(self) -> dict[str, Any]:
+        """The request fields these settings add."""
+        fields = {k: v for k, v in self.dump().items() if k != "extra"}
+        return {**fields, **self.extra}
+
+
+class EffortSpec(Section):
+    """How an effort level is sent: a request field, a system prompt ($effort), extra body fields."""
+
+    field: str | None = None
+    system: str | None = None
+    extra_body: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _templates(self) -> EffortSpec:
+        for key, text in [("system", self.system)] + list(self.extra_body.items()):
+            if isinstance(text, str):
+                try:
+                    Template(text).substitute(effort="x")
+                except (KeyError, ValueError) as exc:
+                    raise ValueError(f"{key}: only $effort may be substituted ({exc!r})") from None
+        return self
+
+
+class Budget(Section):
+    """A daily output-token budget shared by every shard job of one teacher."""
+
+    daily_output_tokens: PositiveInt
+    reset_hour_utc: Annotated[int, Field(ge=0, le=23)] = 0
+    ledger: str | None = Field(
+        None,
+        description="ledger file on a filesystem all jobs share (default results/budget/<teacher>.json)",
+    )
+
+
+class OpenAISpec(_TeacherSpec):
+    """Any OpenAI-compatible server: a hosted API, SGLang, vLLM, ``transformers serve``."""
+
+    backend: Literal["openai"]
+    base_url: str = Field(pattern=r"^https?://")
+    model: str
+    api_key_env: str | None = Field(
+        None, description="name of the environment variable holding the key (never the key)"
+    )
+    endpoint: Literal["chat", "completions"] = "chat"
+    sampling: Sampling = Sampling()
+    effort: EffortSpec = EffortSpec(field="reasoning_effort")
+    timeout_s: float = Field(600.0, gt=0)
+    max_attempts: PositiveInt = 8
+    backoff_base_s: float = Field(1.0, ge=0)
+    backoff_max_s: float = Field(120.0, ge=0)
+    context_length: PositiveInt | None = Field(
+        None, description="prompt + max_tokens must fit; see on_overflow"
+    )
+    on_overflow: Literal["clamp", "skip"] = Field(
+        "clamp", description="clamp max_tokens, or skip the sample (recorded with the reason)"
+    )
+    tokenizer: str | None = Field(
+        None, description="path or hub id counting prompt tokens (else a conservative estimate)"
+    )
+    budget: Budget | None = None
+
+    @model_validator(mode="after")
+    def _budget(self) -> OpenAISpec:
+        if self.budget and not (self.sampling.max_tokens or self.context_length):
+            raise ValueError(
+                "budget: needs sampling.max_tokens or context_length (each request's worst case)"
+            )
+        return self
+
+
+class Server(Section):
+    """A server started inside the job from ``command``, a str.format template. ``{port}`` (free,
+    chosen per job) and ``{python}`` are filled in; every other key here fills its ``{key}``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    command: str
+    health_path: str = "/health"
+    startup_timeout_s: float = Field(1800.0, gt=0)
+    stop_timeout_s: float = Field(30.0, gt=0)
+    host: str = "127.0.0.1"
+    env: dict[str, str | int | float] = {}
+    tp: PositiveInt = Field(1, description="tensor parallel size: GPUs = tp x dp unless gpus is set")
+    dp: PositiveInt = 1
+    gpus: int | None = Field(None, ge=0, description="GPUs the server uses (default tp x dp)")
+
+    @model_validator(mode="after")
+    def _template(self) -> Server:
+        extras = set(self.model_extra or {})
+        for key, value in (self.model_extra or {}).items():
+            if not isinstance(value, str | int | float):
+                raise ValueError(f"{key}: a template value must be a string or a number")
+        unused = sorted(extras - placeholders(self.command))
+        if unused:
+            raise ValueError(
+                f"{', '.join(unused)}: not a server setting, nor a {{placeholder}} of command"
+            )
+        return self
+
+    def missing(self, provided: set[str]) -> list[str]:
+        """Placeholders of ``command`` that neither this server nor ``provided`` fill."""
+        known = {"port", "python", *type(self).model_fields, *(self.model_extra or {}), *provided}
+        return sorted(placeholders(self.command) - known)
+
+    @property
+    def gpu_count(self) -> int:
+        return self.gpus if self.gpus is not None else self.tp * self.dp
+
+
+class SGLangSpec(OpenAISpec):
+    """A server (SGLang, or any OpenAI-compatible one) started inside each shard job."""
+
+    backend: Literal["sglang"]  # type: ignore[assignment]
+    base_url: str = Field("http://pending/v1", description="set once the server is up")
+    server: Server
+
+    @model_validator(mode="after")
+    def _filled(self) -> SGLangSpec:
+        missing = self.server.missing(set())
+        if missing:
+            raise ValueError(f"server.command: no value for {', '.join('{' + m + '}' for m in missing)}")
+        return self
+
+
+class HFSpec(OpenAISpec):
+    """A local transformers model answering in batches: for tiny runs and tests."""
+
+    backend: Literal["hf"]  # type: ignore[assignment]
+    model_path: str = Field(description="a model directory or hub id")
+    base_url: str = "http://local"
+    batch_size: PositiveInt = Field(16, description="requests per generate call")
+    threads: PositiveInt = Field(1, description="torch threads")
+    effort: EffortSpec = EffortSpec()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_model_path(cls, data: Any) -> Any:
+        """Unset: the served name and the tokenizer are the model path's; a batch in flight."""
+        if isinstance(data, dict) and "model_path" in data:
+            data = dict(data)
+            data.setdefault("model", data["model_path"])
+            data.setdefault("tokenizer", data["model_path"])
+            data.setdefault("concurrency", data.get("batch_size", cls.model_fields["batch_size"].default))
+        return data
+
+
+TeacherSpec = Annotated[
+    ProceduralSpec | OpenAISpec | SGLangSpec | HFSpec, Field(discriminator="backend")
+]
+tag("procedural", "openai", "sglang", "hf")
+
+
+class DatasetSelection(Section):
+    """The SFT dataset: shortest correct trace per (prompt, effort), effort-tagged."""
+
+    default_effort: Effort
+    untagged_fraction: Probability = Field(
+        description="default-effort examples left untagged, so untagged behaviour stays the default"
+    )

@@ -1,0 +1,354 @@
+"""The student and how it is trained: its shape or pretrained source, SFT (full, LoRA, QLoRA) and its
+process layout, GRPO on kernel problems, and the weight merges."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from string import Template
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from .base import PositiveInt, Regex, Section
+
+ROUTER = re.compile(r"(^|\.)mlp\.gate(\.weight)?$|^gate$")  # a MoE router: adapting it destabilises routing
+
+
+class Tokenizer(Section):
+    """A byte-level BPE trained on the pool."""
+
+    vocab_size: Annotated[int, Field(ge=300, le=300_000)]
+    min_frequency: PositiveInt = 2
+
+
+MOE_KEYS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
+
+
+class ModelShape(Section):
+    """A student built with random weights: Qwen3, or Qwen3-MoE with the expert keys."""
+
+    hidden_size: Annotated[int, Field(ge=8)]
+    intermediate_size: Annotated[int, Field(ge=8)]
+    num_hidden_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt
+    head_dim: Annotated[int, Field(ge=4)]
+    max_position_embeddings: Annotated[int, Field(ge=64)]
+    tie_word_embeddings: bool
+    rope_theta: float | None = Field(None, gt=0)
+    family: Literal["qwen3", "qwen3_moe"] = "qwen3"
+    num_experts: Annotated[int, Field(ge=2)] | None = None
+    num_experts_per_tok: PositiveInt | None = None
+    moe_intermediate_size: Annotated[int, Field(ge=8)] | None = None
+    norm_topk_prob: bool | None = None
+    router_aux_loss_coef: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelShape:
+        problems = []
+        if self.num_attention_heads % self.num_key_value_heads:
+            problems.append(
+                f"num_key_value_heads: {self.num_key_value_heads} does not divide "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
+        given = [k for k in MOE_KEYS if getattr(self, k) is not None]
+        if self.family == "qwen3_moe" and len(given) < len(MOE_KEYS):
+            missing = ", ".join(k for k in MOE_KEYS if k not in given)
+            problems.append(f"family: qwen3_moe needs {missing}")
+        if self.family == "qwen3" and given:
+            problems.append(f"family: {', '.join(given)} apply to family qwen3_moe only")
+        if self.num_experts and (self.num_experts_per_tok or 0) > self.num_experts:
+            problems.append(
+                f"num_experts_per_tok: {self.num_experts_per_tok} is more than num_experts "
+                f"({self.num_experts})"
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+class WeightHook(Section):
+    """Re-normalise every vector along ``dim`` of the matching weights to L2 norm ``norm``, after
+    every optimizer step and every merge (nGPT-style students)."""
+
+    fn: Literal["renorm_rows"]
+    match: Annotated[list[Regex], Field(min_length=1)] = Field(
+        description="regular expressions searched in tensor names; each must match one"
+    )
+    dim: int = -1
+    norm: float = Field(1.0, gt=0)
+    eps: float = Field(1e-8, gt=0)
+
+
+def hooks_problem(method: str, hooks: list[WeightHook]) -> str | None:
+    """Why weight hooks cannot run with training ``method``, if they cannot."""
+    if hooks and method != "full":
+        return (
+            "they re-normalise trained weights after each step; with an adapter (train.method "
+            f"{method}) the base is frozen and they have nothing to act on"
+        )
+    return None
+
+
+class Student(Section):
+    pretrained: str | None = Field(
+        None, description="a model directory or hub id (downloaded in a job, not at DAG build)"
+    )
+    tokenizer: Tokenizer | None = None
+    model: ModelShape | None = None
+    effort_tag: str = Field(
+        pattern=r"\$effort", description="the student's effort syntax; $effort is replaced"
+    )
+    weight_hooks: list[WeightHook] = []
+
+    @model_validator(mode="after")
+    def _source(self) -> Student:
+        if self.pretrained and (self.tokenizer or self.model):
+            raise ValueError("pretrained: a pretrained student has no tokenizer or model to build")
+        if not self.pretrained and not (self.tokenizer and self.model):
+            raise ValueError(
+                "pretrained: set it, or both tokenizer and model (a student built from scratch)"
+            )
+        try:
+            Template(self.effort_tag).substitute(effort="x")
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"effort_tag: only $effort may be substituted ({exc!r})") from None
+        return self
+
+
+class Lora(Section):
+    r: PositiveInt
+    alpha: float = Field(gt=0)
+    dropout: float = Field(0.0, ge=0, le=1)
+    target_modules: list[str] = []
+    target_parameters: list[str] = Field([], description="fused MoE expert parameters")
+    allow_router: bool = Field(False, description="adapt mlp.gate anyway (it destabilises routing)")
+
+    @model_validator(mode="after")
+    def _targets(self) -> Lora:
+        if not self.target_modules and not self.target_parameters:
+            raise ValueError("target_modules: set target_modules and/or target_parameters")
+        if self.target_parameters and self.dropout:
+            raise ValueError(f"dropout: must be 0 with target_parameters (PEFT), got {self.dropout}")
+        router = [t for t in self.target_modules + self.target_parameters if ROUTER.search(t)]
+        if router and not self.allow_router:
+            raise ValueError(
+                f"target_modules: {', '.join(router)} is the router; adapting it destabilises "
+                "routing. Set allow_router: true to do it anyway"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The processes of a training job: nodes x gpus_per_node, FSDP2 shards of fsdp_size, replicated
+    dp_replicate_size times (one process spreading a device map: world size 1)."""
+
+    nodes: int
+    gpus_per_node: int
+    fsdp_size: int
+    dp_replicate_size: int
+    world_size: int
+
+
+class Distributed(Section):
+    """Processes: nodes x gpus_per_node, FSDP2-sharded (fsdp_size), replicated (dp_replicate_size)."""
+
+    nodes: PositiveInt = 1
+    gpus_per_node: PositiveInt = 1
+    fsdp_size: PositiveInt | None = None
+    dp_replicate_size: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def _sizes(self) -> Distributed:
+        world = self.nodes * self.gpus_per_node
+        if self.fsdp_size is None and world % self.dp_replicate_size:
+            raise ValueError(
+                f"dp_replicate_size: {self.dp_replicate_size} does not divide the world size {world} "
+                f"(nodes {self.nodes} x gpus_per_node {self.gpus_per_node})"
+            )
+        fsdp = self.fsdp_size or world // self.dp_replicate_size
+        if fsdp * self.dp_replicate_size != world:
+            raise ValueError(
+                f"fsdp_size: {fsdp} x dp_replicate_size {self.dp_replicate_size} must equal the "
+                f"world size {world} (nodes {self.nodes} x gpus_per_node {self.gpus_per_node})"
+            )
+        return self
+
+    def layout(self, device_map: bool = False) -> Layout:
+        if device_map:  # one process spreads the layers over the node's GPUs
+            return Layout(self.nodes, self.gpus_per_node, 1, 1, 1)
+        world = self.nodes * self.gpus_per_node
+        fsdp = self.fsdp_size or world // self.dp_replicate_size
+        return Layout(self.nodes, self.gpus_per_node, fsdp, self.dp_replicate_size, world)
+
+
+class Train(Section):
+    """Supervised fine-tuning: full parameters, LoRA, or QLoRA; packed with document masks."""
+
+    lr: float = Field(1e-3, gt=0, le=1)
+    epochs: float = Field(1.0, gt=0)
+    max_steps: int = Field(-1, ge=-1, description="-1: as many as the epochs take")
+    batch_size: PositiveInt = 8
+    grad_accum: PositiveInt = 1
+    max_length: int = Field(1024, ge=16, description="tokens per packed row")
+    # transformers reads a warmup of 1 or more as steps, not as a ratio
+    warmup_ratio: float = Field(0.0, ge=0, lt=1)
+    lr_scheduler: Literal[
+        "cosine", "linear", "constant", "constant_with_warmup", "cosine_with_min_lr"
+    ] = "cosine"
+    weight_decay: float = Field(0.0, ge=0)
+    logging_steps: PositiveInt = 10
+    method: Literal["full", "lora", "qlora"] = Field(
+        "full", description="full-parameter SFT, or LoRA / QLoRA adapters merged into the base"
+    )
+    load_in_4bit: bool = Field(False, description="load the base in NF4 (method qlora only)")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="auto: float32 weights (bf16 compute on GPU); bf16 only for a frozen base"
+    )
+    attn_implementation: str = Field(
+        "sdpa", description="sdpa (CPU), or flash_attention_2 (packed varlen on GPU)"
+    )
+    gradient_checkpointing: bool = False
+    distributed: Distributed = Distributed()
+    device_map: str | dict[str, Any] | None = Field(
+        None, description="model parallel in one process (e.g. auto)"
+    )
+    gpu_memory_limit: str | int | None = Field(
+        None, description="max memory per GPU for device_map (exclusive with max_memory)"
+    )
+    max_memory: dict[str, Any] | None = None
+    sampled_options: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(
+        {}, description="model config attributes sampled per optimizer step from a list"
+    )
+    save_steps: int = Field(
+        0, ge=0, description="checkpoint every N steps beside the output; a killed job resumes"
+    )
+    lora: Lora | None = None
+
+    @model_validator(mode="after")
+    def _method(self) -> Train:
+        full = self.method == "full"
+        problems = []
+        if full and self.lora:
+            problems.append("lora: is set but method is 'full' (a full fine-tune has no adapter)")
+        if full and self.load_in_4bit:
+            problems.append(
+                "load_in_4bit: 4-bit weights cannot be fine-tuned directly "
+                "(use method: qlora, or drop load_in_4bit)"
+            )
+        if self.method == "qlora" and not self.load_in_4bit:
+            problems.append("load_in_4bit: method 'qlora' needs load_in_4bit: true")
+        if self.method == "lora" and self.load_in_4bit:
+            problems.append("method: LoRA on a 4-bit base is QLoRA; set method: qlora")
+        if not full and not self.lora:
+            problems.append(
+                f"lora: method '{self.method}' needs a lora section "
+                "(r, alpha, target_modules / target_parameters)"
+            )
+        if self.dtype == "bfloat16" and full:
+            problems.append(
+                "dtype: bfloat16 with method full trains bf16 weights without a float32 master copy: "
+                "updates below half a bf16 step (most, at lr 1e-5) are lost. Use dtype auto "
+                "(float32 weights, bf16 compute on GPU)"
+            )
+        d = self.distributed
+        if self.device_map is not None and (
+            d.nodes != 1 or d.fsdp_size or d.dp_replicate_size != 1
+        ):
+            problems.append(
+                "device_map: model parallel runs as one process on one node, spreading layers over "
+                "distributed.gpus_per_node GPUs: set nodes 1 and no fsdp_size / dp_replicate_size"
+            )
+        if self.gpu_memory_limit is not None and self.max_memory is not None:
+            problems.append(
+                "gpu_memory_limit: exclusive with max_memory (the limit sets max_memory for every "
+                "GPU); give one of them"
+            )
+        if (self.gpu_memory_limit, self.max_memory) != (None, None) and self.device_map is None:
+            problems.append(
+                "gpu_memory_limit: gpu_memory_limit / max_memory only apply with device_map"
+            )
+        if (
+            self.load_in_4bit
+            and self.layout.world_size > 1
+            and (d.fsdp_size or d.dp_replicate_size > 1)
+        ):
+            problems.append(
+                "distributed: fsdp_size / dp_replicate_size with load_in_4bit: 4-bit weights cannot "
+                "be FSDP-sharded here, QLoRA processes are data-parallel replicas (or use device_map)"
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @property
+    def layout(self) -> Layout:
+        return self.distributed.layout(device_map=self.device_map is not None)
+
+    @property
+    def sharded(self) -> bool:
+        """FSDP2 shards full-precision models. A 4-bit one cannot be (bitsandbytes' packed NF4
+        parameters do not survive the DTensor conversion, measured): QLoRA processes are replicas."""
+        return self.layout.world_size > 1 and not self.load_in_4bit
+
+
+# TRL's loss types that work with token-level importance sampling (luspo needs sequence level).
+LossType = Literal["dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "vespo"]
+
+
+class Grpo(Section):
+    """GRPO from the fine-tune on the pool's kernel problems; one reward, execution x rules."""
+
+    group_size: int = Field(4, ge=2, description="completions per prompt (TRL num_generations)")
+    prompts_per_step: PositiveInt = 2
+    beta: float = Field(0.04, ge=0, description="KL coefficient")
+    loss_type: LossType = "dapo"
+    lr: float = Field(1e-6, gt=0)
+    max_steps: PositiveInt = 100
+    max_completion_length: PositiveInt = 1024
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    epsilon: float = Field(0.2, gt=0)
+    logging_steps: PositiveInt = 1
+    reward_workers: PositiveInt | None = Field(None, description="default: one per thread")
+    dtype: Literal["auto", "float32"] = Field(
+        "auto", description="auto: float32 weights, bf16 compute on GPU"
+    )
+    distributed: Distributed = Distributed()
+    gradient_checkpointing: bool = False
+
+    @model_validator(mode="after")
+    def _groups(self) -> Grpo:
+        world = self.layout.world_size
+        if self.prompts_per_step % world:
+            raise ValueError(
+                f"prompts_per_step: {self.prompts_per_step} must be a multiple of the {world} "
+                "processes of distributed (each takes whole groups)"
+            )
+        return self
+
+    @property
+    def layout(self) -> Layout:
+        return self.distributed.layout()
+
+    @property
+    def sharded(self) -> bool:
+        return self.layout.world_size > 1
+
+
+class Merge(Section):
+    ratios: list[Annotated[float, Field(gt=0, lt=1)]] = Field(
+        [], description="tuned_weight of each merge: tuned_weight x fine-tune + rest x base"
+    )
+    select_on: str | None = Field(
+        None,
+        description="choose the ratio by accuracy on this benchmark, disjoint from every reported one",
+    )
+
+    @model_validator(mode="after")
+    def _unique(self) -> Merge:
+        if len(set(self.ratios)) != len(self.ratios):
+            raise ValueError(f"ratios: each ratio may be listed once, got {self.ratios}")
+        return self

@@ -1,0 +1,307 @@
+"""Prompt sources for the embedded default: generated problems with checkable answers.
+
+Two families stand in for the seed's DeepMath (closed-form math) and OpenScienceReasoning
+(multiple choice with exactly one correct letter). Every problem keeps its structured form in
+``meta`` so the procedural teacher can write a worked solution; ``worked_solution`` renders it
+at increasing levels of detail (the teacher's effort levels) from a possibly wrong result.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import LOCAL_DATA, DatasetSpec, Source
+from ..config.data import WhereRule
+from ..grading.dispatch import KINDS
+from ..io import DataError, read_jsonl
+from .records import record
+
+NAMES = ["Ava", "Ben", "Cara", "Dan", "Eli", "Fay", "Gus", "Hana", "Ivan", "Jade", "Kai", "Lena"]
+OBJECTS = [
+    "apples",
+    "pencils",
+    "marbles",
+    "stickers",
+    "books",
+    "coins",
+    "cards",
+    "shells",
+    "cookies",
+    "stamps",
+    "beads",
+    "toys",
+]
+LETTERS = "ABCD"
+
+
+def _math(rng: random.Random, hi: int) -> tuple[str, int, dict[str, Any]]:
+    name, obj = rng.choice(NAMES), rng.choice(OBJECTS)
+    op = rng.choice(["add", "sub", "mul", "two_step", "linear"])
+    a, b = rng.randint(1, hi), rng.randint(1, hi)
+    meta: dict[str, Any] = {"op": op, "a": a, "b": b, "name": name, "obj": obj}
+    if op == "add":
+        return (
+            f"{name} has {a} {obj}. {name} gets {b} more {obj}. How many {obj} does {name} have now?",
+            a + b,
+            meta,
+        )
+    if op == "sub":
+        a, b = max(a, b), min(a, b)
+        meta.update(a=a, b=b, friend=rng.choice([n for n in NAMES if n != name]))
+        return (
+            (
+                f"{name} has {a} {obj} and gives {b} of them to {meta['friend']}. "
+                f"How many {obj} does {name} have left?"
+            ),
+            a - b,
+            meta,
+        )
+    if op == "mul":
+        return (
+            f"{name} buys {a} bags with {b} {obj} in each bag. How many {obj} does {name} buy in total?",
+            a * b,
+            meta,
+        )
+    if op == "two_step":
+        c = rng.randint(0, a + b)
+        meta["c"] = c
+        return (
+            f"{name} has {a} {obj}, finds {b} more and then loses {c}. How many {obj} does {name} have?",
+            a + b - c,
+            meta,
+        )
+    x = rng.randint(0, hi)
+    meta.update(x=x, c=a * x + b)
+    return f"Solve for x: {a}x + {b} = {a * x + b}.", x, meta
+
+
+def _choice(rng: random.Random, hi: int) -> tuple[str, str, dict[str, Any]]:
+    op = rng.choice(["largest", "smallest", "sum", "even"])
+    extra: dict[str, int] = {}
+    if op in ("largest", "smallest"):
+        options = rng.sample(range(1, 10 * hi), 4)
+        right = max(options) if op == "largest" else min(options)
+        stem = f"Which number is the {op}?"
+    elif op == "sum":
+        a, b = rng.randint(1, hi), rng.randint(1, hi)
+        right = a + b
+        options = [right] + rng.sample(
+            [right + d for d in (-3, -2, -1, 1, 2, 3) if right + d > 0], 3
+        )
+        rng.shuffle(options)
+        stem = f"What is {a} + {b}?"
+        extra = {"a": a, "b": b}
+    else:
+        odds = rng.sample(range(1, 10 * hi, 2), 3)
+        right = rng.randrange(2, 10 * hi, 2)
+        options = odds + [right]
+        rng.shuffle(options)
+        stem = "Which of these numbers is even?"
+    letter = LETTERS[options.index(right)]
+    listing = " ".join(f"({L}) {v}" for L, v in zip(LETTERS, options))
+    return f"{stem} {listing}", letter, {"op": op, "options": options, "right": right, **extra}
+
+
+def generate(kind: str, source: str, count: int, seed: int, max_operand: int) -> list[dict[str, Any]]:
+    """``count`` distinct problems (by prompt id) of one family, deterministic under ``seed``."""
+    rng = random.Random(f"{source}:{seed}")
+    make = {"arithmetic": _math, "choice": _choice}[kind]
+    out: dict[str, dict[str, Any]] = {}
+    attempts = 0
+    while len(out) < count:
+        attempts += 1
+        if attempts > 50 * count + 1000:
+            raise ValueError(
+                f"source '{source}': only {len(out)} distinct problems after {attempts} draws; "
+                f"raise max_operand or lower count ({count})"
+            )
+        prompt, answer, meta = make(rng, max_operand)
+        rec = record(
+            source, "math" if kind == "arithmetic" else "choice", prompt, str(answer), meta
+        )
+        out.setdefault(rec["prompt_id"], rec)
+    return list(out.values())
+
+
+def echo(source: str, benchmark_path: str, count: int, seed: int) -> list[dict[str, Any]]:
+    """Copies of benchmark items with case, punctuation and spacing disturbed.
+
+    Stands in for the benchmark text that web-scraped pools carry; decontamination must drop them.
+    """
+    items = load_benchmark(benchmark_path)
+    rng = random.Random(f"{source}:{seed}")
+    out = []
+    for item in rng.sample(items, min(count, len(items))):
+        words = item["prompt"].split()
+        noisy = " ".join(w.upper() if rng.random() < 0.2 else w.rstrip(".,?") for w in words)
+        rec = record(
+            source, item["kind"], f"Problem:  {noisy} ", item["answer"], item.get("meta", {})
+        )
+        out.append(rec)
+    return out
+
+
+BENCHMARK_KEYS = ("prompt", "answer", "kind")
+
+
+def load_benchmark(path: str) -> list[dict[str, Any]]:
+    rows = read_jsonl(
+        path, required=BENCHMARK_KEYS, types={"prompt": str, "answer": str, "kind": str}
+    )
+    for i, row in enumerate(rows, 1):
+        if row["kind"] not in KINDS:
+            raise DataError(
+                f"{path}:{i}: key 'kind' must be one of {', '.join(KINDS)}, got {row['kind']!r}"
+            )
+    return rows
+
+
+def worked_solution(meta: Mapping[str, Any], result: int | str, detail: int) -> tuple[str, str]:
+    """(reasoning, final answer line) for a generated problem; ``detail`` 0..3 lengthens the reasoning."""
+    op = meta["op"]
+    if op in ("largest", "smallest", "sum", "even"):
+        return _choice_solution(meta, str(result), detail)
+    a, b, name, obj = meta["a"], meta["b"], meta.get("name", "They"), meta.get("obj", "items")
+    if op == "add":
+        steps = [
+            f"{a} + {b} = {result}.",
+            f"{name} starts with {a} {obj} and gets {b} more, so add them.",
+            f"Check: {result} - {b} = {a}, which matches.",
+            f"So {name} has {result} {obj}.",
+        ]
+    elif op == "sub":
+        steps = [
+            f"{a} - {b} = {result}.",
+            f"{name} starts with {a} {obj} and gives away {b}, so subtract.",
+            f"Check: {result} + {b} = {a}, which matches.",
+            f"So {name} has {result} {obj} left.",
+        ]
+    elif op == "mul":
+        steps = [
+            f"{a} x {b} = {result}.",
+            f"There are {a} bags of {b} {obj}, so multiply.",
+            f"Check: {a} groups of {b} make {result}.",
+            f"So {name} buys {result} {obj}.",
+        ]
+    elif op == "two_step":
+        steps = [
+            f"{a} + {b} = {a + b}, then {a + b} - {meta['c']} = {result}.",
+            f"{name} first has {a} {obj} and finds {b}, then loses {meta['c']}.",
+            f"Check: {result} + {meta['c']} = {a + b}, and {a + b} - {b} = {a}.",
+            f"So {name} has {result} {obj}.",
+        ]
+    else:  # linear
+        steps = [
+            f"{a}x = {meta['c']} - {b} = {meta['c'] - b}, so x = {result}.",
+            f"Subtract {b} from both sides, then divide by {a}.",
+            f"Check: {a} x {result} + {b} = {a * int(result) + b}.",
+            f"So x = {result}.",
+        ]
+    return by_detail(steps, detail), f"The answer is \\boxed{{{result}}}."
+
+
+def by_detail(steps: list[str], detail: int) -> str:
+    """steps = [core, explanation, check, conclusion]: 0 = core, 1 = +explanation, 2 = all, 3 = all twice checked."""
+    core, explain, check, conclude = steps
+    chosen = {0: [core], 1: [explain, core], 2: [explain, core, check, conclude]}.get(
+        detail, [explain, core, check, "Checking once more: " + core, conclude]
+    )
+    return " ".join(chosen)
+
+
+def _choice_solution(meta: Mapping[str, Any], letter: str, detail: int) -> tuple[str, str]:
+    options, op = meta["options"], meta["op"]
+    value = options[LETTERS.index(letter)]
+    listing = ", ".join(f"{L} is {v}" for L, v in zip(LETTERS, options))
+    rule = {
+        "largest": "the biggest value",
+        "smallest": "the smallest value",
+        "sum": "the value of the sum",
+        "even": "the number divisible by 2",
+    }[op]
+    core = (
+        f"{meta['a']} + {meta['b']} = {value}, option {letter}."
+        if op == "sum"
+        else f"{letter} is {value}."
+    )
+    steps = [
+        core,
+        f"We want {rule}. {listing}.",
+        f"So the option is {letter}, which is {value}.",
+        f"No other option fits, so {letter}.",
+    ]
+    return by_detail(steps, detail), f"The answer is \\boxed{{{letter}}}."
+
+
+def iter_sources(
+    specs: Sequence[Source], benchmarks: Mapping[str, str], seed: int
+) -> Iterator[dict[str, Any]]:
+    """All records of the configured sources, in config order; ``benchmarks``: name -> JSONL file."""
+    for spec in specs:
+        if spec.kind in ("arithmetic", "choice"):
+            yield from generate(spec.kind, spec.name, spec.count, seed, spec.max_operand)
+        elif spec.kind == "echo":
+            if spec.benchmark not in benchmarks:
+                raise DataError(
+                    f"source '{spec.name}': benchmark '{spec.benchmark}' is not in config 'benchmarks'"
+                )
+            yield from echo(spec.name, benchmarks[spec.benchmark], spec.count, seed)
+        elif spec.kind == "jsonl":
+            for row in load_benchmark(spec.path):
+                yield record(spec.name, row["kind"], row["prompt"], row["answer"], row.get("meta", {}))
+        elif spec.kind == "dataset":
+            yield from dataset_records(spec, spec.name)
+        else:
+            from ..kernels.problemset import kernel_records
+
+            yield from kernel_records(spec)
+
+
+def _passes(value: Any, rule: WhereRule) -> bool:
+    return (
+        (rule.min is None or value >= rule.min)
+        and (rule.max is None or value <= rule.max)
+        and (rule.equals is None or value == rule.equals)
+        and (rule.in_ is None or value in rule.in_)
+    )
+
+
+def dataset_records(spec: DatasetSpec, name: str) -> Iterator[dict[str, Any]]:
+    """Rows of a hub dataset (by id, loaded in the job, never while the DAG is built) or of a local
+    parquet/JSONL/CSV file, as pool records of source ``name``: ``prompt`` and ``answer`` name the
+    fields, ``where`` filters rows, ``limit`` keeps the first N rows that pass."""
+    import datasets
+
+    path = spec.path
+    if spec.local:
+        if not Path(path).exists():
+            raise DataError(f"source '{name}': {path}: file not found")
+        loader = LOCAL_DATA[Path(path).suffix]
+        ds = datasets.load_dataset(loader, data_files=path, split="train")
+    else:
+        ds = datasets.load_dataset(path, spec.subset, split=spec.split, revision=spec.revision)
+    for key in [spec.prompt, spec.answer, *spec.where]:
+        if key not in ds.column_names:
+            raise DataError(
+                f"source '{name}': {path} has no field '{key}' "
+                f"(fields: {', '.join(ds.column_names)})"
+            )
+    kept = 0
+    for i, row in enumerate(ds):
+        if not all(_passes(row[k], rule) for k, rule in spec.where.items()):
+            continue
+        prompt, answer = row[spec.prompt], row[spec.answer]
+        if not isinstance(prompt, str) or not prompt.strip() or answer is None or not str(answer).strip():
+            raise DataError(
+                f"source '{name}': {path} row {i}: field '{spec.prompt}' or '{spec.answer}' "
+                f"is empty or not text ({prompt!r:.40}, {answer!r:.40})"
+            )
+        kind = spec.answer_kind
+        answer = str(answer) if kind == "kernel" else str(answer).strip()
+        yield record(name, kind, prompt, answer, {"row": i})
+        kept += 1
+        if spec.limit and kept >= spec.limit:
+            return

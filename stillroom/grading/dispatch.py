@@ -1,0 +1,75 @@
+"""One grader per kind of problem, each a module of this package with the same signature:
+``grade(response, gold, options) -> Grade`` and ``info(options) -> dict`` (what graded it: name,
+version, options), and optionally ``item_limit(options)``, the least hard time limit per item its
+own limits need."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from .result import Grade, Options
+
+KINDS = ("math", "choice", "instructions", "code", "kernel")
+
+# A summary of the rules for the provenance of a grading job; each record names its own grader.
+GRADER_INFO: dict[str, Any] = {
+    "grader": "stillroom.grading",
+    "math_verify": importlib.metadata.version("math-verify"),
+    "math": {
+        "gold_parse": "math_verify.parse default config on '$gold$', then on the bare gold",
+        "pred_extraction": "the last boxed or plain expression (LatexExtractionConfig, ExprExtractionConfig)",
+        "verify": "math_verify.verify(gold, pred), float_rounding 6, strict",
+        "timeout": "hard wall-clock limit per item in a killable worker process",
+    },
+    "choice": "last '\\boxed{X}', 'answer: X' or 'answer is X' ('answer' any case, X case-sensitive)",
+    "think": "only text after the last </think> is graded; an unclosed <think> is no_answer",
+}
+
+
+@functools.cache
+def grader(kind: str) -> ModuleType:
+    """The module grading ``kind`` (imported on first use: the kernel grader pulls in the kernel
+    track)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown grading kind {kind!r}; expected one of {', '.join(KINDS)}")
+    return importlib.import_module(f"{__package__}.{kind}")
+
+
+def check_kinds(kinds: set[str]) -> None:
+    bad = sorted(kinds - set(KINDS))
+    if bad:
+        raise ValueError(f"unknown grading kind {bad[0]!r}; expected one of {', '.join(KINDS)}")
+
+
+def grade(
+    response: str,
+    gold: str,
+    kind: str,
+    letters: str = "ABCD",
+    kernel: Mapping[str, Any] | None = None,
+) -> Grade:
+    """One answer graded in this process; ``kernel``: the validator's options for kernel answers."""
+    options = Options.parse({"letters": letters, "kernel": dict(kernel or {})})
+    return grader(kind).grade(response, gold, options)
+
+
+def item_limit(kinds: set[str], options: Options) -> float:
+    """The hard time limit per item for a mix of kinds: each kind's own limit must fire first."""
+    limits = [grader(k).item_limit(options) for k in kinds if hasattr(grader(k), "item_limit")]
+    return max([options.timeout_s, *limits])
+
+
+def grader_info(kind: str, options: Options, timeout_s: float | None) -> dict[str, Any]:
+    """What graded a record of ``kind``: name, version and options, recorded with every graded
+    record. ``timeout_s`` None means graded in this process under math-verify's own alarms."""
+    if timeout_s is None:
+        limit = {"timeout_s": options.timeout_s, "timeout": "signal, per math-verify call"}
+    else:
+        limit = {"timeout_s": timeout_s, "timeout": "hard, per item"}
+    info = grader(kind).info(options)
+    return {**info, "options": {**limit, **info["options"]}}

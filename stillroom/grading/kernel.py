@@ -1,0 +1,38 @@
+"""Kernel answers: the kernel track's reward (kernels/reward.py); correct means reward 1, and the
+grade's details keep every flag and reason of the validator."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import asdict
+from typing import Any
+
+from ..kernels.reward import score, timed_out
+from .result import Grade, Options
+
+KIND = "kernel"
+MARGIN_S = 60.0  # over the candidate's limit: process start, the reference's run, the comparison
+
+
+def grade(response: str, gold: str, options: Options) -> Grade:
+    """``gold`` is the problem's source: the validator runs it as the reference."""
+    result = score(gold, response, options.kernel, seed=options.seed)
+    status = "no_answer" if not result.answered else "timeout" if timed_out(result) else "ok"
+    return Grade(result.reward == 1.0, None, status, details=asdict(result))
+
+
+def item_limit(options: Options) -> float:
+    """The grading worker waits this long: the validator reports its own timeouts first."""
+    return options.kernel.timeout_s + MARGIN_S
+
+
+def info(options: Options) -> dict[str, Any]:
+    return {
+        "name": "kernel-validator",
+        "version": importlib.metadata.version("stillroom"),
+        "options": {
+            "validator": {**options.kernel.dump(), "seed": options.seed},
+            "reward": "exec x rule",
+            "triton": importlib.metadata.version("triton"),
+        },
+    }

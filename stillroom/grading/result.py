@@ -1,0 +1,37 @@
+"""What grading says of one answer, whatever its kind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from ..config import Letters, Section, ValidatorOptions
+
+
+@dataclass(frozen=True)
+class Grade:
+    correct: bool
+    extracted: str | None
+    # "ok" (right or wrong), "no_answer", "gold_unparseable" (a benchmark problem, not a wrong
+    # answer), "timeout", or "crashed" (the worker died on this item, e.g. killed for memory)
+    status: str
+    details: dict[str, Any] | None = None  # per-kind extras: instruction scores, the run's status
+
+
+NO_ANSWER = Grade(False, None, "no_answer")
+GOLD_UNPARSEABLE = Grade(False, None, "gold_unparseable")
+TIMED_OUT = Grade(False, None, "timeout")
+CRASHED = Grade(False, None, "crashed")
+
+TIMEOUT_S = 5  # seconds, hard limit per item in a grading worker, unless a kind needs more
+
+
+class Options(Section):
+    """How answers are graded: the grade stage's params."""
+
+    seed: int = 0
+    letters: Letters
+    kernel: ValidatorOptions = ValidatorOptions()
+    timeout_s: float = Field(TIMEOUT_S, gt=0, description="hard limit per item")

@@ -1,0 +1,178 @@
+"""The kernel track's tables (rule kernel_tables): per model, how often a kernel answer compiles, gives the right outputs,
+launches Triton, passes the rules and earns the reward (execution x rules), each compared with the base
+and the fine-tune by a paired bootstrap over problems; ``fast_p`` where speedups were timed (GPU).
+
+Every rate is over all samples: an answer without a complete code block ("answers" 0) fails every metric.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import Field
+
+from ..analysis.grids import grade_grid, scores
+from ..analysis.stats import VERDICT, holm_comparisons, paired_bootstrap
+from ..config import Kernels, PairedTables
+from ..io import DataError, write_text
+
+
+class Params(PairedTables):
+    fast_p: list[float] = Kernels.model_fields["fast_p"]
+
+
+def _details(grade: Mapping[str, Any]) -> Mapping[str, Any]:
+    return grade.get("details") or {}
+
+
+METRICS: dict[str, Callable[[Mapping[str, Any]], float]] = {
+    "answers": lambda g: float(g.get("status") != "no_answer"),  # a complete ModelNew code block
+    "compiles": lambda g: float(bool(_details(g).get("compiled"))),
+    "correct": lambda g: float(bool(_details(g).get("correct"))),  # the execution reward
+    "launches": lambda g: float(bool(_details(g).get("launched_triton"))),
+    "rules": lambda g: float(_details(g).get("rule_reward", 0.0)),
+    "reward": lambda g: float(_details(g).get("reward", 0.0)),
+}
+
+
+def fast_p(p: float) -> Callable[[Mapping[str, Any]], float]:
+    """KernelBench's fast_p: the answer earns the reward and runs more than p times faster than the reference."""
+    return lambda g: float(
+        _details(g).get("reward") == 1.0 and (_details(g).get("speedup") or 0.0) > p
+    )
+
+
+def run(
+    *,
+    graded: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    params: Mapping[str, Any] | Params,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    params = Params.parse(params, where="tables")
+    base, tuned = params.base, params.tuned
+    for ref in (base, tuned):
+        if ref not in graded:
+            raise DataError(
+                f"kernel tables: reference model '{ref}' has no graded samples (have {sorted(graded)})"
+            )
+    grids = {name: grade_grid(path) for name, path in graded.items()}  # each file read once
+    index, shape = grids[base][0], grids[base][1].shape
+    for name, (idx, grades, *_) in grids.items():
+        if idx != index or grades.shape != shape:
+            raise DataError(
+                f"kernel tables: model '{name}' was not evaluated on the same problems and sample "
+                f"indices as '{base}' ({grades.shape} vs {shape}); pairing is impossible"
+            )
+    metrics = dict(METRICS)
+    timed = any(
+        _details(g).get("speedup") is not None
+        for _, grades, *_ in grids.values()
+        for g in grades.flat
+    )
+    if timed:
+        metrics |= {f"fast_{p:g}": fast_p(p) for p in params.fast_p}
+    boot = {
+        "n_resamples": params.n_resamples,
+        "confidence": params.confidence,
+        "seed": params.seed,
+    }
+    refs = (base, tuned)
+    pairs = [
+        (name, ref)
+        for name in graded
+        for ref in refs
+        if name != ref and (name, ref) != (base, tuned)
+    ]
+    rates: dict[str, dict[str, float]] = {name: {} for name in graded}
+    deltas: dict[tuple[str, str], dict[str, Any]] = {pair: {} for pair in pairs}
+    for metric, value in metrics.items():
+        mats = {name: scores(grid[1], value) for name, grid in grids.items()}
+        for name, s in mats.items():
+            rates[name][metric] = float(s.mean())
+        # Holm across the comparisons of one metric, as the accuracy table does across its comparisons.
+        raw = [paired_bootstrap(mats[a], mats[b], **boot) for a, b in pairs]
+        for pair, c in zip(pairs, holm_comparisons(raw)):
+            deltas[pair][metric] = c
+    pct = round(100 * params.confidence)
+    names = list(metrics)
+    caption = (
+        f"{params.benchmark}: {shape[0]} kernel problems × {shape[1]} samples. Rates over all samples; "
+        f"Δ: paired bootstrap over problems ({params.n_resamples} resamples), {pct}% CI, Holm's "
+        "correction per metric; * marks a difference whose CI excludes 0 and survives Holm. "
+        + (
+            "fast_p: rewarded and more than p times faster than the reference."
+            if timed
+            else "fast_p needs timed speedups (kernels compiled on a GPU); these ran in the interpreter."
+        )
+    )
+    lines = [
+        f"### {caption}",
+        "",
+        "| model | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    lines += [f"| {m} | " + " | ".join(f"{rates[m][k]:.3f}" for k in names) + " |" for m in graded]
+    lines += [
+        "",
+        "| comparison | " + " | ".join(f"Δ {k} [{pct}% CI]" for k in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for (a, b), cs in deltas.items():
+        cells = [
+            f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{'*' if c.verdict != 'tie' else ''}"
+            for c in (cs[k] for k in names)
+        ]
+        lines.append(f"| {a} vs {b} | " + " | ".join(cells) + " |")
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(
+        [
+            "benchmark",
+            "model",
+            "metric",
+            "rate",
+            "reference",
+            "delta",
+            "ci_low",
+            "ci_high",
+            "p_value",
+            "p_holm",
+            "verdict",
+        ]
+    )
+    for (a, b), cs in deltas.items():
+        for k, c in cs.items():
+            writer.writerow(
+                [
+                    params.benchmark,
+                    a,
+                    k,
+                    f"{rates[a][k]:.6f}",
+                    b,
+                    f"{c.delta:.6f}",
+                    f"{c.low:.6f}",
+                    f"{c.high:.6f}",
+                    f"{c.p_value:.6g}",
+                    f"{c.p_holm:.6g}",
+                    VERDICT[c.verdict],
+                ]
+            )
+    for ref in refs:  # the references' own rates, so that every model has its rows
+        writer.writerows(
+            [params.benchmark, ref, k, f"{rates[ref][k]:.6f}", "", "", "", "", "", "", ""]
+            for k in names
+        )
+    write_text(out_markdown, "\n".join(lines) + "\n")
+    write_text(out_csv, buf.getvalue())
+    log("\n" + "\n".join(lines))
+    return {
+        "models": len(graded),
+        "timed": timed,
+        "rates": {m: {k: round(v, 4) for k, v in r.items()} for m, r in rates.items()},
+    }

@@ -1,0 +1,130 @@
+"""Checkpoints of a training job: preemption checkpoints (resumed only by a run of the same params and
+inputs), their FSDP2-sharded form, and the final model saved for inference.
+
+transformers 5 will not checkpoint the optimizer of a model sharded at load time, and resuming with the
+weights alone would silently restart Adam's moments and the lr schedule. Here every rank writes its own
+shards of the model and optimizer state with torch.distributed.checkpoint (no gather on rank 0: at 501B
+that would be a terabyte through one process), and rank 0 adds the scheduler and trainer state. The
+Trainer's own resume then restores the step and data position, and this callback the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+
+def _states(model, optimizer) -> dict:
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    return {
+        "model": get_model_state_dict(model),
+        "optim": get_optimizer_state_dict(model, optimizer),
+    }
+
+
+def sharded_checkpoints(directory: Path, every: int, resume: str | None, keep: int = 2):
+    """A TrainerCallback saving ``directory/checkpoint-<step>`` every ``every`` steps and restoring
+    ``resume`` (one such directory) when training begins."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+    from transformers import TrainerCallback
+
+    class ShardedCheckpoints(TrainerCallback):
+        def on_train_begin(
+            self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs
+        ):
+            if not resume:
+                return
+            states = _states(model, optimizer)
+            dcp.load(states, checkpoint_id=Path(resume) / "dcp")
+            set_model_state_dict(model, states["model"])
+            set_optimizer_state_dict(model, optimizer, states["optim"])
+            lr_scheduler.load_state_dict(
+                torch.load(Path(resume) / "scheduler.pt", weights_only=True)
+            )
+
+        def on_step_end(
+            self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs
+        ):
+            if state.global_step % every:
+                return
+            target = directory / f"checkpoint-{state.global_step}"
+            dcp.save(_states(model, optimizer), checkpoint_id=target / "dcp")
+            # Each rank's RNG state, in the Trainer's own file layout so its resume restores it (dropout).
+            rng = {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "cpu": torch.random.get_rng_state(),
+            }
+            if torch.cuda.is_available():
+                rng["cuda"] = torch.cuda.random.get_rng_state_all()
+            torch.save(rng, target / f"rng_state_{dist.get_rank()}.pth")
+            dist.barrier()  # every rank's files are in before rank 0 marks the checkpoint complete
+            if dist.get_rank() == 0:
+                torch.save(lr_scheduler.state_dict(), target / "scheduler.pt")
+                state.save_to_json(
+                    str(target / "trainer_state.json")
+                )  # written last: marks it complete
+                done = sorted(
+                    directory.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
+                )
+                for old in done[:-keep]:
+                    shutil.rmtree(old, ignore_errors=True)
+            dist.barrier()
+
+    return ShardedCheckpoints()
+
+
+def last_checkpoint(checkpoints: Path, fingerprint: Mapping, log, main: bool = True) -> str | None:
+    """The newest complete checkpoint made with this fingerprint. Only the main rank deletes stale
+    or incomplete ones (the others read the same directory and come to the same answer), so no rank
+    can remove what another has just written."""
+    if not checkpoints.is_dir():
+        return None
+    saved = checkpoints / "fingerprint.json"
+    if not saved.exists() or json.loads(saved.read_text()) != json.loads(json.dumps(fingerprint)):
+        if main:
+            log(f"discarding checkpoints in {checkpoints}: made with other params or inputs")
+            shutil.rmtree(checkpoints, ignore_errors=True)
+        return None
+    found = sorted(
+        (p for p in checkpoints.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+        key=lambda p: int(p.name.split("-")[-1]),
+        reverse=True,
+    )
+    for candidate in found:
+        # A kill during a save leaves no trainer_state.json: it is written last (by transformers,
+        # and by sharded_checkpoints after every rank's shards and RNG state are in).
+        if (candidate / "trainer_state.json").exists():
+            log(f"resuming from {candidate}")
+            return str(candidate)
+        if main:
+            log(f"discarding incomplete {candidate}")
+            shutil.rmtree(candidate, ignore_errors=True)
+    return None
+
+
+def save_for_inference(model, tokenizer, base_dir, out_dir) -> None:
+    """A trained model as the stages after training load it: the KV cache back on, the base's
+    generation config (or a student's own), and the tokenizer beside the weights."""
+    from .student import generation_config
+
+    model.config.use_cache = True
+    if not (Path(base_dir) / "generation_config.json").exists():
+        model.generation_config = generation_config(tokenizer)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)

@@ -1,0 +1,243 @@
+"""How a training job is started on the processes of its layout (stillroom.config.Layout: nodes,
+GPUs, FSDP2 sizes, or one device_map process).
+
+One launcher serves the train and grpo rules everywhere. World size 1 trains in the calling process.
+Otherwise the stage re-runs itself as ``python -m stillroom.runtime.launch`` workers: under SLURM one ``srun`` task per
+node (``--ntasks-per-node=1``) starts ``torchrun`` with the allocation's node count, rendezvous (c10d)
+on the allocation's first host and a port derived from the job id, so two jobs sharing a node never
+collide; on one node (under SLURM or not) a local ``torchrun --standalone``. Sharding is transformers' own load-time
+FSDP2 (``DistributedConfig``): the Trainer then neither wraps the DTensor model in DDP nor shards it
+again, and unlike accelerate's FSDP it also runs on CPU with gloo (measured).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..config import Grpo, Layout, Train
+
+BASE_PORT, PORT_RANGE = 20000, 30000
+
+
+def load_kwargs(params: Train | Grpo) -> dict[str, Any]:
+    """Extra ``from_pretrained`` arguments: the FSDP2 mesh for several processes, or a device map."""
+    layout = params.layout
+    if params.sharded:
+        import torch
+        from transformers.distributed import DistributedConfig
+
+        # On GPU, FSDP2 computes in bf16 over float32 shards (mixed precision); gloo on CPU stays
+        # float32.
+        return {
+            "distributed_config": DistributedConfig(
+                fsdp_size=layout.fsdp_size,
+                dp_replicate_size=layout.dp_replicate_size,
+                fsdp_mixed_precision=torch.cuda.is_available(),
+            )
+        }
+    if not isinstance(params, Train) or params.device_map is None:
+        return {}
+    kwargs: dict[str, Any] = {"device_map": params.device_map}
+    if params.gpu_memory_limit is not None:
+        import torch
+
+        kwargs["max_memory"] = {i: params.gpu_memory_limit for i in range(torch.cuda.device_count())}
+    elif params.max_memory is not None:
+        kwargs["max_memory"] = {
+            int(k) if str(k).isdigit() else k: v for k, v in params.max_memory.items()
+        }
+    return kwargs
+
+
+def gather_state(model) -> dict:
+    """The full state dict of an FSDP2-sharded model, on CPU; every rank must call it (it all-gathers)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+    )
+
+    return get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+
+
+def unsharded(model, state: dict):
+    """A plain single-process copy of ``model`` holding ``state``. Saving the sharded model itself writes
+    tied weights twice (transformers 5.24), which later merges would reject as a different architecture."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    config.distributed_config = None
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
+    plain.load_state_dict(state, assign=True)
+    plain.tie_weights()
+    plain.generation_config = (
+        model.generation_config
+    )  # from_config would derive a bare one from config.json
+    return plain
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def job_port(job: str) -> int:
+    """A rendezvous port per (SLURM job, launcher): jobs sharing a node do not collide."""
+    return BASE_PORT + int(hashlib.sha256(job.encode()).hexdigest(), 16) % PORT_RANGE
+
+
+def slurm_allocation(job_id: str) -> tuple[int, list[str]]:
+    """Node count and host names of a running SLURM job, from scontrol. Not from the environment: the
+    executor's job step keeps only SLURM_JOB_ID of the allocation's variables."""
+
+    def scontrol(*args: str) -> str:
+        return subprocess.run(
+            ["scontrol", *args], check=True, capture_output=True, text=True
+        ).stdout
+
+    fields = dict(
+        kv.split("=", 1) for kv in scontrol("show", "job", "-o", job_id).split() if "=" in kv
+    )
+    return int(fields["NumNodes"].split("-")[0]), scontrol(
+        "show", "hostnames", fields["NodeList"]
+    ).split()
+
+
+def command(
+    layout: Layout,
+    worker: list[str],
+    env: Mapping[str, str] = os.environ,
+    cpus: int = 1,
+    allocation: Callable[[str], tuple[int, list[str]]] = slurm_allocation,
+    where: str = "train",
+) -> list[str]:
+    """The command that starts ``worker`` on every process of ``layout``, with ``cpus`` CPUs per
+    node; ``where``: the config section of the layout, named in errors."""
+    nproc = f"--nproc-per-node={layout.gpus_per_node}"
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]  # torchrun of this very environment
+    if layout.nodes == 1:
+        # One node needs no srun, under SLURM or not: the job (or the executor's one-task step around
+        # the rule) already holds the node's GPUs, and a nested srun would wait for the step's own CPUs.
+        return [*torchrun, "--standalone", "--nnodes=1", nproc, *worker]
+    if "SLURM_JOB_ID" not in env:
+        raise ValueError(
+            f"{where}.distributed.nodes is {layout.nodes} but this is not a SLURM job: multi-node "
+            "training runs under sbatch (snakemake --profile profiles/slurm)"
+        )
+    job = f"{env['SLURM_JOB_ID']}-{os.getpid()}"  # two trainings in one allocation: two rendezvous
+    nodes, hosts = allocation(env["SLURM_JOB_ID"])
+    if nodes != layout.nodes:
+        raise ValueError(
+            f"{where}.distributed.nodes is {layout.nodes} but SLURM job {env['SLURM_JOB_ID']} "
+            f"has {nodes} node(s)"
+        )
+    # The step gets all of the job's GPUs by default, but only one CPU per task unless told.
+    return [
+        "srun",
+        f"--nodes={nodes}",
+        "--ntasks-per-node=1",
+        f"--cpus-per-task={cpus}",
+        "--kill-on-bad-exit=1",
+        *torchrun,
+        f"--nnodes={nodes}",
+        nproc,
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={hosts[0]}:{job_port(job)}",
+        f"--rdzv-id={job}",
+        *worker,
+    ]
+
+
+def _terminate_with_parent() -> None:
+    """SIGTERM torchrun (or srun) if this process dies, even by SIGKILL: torchrun then stops its workers,
+    which run in sessions of their own and would otherwise train on and write the output unowned."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def run(
+    layout: Layout,
+    target: Callable[..., dict[str, Any]],
+    kwargs: Mapping[str, Any],
+    *,
+    threads: int,
+    log: Callable[[str], Any],
+    where: str,
+) -> dict[str, Any]:
+    """``target(**kwargs, threads=, log=)`` on every process of ``layout``: in this process when it
+    is one, else in workers (each with its share of ``threads``); rank 0's metrics. ``kwargs`` are
+    JSON and include ``out_dir``."""
+    if layout.world_size == 1:
+        return target(**kwargs, threads=threads, log=log)
+    per_process = max(1, threads // layout.gpus_per_node)
+    name = f"{target.__module__}:{target.__name__}"
+    return spawn(layout, {**kwargs, "threads": per_process}, log, cpus=threads, target=name, where=where)
+
+
+def spawn(
+    layout: Layout,
+    kwargs: Mapping[str, Any],
+    log: Callable[[str], Any],
+    cpus: int = 1,
+    target: str = "stillroom.stages.train:train_sft",
+    where: str = "train",
+) -> dict[str, Any]:
+    """Run ``target(**kwargs)`` (a "module:function" whose kwargs include ``out_dir``) on every
+    process of ``layout``; return rank 0's metrics.
+
+    The spec and the metrics live beside the output, on the filesystem every node shares (a
+    node-local /tmp would not reach the other nodes, nor necessarily the node of global rank 0)."""
+    beside = Path(str(kwargs["out_dir"]).rstrip("/")).parent
+    beside.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".launch-", dir=beside) as tmp:
+        spec, metrics = Path(tmp) / "spec.json", Path(tmp) / "metrics.json"
+        spec.write_text(json.dumps({**kwargs, "metrics": str(metrics), "target": target}))
+        # torchrun runs a module with -m
+        cmd = command(layout, ["-m", __name__, str(spec)], cpus=cpus, where=where)
+        log(f"launching {layout.world_size} processes: {shlex.join(cmd)}")
+        # The workers' stderr goes straight to ours, which the rule's log collects.
+        done = subprocess.run(
+            cmd,
+            check=False,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=_terminate_with_parent,
+        )
+        if done.returncode:
+            raise RuntimeError(
+                f"workers failed with exit status {done.returncode}: {shlex.join(cmd)}"
+            )
+        return json.loads(metrics.read_text())
+
+
+def _worker(spec_path: str) -> None:
+    import importlib
+
+    from ..io import write_json
+
+    spec = json.loads(Path(spec_path).read_text())
+    metrics_path = spec.pop("metrics")
+    module, _, function = spec.pop("target").partition(":")
+    prefix = f"[rank {rank()}] "
+    metrics = getattr(importlib.import_module(module), function)(
+        **spec, log=lambda msg: print(prefix + msg, file=sys.stderr, flush=True)
+    )
+    if rank() == 0:
+        write_json(metrics_path, metrics)
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1])

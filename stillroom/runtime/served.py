@@ -1,0 +1,142 @@
+"""Evaluation through a served model: the same interface as ``LocalLM`` (render, encode, decode,
+complete) over an OpenAI-compatible ``/v1/completions`` endpoint, so continue_truncated and budget
+forcing run unchanged on a cluster.
+
+Raw completions, not chat: the prompt is rendered here with the checkpoint's own chat template, and a
+continuation is the exact text so far (prompt + answer) sent back as the prompt. ``open_lm`` picks the
+backend from ``eval.backend``: ``hf`` (in process), ``sglang`` (a server started inside the job for this
+checkpoint, from a command template with ``{model_path}`` and ``{port}``, always stopped) or ``openai``
+(an already running server at ``base_url``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..config.evaluation import HFBackend, OpenAIBackend, parse_backend
+from .lm import ChatTokens, Sample
+
+RETRIES = 4
+
+
+class ServedLM(ChatTokens):
+    def __init__(
+        self,
+        model_dir: str,
+        base_url: str,
+        model: str,
+        *,
+        concurrency: int,
+        api_key: str | None = None,
+        timeout_s: float = 3600.0,
+    ):
+        from transformers import AutoTokenizer
+
+        self.tok = AutoTokenizer.from_pretrained(model_dir)
+        self.base_url, self.model, self.concurrency = base_url.rstrip("/"), model, concurrency
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout_s = timeout_s
+        self.name = model
+
+    def complete(
+        self,
+        prefixes: Sequence[Sequence[int]],
+        *,
+        temperature: float,
+        top_p: float = 1.0,
+        max_new_tokens: int,
+        seed: int,
+    ) -> list[Sample]:
+        # Special tokens stay in the prompt text: they are the chat template's turn markers.
+        texts = [self.tok.decode(list(p), skip_special_tokens=False) for p in prefixes]
+        body = {
+            "model": self.model,
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+        }
+        return asyncio.run(self._all(texts, [len(p) for p in prefixes], body, seed))
+
+    async def _all(
+        self, texts: list[str], lengths: list[int], body: dict[str, Any], seed: int
+    ) -> list[Sample]:
+        import aiohttp
+
+        gate = asyncio.Semaphore(self.concurrency)
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout, headers=self.headers) as session:
+
+            async def one(i: int) -> Sample:
+                async with gate:
+                    data = await self._post(session, {**body, "prompt": texts[i], "seed": seed + i})
+                choice = data["choices"][0]
+                text = choice.get("text") or ""
+                ids = self.encode(text)
+                used = (data.get("usage") or {}).get("completion_tokens", len(ids))
+                finish = choice.get("finish_reason")
+                if finish not in (
+                    "stop",
+                    "length",
+                    "eos",
+                ):  # an abort or error is no finished answer
+                    raise RuntimeError(
+                        f"{self.base_url}/completions: finish_reason {finish!r} for prompt {i}"
+                    )
+                reason = "length" if finish == "length" else "stop"
+                return Sample(text, reason, lengths[i], used, ids)
+
+            return list(await asyncio.gather(*(one(i) for i in range(len(texts)))))
+
+    async def _post(self, session, payload: dict[str, Any]) -> dict[str, Any]:
+        import aiohttp
+
+        for attempt in range(RETRIES):
+            try:
+                async with session.post(self.base_url + "/completions", json=payload) as resp:
+                    if resp.status < 500 and resp.status != 429:
+                        resp.raise_for_status()
+                        return await resp.json()
+                    detail = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+                detail = repr(exc)
+            if attempt + 1 < RETRIES:
+                await asyncio.sleep(2**attempt)
+        raise RuntimeError(f"{self.base_url}/completions failed {RETRIES} times; last: {detail}")
+
+
+@contextlib.contextmanager
+def open_lm(model_dir: str, backend: Any = None, threads: int = 1) -> Iterator[Any]:
+    """The model to evaluate, served as ``backend`` (eval.backend; default in process) says; a
+    started server is always stopped."""
+    spec = parse_backend(backend or {"backend": "hf"})
+    if isinstance(spec, HFBackend):
+        from .lm import LocalLM
+
+        yield LocalLM(model_dir, threads)
+    elif isinstance(spec, OpenAIBackend):
+        key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+        yield ServedLM(
+            model_dir,
+            spec.base_url,
+            spec.model or model_dir,
+            concurrency=spec.concurrency,
+            api_key=key,
+        )
+    else:
+        from ..teachers.sglang import SGLangTeacher
+
+        server = {**spec.server.dump(), "model_path": model_dir}
+        model = spec.model or model_dir  # the served name (e.g. --served-model-name)
+        teacher_spec = {"backend": "sglang", "model": model, "server": server}
+        teacher = SGLangTeacher(f"eval:{os.path.basename(model_dir)}", teacher_spec)
+        try:
+            asyncio.run(teacher.astart())
+            yield ServedLM(
+                model_dir, teacher.spec["base_url"], model, concurrency=spec.concurrency
+            )
+        finally:
+            teacher.stop()

@@ -1,0 +1,222 @@
+"""The SFT trainer: TRL's SFTTrainer with BFD packing, full, LoRA or QLoRA, placed and sharded as
+the train config says.
+
+Packed documents are kept apart by restarting position_ids: transformers derives a block-diagonal
+causal mask from them only when there is no attention_mask and no KV cache, hence use_cache=False.
+With sdpa, packed rows are batched as (batch, max_length): sdpa materialises a dense mask, so one
+long row would cost batch times more attention (2-4x slower steps on CPU). FlashAttention is the
+opposite: it finds documents from position_ids only in a single row (varlen), and would let the
+documents of a multi-row batch attend to each other, so for it the rows are flattened padding-free.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..config import Train
+from ..io import DataError
+from .adapters import disable_cpu_repacking, lora_config, quantization_config
+from .checkpoints import sharded_checkpoints
+from .launch import load_kwargs
+
+
+def supervision_stats(
+    tokenizer, examples: list[dict], max_length: int, source: str = "dataset"
+) -> dict[str, int]:
+    """Count tokens after truncation at max_length; fail if any example keeps no assistant token."""
+    total = supervised = truncated = 0
+    empty = []
+    for ex in examples:
+        enc = tokenizer.apply_chat_template(
+            ex["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
+        mask = enc["assistant_masks"][:max_length]
+        truncated += len(enc["input_ids"]) > max_length
+        total += len(mask)
+        supervised += sum(mask)
+        if not any(mask):
+            empty.append(ex["id"])
+    if empty:
+        raise DataError(
+            f"{source}: {len(empty)} of {len(examples)} examples have no assistant tokens left after truncation "
+            f"at max_length={max_length} (ids: {', '.join(empty[:10])}{' ...' if len(empty) > 10 else ''})"
+        )
+    return {
+        "examples": len(examples),
+        "supervised_tokens": supervised,
+        "total_tokens": total,
+        "truncated": truncated,
+    }
+
+
+def progress_callback(log: Callable[[str], Any]):
+    """A TrainerCallback sending one line per logging step to ``log``."""
+    from transformers import TrainerCallback
+
+    class Progress(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.perf_counter()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                log(
+                    f"step {state.global_step}/{state.max_steps} loss {logs['loss']:.4f} "
+                    f"lr {logs.get('learning_rate', 0.0):.2e} {time.perf_counter() - self.start:.1f} s"
+                )
+
+    return Progress()
+
+
+def collate_packed_rows(examples: list[dict], *, pad_token_id: int, flatten: bool = False) -> dict:
+    """Stack packed rows (input_ids, labels, seq_lengths) into right-padded tensors with restarting positions;
+    ``flatten`` concatenates them into one unpadded row instead (FlashAttention varlen)."""
+    import torch
+
+    if flatten:
+        examples = [
+            {
+                key: [x for ex in examples for x in ex[key]]
+                for key in ("input_ids", "labels", "seq_lengths")
+            }
+        ]
+
+    shape = (len(examples), max(len(ex["input_ids"]) for ex in examples))
+    ids, labels = torch.full(shape, pad_token_id), torch.full(shape, -100)
+    positions = torch.zeros(shape, dtype=torch.long)
+    for row, ex in enumerate(examples):
+        n = len(ex["input_ids"])
+        ids[row, :n] = torch.tensor(ex["input_ids"])
+        labels[row, :n] = torch.tensor(ex["labels"])
+        positions[row, :n] = torch.cat([torch.arange(k) for k in ex["seq_lengths"]])
+    labels[
+        positions == 0
+    ] = -100  # a document's first token is never predicted from the one before it
+    return {"input_ids": ids, "labels": labels, "position_ids": positions}
+
+
+def _dtype(params: Train, cuda: bool):
+    """Storage dtype of the loaded weights. Trained weights stay float32 (bf16 compute comes from autocast
+    or FSDP2 mixed precision): a bf16 master copy loses every update below half a bf16 step, which at
+    lr 1e-5 is nearly all of them. Only a frozen adapter base is stored in bf16 on GPU."""
+    import torch
+
+    if params.dtype != "auto":
+        name = params.dtype
+    else:
+        name = "bfloat16" if cuda and params.method != "full" else "float32"
+    return getattr(torch, name)
+
+
+def load_model(base_dir, params: Train):
+    """The model to train, placed and sharded as ``params`` say: full precision, NF4 for QLoRA, FSDP2
+    shards across the processes of its layout, or a device map across one process's GPUs."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cuda = torch.cuda.is_available()
+    dtype = _dtype(params, cuda)
+    kwargs = load_kwargs(params)
+    if params.load_in_4bit:  # a whole 4-bit replica on this process's device, unless a map spreads it
+        kwargs["quantization_config"] = quantization_config(dtype)
+        kwargs.setdefault(
+            "device_map", {"": int(os.environ.get("LOCAL_RANK", "0"))} if cuda else "cpu"
+        )
+    model = AutoModelForCausalLM.from_pretrained(
+        Path(base_dir), attn_implementation=params.attn_implementation, dtype=dtype, **kwargs
+    )
+    model.config.use_cache = False  # a cache disables the packed-document mask (module docstring)
+    if params.load_in_4bit and not cuda:
+        disable_cpu_repacking(model)
+    return model
+
+
+def build_trainer(
+    base_dir,
+    examples: list[dict],
+    params: Train,
+    output_dir,
+    callbacks=(),
+    resume: str | None = None,
+    seed: int = 0,
+):
+    """The SFTTrainer for ``examples``, the model loaded fresh from ``base_dir``."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer, PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    cuda = torch.cuda.is_available()
+    sharded = params.sharded
+    tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
+    model = load_model(base_dir, params)
+    config = SFTConfig(
+        output_dir=str(output_dir),
+        learning_rate=params.lr,
+        num_train_epochs=params.epochs,
+        max_steps=params.max_steps,
+        per_device_train_batch_size=params.batch_size,
+        gradient_accumulation_steps=params.grad_accum,
+        warmup_steps=params.warmup_ratio,  # a float < 1 is a ratio in transformers 5
+        lr_scheduler_type=params.lr_scheduler,
+        weight_decay=params.weight_decay,
+        seed=seed,
+        data_seed=seed,
+        logging_steps=params.logging_steps,
+        logging_first_step=True,
+        max_length=params.max_length,
+        packing=True,
+        packing_strategy="bfd",
+        assistant_only_loss=True,
+        use_cpu=not cuda,
+        bf16=cuda,  # bf16 autocast on GPU, whatever the storage dtype
+        include_num_input_tokens_seen="non_padding",
+        # Sharded runs checkpoint through their own callback (checkpoints.py)
+        save_strategy="steps" if params.save_steps and not sharded else "no",
+        save_steps=params.save_steps or 500,
+        save_total_limit=2,
+        report_to=[],
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        # TRL turns it on by default: needless recompute at student sizes, essential at 16k on a large model
+        gradient_checkpointing=params.gradient_checkpointing,
+    )
+    dataset = Dataset.from_list([{"messages": ex["messages"]} for ex in examples])
+    trainer = SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        peft_config=lora_config(params.lora) if params.lora else None,
+    )
+    # TRL refuses a custom collator with BFD packing (it assumes flash-attention varlen); swap it in after.
+    trainer.data_collator = functools.partial(
+        collate_packed_rows,
+        pad_token_id=tokenizer.pad_token_id,
+        flatten="flash" in params.attn_implementation,
+    )
+    trainer.remove_callback(PrinterCallback)  # progress goes through our own log callable
+    if sharded and params.save_steps:
+        trainer.add_callback(sharded_checkpoints(Path(output_dir), params.save_steps, resume))
+        # The Trainer cannot load weights into a load-time-sharded model; the callback restores them.
+        trainer._load_from_checkpoint = lambda *args, **kwargs: None
+    return trainer
+
+
+def gather_adapter(model) -> dict:
+    """The LoRA tensors of an FSDP2-sharded PEFT model, whole, on CPU; every rank must call it. Only the
+    adapter crosses the network: gathering the base too would be the full model in one process."""
+    from torch.distributed.tensor import DTensor
+
+    return {
+        name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
+        for name, p in model.named_parameters()
+        if "lora_" in name
+    }
+
+

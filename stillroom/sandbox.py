@@ -1,0 +1,150 @@
+"""The one sandbox for untrusted code: resource limits and an audit hook, set up by the child process
+itself before any of that code runs (never in ``preexec_fn``, which is unsafe when the parent has
+threads). The code grader's programs and the kernel validator's candidates both run under it.
+
+The hook refuses starting processes, signalling other processes, ctypes, sockets and DNS, and every
+write, delete, rename, link or mode change outside ``box`` (with no box: anywhere); reading stays
+allowed (imports need it). A caller may let some events through, e.g. a compiler started inside a
+Triton launch. Python code cannot remove an audit hook, but a C extension or another path around it
+could escape: this guards against careless, runaway or reward-gaming code, not a determined attacker.
+
+Standard library only: the code grader's child runs this file in ``python -I -S -B``, where nothing
+else can be imported.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from collections.abc import Callable
+
+DENIED = frozenset(
+    {
+        "subprocess.Popen",
+        "os.system",
+        "os.exec",
+        "os.fork",
+        "os.forkpty",
+        "os.posix_spawn",
+        "os.spawn",
+        "pty.spawn",
+        "os.kill",
+        "os.killpg",
+        "signal.pthread_kill",
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.getaddrinfo",
+        "sys.remote_exec",
+    }
+)
+# event -> ((index of a path argument, index of its dir_fd argument or None), ...)
+PATH_EVENTS = {
+    "os.remove": ((0, 1),),
+    "os.rmdir": ((0, 1),),
+    "os.mkdir": ((0, 2),),
+    "os.chmod": ((0, 2),),
+    "os.chown": ((0, 3),),
+    "os.utime": ((0, 3),),
+    "os.truncate": ((0, None),),
+    "os.symlink": ((1, 2),),
+    "os.rename": ((0, 2), (1, 3)),
+    "os.link": ((0, 2), (1, 3)),
+    "os.setxattr": ((0, None),),
+    "os.removexattr": ((0, None),),
+    "os.chflags": ((0, None),),
+    "shutil.rmtree": ((0, 1),),
+}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def limit(
+    *,
+    cpu_s: int | None = None,
+    memory_bytes: int | None = None,
+    file_bytes: int | None = None,
+    processes: int | None = None,
+) -> None:
+    """Resource limits of this process (and its children): CPU seconds (SIGXCPU, then a kill one
+    second later), address space, file size, processes of this user; never a core dump."""
+    for res, value in (
+        (resource.RLIMIT_CPU, cpu_s),
+        (resource.RLIMIT_AS, memory_bytes),
+        (resource.RLIMIT_FSIZE, file_bytes),
+        (resource.RLIMIT_NPROC, processes),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        if value is not None:
+            hard = value + 1 if res == resource.RLIMIT_CPU else value
+            resource.setrlimit(res, (value, hard))
+
+
+def guard(box: str | None, allow: Callable[[str, tuple], bool] | None = None) -> None:
+    """Install the audit hook. ``box``: the one directory that may be written to (None: none);
+    ``allow(event, args)`` returning True lets an event through that would be refused."""
+    readlink, realpath = os.readlink, os.path.realpath
+    root = realpath(box) if box is not None else None
+
+    def where(path, dir_fd=None) -> str:
+        if isinstance(path, int):  # an open file descriptor: where it points
+            return readlink(f"/proc/self/fd/{path}")
+        path = os.fsdecode(os.fspath(path))
+        if dir_fd not in (None, -1) and not os.path.isabs(path):
+            path = os.path.join(readlink(f"/proc/self/fd/{dir_fd}"), path)
+        return realpath(path)  # symlinks resolved: a link in the box cannot point a write outside
+
+    def inside(path: str) -> bool:
+        return root is not None and (path == root or path.startswith(root + os.sep))
+
+    def refuse(event: str, args: tuple, why: str) -> None:
+        if allow is None or not allow(event, args):
+            raise PermissionError(f"sandbox: {why} is not allowed")
+
+    def hook(event: str, args: tuple) -> None:
+        if event in DENIED:
+            refuse(event, args, event)
+        elif event == "import" and args[0] == "_posixsubprocess":
+            refuse(event, args, "import _posixsubprocess")
+        elif event == "open":
+            path, mode, flags = args
+            if path is None or isinstance(path, int):
+                return
+            target = where(path)
+            if isinstance(flags, int):
+                write = flags & _WRITE_FLAGS
+            else:
+                write = any(c in (mode or "") for c in "wax+")
+            # A directory fd outside the box would allow dir_fd-relative writes.
+            if not inside(target) and (write or (root is not None and os.path.isdir(target))):
+                refuse(event, args, f"opening {target} for writing (or a directory) outside the box")
+        else:
+            for i, j in PATH_EVENTS.get(event, ()):
+                target = where(args[i], args[j] if j is not None else None)
+                if not inside(target):
+                    refuse(event, args, f"{event} on {target} outside the box")
+
+    def guarded(fn):  # os.mkfifo and os.mknod raise no audit event
+        def wrapper(path, *a, dir_fd=None, **k):
+            if not inside(where(path, dir_fd)):
+                refuse(fn.__name__, (path,), f"{fn.__name__} outside the box")
+            return fn(path, *a, dir_fd=dir_fd, **k)
+
+        return wrapper
+
+    import _posixsubprocess
+    import subprocess  # noqa: F401 - imported first, so that "import subprocess" still works
+
+    fork_exec = _posixsubprocess.fork_exec
+
+    def checked_fork_exec(*args, **kwargs):  # raises no audit event (multiprocessing calls it)
+        refuse("_posixsubprocess.fork_exec", args, "_posixsubprocess.fork_exec")
+        return fork_exec(*args, **kwargs)
+
+    _posixsubprocess.fork_exec = checked_fork_exec
+    os.mkfifo, os.mknod = guarded(os.mkfifo), guarded(os.mknod)
+    sys.addaudithook(hook)

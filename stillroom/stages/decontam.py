@@ -1,0 +1,72 @@
+"""Rule decontam: drop every pool prompt that shares an n-gram with a benchmark item or a split of
+the pool (data/decontam.py), and report each drop with the n-grams it shared."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..config import Decontam
+from ..data.decontam import NgramIndex
+from ..data.records import POOL_KEYS
+from ..data.sources import load_benchmark
+from ..io import read_jsonl, write_json, write_jsonl
+
+
+class Params(Decontam):
+    seed: int = 0
+
+
+def run(
+    *,
+    pool: str,
+    benchmarks: Mapping[str, str],
+    out_clean: str,
+    out_report: str,
+    params: Mapping[str, Any] | Params,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    p = Params.parse(params, where="decontam")
+    items = {name: load_benchmark(path) for name, path in benchmarks.items()}
+    index = NgramIndex(
+        {name: [r["prompt"] for r in rows] for name, rows in items.items()},
+        n=p.ngram,
+        max_items=p.ignore_common,
+    )
+    rows = read_jsonl(pool, required=POOL_KEYS, types={"prompt": str})
+    found = index.scan([r["prompt"] for r in rows])
+    kept, dropped = [], []
+    for row, matches in zip(rows, found, strict=True):
+        if not matches:
+            kept.append(row)
+            continue
+        shared = [
+            {
+                "benchmark": m.benchmark,
+                "item": m.item,
+                "ngram": m.ngram,
+                "item_prompt": items[m.benchmark][m.item]["prompt"],
+            }
+            for m in matches
+        ]
+        dropped.append({**{k: row[k] for k in ("prompt_id", "source", "prompt")}, "matches": shared})
+    per_benchmark = Counter(b for d in dropped for b in {m["benchmark"] for m in d["matches"]})
+    counts = {
+        "pool": len(rows),
+        "kept": len(kept),
+        "dropped": len(dropped),
+        "ngram": p.ngram,
+        "dropped_per_benchmark": dict(per_benchmark),
+        "dropped_per_source": dict(Counter(d["source"] for d in dropped)),
+        "ignored_common_ngrams": index.ignored,
+        "benchmark_items": {name: len(v) for name, v in items.items()},
+    }
+    write_jsonl(out_clean, kept)
+    write_json(out_report, {**counts, "dropped": dropped})
+    log(
+        f"kept {len(kept)} of {len(rows)} prompts; dropped {len(dropped)} "
+        f"(per benchmark {dict(per_benchmark)}, per source {counts['dropped_per_source']})"
+    )
+    return counts

@@ -1,0 +1,138 @@
+"""Rules evaluate and evaluate_budget: k answers per problem from a model, on identical problems
+and sample indices for every model so that the tables can pair them.
+
+The model runs in process (``hf``: batched sampling on CPU or one GPU) or behind an
+OpenAI-compatible server (``sglang`` started in the job, or ``openai``): runtime/served.py. Either
+way long answers are continued while cut off (``request_tokens`` < ``max_new_tokens``) or
+budget-forced (``budget``; runtime/decoding.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import Field
+
+from ..config import Decoding, Forcing
+from ..data.sources import load_benchmark
+from ..grading.formats import effort_tag, user_content
+from ..ids import prompt_id
+from ..io import write_jsonl
+from ..runtime.decoding import Answer, budget_force, continue_truncated
+
+
+class Params(Decoding, Forcing):
+    seed: int = 0
+    model_name: str
+    benchmark: str
+    effort_tag: str = Field(pattern=r"\$effort")
+    budget: int | None = Field(None, ge=1, description="a thinking budget: budget forcing")
+
+
+def load_problems(path: str, benchmark: str) -> list[dict[str, Any]]:
+    rows = load_benchmark(path)
+    for row in rows:
+        row.setdefault("prompt_id", prompt_id(row["prompt"], benchmark))
+    ids = [r["prompt_id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{path}: duplicate prompt ids; a benchmark must list each problem once")
+    return rows
+
+
+def _generate(lm, prefixes: list[list[int]], p: Params, seed: int) -> list[Answer]:
+    """One batch of answers: budget-forced, or sampled and continued while cut off."""
+    common = {"temperature": p.temperature, "top_p": p.top_p, "seed": seed}
+    if p.budget:
+        return budget_force(
+            lm,
+            prefixes,
+            budget=p.budget,
+            answer_tokens=p.answer_tokens,
+            cue=p.answer_cue,
+            **common,
+        )
+    limit = p.max_new_tokens
+    request = min(limit, p.request_tokens or limit)
+    first = lm.complete(prefixes, max_new_tokens=request, **common)
+    return continue_truncated(lm, prefixes, first, limit=limit, request_tokens=request, **common)
+
+
+def run(
+    *,
+    model: str,
+    problems: str,
+    out_samples: str,
+    params: Mapping[str, Any] | Params,
+    threads: int = 1,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    from ..runtime.served import open_lm
+
+    p = Params.parse(params, where="eval")
+    rows = load_problems(problems, p.benchmark)
+    with open_lm(model, p.backend, threads) as lm:
+        records, generated, seconds = _sample_all(lm, rows, p, log)
+    records.sort(key=lambda r: (r["prompt_id"], r["sample_index"]))
+    write_jsonl(out_samples, records)
+    cut = sum(r["finish_reason"] == "length" for r in records)
+    return {
+        "problems": len(rows),
+        "samples": len(records),
+        "completion_tokens": generated,
+        "cap_hit_rate": round(cut / max(1, len(records)), 4),
+        "continued": sum("segments" in r and not r.get("forced") for r in records),
+        "forced": sum(bool(r.get("forced")) for r in records),
+        "tokens_per_s": round(generated / max(seconds, 1e-9), 1),
+    }
+
+
+def _sample_all(lm, rows: list[dict[str, Any]], p: Params, log: Callable[[str], None]):
+    """(records, completion tokens, seconds): k answers per problem, identical problems and sample
+    indices for every model."""
+    k, name, bench = p.samples, p.model_name, p.benchmark
+    system = (
+        [{"role": "system", "content": effort_tag(p.effort_tag, p.effort)}] if p.effort else []
+    )
+    prompts = [
+        lm.encode(lm.render(system + [{"role": "user", "content": user_content(r)}])) for r in rows
+    ]
+    # Similar lengths share a batch: less padding.
+    order = sorted(range(len(rows)), key=lambda i: len(prompts[i]))
+    per_batch = max(1, p.batch_size // k)
+    records: list[dict[str, Any]] = []
+    t0, generated = time.monotonic(), 0
+    for b in range(0, len(order), per_batch):
+        idx = order[b : b + per_batch]
+        answers = _generate(lm, [prompts[i] for i in idx for _ in range(k)], p, p.seed + b)
+        for j, answer in enumerate(answers):
+            row, s = rows[idx[j // k]], j % k
+            generated += answer.completion_tokens
+            record = {
+                "key": f"{row['prompt_id']}/{name}/{s}",
+                "prompt_id": row["prompt_id"],
+                "model": name,
+                "benchmark": bench,
+                "sample_index": s,
+                "kind": row["kind"],
+                "prompt": row["prompt"],
+                "answer": row["answer"],
+                "response": lm.decode(answer.token_ids),
+                "finish_reason": answer.finish_reason,
+                "completion_tokens": answer.completion_tokens,
+            }
+            if len(answer.segments) > 1:
+                record["segments"] = answer.segments
+            if p.budget:
+                record.update(
+                    budget=p.budget,
+                    forced=answer.forced,
+                    thinking_tokens=answer.thinking_tokens,
+                )
+            records.append(record)
+        done = min(b + per_batch, len(order))
+        rate = generated / (time.monotonic() - t0)
+        log(f"{name} on {bench}: {done}/{len(rows)} problems, {rate:.0f} tok/s")
+    return records, generated, time.monotonic() - t0

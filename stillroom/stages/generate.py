@@ -1,0 +1,267 @@
+"""Stage 4: teacher samples for one (teacher, shard) at one effort, or at a group of efforts in one run.
+
+Requests go out concurrently (the teacher's ``concurrency``). Each record is appended to
+``<out>.partial`` and fsynced, so a job killed at any point resumes where it stopped without losing or
+duplicating a sample; samples that failed for good are recorded with their error and retried on the
+next run; the final file appears (atomically, sorted by key) only once every sample is present.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from ..config import Effort, Section, TeacherSpec
+from ..data.records import POOL_KEYS
+from ..io import DataError, dumps_line, read_jsonl, write_jsonl
+from ..provenance import now
+from ..teachers import Completion, SkipSample, Teacher, TeacherError, make_teacher
+from ..teachers.budget import BudgetExhausted
+
+
+class Params(Section):
+    """One shard at ``effort``, or at several ``efforts`` (one output each, in order) in one run, so
+    that one server start serves them all."""
+
+    seed: int = 0
+    teacher: str
+    spec: TeacherSpec
+    effort: Effort | None = None
+    efforts: list[Effort] | None = None
+    samples: int = Field(ge=1, description="samples per prompt")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> Params:
+        if (self.effort is None) == (self.efforts is None):
+            raise ValueError("effort: give effort or efforts")
+        return self
+
+
+def sample_key(prompt_id: str, teacher: str, effort: str, index: int) -> str:
+    return f"{prompt_id}/{teacher}/{effort}/{index}"
+
+
+def _resume(partial: Path, log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """Completed records of an earlier run; a torn last line (killed mid-write) is dropped."""
+    done: dict[str, dict[str, Any]] = {}
+    if not partial.exists():
+        return done
+    lines = partial.read_text(encoding="utf-8").splitlines(keepends=True)
+    good = 0
+    for i, line in enumerate(lines):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if i != len(lines) - 1:
+                raise ValueError(
+                    f"{partial}:{i + 1}: corrupt record in the middle of the file"
+                ) from None
+            log(f"warning: dropped a torn last line in {partial}")
+            break
+        done[rec["key"]] = rec
+        good += len(line.encode())
+    with open(partial, "r+b") as fh:  # cut the torn tail so appends start on a clean line
+        fh.truncate(good)
+    return done
+
+
+def _record(
+    problem: Mapping[str, Any],
+    teacher: str,
+    effort: str,
+    index: int,
+    completion: Completion | None,
+    latency: float,
+    error: TeacherError | None = None,
+    skipped: str | None = None,
+) -> dict[str, Any]:
+    c = completion
+    return {
+        "key": sample_key(problem["prompt_id"], teacher, effort, index),
+        "prompt_id": problem["prompt_id"],
+        "teacher": teacher,
+        "effort": effort,
+        "sample_index": index,
+        "source": problem["source"],
+        "kind": problem["kind"],
+        "prompt": problem["prompt"],
+        "answer": problem["answer"],
+        "response": c.text if c else None,
+        "reasoning": c.reasoning if c else None,
+        "finish_reason": c.finish_reason if c else None,
+        "prompt_tokens": c.prompt_tokens if c else 0,
+        "completion_tokens": c.completion_tokens if c else 0,
+        "model": c.model if c else None,
+        "attempts": c.extra.get("attempts", 1) if c else (error.attempts if error else 0),
+        "sampling": c.extra.get("sampling") if c else None,
+        "latency_s": round(latency, 6),
+        "created_at": now(),
+        "error": str(error) if error else None,
+        "skipped": skipped,
+        "max_tokens_clamped_from": c.extra.get("max_tokens_clamped_from") if c else None,
+    }
+
+
+async def _drive(
+    teacher: Teacher,
+    pending: list[tuple[dict[str, Any], int, str]],
+    seed: int,
+    sink: Callable[[dict[str, Any]], None],
+    log: Callable[[str], None],
+) -> None:
+    """Complete ``pending`` (problem, sample index, effort) samples with at most ``concurrency`` requests in
+    flight; each record goes to ``sink`` as soon as it exists, so a kill loses only what was in flight."""
+    todo = iter(pending)
+    t0 = last_log = time.monotonic()
+    state: dict[str, Any] = {"done": 0, "tokens": 0, "exhausted": None}
+
+    async def worker() -> None:
+        nonlocal last_log
+        for (
+            problem,
+            index,
+            effort,
+        ) in todo:  # shared iterator: each sample goes to exactly one worker
+            if state["exhausted"]:
+                return
+            start = time.monotonic()
+            args = (problem, teacher.name, effort, index)
+            try:
+                c = await teacher.acomplete(problem, effort, index, seed)
+                rec = _record(*args, c, time.monotonic() - start)
+            except TeacherError as exc:
+                rec = _record(*args, None, time.monotonic() - start, error=exc)
+            except SkipSample as exc:
+                rec = _record(*args, None, time.monotonic() - start, skipped=str(exc))
+            except (
+                BudgetExhausted
+            ) as exc:  # stop admitting; requests in flight still finish and are kept
+                state["exhausted"] = exc
+                return
+            sink(rec)
+            state["done"] += 1
+            state["tokens"] += rec["completion_tokens"]
+            if time.monotonic() - last_log > 10:  # a progress line every 10 s on long shards
+                last_log = time.monotonic()
+                rate = state["done"] / (last_log - t0)
+                log(
+                    f"{state['done']}/{len(pending)} samples, {state['tokens'] / (last_log - t0):.0f} output tok/s, "
+                    f"ETA {(len(pending) - state['done']) / rate:.0f} s"
+                )
+
+    concurrency = teacher.concurrency
+    try:
+        if pending:  # a finished shard starts no server
+            await teacher.astart()
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(pending)))))
+    finally:
+        await teacher.aclose()
+    if state["exhausted"]:
+        raise BudgetExhausted(
+            f"{state['exhausted']}. {state['done']} samples were done in this run, "
+            f"{len(pending) - state['done']} remain; rerun after the reset to resume"
+        )
+
+
+def _summary(records: list[dict[str, Any]], price: Mapping[str, float]) -> dict[str, Any]:
+    prompt, completion = (
+        sum(r["prompt_tokens"] for r in records),
+        sum(r["completion_tokens"] for r in records),
+    )
+    return {
+        "samples": len(records),
+        "failed": sum(bool(r["error"]) for r in records),
+        "skipped": sum(bool(r.get("skipped")) for r in records),
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "attempts": sum(r["attempts"] for r in records),
+        # price: dollars per million tokens
+        "cost_usd": round(
+            (prompt * price.get("input_per_mtok", 0) + completion * price.get("output_per_mtok", 0))
+            / 1e6,
+            6,
+        ),
+    }
+
+
+def run(
+    *,
+    shard: str,
+    out_samples: str | list[str],
+    params: Mapping[str, Any] | Params,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    p = Params.parse(params, where="generate")
+    efforts = p.efforts or [p.effort]
+    outs = [out_samples] if isinstance(out_samples, str) else list(out_samples)
+    if len(outs) != len(efforts):
+        raise DataError(f"generate: {len(efforts)} efforts {efforts} but {len(outs)} output paths")
+    teacher_name, k = p.teacher, p.samples
+    teacher = make_teacher(teacher_name, p.spec.dump())
+    problems = read_jsonl(shard, required=POOL_KEYS)
+    partials = {e: Path(o + ".partial") for e, o in zip(efforts, outs, strict=True)}
+    done = {
+        e: {
+            key: r for key, r in _resume(partials[e], log).items() if not r.get("error")
+        }  # failures: retry
+        for e in efforts
+    }
+    if any(done.values()):
+        log(f"resuming: {sum(map(len, done.values()))} samples already done")
+    pending = [
+        (problem, i, e)
+        for e in efforts
+        for problem in problems
+        for i in range(k)
+        if sample_key(problem["prompt_id"], teacher_name, e, i) not in done[e]
+    ]
+    with contextlib.ExitStack() as stack:
+        handles = {
+            e: stack.enter_context(open(partials[e], "a", encoding="utf-8")) for e in efforts
+        }
+
+        def sink(rec: dict[str, Any]) -> None:
+            fh = handles[rec["effort"]]
+            fh.write(dumps_line(rec))
+            fh.flush()
+            os.fsync(fh.fileno())
+            done[rec["effort"]][rec["key"]] = rec
+
+        asyncio.run(_drive(teacher, pending, p.seed, sink, log))
+    records = {
+        e: sorted(done[e].values(), key=lambda r: (r["prompt_id"], r["sample_index"]))
+        for e in efforts
+    }
+    for e, recs in records.items():
+        failed = [r for r in recs if r["error"]]
+        if len(failed) > teacher.spec["max_failed_fraction"] * len(recs):
+            raise TeacherError(
+                f"{len(failed)} of {len(recs)} samples failed for good (e.g. {failed[0]['key']}: "
+                f"{failed[0]['error']}); they stay in {partials[e]} and are retried on the next run",
+                failed[0]["attempts"],
+            )
+    per_effort = {}
+    for e, out in zip(efforts, outs, strict=True):
+        write_jsonl(out, records[e])
+        partials[e].unlink()
+        per_effort[e] = _summary(records[e], teacher.spec["price"])
+        m = per_effort[e]
+        log(
+            f"{teacher_name}/{e}: {m['samples']} samples ({m['failed']} failed, {m['skipped']} skipped), "
+            f"{m['completion_tokens']} completion tokens"
+        )
+    total = _summary([r for recs in records.values() for r in recs], teacher.spec["price"])
+    return {
+        **total,
+        "prompts": len(problems),
+        **({"per_effort": per_effort} if len(efforts) > 1 else {}),
+    }

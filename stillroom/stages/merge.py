@@ -1,0 +1,141 @@
+"""Rules merge and select_merge: base and fine-tune interpolated at each ratio (runtime/merge.py),
+and the ratio chosen on a dev split that no reported table uses (choosing on a reported benchmark
+would make its row optimistic). Also the ``merge_adapter`` stage: a LoRA / QLoRA adapter merged into
+its full-precision base."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from ..analysis.grids import score_matrix
+from ..config import Section, WeightHook
+from ..ids import normalize_prompt
+from ..io import DataError, atomic_dir, iter_jsonl, write_json
+from ..runtime.hooks import WeightHooks
+from ..runtime.merge import interpolate, merge_adapter
+
+
+class Params(Section):
+    seed: int = 0
+    tuned_weight: float = Field(ge=0, le=1, description="tuned_weight x fine-tune + rest x base")
+    weight_hooks: list[WeightHook] = []
+
+
+def run(
+    *,
+    base: str,
+    tuned: str,
+    out_model: str,
+    params: Mapping[str, Any] | Params,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """One merge at ``tuned_weight``."""
+    p = Params.parse(params, where="merge")
+    summary = interpolate(base, tuned, out_model, p.tuned_weight, hooks=WeightHooks(p.weight_hooks))
+    log(
+        f"merged {summary['tensors']} tensors ({summary['parameters']:,} parameters) at "
+        f"tuned_weight={p.tuned_weight} in {summary['seconds']:.2f}s"
+    )
+    return summary
+
+
+class AdapterParams(Section):
+    seed: int = 0
+    weight_hooks: list[WeightHook] = []
+
+
+def run_adapter(
+    *,
+    base: str,
+    adapter: str,
+    out_model: str,
+    params: Mapping[str, Any] | AdapterParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """An adapter (e.g. a QLoRA one) into its full-precision base, saved with the base's tokenizer
+    and generation config."""
+    from transformers import AutoTokenizer
+
+    p = AdapterParams.parse(params, where="merge_adapter")
+    started = time.perf_counter()
+    model = merge_adapter(base, adapter, WeightHooks(p.weight_hooks))
+    with atomic_dir(out_model) as tmp:
+        model.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(Path(base)).save_pretrained(tmp)
+    summary = {
+        "parameters": sum(t.numel() for t in model.parameters()),
+        "dtype": str(model.dtype),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    log(
+        f"merged adapter {adapter} into {base}: {summary['parameters']:,} parameters, "
+        f"{summary['dtype']}"
+    )
+    return summary
+
+
+def choose(accuracy: Mapping[str, float], weights: Mapping[str, float]) -> str:
+    """The most accurate model; among equals the one with the least fine-tuned weight (a merge
+    that ties the base at fewer tokens: less fine-tune is the cheaper choice)."""
+    return max(accuracy, key=lambda m: (accuracy[m], -weights[m]))
+
+
+def _prompts(path: str) -> set[str]:
+    return {normalize_prompt(r["prompt"]).lower() for r in iter_jsonl(path, required=("prompt",))}
+
+
+class SelectParams(Section):
+    seed: int = 0
+    benchmark: str = Field(description="the dev split the ratio is chosen on")
+
+
+def select(
+    *,
+    graded: Mapping[str, str],
+    dev: str,
+    reported: Mapping[str, str],
+    out_selection: str,
+    params: Mapping[str, Any] | SelectParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """Pick among the merges in ``graded`` (graded dev samples, ``merge-<ratio>`` names) by dev
+    accuracy."""
+    p = SelectParams.parse(params, where="merge")
+    dev_prompts = _prompts(dev)
+    for name, path in reported.items():
+        shared = dev_prompts & _prompts(path)
+        if shared:
+            raise DataError(
+                f"select: the dev split {dev} shares {len(shared)} prompts with reported benchmark "
+                f"'{name}' ({path}), e.g. {min(shared)[:80]!r}; choose on a disjoint split"
+            )
+    weights = {}
+    for name in graded:
+        prefix, _, ratio = name.partition("-")
+        if prefix != "merge" or not ratio:
+            raise DataError(f"select: '{name}' is not a merge-<ratio> model")
+        weights[name] = float(ratio)
+    accuracy = {name: float(score_matrix(path)[1].mean()) for name, path in graded.items()}
+    chosen = choose(accuracy, weights)
+    write_json(
+        out_selection,
+        {
+            "selected": chosen,
+            "tuned_weight": weights[chosen],
+            "benchmark": p.benchmark,
+            "accuracy": accuracy,
+        },
+    )
+    log(
+        f"selected {chosen} on {p.benchmark}: "
+        + ", ".join(f"{m} {a:.3f}" for m, a in sorted(accuracy.items()))
+    )
+    return {"selected": chosen, "accuracy": accuracy}

@@ -1,0 +1,142 @@
+"""Rules benchmark, pool and shard: benchmarks materialised from dataset specs, the prompt pool with
+its held-out test and dev splits, and the pool split into shards by prompt-id hash."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from ..config import DatasetSpec, Heldout, Section, Source
+from ..config.data import GENERATED
+from ..data.records import POOL_KEYS
+from ..data.sources import dataset_records, iter_sources
+from ..ids import bucket, normalize_prompt, shard_of
+from ..io import DataError, read_jsonl, write_jsonl
+
+
+class BenchmarkParams(Section):
+    seed: int = 0
+    name: str
+    spec: DatasetSpec
+
+
+def fetch_benchmark(
+    *,
+    out_benchmark: str,
+    params: Mapping[str, Any] | BenchmarkParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """A benchmark given as a dataset spec (hub id or file) as a JSONL of prompt/answer/kind."""
+    p = BenchmarkParams.parse(params, where="benchmark")
+    keys = ("prompt_id", "prompt", "answer", "kind")
+    rows = [{k: r[k] for k in keys} for r in dataset_records(p.spec, p.name)]
+    if not rows:
+        raise DataError(f"benchmark '{p.name}': no rows from {p.spec.path}")
+    write_jsonl(out_benchmark, rows)
+    log(f"benchmark {p.name}: {len(rows)} items from {p.spec.path}")
+    return {"items": len(rows)}
+
+
+class PoolParams(Section):
+    seed: int = 0
+    sources: Annotated[list[Source], Field(min_length=1)]
+    heldout: Heldout
+
+
+def build_pool(
+    *,
+    benchmarks: Mapping[str, str],
+    out_pool: str,
+    out_heldout: str,
+    out_dev: str,
+    params: Mapping[str, Any] | PoolParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """Deduplicate all sources by prompt id, then move the ``heldout.size`` generated problems with the
+    lowest id hash into the held-out test split and the next ``heldout.dev_size`` into the dev split
+    (for choices such as the merge ratio, never reported). Disjoint by construction (each id lands in
+    exactly one file); checked again on normalised text before anything is written."""
+    p = PoolParams.parse(params)
+    seed = p.seed
+    records: dict[str, dict[str, Any]] = {}
+    duplicates = 0
+    for rec in iter_sources(p.sources, benchmarks, seed):
+        if rec["prompt_id"] in records:
+            duplicates += 1
+            continue
+        records[rec["prompt_id"]] = rec
+    generated = {s.name for s in p.sources if s.kind in GENERATED}
+    candidates = sorted(
+        (r for r in records.values() if r["source"] in generated),
+        key=lambda r: (bucket(f"{seed}:{r['prompt_id']}", 1 << 62), r["prompt_id"]),
+    )
+    size, dev_size = p.heldout.size, p.heldout.dev_size
+    if size + dev_size > len(candidates) // 2:
+        raise DataError(
+            f"heldout.size={size} + heldout.dev_size={dev_size} would take more than half of the "
+            f"{len(candidates)} generated problems"
+        )
+    heldout, dev = candidates[:size], candidates[size : size + dev_size]
+    held_ids = {r["prompt_id"] for r in heldout + dev}
+    pool = [r for r in records.values() if r["prompt_id"] not in held_ids]
+
+    def text(r: Mapping[str, Any]) -> str:
+        return normalize_prompt(r["prompt"]).lower()
+
+    for name, split, others in (("held-out", heldout, pool + dev), ("dev", dev, pool)):
+        seen = {text(r) for r in split}
+        leaked = [r["prompt_id"] for r in others if text(r) in seen]
+        if leaked:
+            raise DataError(
+                f"{name} split shares prompt text with {len(leaked)} other prompts, e.g. {leaked[:3]}"
+            )
+    write_jsonl(out_pool, pool)
+    write_jsonl(out_heldout, heldout)
+    write_jsonl(out_dev, dev)
+    per_source = Counter(r["source"] for r in pool)
+    log(
+        f"pool: {len(pool)} prompts {dict(per_source)}; held-out: {len(heldout)}; dev: {len(dev)}; "
+        f"duplicates dropped: {duplicates}"
+    )
+    return {
+        "pool": len(pool),
+        "heldout": len(heldout),
+        "dev": len(dev),
+        "duplicates_dropped": duplicates,
+        "per_source": dict(per_source),
+        "heldout_kinds": dict(Counter(r["kind"] for r in heldout)),
+    }
+
+
+class ShardParams(Section):
+    seed: int = 0
+    shards: int = Field(ge=1)
+
+
+def assign_shards(
+    *,
+    pool: str,
+    out_shards: list[str],
+    params: Mapping[str, Any] | ShardParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """Shard i holds the prompts whose id hash is i modulo the shard count — never row order, so adding
+    prompts to a source moves no existing prompt to another shard."""
+    n = ShardParams.parse(params, where="generation").shards
+    if len(out_shards) != n:
+        raise DataError(f"shards={n} but {len(out_shards)} output paths were given")
+    rows = read_jsonl(pool, required=POOL_KEYS)
+    parts: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+    for row in rows:
+        parts[shard_of(row["prompt_id"], n)].append(row)
+    for path, part in zip(out_shards, parts, strict=True):
+        write_jsonl(path, part)
+    sizes = [len(p) for p in parts]
+    log(f"{len(rows)} prompts into {n} shards: {sizes}")
+    return {"shard_sizes": sizes}

@@ -1,0 +1,114 @@
+"""Rules tokenizer, base and pretrained: the student, either a byte-level BPE tokenizer trained on
+the pool and a random-weight base of the configured shape, or a pretrained model (path or hub id)
+fetched by its job. Also the ``tiny`` stage: a random-weight model of a real model's architecture,
+shrunk, for smoke runs of the exact code paths."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..config import ModelShape, Section
+from ..config.training import Tokenizer
+from ..grading.formats import user_content
+from ..io import atomic_dir, iter_jsonl
+from ..runtime.student import build_model, build_tiny_like, train_tokenizer
+
+
+class TokenizerParams(Tokenizer):
+    seed: int = 0  # recorded; BPE training has no randomness
+
+
+def run_tokenizer(
+    *,
+    pool: str,
+    out_tokenizer: str,
+    params: Mapping[str, Any] | TokenizerParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    p = TokenizerParams.parse(params, where="student.tokenizer")
+    # Prompts as asked and boxed gold answers (a kernel's gold is its prompt): the pool's own text,
+    # independent of any teacher or effort setting.
+    texts = [
+        text
+        for rec in iter_jsonl(pool, required=("prompt", "answer"), types={"prompt": str})
+        for text in (
+            (user_content(rec),)
+            if rec.get("kind") == "kernel"
+            else (rec["prompt"], f"The answer is \\boxed{{{rec['answer']}}}.")
+        )
+    ]
+    tok = train_tokenizer(
+        texts, out_tokenizer, vocab_size=p.vocab_size, min_frequency=p.min_frequency
+    )
+    log(f"tokenizer: {len(tok)} tokens trained on {len(texts)} prompts")
+    return {"texts": len(texts), "vocab": len(tok)}
+
+
+class BaseParams(Section):
+    seed: int = 0
+    model: ModelShape
+
+
+def run_base(
+    *,
+    tokenizer: str,
+    out_model: str,
+    params: Mapping[str, Any] | BaseParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    p = BaseParams.parse(params, where="student")
+    metrics = build_model(tokenizer, out_model, model=p.model, seed=p.seed)
+    log(f"base model: {metrics['parameters']:,} parameters, vocab {metrics['vocab_size']}")
+    return metrics
+
+
+class PretrainedParams(Section):
+    seed: int = 0
+    pretrained: str
+
+
+def run_pretrained(
+    *,
+    out_model: str,
+    params: Mapping[str, Any] | PretrainedParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """A pretrained student (path or hub id) saved into the experiment: the download happens in
+    this job, never while the DAG is built."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = PretrainedParams.parse(params, where="student").pretrained
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    net = AutoModelForCausalLM.from_pretrained(
+        source, dtype=torch.bfloat16 if torch.cuda.is_available() else None
+    )
+    with atomic_dir(out_model) as tmp:
+        net.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    n = sum(t.numel() for t in net.parameters())
+    log(f"pretrained student {source}: {n:,} parameters")
+    return {"parameters": n, "source": source}
+
+
+class TinyParams(Section):
+    seed: int = 0
+    like: str
+    shrink: dict[str, int] = {}
+
+
+def run_tiny(
+    *,
+    out_model: str,
+    params: Mapping[str, Any] | TinyParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    p = TinyParams.parse(params, where="tiny")
+    metrics = build_tiny_like(p.like, out_model, shrink=p.shrink, seed=p.seed)
+    log(f"tiny {metrics['model_type']} like {p.like}: {metrics['parameters']:,} parameters")
+    return metrics

@@ -1,0 +1,417 @@
+"""Rules tables, budget_tables and kernel_tables: per benchmark, paired bootstrap tables (Markdown,
+CSV, LaTeX) and the accuracy-against-length plot; accuracy against thinking budget; for the kernel
+track, compile / correct / launch / rule / reward rates (kernels/tables.py).
+
+Every model is compared with the base and with the fine-tuned model on the same problems and
+sample indices; a difference whose confidence interval contains 0 is reported as a tie.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..analysis.grids import score_matrix
+from ..analysis.stats import VERDICT, Comparison, holm_comparisons, mcnemar_exact, paired_bootstrap
+from ..config import PairedTables, Section
+from ..io import DataError, atomic_path, iter_jsonl, read_json, write_text
+
+Params = PairedTables
+
+def _fmt(c: Comparison | None) -> tuple[str, str]:
+    if c is None:
+        return "—", "—"
+    return f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]", VERDICT[c.verdict]
+
+
+def _mirrored(c: Comparison) -> Comparison:
+    """The same comparison seen from the other side."""
+    return dataclasses.replace(
+        c,
+        mean_a=c.mean_b,
+        mean_b=c.mean_a,
+        delta=-c.delta,
+        low=-c.high,
+        high=-c.low,
+        verdict={"a": "b", "b": "a", "tie": "tie"}[c.verdict],
+    )
+
+
+def _latex(rows: list[dict[str, Any]], refs: tuple[str, str], caption: str, label: str) -> str:
+    """A booktabs table of the same rows."""
+    special = {
+        "\\": "\\textbackslash{}",
+        "&": "\\&",
+        "%": "\\%",
+        "$": "\\$",
+        "#": "\\#",
+        "_": "\\_",
+        "{": "\\{",
+        "}": "\\}",
+        "~": "\\textasciitilde{}",
+        "^": "\\textasciicircum{}",
+        "Δ": "$\\Delta$",
+        "×": "$\\times$",
+    }
+
+    def esc(text: str) -> str:  # pdflatex-safe: specials escaped, the caption's Unicode as math
+        return "".join(special.get(ch, ch) for ch in text)
+
+    def cell(c: Comparison | None) -> str:
+        if c is None:
+            return "---"
+        bold = "\\textbf{%s}" if c.verdict != "tie" else "%s"
+        return bold % f"${c.delta:+.3f}$ [${c.low:+.3f}$, ${c.high:+.3f}$]"
+
+    out = [
+        "\\begin{table}[t]",
+        "\\centering",
+        "\\small",
+        "\\begin{tabular}{lrrrll}",
+        "\\toprule",
+        f"Model & Acc. & Tokens & Cap hit & $\\Delta$ vs {esc(refs[0])} & $\\Delta$ vs {esc(refs[1])} \\\\",
+        "\\midrule",
+    ]
+    for r in rows:
+        out.append(
+            f"{esc(r['label'])} & {r['accuracy']:.3f} & {r['mean_tokens']:.0f} & {r['cap_hit']:.3f} & "
+            f"{cell(r['vs'][refs[0]])} & {cell(r['vs'][refs[1]])} \\\\"
+        )
+    out += [
+        "\\bottomrule",
+        "\\end{tabular}",
+        f"\\caption{{{esc(caption)}}}",
+        f"\\label{{{label}}}",
+        "\\end{table}",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def run(
+    *,
+    graded: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    out_latex: str,
+    out_plot: str,
+    params: Mapping[str, Any] | Params,
+    selection: str | None = None,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """The tables of one benchmark; ``selection`` (the select stage's JSON) marks the merge chosen on dev.
+
+    Every model is compared with the base and with the fine-tune. Holm's correction runs across all
+    those comparisons (they are one sweep): a difference is called only if its CI excludes 0 and its
+    corrected p-value is below 1 - confidence. With one sample per problem McNemar's exact test is
+    reported too.
+    """
+    params = Params.parse(params, where="tables")
+    base, tuned = params.base, params.tuned
+    chosen = read_json(selection) if selection else None
+    for ref in (base, tuned):
+        if ref not in graded:
+            raise DataError(
+                f"tables: reference model '{ref}' has no graded samples (have {sorted(graded)})"
+            )
+    mats = {name: score_matrix(path) for name, path in graded.items()}
+    ref_index, ref_shape = mats[base][0], mats[base][1].shape
+    for name, (index, score, *_) in mats.items():
+        if index != ref_index or score.shape != ref_shape:
+            raise DataError(
+                f"tables: model '{name}' was not evaluated on the same problems and sample indices "
+                f"as '{base}' ({score.shape} vs {ref_shape}); pairing is impossible"
+            )
+    two_level = params.two_level
+    boot = {
+        "n_resamples": params.n_resamples,
+        "confidence": params.confidence,
+        "seed": params.seed,
+        "two_level": two_level,
+    }
+    refs = (base, tuned)
+    # One family for Holm: every distinct comparison once (base vs sft appears in both columns, mirrored).
+    pairs = [
+        (name, ref) for name in mats for ref in refs if name != ref and (name, ref) != (base, tuned)
+    ]
+    raw = [paired_bootstrap(mats[name][1], mats[ref][1], **boot) for name, ref in pairs]
+    corrected = dict(zip(pairs, holm_comparisons(raw)))
+    corrected[(base, tuned)] = _mirrored(corrected[(tuned, base)])
+    single = ref_shape[1] == 1
+    rows = []
+    for name, (_, score, tokens, capped, _) in mats.items():
+        mark = (
+            f" (chosen on {chosen['benchmark']})" if chosen and chosen["selected"] == name else ""
+        )
+        rows.append(
+            {
+                "model": name,
+                "label": name + mark,
+                "accuracy": float(score.mean()),
+                "mean_tokens": float(tokens.mean()),
+                "cap_hit": float(capped.mean()),
+                "problems": score.shape[0],
+                "samples": score.shape[1],
+                "vs": {ref: corrected.get((name, ref)) for ref in refs},
+                "mcnemar": {ref: mcnemar_exact(score, mats[ref][1]) for ref in refs if ref != name}
+                if single
+                else {},
+            }
+        )
+    pct = round(100 * params.confidence)
+    caption = (
+        f"{params.benchmark}: {rows[0]['problems']} problems × {rows[0]['samples']} samples. "
+        f"Δ: paired bootstrap over problems{' then samples' if two_level else ''} "
+        f"({params.n_resamples} resamples), {pct}% CI; Holm's correction across the {len(pairs)} "
+        "comparisons of this table; a difference is a tie unless its CI excludes 0 and it survives Holm."
+        + (" McNemar's exact p in the CSV." if single else "")
+        + (
+            f" {mats[base][4]} problems with an unparseable gold answer excluded."
+            if mats[base][4]
+            else ""
+        )
+    )
+    header = (
+        f"| model | accuracy | mean tokens | cap hit | Δ vs {base} [{pct}% CI] | vs {base} | "
+        f"Δ vs {tuned} [{pct}% CI] | vs {tuned} |"
+    )
+    lines = [f"### {caption}", "", header, "|" + "---|" * 8]
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(
+        [
+            "benchmark",
+            "model",
+            "problems",
+            "samples",
+            "accuracy",
+            "mean_tokens",
+            "cap_hit_rate",
+            "reference",
+            "delta",
+            "ci_low",
+            "ci_high",
+            "p_value",
+            "p_holm",
+            "verdict",
+            "mcnemar_p",
+        ]
+    )
+    for r in rows:
+        (db, vb), (dt, vt) = _fmt(r["vs"][base]), _fmt(r["vs"][tuned])
+        lines.append(
+            f"| {r['label']} | {r['accuracy']:.3f} | {r['mean_tokens']:.1f} | {r['cap_hit']:.3f} | "
+            f"{db} | {vb} | {dt} | {vt} |"
+        )
+        for ref, c in r["vs"].items():
+            mc = r["mcnemar"].get(ref)
+            writer.writerow(
+                [
+                    params.benchmark,
+                    r["model"],
+                    r["problems"],
+                    r["samples"],
+                    f"{r['accuracy']:.6f}",
+                    f"{r['mean_tokens']:.3f}",
+                    f"{r['cap_hit']:.6f}",
+                    ref,
+                    *(
+                        ("",) * 6
+                        if c is None
+                        else (
+                            f"{c.delta:.6f}",
+                            f"{c.low:.6f}",
+                            f"{c.high:.6f}",
+                            f"{c.p_value:.6g}",
+                            f"{c.p_holm:.6g}",
+                            VERDICT[c.verdict],
+                        )
+                    ),
+                    "" if mc is None else f"{mc.p_value:.6g}",
+                ]
+            )
+    if chosen:
+        lines += [
+            "",
+            f"Merge ratio chosen on `{chosen['benchmark']}` (never reported here): {chosen['selected']}, "
+            "dev accuracy "
+            + ", ".join(f"{m} {a:.3f}" for m, a in sorted(chosen["accuracy"].items())),
+        ]
+    write_text(out_markdown, "\n".join(lines) + "\n")
+    write_text(out_csv, buf.getvalue())
+    write_text(out_latex, _latex(rows, refs, caption, f"tab:{params.benchmark}"))
+    _plot(rows, out_plot, params.benchmark, base, tuned)
+    log("\n" + "\n".join(lines))
+    return {
+        "models": len(rows),
+        "accuracy": {r["model"]: round(r["accuracy"], 4) for r in rows},
+        "cap_hit_rate": {r["model"]: round(r["cap_hit"], 4) for r in rows},
+    }
+
+
+def _plot(rows: list[dict[str, Any]], path: str, title: str, base: str, tuned: str) -> None:
+    """Accuracy against mean tokens, and the merge-ratio sweep (base at 0, the fine-tune at 1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, sweep) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=120)
+    for r in rows:
+        ax.scatter(r["mean_tokens"], r["accuracy"], s=36)
+        ax.annotate(
+            r["model"],
+            (r["mean_tokens"], r["accuracy"]),
+            textcoords="offset points",
+            xytext=(4, 4),
+            fontsize=8,
+        )
+    ax.set(xlabel="mean response tokens", ylabel="accuracy", title=title, ylim=(-0.03, 1.03))
+    ratio = {base: 0.0, tuned: 1.0} | {
+        r["model"]: float(r["model"].split("-", 1)[1])
+        for r in rows
+        if r["model"].startswith("merge-")
+    }
+    points = sorted(
+        (ratio[r["model"]], r["accuracy"], r["vs"][base]) for r in rows if r["model"] in ratio
+    )
+    sweep.plot([p[0] for p in points], [p[1] for p in points], marker="o")
+    for x, y, c in points:  # the CI of the difference from base, drawn around the point
+        if c is not None:
+            sweep.errorbar(
+                x,
+                y,
+                yerr=[[c.delta - c.low], [c.high - c.delta]],
+                fmt="none",
+                capsize=3,
+                color="grey",
+            )
+    sweep.set(
+        xlabel="fine-tuned weight in the merge",
+        ylabel="accuracy",
+        title="merge-ratio sweep",
+        ylim=(-0.03, 1.03),
+    )
+    for a in (ax, sweep):
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+
+
+class BudgetParams(Section):
+    seed: int = 0
+    benchmark: str
+
+
+def budget_run(
+    *,
+    graded: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    out_plot: str,
+    params: Mapping[str, Any] | BudgetParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """Accuracy against thinking budget: ``graded`` names are ``<model>@<budget>``. Every answer had its
+    chance to answer (forced ones after the end-of-thinking cue), so no cut-off counts as a wrong answer."""
+    params = BudgetParams.parse(params, where="tables")
+    rows = []
+    for name, path in graded.items():
+        model, _, budget = name.rpartition("@")
+        recs = [
+            r
+            for r in iter_jsonl(
+                path, required=("grade", "completion_tokens", "forced", "thinking_tokens")
+            )
+            if r["grade"].get("status") != "gold_unparseable"
+        ]  # a benchmark bug, not a wrong answer
+        if not recs:
+            raise DataError(f"{path}: no graded samples")
+        thought = [r["thinking_tokens"] for r in recs if r["thinking_tokens"] is not None]
+        rows.append(
+            {
+                "model": model,
+                "budget": int(budget),
+                "samples": len(recs),
+                "accuracy": float(np.mean([bool(r["grade"]["correct"]) for r in recs])),
+                "forced": float(np.mean([bool(r["forced"]) for r in recs])),
+                "thinking": float(np.mean(thought)) if thought else float("nan"),
+                "tokens": float(np.mean([r["completion_tokens"] for r in recs])),
+            }
+        )
+    rows.sort(key=lambda r: (r["model"], r["budget"]))
+    lines = [
+        f"### {params.benchmark}: accuracy against thinking budget (budget forcing: thinking closed at "
+        "the budget, then a short answer)",
+        "",
+        "| model | budget | samples | accuracy | forced | mean thinking tokens | mean tokens |",
+        "|" + "---|" * 7,
+    ]
+    lines += [
+        f"| {r['model']} | {r['budget']} | {r['samples']} | {r['accuracy']:.3f} | {r['forced']:.3f} | "
+        f"{r['thinking']:.1f} | {r['tokens']:.1f} |"
+        for r in rows
+    ]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=["benchmark", *rows[0]])
+    writer.writeheader()
+    writer.writerows({"benchmark": params.benchmark, **r} for r in rows)
+    write_text(out_markdown, "\n".join(lines) + "\n")
+    write_text(out_csv, buf.getvalue())
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
+    for model in sorted({r["model"] for r in rows}):
+        mine = [r for r in rows if r["model"] == model]
+        ax.plot([r["budget"] for r in mine], [r["accuracy"] for r in mine], marker="o", label=model)
+    ax.set(
+        xscale="log",
+        xlabel="thinking budget (tokens)",
+        ylabel="accuracy",
+        title=params.benchmark,
+        ylim=(-0.03, 1.03),
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(out_plot) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+    log("\n" + "\n".join(lines))
+    return {"rows": len(rows)}
+
+
+def kernel_tables(**kwargs: Any) -> dict[str, Any]:
+    """The kernel track's tables (kernels/tables.py)."""
+    from ..kernels.tables import run as kernel_run
+
+    return kernel_run(**kwargs)
+
+
+def show(experiment_dir: str) -> None:
+    """Print every result table of an experiment and where its artifacts are."""
+    root = Path(experiment_dir)
+    tables = sorted((root / "tables").glob("*.md"))
+    if not tables:
+        raise DataError(f"{root}/tables: no tables yet (run the pipeline first)")
+    for t in tables:
+        print(t.read_text())
+    print("Artifacts:")
+    for sub in sorted(p for p in root.iterdir() if p.is_dir()):
+        print(f"  {sub}/")
+    print(
+        f"Tables: {', '.join(str(t) for t in tables)} (+ .csv, .tex, .png); provenance: <artifact>.prov.json"
+    )

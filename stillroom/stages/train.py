@@ -1,0 +1,157 @@
+"""Rule train: SFT of the student on the teacher's traces (full, LoRA or QLoRA; runtime/sft.py),
+in this process or on every process of ``train.distributed``; a killed job resumes from its last
+checkpoint beside the output."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import model_validator
+
+from ..config import Train, WeightHook
+from ..config.training import hooks_problem
+from ..data.conversations import check_renders, load_conversations
+from ..io import atomic_dir, write_json
+from ..provenance import digest
+from ..runtime import launch
+from ..runtime.adapters import resolve_targets, trainable_breakdown
+from ..runtime.checkpoints import last_checkpoint, save_for_inference
+from ..runtime.hooks import WeightHooks, step_callback
+from ..runtime.sft import build_trainer, gather_adapter, progress_callback, supervision_stats
+
+
+class Params(Train):
+    seed: int = 0
+    weight_hooks: list[WeightHook] = []
+
+    @model_validator(mode="after")
+    def _hooks(self) -> Params:
+        problem = hooks_problem(self.method, self.weight_hooks)
+        if problem:
+            raise ValueError(f"weight_hooks: {problem}")
+        return self
+
+
+def run(
+    *,
+    base: str,
+    dataset: str,
+    out_model: str,
+    params: Mapping[str, Any] | Params,
+    threads: int = 1,
+    log: Callable[[str], Any] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    p = Params.parse(params, where="train")
+    kwargs = {"base_dir": base, "dataset_path": dataset, "out_dir": out_model, "params": p.dump()}
+    return launch.run(p.layout, train_sft, kwargs, threads=threads, log=log, where="train")
+
+
+def train_sft(
+    base_dir,
+    dataset_path,
+    out_dir,
+    *,
+    params: Mapping[str, Any] | Params,
+    threads: int = 1,
+    log: Callable[[str], Any] = print,
+) -> dict[str, Any]:
+    """Fine-tune the model in ``base_dir`` on ``dataset_path``; save it to ``out_dir``; return
+    metrics. In a torchrun worker every rank runs this; rank 0 alone writes files and logs."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from ..runtime.merge import merge_adapter
+
+    p = Params.parse(params, where="train")
+    if p.lora:
+        resolve_targets(base_dir, p.lora)
+    main = launch.rank() == 0
+    torch.set_num_threads(threads)
+    examples = load_conversations(dataset_path)
+    tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
+    check_renders(tokenizer, examples, source=str(dataset_path))
+    stats = supervision_stats(tokenizer, examples, p.max_length, source=str(dataset_path))
+    log(
+        f"{stats['examples']} examples, {stats['supervised_tokens']} supervised of "
+        f"{stats['total_tokens']} tokens ({stats['truncated']} truncated at max_length "
+        f"{p.max_length})"
+    )
+    # Checkpoints live beside the output (which appears only when training is done), so a job killed
+    # by preemption or wall time resumes there; a fingerprint keeps a changed run from resuming a
+    # stale one.
+    checkpoints = Path(str(out_dir).rstrip("/") + ".checkpoints")
+    fingerprint, last = None, None
+    if p.save_steps:
+        fingerprint = {
+            "params": p.dump(),
+            "base": digest(base_dir)["sha256"],
+            "dataset": digest(dataset_path)["sha256"],
+        }
+        last = last_checkpoint(checkpoints, fingerprint, log, main)
+    sampled: dict[str, dict] = {}
+    callbacks = [progress_callback(log)] if main else []
+    hooks = WeightHooks(p.weight_hooks)
+    if hooks or p.sampled_options:
+        callbacks.append(step_callback(hooks, p.sampled_options, p.seed, sampled))
+    # Every rank takes part in gathering the sharded weights for the save; only rank 0 keeps a
+    # directory.
+    with atomic_dir(out_dir) if main else tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        trainer = build_trainer(
+            base_dir, examples, p, checkpoints, callbacks=callbacks, resume=last, seed=p.seed
+        )
+        breakdown = trainable_breakdown(trainer.model)
+        log(
+            f"trainable parameters {breakdown['trainable']} of {breakdown['parameters_total']:,} "
+            f"({breakdown['adapter_bytes'] / 2**20:.2f} MiB)"
+        )
+        packed = trainer.train_dataset
+        real = sum(len(ids) for ids in packed["input_ids"])
+        start = time.perf_counter()
+        if p.save_steps and main:
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            write_json(checkpoints / "fingerprint.json", fingerprint)
+        trainer.train(resume_from_checkpoint=last)
+        seconds = time.perf_counter() - start
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        state = None
+        if p.sharded:
+            state = gather_adapter(model) if p.lora else launch.gather_state(model)
+        if main:
+            if p.lora:
+                # Keep the adapter, and give later stages the adapter merged into the full-precision
+                # base: for QLoRA the original bf16/fp32 base, not the NF4 weights trained against.
+                model.save_pretrained(tmp / "adapter", state_dict=state)
+                model = merge_adapter(base_dir, tmp / "adapter")
+            elif state is not None:
+                model = launch.unsharded(model, state)
+            save_for_inference(model, tokenizer, base_dir, tmp)
+    if main:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    metrics = {
+        **{k: stats[k] for k in ("examples", "supervised_tokens", "total_tokens")},
+        "steps": trainer.state.global_step,
+        "losses": losses,
+        "first_loss": losses[0] if losses else None,
+        "final_loss": sum(losses[-3:]) / len(losses[-3:]) if losses else None,
+        "train_seconds": round(seconds, 3),
+        "tokens_per_second": round(trainer.state.num_input_tokens_seen / max(seconds, 1e-9), 1),
+        "packing_efficiency": round(real / (len(packed) * p.max_length), 4),
+        "world_size": p.layout.world_size,
+        **({"sampled_options": sampled} if sampled else {}),
+        **breakdown,
+    }
+    log(
+        f"trained {metrics['steps']} steps in {seconds:.1f} s "
+        f"({metrics['tokens_per_second']:.0f} tokens/s), "
+        f"loss {metrics['first_loss']} -> {metrics['final_loss']}"
+    )
+    return metrics

@@ -1,0 +1,238 @@
+"""A broad table of broken variants of the embedded default and the recipes: each is refused by
+``resolve`` (what the workflow runs while it is parsed, before any job) with a message naming the
+key and what was wrong."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from stillroom.config import ConfigError, load_yaml, merge_configs, resolve
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = load_yaml(REPO / "config" / "config.yaml")
+KERNELS = load_yaml(REPO / "config" / "experiments" / "autotriton-tiny.yaml")
+DISTILL = load_yaml(REPO / "config" / "experiments" / "beam-distill.yaml")
+SMOKE = load_yaml(REPO / "config" / "experiments" / "beam-tiny-smoke.yaml")
+KERNELS_8B = load_yaml(REPO / "config" / "experiments" / "autotriton-8b.yaml")
+
+
+def _set(path: str, value):
+    """A mutation setting the dotted ``path`` (list indices as numbers) to ``value``."""
+
+    def mutate(config):
+        *parents, last = path.split(".")
+        node = config
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+        if isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+
+    return mutate
+
+
+def _drop(path: str):
+    def mutate(config):
+        *parents, last = path.split(".")
+        node = config
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        del node[last]
+
+    return mutate
+
+
+def _add_teacher(name: str, spec: dict):
+    def mutate(config):
+        config["teachers"][name] = spec
+
+    return mutate
+
+
+API = {"backend": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"}
+SERVER = {"command": "python -m sglang.launch_server --model-path {model_path} --port {port}"}
+
+# (name, base config, mutation, what the message must say)
+BROKEN = [
+    # top level
+    ("unknown section", DEFAULT, _set("evals", {}), "unknown key 'evals' (did you mean 'eval'?)"),
+    ("missing section", DEFAULT, _drop("generation"), "generation: required key missing"),
+    ("experiment name", DEFAULT, _set("experiment", "a b"), "experiment: String should match"),
+    ("negative seed", DEFAULT, _set("seed", -1), "seed: Input should be greater than or equal to 0"),
+    ("string seed", DEFAULT, _set("seed", "1"), "seed: Input should be a valid integer"),
+    # benchmarks
+    ("benchmark typo", DISTILL, _set("benchmarks.aime24.promt", "q"), "benchmarks.aime24: unknown key 'promt'"),
+    ("benchmark kind", DISTILL, _set("benchmarks.aime24.answer_kind", "essay"), "benchmarks.aime24.answer_kind"),
+    ("benchmark limit", DISTILL, _set("benchmarks.aime24.limit", 0), "benchmarks.aime24.limit"),
+    ("benchmark where", DISTILL, _set("benchmarks.aime24.where", {"x": {"over": 1}}), "benchmarks.aime24.where.x: unknown key 'over'"),
+    ("benchmark dir", DEFAULT, _set("benchmarks.tinybench", "config/benchmarks"), "benchmarks.tinybench: config/benchmarks is a directory"),
+    ("benchmark missing", DEFAULT, _set("benchmarks.tinybench", "config/nope.jsonl"), "benchmarks.tinybench: config/nope.jsonl does not exist"),
+    ("benchmark named heldout", DEFAULT, _set("benchmarks.heldout", "config/benchmarks/tinybench.jsonl"), "benchmarks.heldout: the name of a split of the pool"),
+    ("benchmark bad name", DEFAULT, _set("benchmarks.a/b", "config/benchmarks/tinybench.jsonl"), "benchmarks.a/b"),
+    ("benchmark not a spec", DEFAULT, _set("benchmarks.x", 3), "benchmarks.x: Input should be a valid dictionary"),
+    # sources
+    ("source kind", DEFAULT, _set("sources.0.kind", "arith"), "sources.0: Input tag 'arith'"),
+    ("source count zero", DEFAULT, _set("sources.0.count", 0), "sources.0.count"),
+    ("source count bool", DEFAULT, _set("sources.0.count", True), "sources.0.count: Input should be a valid integer"),
+    ("source operand", DEFAULT, _set("sources.0.max_operand", 1), "sources.0.max_operand"),
+    ("source key of another kind", DEFAULT, _set("sources.2.max_operand", 5), "sources.2: unknown key 'max_operand'"),
+    ("echo without benchmark", DEFAULT, _drop("sources.2.benchmark"), "sources.2.benchmark: required key missing"),
+    ("echo of unknown benchmark", DEFAULT, _set("sources.2.benchmark", "nope"), "sources.2.benchmark: 'nope' is not a key of benchmarks"),
+    ("duplicate source names", DEFAULT, _set("sources.1.name", "arith"), "sources: names must be unique"),
+    ("no sources", DEFAULT, _set("sources", []), "sources: List should have at least 1 item"),
+    ("jsonl source missing file", DISTILL, _set("sources.1", {"name": "j", "kind": "jsonl", "path": "no.jsonl"}), "sources.1.path: no.jsonl does not exist"),
+    ("dataset file missing", DISTILL, _set("sources.1.path", "data/x.parquet"), "sources.1.path: data/x.parquet does not exist"),
+    ("kernel dir not a dir", KERNELS_8B, _set("sources.0.dir", "config/config.yaml"), "sources.0.dir: config/config.yaml is not a directory"),
+    ("procedural teacher on own kernel dir", KERNELS, _set("sources.0.dir", "stillroom/kernels/problems"), "sources.0 (kernelbench): the procedural teacher answers only"),
+    ("kernel problems twice", KERNELS, _set("sources.0.problems", ["relu", "relu"]), "sources.0.problems: each problem may be listed once"),
+    ("procedural teacher on jsonl", DEFAULT, _set("sources.2", {"name": "j", "kind": "jsonl", "path": "config/benchmarks/tinybench.jsonl"}), "sources.2 (j): the procedural teacher answers only generated problems"),
+    # splits and decontamination
+    ("heldout negative", DEFAULT, _set("heldout.size", -1), "heldout.size"),
+    ("heldout typo", DEFAULT, _set("heldout.dev", 3), "heldout: unknown key 'dev'; allowed: dev_size, size"),
+    ("ngram too small", DEFAULT, _set("decontam.ngram", 2), "decontam.ngram"),
+    ("ignore_common zero", DEFAULT, _set("decontam.ignore_common", 0), "decontam.ignore_common"),
+    # generation
+    ("unknown teacher", DEFAULT, _set("generation.teacher", "nope"), "generation.teacher: 'nope' is not a key of teachers"),
+    ("effort pattern", DEFAULT, _set("generation.efforts", ["low", "very high"]), "generation.efforts.1"),
+    ("effort twice", DEFAULT, _set("generation.efforts", ["low", "low"]), "generation.efforts: each effort may be listed once"),
+    ("shards zero", DEFAULT, _set("generation.shards", 0), "generation.shards"),
+    ("effort_shards unknown effort", DEFAULT, _set("generation.effort_shards", {"xhigh": 1}), "generation.effort_shards.xhigh: 'xhigh' is not in efforts"),
+    ("effort_shards above shards", DEFAULT, _set("generation.effort_shards", {"low": 9}), "generation.effort_shards.low: 9 is more than shards (2)"),
+    ("effort group of one", DEFAULT, _set("generation.effort_groups", [["low"]]), "generation.effort_groups.0"),
+    ("effort in two groups", DISTILL, _set("generation.effort_groups", [["low", "high"], ["high", "xhigh"]]), "generation.effort_groups.1"),
+    ("default effort unknown", DEFAULT, _set("dataset.default_effort", "xhigh"), "dataset.default_effort: 'xhigh' is not in generation.efforts"),
+    ("untagged fraction", DEFAULT, _set("dataset.untagged_fraction", 1.5), "dataset.untagged_fraction"),
+    # teachers
+    ("teacher backend", DEFAULT, _set("teachers.procedural.backend", "vllm"), "teachers.procedural: Input tag 'vllm'"),
+    ("procedural error rate", DEFAULT, _set("teachers.procedural.error_rate", 2), "teachers.procedural.error_rate"),
+    ("procedural error rate effort", DEFAULT, _set("teachers.procedural.error_rate", {"lowx": 0.1}), "teachers.procedural.error_rate.lowx: 'lowx' is not in generation.efforts"),
+    ("procedural detail level", DEFAULT, _set("teachers.procedural.detail", {"low": 7}), "teachers.procedural.detail.low"),
+    ("procedural effort without detail", DEFAULT, _set("generation.efforts", ["low", "medium", "ultra"]), "teachers.procedural.detail: no detail level for effort 'ultra'"),
+    ("procedural with an api key", DEFAULT, _set("teachers.procedural.base_url", "http://x"), "teachers.procedural: unknown key 'base_url'"),
+    ("sampling typo", DEFAULT, _add_teacher("api", {**API, "sampling": {"temprature": 0.7}}), "teachers.api.sampling: unknown key 'temprature' (did you mean 'temperature'?)"),
+    ("sampling top_p", DEFAULT, _add_teacher("api", {**API, "sampling": {"top_p": 2}}), "teachers.api.sampling.top_p"),
+    ("api without model", DEFAULT, _add_teacher("api", {"backend": "openai", "base_url": "http://x/v1"}), "teachers.api.model: required key missing"),
+    ("api url scheme", DEFAULT, _add_teacher("api", {**API, "base_url": "ftp://x"}), "teachers.api.base_url"),
+    ("api endpoint", DEFAULT, _add_teacher("api", {**API, "endpoint": "responses"}), "teachers.api.endpoint"),
+    ("api effort typo", DEFAULT, _add_teacher("api", {**API, "effort": {"feild": "x"}}), "teachers.api.effort: unknown key 'feild'"),
+    ("api effort template", DEFAULT, _add_teacher("api", {**API, "effort": {"system": "think $hard"}}), "teachers.api.effort.system: only $effort may be substituted"),
+    ("budget without a worst case", DEFAULT, _add_teacher("api", {**API, "budget": {"daily_output_tokens": 5}}), "teachers.api.budget: needs sampling.max_tokens or context_length"),
+    ("budget reset hour", DEFAULT, _add_teacher("api", {**API, "context_length": 9, "budget": {"daily_output_tokens": 5, "reset_hour_utc": 24}}), "teachers.api.budget.reset_hour_utc"),
+    ("price negative", DEFAULT, _add_teacher("api", {**API, "price": {"output_per_mtok": -1}}), "teachers.api.price.output_per_mtok"),
+    ("sglang without server", DEFAULT, _add_teacher("s", {"backend": "sglang", "model": "m"}), "teachers.s.server: required key missing"),
+    ("sglang placeholder unfilled", DEFAULT, _add_teacher("s", {"backend": "sglang", "model": "m", "server": {"command": "x --tp {tp} --path {model_path} --port {port}"}}), "teachers.s.server.command: no value for {model_path}"),
+    ("sglang unused server key", DEFAULT, _add_teacher("s", {"backend": "sglang", "model": "m", "server": {"command": "x --port {port}", "reasoning_parser": "r1"}}), "teachers.s.server.reasoning_parser: not a server setting"),
+    ("sglang tp zero", DEFAULT, _add_teacher("s", {"backend": "sglang", "model": "m", "server": {"command": "x --port {port}", "tp": 0}}), "teachers.s.server.tp"),
+    ("hf without model_path", DEFAULT, _add_teacher("h", {"backend": "hf"}), "teachers.h.model_path: required key missing"),
+    # student
+    ("student both sources", DEFAULT, _set("student.pretrained", "Qwen/Qwen3-0.6B"), "student.pretrained: a pretrained student has no tokenizer or model"),
+    ("student neither", DEFAULT, _drop("student.model"), "student.pretrained: set it, or both tokenizer and model"),
+    ("effort tag without $effort", DEFAULT, _set("student.effort_tag", "{effort}"), "student.effort_tag: String should match"),
+    ("effort tag other variable", DEFAULT, _set("student.effort_tag", "$effort $mode"), "student.effort_tag: only $effort may be substituted"),
+    ("vocab too small", DEFAULT, _set("student.tokenizer.vocab_size", 10), "student.tokenizer.vocab_size"),
+    ("kv heads do not divide", DEFAULT, _set("student.model.num_key_value_heads", 3), "student.model.num_key_value_heads: 3 does not divide num_attention_heads (4)"),
+    ("model typo", DEFAULT, _set("student.model.hiden_size", 8), "student.model: unknown key 'hiden_size' (did you mean 'hidden_size'?)"),
+    ("moe keys on a dense model", DEFAULT, _set("student.model.num_experts", 4), "student.model.family: num_experts apply to family qwen3_moe only"),
+    ("moe without experts", SMOKE, _drop("student.model.num_experts"), "student.model.family: qwen3_moe needs num_experts"),
+    ("more experts per token than experts", SMOKE, _set("student.model.num_experts_per_tok", 99), "student.model.num_experts_per_tok"),
+    ("hook function", DEFAULT, _set("student.weight_hooks", [{"fn": "renorm", "match": ["x"]}]), "student.weight_hooks.0.fn"),
+    ("hook extra key", DEFAULT, _set("student.weight_hooks", [{"fn": "renorm_rows", "match": ["x"], "axis": 0}]), "student.weight_hooks.0: unknown key 'axis'"),
+    ("hook regex", DEFAULT, _set("student.weight_hooks", [{"fn": "renorm_rows", "match": ["("]}]), "student.weight_hooks.0.match.0: bad regular expression"),
+    ("hook without patterns", DEFAULT, _set("student.weight_hooks", [{"fn": "renorm_rows", "match": []}]), "student.weight_hooks.0.match"),
+    # training
+    ("max_length too small", DEFAULT, _set("train.max_length", 8), "train.max_length: Input should be greater than or equal to 16"),
+    ("max_length above positions", DEFAULT, _set("train.max_length", 4096), "train.max_length: 4096 is more than the student's max_position_embeddings (512)"),
+    ("warmup ratio one", DEFAULT, _set("train.warmup_ratio", 1.0), "train.warmup_ratio: Input should be less than 1"),
+    ("lr as a string", DEFAULT, _set("train.lr", "1e-3"), "train.lr: Input should be a valid number"),
+    ("scheduler", DEFAULT, _set("train.lr_scheduler", "step"), "train.lr_scheduler"),
+    ("train typo", DEFAULT, _set("train.learning_rate", 1e-3), "train: unknown key 'learning_rate'"),
+    ("lora without lora", DEFAULT, _set("train.method", "lora"), "train.lora: method 'lora' needs a lora section"),
+    ("qlora without 4 bit", SMOKE, _set("train.method", "qlora"), "train.load_in_4bit: method 'qlora' needs load_in_4bit: true"),
+    ("4 bit full fine-tune", DEFAULT, _set("train.load_in_4bit", True), "train.load_in_4bit: 4-bit weights cannot be fine-tuned directly"),
+    ("lora on a full fine-tune", DEFAULT, _set("train.lora", {"r": 4, "alpha": 8, "target_modules": ["q_proj"]}), "train.lora: is set but method is 'full'"),
+    ("lora without targets", SMOKE, _set("train.lora", {"r": 4, "alpha": 8}), "train.lora.target_modules: set target_modules and/or target_parameters"),
+    ("lora on the router", SMOKE, _set("train.lora.target_modules", ["q_proj", "mlp.gate"]), "train.lora.target_modules: mlp.gate is the router"),
+    ("lora dropout on experts", SMOKE, _set("train.lora.dropout", 0.1), "train.lora.dropout: must be 0 with target_parameters"),
+    ("bf16 full fine-tune", DEFAULT, _set("train.dtype", "bfloat16"), "train.dtype: bfloat16 with method full"),
+    ("hooks on an adapter", SMOKE, _set("student.weight_hooks", [{"fn": "renorm_rows", "match": ["q_proj"]}]), "student.weight_hooks: they re-normalise trained weights"),
+    ("layout does not divide", DEFAULT, _set("train.distributed", {"nodes": 2, "gpus_per_node": 3, "dp_replicate_size": 4}), "train.distributed.dp_replicate_size: 4 does not divide the world size 6"),
+    ("layout product", DEFAULT, _set("train.distributed", {"nodes": 1, "gpus_per_node": 4, "fsdp_size": 3}), "train.distributed.fsdp_size: 3 x dp_replicate_size 1 must equal the world size 4"),
+    ("layout typo", DEFAULT, _set("train.distributed", {"node": 2}), "train.distributed: unknown key 'node' (did you mean 'nodes'?)"),
+    ("device map over nodes", DEFAULT, _set("train.distributed", {"nodes": 2}), None),
+    ("memory limit without a device map", DEFAULT, _set("train.gpu_memory_limit", "70GiB"), "train.gpu_memory_limit: gpu_memory_limit / max_memory only apply with device_map"),
+    ("sampled option not a list", DEFAULT, _set("train.sampled_options", {"loops": 3}), "train.sampled_options.loops"),
+    # GRPO and kernels
+    ("grpo without kernel problems", DEFAULT, _set("grpo", {"max_steps": 1}), "grpo: trains on the pool's kernel problems"),
+    ("grpo group of one", KERNELS, _set("grpo.group_size", 1), "grpo.group_size"),
+    ("grpo loss type", KERNELS, _set("grpo.loss_type", "ppo"), "grpo.loss_type"),
+    ("grpo groups over processes", KERNELS, _set("grpo.distributed", {"gpus_per_node": 4}), "grpo.prompts_per_step: 2 must be a multiple of the 4 processes"),
+    ("grpo layout", KERNELS, _set("grpo.distributed", {"nodes": 1, "gpus_per_node": 2, "fsdp_size": 3}), "grpo.distributed.fsdp_size"),
+    ("validator device", KERNELS, _set("kernels.device", "gpu"), "kernels.device"),
+    ("validator trials", KERNELS, _set("kernels.trials", 0), "kernels.trials"),
+    ("kernel tables of an unknown benchmark", KERNELS, _set("kernels.benchmarks", ["nope"]), "kernels.benchmarks.0: 'nope' is not one of eval.benchmarks"),
+    # merges
+    ("ratio of one", DEFAULT, _set("merge.ratios", [0.5, 1.0]), "merge.ratios.1"),
+    ("ratio twice", DEFAULT, _set("merge.ratios", [0.5, 0.5]), "merge.ratios: each ratio may be listed once"),
+    ("select on a reported benchmark", DEFAULT, _set("merge.select_on", "heldout"), "merge.select_on: 'heldout' is also a reported benchmark"),
+    ("select on an unknown split", DEFAULT, _set("merge.select_on", "valid"), "merge.select_on: 'valid' is neither heldout nor dev"),
+    ("select without ratios", DEFAULT, _set("merge.ratios", []), "merge.select_on: needs merge.ratios to choose from"),
+    # evaluation
+    ("unknown eval benchmark", DEFAULT, _set("eval.benchmarks", ["heldout", "nope"]), "eval.benchmarks.1: 'nope' is neither heldout nor dev nor a key of benchmarks"),
+    ("dev without a dev split", DEFAULT, _set("heldout.dev_size", 0), "merge.select_on: 'dev' needs heldout.dev_size > 0"),
+    ("eval benchmark twice", DEFAULT, _set("eval.benchmarks", ["heldout", "heldout"]), "eval.benchmarks: each benchmark may be listed once"),
+    ("eval effort never trained", DEFAULT, _set("eval.effort", "ultra"), "eval.effort: 'ultra' is not one of generation.efforts"),
+    ("budget above the overall limit", DEFAULT, _set("eval.budget_force.budgets", [16, 500]), "eval.budget_force.budgets: 500 is more than max_new_tokens (96)"),
+    ("request above the overall limit", DEFAULT, _set("eval.request_tokens", 200), "eval.request_tokens: 200 is more than max_new_tokens (96)"),
+    ("no room for a prompt", DEFAULT, _set("eval.max_new_tokens", 512), "eval.max_new_tokens: 512 leaves no room for the prompt"),
+    ("budget of an unknown model", DEFAULT, _set("eval.budget_force.models", ["dpo"]), "eval.budget_force.models.0: 'dpo' is not one of base, sft"),
+    ("budget of an unknown benchmark", DEFAULT, _set("eval.budget_force.benchmarks", ["dev"]), "eval.budget_force.benchmarks.0: 'dev' is not one of"),
+    ("budget typo", DEFAULT, _set("eval.budget_force.budget", [3]), "eval.budget_force: unknown key 'budget'"),
+    ("letters repeat", DEFAULT, _set("eval.letters", "ABCA"), "eval.letters: letters must be distinct"),
+    ("backend typo", DEFAULT, _set("eval.backend", {"backend": "openai", "base_ur": "http://x"}), "eval.backend: unknown key 'base_ur' (did you mean 'base_url'?)"),
+    ("backend kind", DEFAULT, _set("eval.backend", {"backend": "vllm"}), "eval.backend: Input tag 'vllm'"),
+    ("sglang backend without the checkpoint", DEFAULT, _set("eval.backend", {"backend": "sglang", "server": {"command": "x --port {port}"}}), "eval.backend.server.command: must serve {model_path}"),
+    ("eval temperature", DEFAULT, _set("eval.temperature", -1), "eval.temperature"),
+    # tables and cost
+    ("too few resamples", DEFAULT, _set("tables.n_resamples", 10), "tables.n_resamples"),
+    ("confidence of one", DEFAULT, _set("tables.confidence", 1), "tables.confidence"),
+    ("negative rate", DEFAULT, _set("cost", {"gpu_hour_usd": -2}), "cost.gpu_hour_usd"),
+]
+
+
+@pytest.mark.parametrize(
+    ("base", "mutate", "expected"),
+    [pytest.param(base, mutate, expected, id=name) for name, base, mutate, expected in BROKEN],
+)
+def test_broken_config_is_refused_naming_the_key(base, mutate, expected):
+    config = copy.deepcopy(base)
+    mutate(config)
+    if expected is None:  # a variant that is fine: the table also proves what is accepted
+        resolve(config, REPO)
+        return
+    with pytest.raises(ConfigError) as err:
+        resolve(config, REPO)
+    assert expected in str(err.value), str(err.value)
+
+
+def test_the_table_is_broad():
+    assert sum(expected is not None for *_, expected in BROKEN) >= 100
+
+
+@pytest.mark.parametrize("base", [DEFAULT, KERNELS, KERNELS_8B, DISTILL, SMOKE])
+def test_every_recipe_resolves_with_every_default_filled_in(base):
+    resolved = resolve(copy.deepcopy(base), REPO)
+    assert resolve(resolved, REPO) == resolved  # resolving is idempotent: jobs re-check their params
+    assert resolved["train"]["distributed"] == {
+        **{"nodes": 1, "gpus_per_node": 1, "fsdp_size": None, "dp_replicate_size": 1},
+        **base.get("train", {}).get("distributed", {}),
+    }
+
+
+def test_overlays_merge_key_by_key():
+    overlay = load_yaml(REPO / "config" / "experiments" / "beam-lora-fsdp.yaml")
+    resolved = resolve(merge_configs(DISTILL, overlay), REPO)
+    assert resolved["train"]["method"] == "lora" and resolved["sources"] == resolve(DISTILL, REPO)["sources"]

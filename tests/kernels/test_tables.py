@@ -1,0 +1,100 @@
+"""The kernel track's tables: compile, correct, launch, rule and reward rates with paired CIs, and
+fast_p on timed speedups."""
+
+import numpy as np
+import pytest
+
+from stillroom.io import DataError, write_jsonl
+from stillroom.kernels import tables as kernel_tables
+
+
+def _graded(path, reward_p, compiled_p, n=40, k=2, seed=0, speedup=None):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        for s in range(k):
+            compiled = bool(rng.random() < compiled_p)
+            reward = float(compiled and rng.random() < reward_p / max(compiled_p, 1e-9))
+            details = {
+                "compiled": compiled,
+                "correct": bool(reward),
+                "launched_triton": compiled,
+                "rule_reward": float(compiled),
+                "reward": reward,
+                "speedup": speedup,
+            }
+            rows.append(
+                {
+                    "prompt_id": f"p{i:02d}",
+                    "sample_index": s,
+                    "completion_tokens": 5,
+                    "grade": {"correct": bool(reward), "status": "ok", "details": details},
+                }
+            )
+    write_jsonl(path, rows)
+    return str(path)
+
+
+PARAMS = {
+    "benchmark": "heldout",
+    "base": "base",
+    "tuned": "sft",
+    "n_resamples": 1000,
+    "confidence": 0.95,
+    "seed": 0,
+}
+
+
+def test_kernel_tables_rates_paired_cis_and_fast_p(tmp_path):
+    graded = {
+        "base": _graded(tmp_path / "b.jsonl", 0.0, 0.0, seed=1),
+        "sft": _graded(tmp_path / "s.jsonl", 0.4, 0.8, seed=2),
+        "grpo": _graded(tmp_path / "g.jsonl", 0.6, 0.9, seed=3),
+    }
+    md, csv_path = str(tmp_path / "k.md"), str(tmp_path / "k.csv")
+    out = kernel_tables.run(
+        graded=graded, out_markdown=md, out_csv=csv_path, params=PARAMS, log=lambda _: None
+    )
+    assert out["rates"]["base"]["compiles"] == 0.0 and 0.6 < out["rates"]["sft"]["compiles"] < 1.0
+    assert not out["timed"] and "fast_p needs timed speedups" in open(md).read()
+    rows = [
+        dict(
+            zip(
+                ["benchmark", "model", "metric", "rate", "reference", "delta", "low", "high"],
+                line.split(","),
+            )
+        )
+        for line in open(csv_path).read().splitlines()[1:]
+    ]
+    sft_reward = next(
+        r
+        for r in rows
+        if r["model"] == "sft" and r["metric"] == "reward" and r["reference"] == "base"
+    )
+    assert float(sft_reward["low"]) > 0  # clearly better than a base that never compiles
+    assert {r["metric"] for r in rows} == {
+        "answers",
+        "compiles",
+        "correct",
+        "launches",
+        "rules",
+        "reward",
+    }
+    # Timed speedups (GPU): fast_p columns appear, counting only rewarded answers faster than p.
+    timed = {
+        name: _graded(tmp_path / f"t{name}.jsonl", 0.5, 0.5, seed=4, speedup=1.5)
+        for name in ("base", "sft")
+    }
+    out = kernel_tables.run(
+        graded=timed,
+        out_markdown=md,
+        out_csv=csv_path,
+        params={**PARAMS, "fast_p": [1.0, 2.0]},
+        log=lambda _: None,
+    )
+    assert out["timed"] and out["rates"]["sft"]["fast_1"] == out["rates"]["sft"]["reward"]
+    assert out["rates"]["sft"]["fast_2"] == 0.0
+    with pytest.raises(DataError, match="reference model 'sft'"):
+        kernel_tables.run(
+            graded={"base": graded["base"]}, out_markdown=md, out_csv=csv_path, params=PARAMS
+        )

@@ -1,0 +1,294 @@
+"""The dual-reward validator: every reference solution earns 1; every cheat earns 0, with a reason."""
+
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from stillroom.kernels import evaluate, validator
+from stillroom.kernels.rules import check
+
+KERNELS = Path(__file__).resolve().parents[2] / "stillroom" / "kernels"
+PROBLEMS = sorted((KERNELS / "problems").glob("*.py"))
+RELU = (KERNELS / "problems" / "relu.py").read_text()
+
+HEADER = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+def launch(x, out):
+    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+"""
+
+
+def candidate(forward: str, prelude: str = "", init: str = "") -> str:
+    """A relu ModelNew whose forward body is ``forward``."""
+    body = textwrap.indent(textwrap.dedent(forward).strip(), " " * 8)
+    init_body = textwrap.indent(textwrap.dedent(init).strip(), " " * 8) if init else ""
+    return (
+        HEADER
+        + textwrap.dedent(prelude)
+        + "\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n"
+        + (init_body + "\n" if init_body else "")
+        + "\n    def forward(self, x):\n"
+        + body
+        + "\n"
+    )
+
+
+HONEST = candidate("""
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    launch(x, out)
+    return out
+""")
+
+# name -> (candidate source, a phrase the reasons must contain)
+CHEATS = {
+    "torch does the work, no kernel": (
+        HEADER.split("@triton.jit")[0] + "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+        "        return torch.relu(x)\n",
+        "no @triton.jit kernel",
+    ),
+    "kernel defined but never launched": (candidate("return torch.relu(x)"), "never launches"),
+    "kernel launched, torch computes the answer": (
+        candidate("out = torch.empty_like(x)\nlaunch(x, out)\nreturn torch.relu(x)"),
+        "torch.relu",
+    ),
+    "tensor method computes": (
+        candidate("out = torch.empty_like(x)\nlaunch(x, out)\nreturn x.clamp(min=0)"),
+        ".clamp()",
+    ),
+    "operators compute (only the run-time check sees it)": (
+        candidate("out = torch.empty_like(x)\nlaunch(x, out)\nreturn x * (x > 0)"),
+        "torch computed outside Triton",
+    ),
+    "try/except fallback": (
+        candidate("""
+        try:
+            out = torch.empty_like(x)
+            launch(x, out)
+            return out
+        except Exception:
+            return torch.relu(x)
+    """),
+        "try/except",
+    ),
+    "output cached across calls": (
+        candidate(
+            """
+        if self.cache is None:
+            self.cache = torch.empty_like(x)
+            launch(x.contiguous(), self.cache)
+        return self.cache
+    """,
+            init="self.cache = None",
+        ),
+        "trial 1:",
+    ),
+    "module-level cache": (
+        candidate(
+            """
+        global CACHE
+        CACHE = CACHE if CACHE is not None else torch.empty_like(x)
+        launch(x, CACHE)
+        return CACHE
+    """,
+            prelude="CACHE = None",
+        ),
+        "global",
+    ),
+    "input mutated in place": (candidate("launch(x, x)\nreturn x"), "modified its inputs"),
+    "comparison patched": (
+        candidate(
+            "return torch.empty_like(x)",
+            prelude="""
+        torch.allclose = lambda *a, **k: True
+        torch.testing.assert_close = lambda *a, **k: None
+    """,
+        ),
+        "patching a library",
+    ),
+    "process exits": (candidate("raise SystemExit(0)"), "SystemExit"),
+    "hangs": (candidate("while True:\n    pass"), "timed out"),
+    "memory bomb": (candidate("hog = [0] * (1 << 32)\nreturn hog"), "MemoryError"),
+    "reaches the reference": (candidate("return Model()(x)"), "uses Model"),
+    "reaches the reference through sys.modules": (
+        candidate("return sys.modules['problem'].Model()(x)", prelude="import sys"),
+        "imports sys",
+    ),
+    "getattr trick": (candidate("return getattr(torch, 're' + 'lu')(x)"), "uses getattr"),
+    "eval trick": (candidate("return eval('torch.relu')(x)"), "uses eval"),
+    "numpy computes": (
+        candidate(
+            "return torch.from_numpy(np.maximum(x.numpy(), 0))", prelude="import numpy as np"
+        ),
+        "imports numpy",
+    ),
+    "subprocess": (
+        candidate("subprocess.run(['true'])\nreturn x", prelude="import subprocess"),
+        "imports subprocess",
+    ),
+    "code at import time": (
+        candidate("return x", prelude="torch.save(torch.zeros(1), 'leak.pt')"),
+        "code at module or class level",
+    ),
+    "writes a file from C (RLIMIT_FSIZE 0 stops it)": (
+        candidate("torch.save(x, 'leak.pt')\nreturn x"),
+        "failed at forward: RuntimeError",
+    ),
+    "writes a file from Python (the audit hook refuses)": (
+        candidate(
+            "f = self.opener('leak.txt', 'w')\nreturn x", init="self.opener = __builtins__['open']"
+        ),
+        "leak.txt for writing (or a directory) outside the box is not allowed",
+    ),
+    "signals the process that started it (the audit hook refuses)": (  # signal 0: harmless if it got through
+        candidate("torch.os.killpg(torch.os.getpgid(torch.os.getppid()), 0)\nreturn x"),
+        "sandbox: os.killpg is not allowed",
+    ),
+    "finalizer runs after the checks": (
+        HONEST + "\n    def __del__(self):\n        pass\n",
+        "defines __del__",
+    ),
+    "torch inside the kernel body": (
+        HONEST.replace(
+            "tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)",
+            "tl.store(out_ptr + offs, torch.relu(x), mask=mask)",
+        ),
+        "inside a Triton kernel",
+    ),
+    "leaves an output element unwritten": (
+        HONEST.replace("offs < n", "(offs < n) & (offs > 0)"),
+        "trial 0:",
+    ),
+    "wrong answer": (HONEST.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.1)"), "elements off"),
+}
+
+
+def test_honest_candidate_earns_full_reward():
+    r = evaluate(RELU, HONEST)
+    assert (r.reward, r.exec_reward, r.rule_reward, r.compiled, r.correct, r.launched_triton) == (
+        1,
+        1,
+        1,
+        1,
+        1,
+        1,
+    )
+    assert r.speedup is None  # timed on GPU only
+
+
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_cheat_earns_nothing(name):
+    source, why = CHEATS[name]
+    r = evaluate(RELU, source, timeout_s=20)
+    assert r.reward == 0, (name, r)
+    assert any(why in reason for reason in r.reasons), (name, r.reasons)
+
+
+def test_a_rule_failure_zeroes_a_correct_result():
+    r = evaluate(RELU, CHEATS["kernel launched, torch computes the answer"][0])
+    assert (r.exec_reward, r.rule_reward, r.reward, r.launched_triton) == (1.0, 0.0, 0.0, True)
+
+
+def test_static_rules_accept_every_reference_solution():
+    for path in sorted((KERNELS / "solutions").glob("*.py")):
+        assert check(path.read_text()) == [], path.name
+
+
+def test_every_reference_solution_earns_full_reward():
+    def score(path):
+        return path.stem, evaluate(
+            path.read_text(), (KERNELS / "solutions" / path.name).read_text(), trials=2
+        )
+
+    with ThreadPoolExecutor(2) as pool:  # each evaluation is its own process, forked by one server
+        results = dict(pool.map(score, PROBLEMS))
+    assert {name: r.reasons for name, r in results.items() if r.reward != 1.0} == {}
+
+
+def test_process_isolation_scores_alike():
+    assert evaluate(RELU, HONEST, isolation="process").reward == 1
+    source, why = CHEATS["writes a file from C (RLIMIT_FSIZE 0 stops it)"]
+    r = evaluate(RELU, source, isolation="process")
+    assert r.reward == 0 and any(why in reason for reason in r.reasons), r.reasons
+
+
+@pytest.mark.parametrize("isolation", ["fork", "process"])
+def test_a_process_ending_without_a_result_is_reported_with_its_stderr(isolation):
+    source = candidate(
+        "torch.sys.stderr.write('boom\\n')\ntorch.sys.stderr.flush()\ntorch.os._exit(3)"
+    )
+    r = evaluate(RELU, source, isolation=isolation)
+    assert r.reward == 0
+    assert any(
+        "ended (exit 3) without a readable result" in why and "boom" in why for why in r.reasons
+    ), r.reasons
+
+
+def test_an_unknown_isolation_is_refused():
+    with pytest.raises(ValueError, match="isolation must be one of fork, process"):
+        evaluate(RELU, HONEST, isolation="thread")
+
+
+def test_concurrent_evaluations_share_one_fork_server():
+    server = validator._fork_server("cpu")
+    sources = [HONEST, CHEATS["wrong answer"][0], HONEST, CHEATS["input mutated in place"][0]]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(lambda s: evaluate(RELU, s).reward, sources)) == [1, 0, 1, 0]
+    assert validator._fork_server("cpu") is server
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid``, zombies included."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def test_a_hang_is_killed_and_the_server_serves_on():
+    server = validator._fork_server("cpu")
+    r = evaluate(RELU, CHEATS["hangs"][0], timeout_s=2)
+    assert r.reward == 0 and "timed out after 2 s" in r.reasons
+    assert _children(server.proc.pid) == []  # killed and reaped
+    assert evaluate(RELU, HONEST).reward == 1
+    assert validator._fork_server("cpu") is server
+
+
+def test_a_dead_fork_server_is_restarted():
+    server = validator._fork_server("cpu")
+    with ThreadPoolExecutor(1) as pool:
+        hung = pool.submit(evaluate, RELU, CHEATS["hangs"][0], timeout_s=60)
+        deadline = time.monotonic() + 30
+        while (
+            not any(job.pid for job in list(server.jobs.values())) and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        server.proc.kill()
+        r = hung.result(timeout=30)  # at once, not after its timeout
+    assert r.reward == 0 and any("the kernel fork server died" in reason for reason in r.reasons), (
+        r.reasons
+    )
+    assert evaluate(RELU, HONEST).reward == 1
+    assert validator._fork_server("cpu") is not server

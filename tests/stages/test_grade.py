@@ -1,0 +1,129 @@
+"""The grade stage: every sample graded by its kind's grader, the grader recorded with each record,
+gold failures counted apart from wrong answers; teacher slips and kernel answers graded."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from stillroom.io import read_jsonl, write_jsonl
+from stillroom.stages import grade
+from stillroom.teachers.procedural import ProceduralTeacher
+
+from ..conftest import kernel_records
+from .test_generate import _generate, _shard
+
+# Hangs math-verify (sympy evaluates the tower; still running after 20 s) unless something stops it.
+HANG = r"\boxed{9^{9^{9^{9}}}}"
+
+
+def test_run_records_grader_and_counts_gold_failures_apart(tmp_path):
+    rows = [
+        {"key": "a", "response": r"\boxed{7}", "answer": "7", "kind": "math"},
+        {"key": "b", "response": r"\boxed{8}", "answer": "7", "kind": "math"},
+        {"key": "c", "response": r"\boxed{7}", "answer": "", "kind": "math"},  # gold does not parse
+        {"key": "d", "response": HANG, "answer": "7", "kind": "math"},
+        {"key": "e", "response": None, "answer": "7", "kind": "math"},  # request failed for good
+        {"key": "f", "response": "The answer is (J)", "answer": "J", "kind": "choice"},
+        {"key": "g", "response": "Answer: A", "answer": "Z", "kind": "choice"},
+    ]
+    src, out, logs = tmp_path / "samples.jsonl", tmp_path / "graded.jsonl", []
+    write_jsonl(src, rows)
+    m = grade.run(
+        samples=str(src),
+        out_graded=str(out),
+        params={"letters": "ABCDEFGHIJ", "timeout_s": 1},
+        threads=2,
+        log=logs.append,
+    )
+    assert {
+        k: m[k]
+        for k in (
+            "samples",
+            "correct",
+            "wrong",
+            "no_answer",
+            "timeout",
+            "crashed",
+            "gold_unparseable",
+        )
+    } == {
+        "samples": 7,
+        "correct": 2,
+        "wrong": 1,
+        "no_answer": 1,
+        "timeout": 1,
+        "crashed": 0,
+        "gold_unparseable": 2,
+    }
+    assert any("2 samples have a gold answer that does not parse" in line for line in logs)
+    graded = read_jsonl(out)
+    assert [r["grade"]["status"] for r in graded] == [
+        "ok",
+        "ok",
+        "gold_unparseable",
+        "timeout",
+        "no_answer",
+        "ok",
+        "gold_unparseable",
+    ]
+    math_grader, choice_grader = graded[0]["grader"], graded[-1]["grader"]
+    assert all(
+        r["grader"] == (math_grader if r["kind"] == "math" else choice_grader) for r in graded
+    )
+    assert math_grader["name"] == "math-verify"
+    assert math_grader["version"] == importlib.metadata.version("math-verify")
+    assert (
+        math_grader["options"]["timeout_s"] == 1 and math_grader["options"]["float_rounding"] == 6
+    )
+    assert choice_grader["name"] == "choice" and choice_grader[
+        "version"
+    ] == importlib.metadata.version("stillroom")
+    assert choice_grader["options"]["letters"] == "ABCDEFGHIJ"
+    assert m["graders"] == {"math": math_grader, "choice": choice_grader}
+
+
+def test_grading_stage_rejects_teacher_slips(tmp_path):
+    gen, graded = str(tmp_path / "gen.jsonl"), str(tmp_path / "graded.jsonl")
+    _generate(_shard(tmp_path), gen)
+    m = grade.run(samples=gen, out_graded=graded, params={}, log=lambda _: None)
+    rows = read_jsonl(graded)
+    for r in rows:  # a procedural answer is correct exactly when it boxes the gold
+        assert r["grade"]["correct"] == (f"\\boxed{{{r['answer']}}}" in r["response"])
+    assert 0.25 < 1 - m["correct"] / m["samples"] < 0.55  # error_rate 0.4 at low effort
+    assert m["status"] == {"ok": len(rows)}
+
+
+def test_grading_kernel_answers_with_the_validator(tmp_path):
+    """Through the grading stage's worker pool: reward 1 is correct; torch code (exec 1, rule 0) and a wrong
+    kernel are not; no code block is no answer."""
+    rec = kernel_records(["relu"])[0]
+    good = ProceduralTeacher("p", {"backend": "procedural"}).complete(rec, "medium", 0, 1).text
+    torch_code = (
+        rec["prompt"].split("\ndef get_inputs")[0].replace("class Model(", "class ModelNew(")
+    )
+    wrong = good.replace("tl.store(out_ptr + offs, y", "tl.store(out_ptr + offs, y + 1")
+    assert wrong != good
+    rows = [
+        {"key": str(i), "response": r, "answer": rec["answer"], "kind": "kernel"}
+        for i, r in enumerate([good, f"```python\n{torch_code}```", wrong, "I cannot help"])
+    ]
+    write_jsonl(tmp_path / "s.jsonl", rows)
+    m = grade.run(
+        samples=str(tmp_path / "s.jsonl"),
+        out_graded=str(tmp_path / "g.jsonl"),
+        params={"kernel": {"trials": 2, "timeout_s": 30}, "seed": 3},
+        threads=2,
+        log=lambda _: None,
+    )
+    graded = read_jsonl(tmp_path / "g.jsonl")
+    g = [r["grade"] for r in graded]
+    assert [x["correct"] for x in g] == [True, False, False, False]
+    assert [x["status"] for x in g] == ["ok", "ok", "ok", "no_answer"]
+    assert (g[1]["details"]["exec_reward"], g[1]["details"]["rule_reward"]) == (1.0, 0.0)
+    assert (g[2]["details"]["exec_reward"], g[2]["details"]["compiled"]) == (0.0, True)
+    assert m["correct"] == 1 and m["no_answer"] == 1
+    info = graded[0]["grader"]
+    assert info["name"] == "kernel-validator" and info["options"]["validator"]["trials"] == 2
+    assert (
+        info["options"]["timeout_s"] > 30
+    )  # the pool's limit leaves the validator room to report its own

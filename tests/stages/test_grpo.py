@@ -1,0 +1,239 @@
+"""The GRPO stage: the dual reward scored for real, a CPU smoke run of TRL's GRPOTrainer, bad inputs."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from stillroom.cli import build_parser
+from stillroom.grpo import KernelReward, check_params, load_problems, run
+from stillroom.io import DataError, read_jsonl, write_jsonl
+from stillroom.kernels.prompting import user_content
+from stillroom.student import build_model, train_tokenizer
+
+KERNELS = Path(__file__).resolve().parents[2] / "stillroom" / "kernels"
+NAMES = ("relu", "add", "mul")
+MODEL = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": True,
+}
+
+
+def problem(name: str) -> str:
+    return (KERNELS / "problems" / f"{name}.py").read_text()
+
+
+def solution(name: str) -> str:
+    return (KERNELS / "solutions" / f"{name}.py").read_text()
+
+
+def record(name: str, kind: str = "kernel") -> dict:
+    src = problem(name)
+    return {
+        "prompt_id": f"kb-{name}",
+        "source": "kernelbench",
+        "kind": kind,
+        "prompt": src,
+        "answer": src,
+        "meta": {"name": name},
+    }
+
+
+@pytest.fixture(scope="module")
+def kernel_setup(tmp_path_factory):
+    """A tiny random Qwen3 whose tokenizer is trained on the kernel prompts (short prompts, fast steps)."""
+    root = tmp_path_factory.mktemp("grpo")
+    write_jsonl(root / "problems.jsonl", [record(n) for n in NAMES])
+    texts = [user_content(record(n)) for n in NAMES] + [solution(n) for n in NAMES]
+    train_tokenizer(texts, root / "tokenizer", vocab_size=800)
+    build_model(root / "tokenizer", root / "base", model=MODEL, seed=0)
+    return root
+
+
+def test_reward_is_execution_times_rules():
+    reward = KernelReward(workers=2)
+    logged = {}
+    completions, answers, ids, expected = [], [], [], []
+    for name in ("relu", "add"):
+        honest = "<think>plan</think>\n```python\n" + solution(name) + "```"
+        cheat = (
+            "<think>plan</think>\n```python\n"
+            + problem(name).replace("class Model(", "class ModelNew(")
+            + "```"
+        )
+        for text, want in ((honest, 1.0), (cheat, 0.0), ("<think>plan</think>\nNo idea.", 0.0)):
+            completions.append([{"role": "assistant", "content": text}] if name == "add" else text)
+            answers.append(problem(name))
+            ids.append(f"kb-{name}")
+            expected.append(want)
+    scores = reward(
+        completions,
+        answers,
+        ids,
+        trainer_state=SimpleNamespace(global_step=4),
+        log_metric=lambda k, v: logged.__setitem__(k, v),
+    )
+    assert scores == expected
+    assert reward.__name__ == "kernel_reward"
+    rows = reward.records
+    assert [r["step"] for r in rows] == [5] * 6 and [r["prompt_id"] for r in rows] == ids
+    for honest, cheat, empty in (rows[0:3], rows[3:6]):
+        assert honest["correct"] and honest["launched_triton"] and honest["rule_reward"] == 1.0
+        # The torch module itself is correct but breaks the rules: the product zeroes it.
+        assert (
+            cheat["exec_reward"] == 1.0 and cheat["rule_reward"] == 0.0 and cheat["reward"] == 0.0
+        )
+        assert cheat["reason"].startswith("no @triton.jit kernel"), cheat
+        assert not empty["compiled"] and empty["reason"] == "no code block after the reasoning"
+    assert logged == {
+        "kernel/exec_reward": 4 / 6,
+        "kernel/rule_reward": 2 / 6,
+        "kernel/launched_triton": 2 / 6,
+    }
+
+
+def test_grpo_smoke_run_saves_a_loadable_model(kernel_setup, tmp_path, monkeypatch):
+    """Two real GRPO steps on CPU. A random model never writes a code block, so every reward would be 0 and
+    no update would happen: the first completion of each group is swapped for its problem's reference
+    answer before scoring (the validator still runs for real), which gives each group one 1 and one 0."""
+    honest = {problem(n): "<think>plan</think>\n```python\n" + solution(n) + "```" for n in NAMES}
+    score = KernelReward._score
+    calls = []
+
+    def swap_first_of_group(self, problem_src, text):
+        calls.append(text)
+        return score(self, problem_src, honest[problem_src] if len(calls) % 2 else text)
+
+    monkeypatch.setattr(KernelReward, "_score", swap_first_of_group)
+    lines = []
+    params = {
+        "max_steps": 2,
+        "group_size": 2,
+        "prompts_per_step": 2,
+        "max_completion_length": 24,
+        "lr": 1e-3,
+        "seed": 0,
+        "validator": {"trials": 1, "timeout_s": 60},
+    }
+    out = tmp_path / "grpo"
+    metrics = run(
+        base=str(kernel_setup / "base"),
+        problems=str(kernel_setup / "problems.jsonl"),
+        out_model=str(out),
+        params=params,
+        threads=2,
+        log=lines.append,
+    )
+    json.dumps(metrics, allow_nan=False)  # goes into the provenance sidecar
+    assert metrics["steps"] == 2 and metrics["completions"] == 2 * 2 * 2
+    assert [s["step"] for s in metrics["per_step"]] == [1, 2]
+    for s in metrics["per_step"]:
+        assert s["reward"] == 0.5 and s["reward_std"] > 0
+    assert (
+        metrics["per_step"][0]["kl"] == 0.0 < metrics["per_step"][1]["kl"]
+    )  # the first update moved the policy
+    assert (
+        metrics["reward_mean"]
+        == metrics["exec_mean"]
+        == metrics["rule_mean"]
+        == metrics["launch_rate"]
+        == 0.5
+    )
+    assert metrics["trl_version"]
+    assert sum(line.startswith("step ") and " reward 0.500 " in line for line in lines) == 2, lines
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "grpo"
+    ]  # no temporary directory left behind
+    assert not (out / "trainer").exists()
+    rewards = read_jsonl(out / "rewards.jsonl", required=("step", "prompt_id", "reward", "reason"))
+    assert len(rewards) == 8 and [r["step"] for r in rewards] == [1] * 4 + [2] * 4
+    assert [r["reward"] for r in rewards] == [1.0, 0.0] * 4
+    assert {r["prompt_id"] for r in rewards} <= {f"kb-{n}" for n in NAMES}
+    model = AutoModelForCausalLM.from_pretrained(out)
+    base = AutoModelForCausalLM.from_pretrained(kernel_setup / "base")
+    assert model.config.use_cache
+    assert any((a - b).abs().max() > 0 for a, b in zip(model.parameters(), base.parameters()))
+
+
+def test_two_processes_share_the_groups_and_gather_the_rewards(kernel_setup, tmp_path):
+    """grpo.distributed: 2 torchrun processes (gloo, FSDP2-sharded), each generating and scoring its share;
+    rank 0 gathers every scored completion and saves the whole model."""
+    out = tmp_path / "grpo"
+    metrics = run(
+        base=str(kernel_setup / "base"),
+        problems=str(kernel_setup / "problems.jsonl"),
+        out_model=str(out),
+        params={
+            "max_steps": 1,
+            "group_size": 2,
+            "prompts_per_step": 2,
+            "max_completion_length": 8,
+            "distributed": {"gpus_per_node": 2},
+            "seed": 1,
+        },
+        threads=2,
+        log=lambda _: None,
+    )
+    assert metrics["world_size"] == 2 and metrics["steps"] == 1 and metrics["completions"] == 4
+    rewards = read_jsonl(out / "rewards.jsonl", required=("step", "prompt_id", "reward"))
+    assert len(rewards) == 4 and {r["step"] for r in rewards} == {1}
+    assert AutoModelForCausalLM.from_pretrained(out).config.use_cache
+    assert not list(tmp_path.glob(".launch-*"))
+    with pytest.raises(
+        ValueError, match="prompts_per_step 3 must be a multiple of the 2 processes"
+    ):
+        check_params({"prompts_per_step": 3, "distributed": {"gpus_per_node": 2}})
+
+
+def test_bad_problems_and_params(kernel_setup, tmp_path):
+    path = tmp_path / "problems.jsonl"
+    path.write_text(
+        json.dumps(record("relu")) + "\n\n" + json.dumps(record("add", kind="math")) + "\n"
+    )
+    assert [r["prompt_id"] for r in load_problems(path)] == [
+        "kb-relu"
+    ]  # a mixed pool's kernels only
+    path.write_text(json.dumps(record("add", kind="math")) + "\n")
+    with pytest.raises(
+        DataError, match=r"problems\.jsonl: none of its 1 rows has key 'kind' = 'kernel'"
+    ):
+        run(
+            base=str(kernel_setup / "base"),
+            problems=str(path),
+            out_model=str(tmp_path / "out"),
+            params={},
+        )
+    path.write_text(json.dumps({k: v for k, v in record("relu").items() if k != "answer"}) + "\n")
+    with pytest.raises(DataError, match=r"problems\.jsonl:1: missing key 'answer'"):
+        run(
+            base=str(kernel_setup / "base"),
+            problems=str(path),
+            out_model=str(tmp_path / "out"),
+            params={},
+        )
+    with pytest.raises(ValueError, match="learning_rate"):
+        run(
+            base=str(kernel_setup / "base"),
+            problems=str(kernel_setup / "problems.jsonl"),
+            out_model=str(tmp_path / "out"),
+            params={"learning_rate": 1e-6},
+        )
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="loss_type"):
+        check_params({"loss_type": "ppo"})
+    with pytest.raises(ValueError, match="group_size"):
+        check_params({"group_size": 1})  # GRPO's advantage needs a group
+    with pytest.raises(ValueError, match="validator key.*device_id"):
+        check_params({"validator": {"device_id": 0}})
+    assert check_params({"seed": 3})["seed"] == 3  # the pipeline injects seed
+    args = build_parser().parse_args(["grpo", "--base", "b", "--problems", "p", "--out-model", "m"])
+    assert (args.base, args.problems, args.out_model) == ("b", "p", "m")

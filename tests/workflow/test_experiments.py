@@ -1,0 +1,249 @@
+"""Real-recipe configs build their DAG offline; dataset sources and benchmarks load from local files."""
+
+import json
+
+import pytest
+import yaml
+
+from stillroom import sources
+from stillroom.io import DataError, read_jsonl
+
+from ..conftest import REPO, run_snakemake
+from .test_pipeline import scheduled
+
+
+@pytest.mark.slow
+def test_beam_distill_dag_builds_offline(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "experiments" / "beam-distill.yaml").read_text())
+    proc = run_snakemake(tmp_path, cfg, "-n")
+    jobs = scheduled(proc)
+    # medium on all 62 shards; low/high/xhigh on 20, all three in one job (one server start) per shard
+    assert jobs["generate"] == 62 and jobs["generate_low_high_xhigh"] == 20
+    assert jobs["grade_generation"] == 62 + 3 * 20
+    assert jobs["benchmark"] == 3 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
+    assert jobs["evaluate"] == 5 * 3 and jobs["tables"] == 3
+    assert (
+        "beam-sglang/xhigh/shard-00019" in proc.stdout
+        and "beam-sglang/xhigh/shard-00020" not in proc.stdout
+    )
+    assert not (
+        tmp_path / "results" / "beam-distill" / "pool"
+    ).exists()  # nothing fetched at DAG build
+    from stillroom.train import check_params
+
+    assert check_params(cfg["train"])["distributed"]["world_size"] == 4  # the seed's 4 B200s, FSDP2
+
+
+@pytest.mark.slow
+def test_effort_shards_limit_an_effort_to_a_subset(tmp_path, small_cfg):
+    small_cfg["generation"]["effort_shards"] = {"low": 1}
+    jobs = scheduled(run_snakemake(tmp_path, small_cfg, "-n"))
+    assert jobs["generate"] == 2 + 1
+
+
+def _write(tmp_path, rows, name="data.jsonl"):
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        import pandas as pd
+
+        pd.DataFrame(rows).to_parquet(path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["data.jsonl", "data.parquet"])
+def test_dataset_source_maps_fields_and_filters(tmp_path, name):
+    rows = [
+        {"question": f"What is {i} squared?", "final_answer": i * i, "difficulty": i % 10}
+        for i in range(40)
+    ]
+    spec = {
+        "name": "deepmath",
+        "kind": "dataset",
+        "path": _write(tmp_path, rows, name),
+        "prompt": "question",
+        "answer": "final_answer",
+        "answer_kind": "math",
+        "where": {"difficulty": {"min": 5}},
+        "limit": 15,
+    }
+    out = list(sources.iter_sources([spec], {}, seed=0))
+    assert len(out) == 15 and all(r["source"] == "deepmath" and r["kind"] == "math" for r in out)
+    assert (
+        out[0]["prompt"] == "What is 5 squared?"
+        and out[0]["answer"] == "25"
+        and out[0]["meta"] == {"row": 5}
+    )
+
+
+def test_dataset_source_errors_name_the_field_and_row(tmp_path):
+    path = _write(tmp_path, [{"q": "a", "a": "1"}, {"q": "", "a": "2"}])
+    with pytest.raises(DataError, match=r"has no field 'question' \(fields: q, a\)"):
+        list(
+            sources.dataset_records(
+                {"name": "s", "path": path, "prompt": "question", "answer": "a"}
+            )
+        )
+    with pytest.raises(DataError, match=r"row 1: field 'q' or 'a' is empty"):
+        list(sources.dataset_records({"name": "s", "path": path, "prompt": "q", "answer": "a"}))
+    with pytest.raises(DataError, match="file not found"):
+        list(sources.dataset_records({"name": "s", "path": str(tmp_path / "missing.parquet")}))
+
+
+def test_benchmark_from_a_dataset_spec(tmp_path):
+    path = _write(
+        tmp_path, [{"problem": f"Find {i} + {i}.", "answer": str(2 * i)} for i in range(5)]
+    )
+    out = tmp_path / "bench.jsonl"
+    m = sources.fetch_benchmark(
+        out_benchmark=str(out),
+        log=lambda _: None,
+        params={
+            "name": "aime",
+            "spec": {"path": path, "prompt": "problem", "answer": "answer", "answer_kind": "math"},
+        },
+    )
+    rows = read_jsonl(out)
+    assert m["items"] == 5 and rows[1] == {
+        "prompt_id": rows[1]["prompt_id"],
+        "prompt": "Find 1 + 1.",
+        "answer": "2",
+        "kind": "math",
+    }
+    assert sources.load_benchmark(str(out))  # the format every stage reads
+
+
+@pytest.mark.slow
+def test_an_effort_group_is_generated_by_one_job(tmp_path, small_cfg):
+    small_cfg["generation"]["effort_groups"] = [["low", "medium"]]
+    proc = run_snakemake(tmp_path, small_cfg, "results/small/gen/procedural/low/shard-00000.jsonl")
+    assert "generate_low_medium" in proc.stdout + proc.stderr
+    gen = tmp_path / "results" / "small" / "gen" / "procedural"
+    low, medium = (
+        read_jsonl(gen / "low" / "shard-00000.jsonl"),
+        read_jsonl(gen / "medium" / "shard-00000.jsonl"),
+    )
+    assert {r["effort"] for r in low} == {"low"} and {r["effort"] for r in medium} == {"medium"}
+    assert [r["prompt_id"] for r in low] == [r["prompt_id"] for r in medium]
+
+
+@pytest.mark.slow
+def test_beam_tiny_smoke_runs_end_to_end(tmp_path):
+    """Seed 000's smoke: tiny MoE, LoRA on attention + experts, merge, evaluation, table."""
+    import torch
+    from safetensors.torch import load_file
+
+    cfg = yaml.safe_load((REPO / "config" / "experiments" / "beam-tiny-smoke.yaml").read_text())
+    run_snakemake(tmp_path, cfg)
+    r = tmp_path / "results" / "beam-tiny-smoke"
+    assert "| merge-0.5 |" in (r / "tables" / "heldout.md").read_text()
+    assert (r / "ckpt" / "sft" / "adapter" / "adapter_config.json").exists()
+    base, sft = (
+        load_file(r / "ckpt" / "base" / "model.safetensors"),
+        load_file(r / "ckpt" / "sft" / "model.safetensors"),
+    )
+    routers = [k for k in base if k.endswith("mlp.gate.weight")]
+    assert routers and all(torch.equal(base[k], sft[k]) for k in routers)
+    prov = json.loads((r / "ckpt" / "sft.prov.json").read_text())
+    assert (
+        prov["metrics"]["trainable"]["experts"] > 0 and prov["metrics"]["trainable"]["other"] == 0
+    )
+
+
+@pytest.mark.parametrize(
+    "overlay, layout",
+    [
+        ("beam-lora-fsdp", (16, 8, 2)),
+        ("beam-qlora-mp", (1, 1, 1)),
+        ("beam-qlora-experts-mp", (1, 1, 1)),
+        ("beam-full-fsdp", (64, 64, 1)),
+    ],
+)
+def test_seed_000_overlays_merge_onto_the_distill_recipe_and_pass_the_training_checks(
+    tmp_path, overlay, layout
+):
+    """Snakemake merges `--configfile a b` with update_config; the merged train section must pass every
+    fail-fast check (the target names are resolved against the real model at run time)."""
+    from snakemake.utils import update_config
+
+    from stillroom.config import validate
+    from stillroom.train import check_params
+
+    cfg = yaml.safe_load((REPO / "config" / "experiments" / "beam-distill.yaml").read_text())
+    update_config(
+        cfg, yaml.safe_load((REPO / "config" / "experiments" / f"{overlay}.yaml").read_text())
+    )
+    validate(cfg)
+    p = check_params(cfg["train"])
+    d = p["distributed"]
+    assert (d["world_size"], d["fsdp_size"], d["dp_replicate_size"]) == layout
+    assert not p["lora"] or not any(
+        "mlp.gate" in t for t in p["lora"]["target_modules"] + p["lora"]["target_parameters"]
+    )
+    jobs = scheduled(run_snakemake(tmp_path, cfg, "-n"))
+    assert jobs["train"] == 1 and jobs["pretrained"] == 1
+
+
+def test_autotriton_8b_dag_builds_offline(tmp_path):
+    """Seed 002 at scale: KernelBench benchmarks fetched by jobs, an 8B student, GRPO after SFT, kernel tables."""
+    cfg = yaml.safe_load((REPO / "config" / "experiments" / "autotriton-8b.yaml").read_text())
+    jobs = scheduled(run_snakemake(tmp_path, cfg, "-n"))
+    assert jobs["benchmark"] == 2 and jobs["pretrained"] == 1 and jobs["grpo"] == 1
+    assert (
+        jobs["evaluate"] == 3 * 2 and jobs["tables"] == 2 and jobs["kernel_tables"] == 2
+    )  # base, sft, grpo
+    from stillroom.grpo import check_params
+
+    p = check_params(
+        {
+            **cfg["grpo"],
+            "validator": {k: cfg["kernels"][k] for k in ("device", "trials", "timeout_s")},
+        }
+    )
+    assert p["distributed"]["world_size"] == 8 and p["validator"]["device"] == "cuda"
+
+
+@pytest.mark.slow
+def test_autotriton_tiny_runs_end_to_end(tmp_path):
+    """Seed 002 in miniature, on a subset of the problems: teacher answers graded by the validator, SFT on
+    instruction + reasoning + code, GRPO with the dual reward, kernel tables for base, sft and grpo."""
+    cfg = yaml.safe_load((REPO / "config" / "experiments" / "autotriton-tiny.yaml").read_text())
+    names = sorted(p.stem for p in (REPO / "stillroom" / "kernels" / "problems").glob("[!_]*.py"))[
+        ::3
+    ]
+    cfg["sources"][0]["problems"] = names
+    cfg["heldout"]["size"] = 4
+    cfg["generation"]["samples_per_prompt"] = 1
+    cfg["train"]["epochs"] = 2
+    cfg["eval"]["max_new_tokens"] = 384
+    run_snakemake(tmp_path, cfg)
+    r = tmp_path / "results" / "autotriton-tiny"
+    graded = read_jsonl(next((r / "graded" / "procedural").glob("*/shard-*.jsonl")))
+    assert all(g["kind"] == "kernel" and g["grader"]["name"] == "kernel-validator" for g in graded)
+    assert any(g["grade"]["correct"] for g in graded)
+    slipped = [g["grade"]["details"] for g in graded if not g["grade"]["correct"]]
+    assert all(d["reward"] == 0.0 for d in slipped)
+    rows = read_jsonl(r / "dataset" / "train.jsonl")
+    assert rows and all("```python" in row["messages"][-1]["content"] for row in rows)
+    rewards = read_jsonl(r / "ckpt" / "grpo" / "rewards.jsonl")
+    grpo_cfg = cfg["grpo"]
+    assert (
+        len(rewards)
+        == grpo_cfg["max_steps"] * grpo_cfg["group_size"] * grpo_cfg["prompts_per_step"]
+    )
+    prov = json.loads((r / "ckpt" / "grpo.prov.json").read_text())
+    assert (
+        prov["metrics"]["steps"] == grpo_cfg["max_steps"] and len(prov["metrics"]["per_step"]) == 2
+    )
+    table = (r / "tables" / "heldout-kernels.md").read_text()
+    for row in ("| base |", "| sft |", "| grpo |", "| grpo vs base |"):
+        assert row in table
+    assert "4 kernel problems × 2 samples" in table
+    from stillroom.audit import audit
+
+    report = audit(
+        r / "tables" / "heldout-kernels.md"
+    )  # back through GRPO, SFT and grading to the problem files
+    assert report.ok, report.to_dict()
+    assert any(n.path.endswith("grpo") for n in report.nodes())

@@ -1,0 +1,128 @@
+"""The workflow's files as Snakemake users expect them: one rules/<stage>.smk per
+stillroom/stages/<stage>.py, every rule with a log (its job's stdout and stderr), a benchmark and a
+conda environment, nothing written while the workflow is parsed, and a clean `snakemake --lint`."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+
+from stillroom.cli import STAGES
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = [None, *sorted((REPO / "config" / "experiments").glob("*.yaml"))]
+OVERLAYS = {"beam-lora-fsdp", "beam-qlora-mp", "beam-qlora-experts-mp", "beam-full-fsdp"}
+
+
+def _snakemake(*args: str, cwd: Path, configfiles=()) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), *args]
+    if configfiles:
+        cmd += ["--configfile", *map(str, configfiles)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def _configfiles(recipe):
+    if recipe is None:
+        return []
+    if recipe.stem in OVERLAYS:
+        return [REPO / "config" / "experiments" / "beam-distill.yaml", recipe]
+    return [recipe]
+
+
+def test_every_stage_module_has_its_rule_file_and_back():
+    stages = {p.stem for p in (REPO / "stillroom" / "stages").glob("*.py") if p.stem != "__init__"}
+    rules = {p.stem for p in (REPO / "rules").glob("*.smk")} - {"common"}
+    assert stages == rules
+    for name, stage in STAGES.items():  # every CLI stage is a function of a stage module
+        module, _, function = stage.target.partition(":")
+        assert module in stages, name
+
+
+def test_every_rule_logs_times_and_names_its_environment():
+    rules = 0
+    for smk in (REPO / "rules").glob("*.smk"):
+        text = smk.read_text()
+        for block in re.split(r"\n(?=\s*rule\b)", text)[1:]:
+            rules += 1
+            for directive in ("log:", "benchmark:", "conda:", "shell:"):
+                assert directive in block, f"{smk.name}: a rule without {directive}\n{block[:200]}"
+            assert "stillroom_cli(" in block, f"{smk.name}: a rule not calling its stage"
+    assert rules >= 20
+    common = (REPO / "rules" / "common.smk").read_text()
+    assert '" >> {log:q} 2>&1"' in common  # stdout and stderr of every stage go to its log
+
+
+def test_the_conda_environment_lists_the_project_dependencies():
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+
+    def names(requirements):
+        return {re.split(r"[<>=!;\[ ]", r.strip())[0].lower(): r for r in requirements}
+
+    wanted = {name: re.sub(r"\s*;.*", "", spec) for name, spec in names(deps).items()}
+    for env, pinned in (("stillroom", {"torch": "torch==2.13.0"}), ("sglang", {})):
+        spec = yaml.safe_load((REPO / "envs" / f"{env}.yaml").read_text())
+        pip = next(d["pip"] for d in spec["dependencies"] if isinstance(d, dict))
+        have = names(pip)
+        for name, requirement in wanted.items():
+            if name == "torch" and env == "sglang":  # SGLang brings its own torch
+                continue
+            assert have.get(name) == pinned.get(name, requirement), (env, name, have.get(name))
+        extra = set(have) - set(wanted) - {"sglang"}
+        assert not extra, f"envs/{env}.yaml lists what pyproject.toml does not: {extra}"
+        assert (REPO / "envs" / f"{env}.post-deploy.sh").exists()
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.stem if r else "default")
+def test_parsing_writes_nothing_and_lint_is_clean(tmp_path, recipe):
+    """A dry run and a lint of every recipe: nothing appears in the working directory but
+    Snakemake's own state, and the linter finds nothing."""
+    dry = _snakemake("-n", "--cores", "2", cwd=tmp_path, configfiles=_configfiles(recipe))
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert {p.name for p in tmp_path.iterdir()} <= {".snakemake"}
+    lint = _snakemake("--lint", cwd=tmp_path, configfiles=_configfiles(recipe))
+    assert "Congratulations, your workflow is in a good condition!" in lint.stdout + lint.stderr, (
+        lint.stdout[-3000:] + lint.stderr[-3000:]
+    )
+
+
+def test_a_broken_config_stops_the_dry_run_naming_the_key(tmp_path):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["eval"]["backend"] = {"backend": "openai", "base_ur": "http://localhost:1/v1"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    proc = _snakemake("-n", "--cores", "1", cwd=tmp_path, configfiles=[bad])
+    assert proc.returncode != 0
+    assert "eval.backend: unknown key 'base_ur' (did you mean 'base_url'?)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_duplicated_key_in_a_config_file_names_the_file_and_line(tmp_path):
+    text = (REPO / "config" / "config.yaml").read_text().replace("seed: 1234", "seed: 1234\nseed: 7")
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(text)
+    proc = _snakemake("-n", "--cores", "1", cwd=tmp_path, configfiles=[dup])
+    assert proc.returncode != 0
+    line = text.splitlines().index("seed: 7") + 1
+    assert f"{dup}:{line}: key 'seed' is given twice (first on line {line - 1})" in proc.stderr
+
+
+def test_the_snakefile_needs_stillroom_on_path(tmp_path):
+    env = {**os.environ, "PATH": os.defpath}
+    bare = shutil.which("snakemake", path=str(Path(sys.executable).parent))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert bare and proc.returncode != 0 and "`stillroom` is not on PATH" in proc.stderr

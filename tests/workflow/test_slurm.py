@@ -1,0 +1,170 @@
+"""profiles/slurm against a real SLURM on this machine: slurmctld, two slurmd (virtual nodes sr1, sr2 with
+stand-in GPUs) and slurmdbd, started by scripts/slurm-up.sh (.ci/run starts it; without it these skip,
+except under CI=true, where they fail).
+
+The small pipeline runs through `snakemake --profile profiles/slurm` unchanged but for faster status
+polling, with training over 2 nodes: its job runs `srun` with one task per node, each starting torchrun.
+"""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO, run_snakemake, small_config
+
+ENV = {"SLURM_ACCOUNT": "root", "STILLROOM_CPU_PARTITION": "cpu", "STILLROOM_GPU_PARTITION": "gpu"}
+# Real clusters want slow polling (the profile's); a test wants its answer.
+FAST = (
+    "--profile",
+    str(REPO / "profiles" / "slurm"),
+    "--slurm-init-seconds-before-status-checks",
+    "2",
+    "--seconds-between-status-checks",
+    "3",
+    "--max-status-checks-per-second",
+    "10",
+    "--latency-wait",
+    "10",
+)
+# The procedural teacher needs no GPU, so its shards go to the CPU partition (rules/common.smk partition_for).
+GPU_RULES = {"train", "evaluate", "evaluate_budget"}
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+
+
+def _cluster_problem() -> str | None:
+    """Why the test cluster is not usable here, or None."""
+    if shutil.which("sbatch") is None:
+        return "no SLURM here: scripts/slurm-up.sh starts the test cluster (root, Debian; .ci/run does)"
+    name = _run("scontrol", "show", "config")
+    if "ClusterName             = stillroom" not in name.stdout:
+        return "the test cluster of scripts/slurm-up.sh is not running (ClusterName stillroom)"
+    if (
+        sum(map(int, _run("sinfo", "-h", "-p", "gpu", "-o", "%D").stdout.split())) != 2
+    ):  # per node state
+        return "the test cluster's two nodes are not up: run scripts/slurm-up.sh"
+    if _run("sacct", "-n", "-X", "-S", "now-1minute").returncode:
+        return "sacct does not answer (slurmdbd down?): run scripts/slurm-up.sh"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    problem = _cluster_problem()
+    if problem and os.environ.get("CI"):
+        pytest.fail(f"CI must run the SLURM tests: {problem}")
+    if problem:
+        pytest.skip(problem)
+
+
+def sacct(job_ids, *fields, steps=False) -> list[dict]:
+    cmd = ["sacct", "-n", "-P", "-j", ",".join(job_ids), "-o", ",".join(fields)]
+    out = _run(*cmd, *([] if steps else ["-X"]))
+    assert out.returncode == 0, out.stderr
+    return [dict(zip(fields, line.split("|"))) for line in out.stdout.splitlines() if line]
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("slurm")
+    cfg = small_config()
+    cfg["experiment"] = "slurm"
+    cfg["train"]["distributed"] = {"nodes": 2, "gpus_per_node": 1}
+    proc = run_snakemake(workdir, cfg, *FAST, env=ENV)
+    root = workdir / "results" / "slurm"
+    sidecars = {
+        str(p.relative_to(root)): json.loads(p.read_text()) for p in root.rglob("*.prov.json")
+    }
+    return workdir, cfg, proc, root, sidecars
+
+
+def test_every_artifact_was_made_by_a_slurm_job_that_completed_on_the_right_partition(slurm_run):
+    workdir, cfg, proc, root, sidecars = slurm_run
+    for bench in cfg["eval"]["benchmarks"]:
+        assert (root / "tables" / f"{bench}.md").exists()
+    rules = {prov["rule"] for prov in sidecars.values()}
+    assert {
+        "pool",
+        "generate",
+        "grade_generation",
+        "dataset",
+        "train",
+        "merge",
+        "evaluate",
+        "tables",
+    } <= rules
+    ids = {prov["slurm_job_id"] for prov in sidecars.values()}
+    assert all(ids), [name for name, prov in sidecars.items() if not prov["slurm_job_id"]]
+    jobs = {
+        row["JobIDRaw"]: row
+        for row in sacct(ids, "JobIDRaw", "JobID", "State", "Partition", "Account")
+    }
+    assert set(jobs) == ids
+    for name, prov in sidecars.items():
+        job = jobs[prov["slurm_job_id"]]
+        assert job["State"] == "COMPLETED" and job["Account"] == "root", (name, job)
+        assert job["Partition"] == ("gpu" if prov["rule"] in GPU_RULES else "cpu"), (name, job)
+
+
+def test_training_job_ran_srun_with_one_task_per_node_each_starting_torchrun(slurm_run):
+    workdir, cfg, proc, root, sidecars = slurm_run
+    prov = sidecars["ckpt/sft.prov.json"]
+    assert prov["metrics"]["world_size"] == 2
+    rows = sacct(
+        [prov["slurm_job_id"]],
+        "JobID",
+        "State",
+        "NNodes",
+        "NTasks",
+        "AllocTRES",
+        "NodeList",
+        steps=True,
+    )
+    job, step = rows[0], next(r for r in rows if r["JobID"].endswith(".0"))
+    assert (
+        job["NNodes"] == "2" and "gres/gpu=2" in job["AllocTRES"] and job["NodeList"] == "sr[1-2]"
+    )
+    assert (step["NNodes"], step["NTasks"], step["State"]) == ("2", "2", "COMPLETED")
+    log = (root / "logs" / "train.log").read_text()
+    assert "srun --nodes=2 --ntasks-per-node=1" in log and "--rdzv-endpoint=sr1:" in log
+
+
+def test_shard_jobs_went_out_as_job_arrays(slurm_run):
+    workdir, cfg, proc, root, sidecars = slurm_run
+
+    def submissions(rule):  # array id -> tasks; a job submitted alone is an "array" of one
+        ids = {p["slurm_job_id"] for p in sidecars.values() if p["rule"] == rule}
+        tasks = [row["JobID"].split("_") for row in sacct(ids, "JobID")]
+        return {t[0]: sum(u[0] == t[0] for u in tasks) for t in tasks}
+
+    # Every generation shard is ready at once (after `shard`): one array. Gradings and evaluations become
+    # ready as their inputs do, so some may go out alone (the executor arrays jobs that are ready together);
+    # the base model's evaluations are ready together.
+    assert list(submissions("generate").values()) == [
+        len(cfg["generation"]["efforts"]) * cfg["generation"]["shards"]
+    ]
+    assert max(submissions("evaluate").values()) > 1
+
+
+def test_cost_ledger_reads_gpu_time_from_sacct(slurm_run):
+    workdir, cfg, proc, root, sidecars = slurm_run
+    rows = {
+        r["name"]: r
+        for r in csv.DictReader((root / "cost" / "ledger.csv").open())
+        if r["kind"] == "gpu"
+    }
+    assert rows["train"]["source"] == "sacct" and float(rows["train"]["gpu_hours"]) > 0
+    assert rows["evaluate"]["source"] == "sacct" and float(rows["evaluate"]["gpu_hours"]) > 0
+
+
+def test_a_second_run_through_the_profile_submits_nothing(slurm_run):
+    workdir, cfg, *_ = slurm_run
+    proc = run_snakemake(workdir, cfg, *FAST, env=ENV)
+    assert "Nothing to be done" in proc.stdout + proc.stderr

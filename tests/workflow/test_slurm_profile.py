@@ -1,0 +1,198 @@
+"""profiles/slurm without a cluster: the sbatch submissions the real recipes would make, rendered by the
+executor plugin's own submit-string code from a Snakemake dry run (stillroom/slurm_plan.py), and the job
+shapes the rules derive from config (stillroom/cluster.py)."""
+
+import re
+
+import pytest
+import yaml
+
+from stillroom.cluster import backend_gpus, stage_gpus, train_resources
+from stillroom.slurm_plan import plan
+
+from ..conftest import REPO, run_snakemake, small_config
+
+EXP = REPO / "config" / "experiments"
+DISTILL = EXP / "beam-distill.yaml"
+
+
+def opts(line: str) -> dict[str, str]:
+    """sbatch options as {flag: value}: `-p gpu`, `--gpus=2`, `--requeue` -> {'-p': 'gpu', ...}."""
+    found = re.findall(r"(--?[\w-]+)(?:[ =]((?!-)\S+))?", line.removeprefix("sbatch"))
+    return {flag: value for flag, value in found}
+
+
+@pytest.fixture(scope="module")
+def distill():
+    return plan([DISTILL])
+
+
+def test_distillation_recipe_submissions(distill):
+    counts = {rule: p.jobs for rule, p in distill.items()}
+    # 62 medium shards; low/high/xhigh share one job per shard on 20 shards; 3 benchmarks x 5 models.
+    assert counts["generate"] == 62 and counts["generate_low_high_xhigh"] == 20
+    assert (
+        counts["grade_generation"] == 62 + 3 * 20
+        and counts["evaluate"] == 3 * 5
+        and counts["train"] == 1
+    )
+
+    gen = opts(distill["generate"].sbatch)  # the SGLang teacher: server.tp 2 on one node, one task
+    assert (gen["-p"], gen["--gpus"], gen["--nodes"], gen["--cpus-per-task"]) == (
+        "gpu",
+        "2",
+        "1",
+        "16",
+    )
+    assert (gen["-t"], gen["--mem"], gen["--array"], gen["-A"]) == (
+        "360",
+        "256000",
+        "1-62",
+        "ACCOUNT",
+    )
+    assert "--ntasks-per-gpu" not in gen and "--requeue" in gen
+    assert opts(distill["generate_low_high_xhigh"].sbatch)["--gpus"] == "2"
+
+    train = opts(distill["train"].sbatch)  # FSDP2 over the seed's 4 GPUs of one node
+    assert (train["-p"], train["--gpus"], train["--nodes"], train["-t"], train["--mem"]) == (
+        "gpu",
+        "4",
+        "1",
+        "2880",
+        "1000000",
+    )
+    assert "--gres" not in train and "--ntasks-per-gpu" not in train
+
+    ev = opts(distill["evaluate"].sbatch)  # in-process model: one GPU
+    assert (ev["-p"], ev["--gpus"], ev["-t"], ev["--array"]) == ("gpu", "1", "720", "1-15")
+    for rule in (
+        "pool",
+        "decontam",
+        "grade_generation",
+        "dataset",
+        "merge",
+        "tables",
+        "cost",
+        "pretrained",
+    ):
+        cpu = opts(distill[rule].sbatch)
+        assert (
+            cpu["-p"] == "cpu"
+            and cpu["--ntasks"] == "1"
+            and "--gpus" not in cpu
+            and "--gres" not in cpu
+        ), rule
+
+
+@pytest.mark.parametrize(
+    "overlay, nodes, per_node", [("beam-lora-fsdp", 2, 8), ("beam-full-fsdp", 8, 8)]
+)
+def test_multi_node_training_is_one_launcher_task_per_node_with_gpus_per_node(
+    overlay, nodes, per_node
+):
+    train = opts(plan([DISTILL, EXP / f"{overlay}.yaml"])["train"].sbatch)
+    assert (train["--nodes"], train["--ntasks"], train["--gres"]) == (
+        str(nodes),
+        str(nodes),
+        f"gpu:{per_node}",
+    )
+    assert (
+        train["--cpus-per-task"] == "64"
+        and "--gpus" not in train
+        and "--ntasks-per-gpu" not in train
+    )
+
+
+def test_device_map_training_is_one_process_over_the_nodes_gpus():
+    train = opts(plan([DISTILL, EXP / "beam-qlora-mp.yaml"])["train"].sbatch)
+    assert (train["--nodes"], train["--gpus"]) == ("1", "8") and "--ntasks" not in train
+
+
+def test_kernel_recipe_grades_and_trains_on_gpus():
+    """autotriton-8b: GRPO FSDP2 over one 8-GPU node; compiled-kernel grading asks for a GPU, on the GPU partition."""
+    kernels = plan([EXP / "autotriton-8b.yaml"])
+    grpo = opts(kernels["grpo"].sbatch)
+    assert (grpo["-p"], grpo["--gpus"], grpo["--nodes"], grpo["--cpus-per-task"]) == (
+        "gpu",
+        "8",
+        "1",
+        "16",
+    )
+    for rule in ("grade_generation", "grade_eval"):
+        grade = opts(kernels[rule].sbatch)
+        assert (grade["-p"], grade["--gpus"]) == ("gpu", "1"), rule
+    assert kernels["kernel_tables"].jobs == 2 and "--gpus" not in opts(
+        kernels["kernel_tables"].sbatch
+    )
+
+
+def test_an_api_teacher_generates_on_the_cpu_partition(tmp_path):
+    overlay = tmp_path / "api.yaml"
+    overlay.write_text(yaml.safe_dump({"generation": {"teacher": "beam-api"}}))
+    gen = opts(plan([DISTILL, overlay])["generate"].sbatch)
+    assert gen["-p"] == "cpu" and "--gpus" not in gen and gen["--cpus-per-task"] == "16"
+
+
+def test_per_run_overrides_replace_the_profiles_entries():
+    """Why the profile says to change resources in the file: Snakemake replaces the profile's set-resources
+    (and set-threads) with the command line's instead of merging them."""
+    train = opts(plan([DISTILL], extra=["--set-resources", "generate:mem_mb=7"])["train"].sbatch)
+    assert (train["-p"], train["--mem"]) == ("cpu", "8000")
+
+
+def test_retries_come_back_with_more_memory_and_time():
+    first = opts(plan([DISTILL], extra=["--attempt", "1"])["grade_generation"].sbatch)
+    third = opts(plan([DISTILL], extra=["--attempt", "3"])["grade_generation"].sbatch)
+    assert (int(third["--mem"]), int(third["-t"])) == (
+        3 * int(first["--mem"]),
+        3 * int(first["-t"]),
+    )
+
+
+def test_job_shapes_follow_the_config():
+    assert backend_gpus({"backend": "sglang", "server": {"tp": 2}}) == 2
+    assert backend_gpus({"backend": "sglang", "server": {"tp": 4, "dp": 2}}) == 8
+    assert backend_gpus({"backend": "sglang", "server": {"tp": 4, "gpus": 2}}) == 2
+    assert backend_gpus({"backend": "hf"}) == 1 and backend_gpus({}) == 1
+    assert backend_gpus({"backend": "openai"}) == backend_gpus({"backend": "procedural"}) == 0
+    assert train_resources({"train": {}}) == {"gpu": 1, "nodes": 1}
+    assert train_resources({"train": {"distributed": {"nodes": 2, "gpus_per_node": 8}}}) == {
+        "nodes": 2,
+        "tasks": 2,
+        "gres": "gpu:8",
+        "mpi": "srun",
+    }
+    # The cost ledger charges the same shapes when sacct has no answer.
+    assert stage_gpus(yaml.safe_load(DISTILL.read_text())) == {
+        "generate": 2,
+        "generate_low_high_xhigh": 2,
+        "train": 4,
+        "evaluate": 1,
+        "evaluate_budget": 1,
+    }
+
+
+@pytest.mark.parametrize("profile", ["slurm", "default"])
+def test_every_profile_entry_says_why(profile):
+    """Each top-level key and each rule's entry carries a comment, inline or on the line above."""
+    path = REPO / "profiles" / profile / "profile.yaml"
+    lines = path.read_text().splitlines()
+    assert yaml.safe_load(path.read_text())
+    for i, line in enumerate(lines):
+        if re.match(r"^( {2})?[\w-]+:", line):  # a key at the top or one level down
+            commented = "#" in line or (i > 0 and lines[i - 1].lstrip().startswith("#"))
+            assert commented, f"{path.name}:{i + 1}: {line.strip()!r} has no comment"
+
+
+def test_unset_cluster_environment_stops_before_anything_is_submitted(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_ACCOUNT", raising=False)
+    monkeypatch.delenv("STILLROOM_GPU_PARTITION", raising=False)
+    monkeypatch.setenv("STILLROOM_CPU_PARTITION", "cpu")
+    proc = run_snakemake(
+        tmp_path, small_config(), "--profile", str(REPO / "profiles" / "slurm"), "-n", check=False
+    )
+    assert proc.returncode != 0
+    assert (
+        "need SLURM_ACCOUNT, STILLROOM_GPU_PARTITION in the environment"
+        in proc.stderr + proc.stdout
+    )
