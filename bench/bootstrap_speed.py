@@ -1,17 +1,19 @@
 """paired_bootstrap wall time on 1,000 problems x 16 binary samples x 10,000 resamples, next to
 scipy.stats.bootstrap (percentile, vectorised np.mean) on the per-problem differences: the same
-statistic as the one-level paired bootstrap, so the two intervals should agree within resampling noise.
+statistic as the one-level paired bootstrap, so the two intervals should agree within resampling
+noise.
 
 Rows: paired_bootstrap one-level; two-level (problems, then samples within each drawn problem) on
 these 0/1 scores, which draws each inner count from Binomial(k, s/k) through a lookup table; the
 same two-level run forced through numpy's binomial sampler (what binary scores with more than 64
 samples take) and through the index gather (what non-binary scores take); and
-scipy.stats.bootstrap((d,), np.mean, ...). The
-normal-theory 95% intervals (delta +- 1.96 SE, with the law-of-total-variance SE for two-level) are
-printed for reference. Scores: per-problem difficulty on the logit scale ~ N(0, 1.5); system a
-gets +0.1 logit plus a per-problem interaction. Best wall time of --repeat runs. Prints numbers only.
+scipy.stats.bootstrap((d,), np.mean, ...). The normal-theory 95% intervals (delta +- 1.96 SE, with
+the law-of-total-variance SE for two-level) are printed for reference. Scores: per-problem
+difficulty on the logit scale ~ N(0, 1.5); system a gets +0.1 logit plus a per-problem
+interaction. Best wall time of --repeat runs. Prints numbers only.
 
-    .venv/bin/python bench/bootstrap_speed.py [--problems 1000] [--samples 16] [--resamples 10000] [--repeat 3]
+    .venv/bin/python bench/bootstrap_speed.py [--problems 1000] [--samples 16]
+        [--resamples 10000] [--repeat 3]
 """
 
 import argparse
@@ -24,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stillroom.stats import _bootstrap_stats, paired_bootstrap
+from stillroom.analysis.stats import _bootstrap_stats, paired_bootstrap
 
 
 def best_of(repeat: int, fn):
@@ -113,11 +115,13 @@ def main() -> None:
     se2 = np.sqrt((d.var() + (a.var(1) / k).mean() + (b.var(1) / k).mean()) / n)
 
     print(
-        f"\n{'method':<30} {'seconds':>8} {'vs scipy':>9} {'low':>9} {'high':>9} {'width':>8} {'p':>8}"
+        f"\n{'method':<30} {'seconds':>8} {'vs scipy':>9} {'low':>9} {'high':>9} {'width':>8} "
+        f"{'p':>8}"
     )
     for label, t, lo, hi, p in rows:
         print(
-            f"{label:<30} {t:>8.3f} {t / t_scipy:>8.2f}x {lo:>+9.5f} {hi:>+9.5f} {hi - lo:>8.5f} {p:>8}"
+            f"{label:<30} {t:>8.3f} {t / t_scipy:>8.2f}x {lo:>+9.5f} {hi:>+9.5f} "
+            f"{hi - lo:>8.5f} {p:>8}"
         )
     for label, se in (("normal theory, one-level SE", se1), ("normal theory, two-level SE", se2)):
         lo, hi = d.mean() - zq * se, d.mean() + zq * se

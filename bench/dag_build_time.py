@@ -3,8 +3,8 @@
 Times `snakemake -n` (parse, validate, build the whole DAG, schedule; no job runs) in a fresh
 temporary directory: the beam-distill recipe (62 shards x 4 efforts, training, merges, evaluation)
 and the same recipe at --stress-shards shards on every effort (default 2,000). Prints seconds and
-job counts, with the local profile and with profiles/slurm (whose resource expressions are evaluated for
-every job); a second, warm run shows the cost without Python's first imports.
+job counts, with the local profile and with profiles/slurm (whose resource expressions are
+evaluated for every job); a second, warm run shows the cost without Python's first imports.
 
     python bench/dag_build_time.py [--stress-shards 2000] [--repeats 2]
 """
@@ -72,13 +72,15 @@ def main() -> None:
     stress = copy.deepcopy(recipe)
     stress["experiment"] = "beam-distill-stress"
     stress["generation"]["shards"] = args.stress_shards
-    stress["generation"]["effort_shards"] = {}  # every effort on every shard
+    # every effort on every shard
+    stress["generation"]["effort_shards"] = {}
     print(f"{'config':<34}{'profile':<9}{'jobs':>8}  seconds per dry run")
     for name, cfg in (
         ("beam-distill (62 shards)", recipe),
         (f"stress ({args.stress_shards} shards x 4 efforts)", stress),
     ):
-        for profile in ("default", "slurm"):  # slurm: resource expressions evaluated for every job
+        # slurm: resource expressions evaluated for every job
+        for profile in ("default", "slurm"):
             times, jobs = [], 0
             for _ in range(args.repeats):
                 seconds, jobs = dry_run(cfg, profile)

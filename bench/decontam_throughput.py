@@ -1,11 +1,14 @@
-"""Decontamination throughput: NgramIndex vs a naive set of word-tuple n-grams, on a synthetic prompt pool.
+"""Decontamination throughput: NgramIndex vs a naive set of word-tuple n-grams, on a synthetic
+prompt pool.
 
-    .venv/bin/python bench/decontam_throughput.py --prompts 100000 --benchmarks 5 --items 500 --n 13 --seed 0
+    .venv/bin/python bench/decontam_throughput.py --prompts 100000 --benchmarks 5 --items 500
+        --n 13 --seed 0
 
-Prompts are English-like sentences (Zipf-distributed words, numbers, punctuation) of ~20-80 words; about 1% embed
-a span of >= n words of a benchmark item (verbatim, upper-cased or re-punctuated) and 0.5% embed only n-1 words
-(near misses, which must not count). Prints one row per method; the script asserts that every method finds
-exactly the same matches as the naive baseline, never anything about time.
+Prompts are English-like sentences (Zipf-distributed words, numbers, punctuation) of ~20-80 words;
+about 1% embed a span of >= n words of a benchmark item (verbatim, upper-cased or re-punctuated) and
+0.5% embed only n-1 words (near misses, which must not count). Prints one row per method; the
+script asserts that every method finds exactly the same matches as the naive baseline, never
+anything about time.
 """
 
 from __future__ import annotations
@@ -19,22 +22,25 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from stillroom.decontam import NgramIndex, normalize_words  # noqa: E402
+from stillroom.decontam import NgramIndex, normalize_words
 
-COMMON = """the of and to a in is it that for on was with as be at by this had not are but from or have an they
-which one you were her all she there would their we him been has when who will more no if out so said what up
-its about into than them can only other new some could time these two may then do first any my now such like our
-over man me even most made after also did many before must through back years where much your way well down
-should because each just those people how too little state good very make world still own see men work long get
-here between both life being under never day same another know while last might us great old year off come since
-against go came right used take three find number value answer sum product total compute solve prove show given
-let suppose integer real positive prime function triangle circle area length angle point line probability
-random expected equation root square cube digit remainder divisible average ratio percent speed distance hours
-minutes apples students books train car water price cost profit rate interest""".split()
+COMMON = """the of and to a in is it that for on was with as be at by this had not are but from or
+have an they which one you were her all she there would their we him been has when who will more no
+if out so said what up its about into than them can only other new some could time these two may
+then do first any my now such like our over man me even most made after also did many before must
+through back years where much your way well down should because each just those people how too
+little state good very make world still own see men work long get here between both life being under
+never day same another know while last might us great old year off come since against go came right
+used take three find number value answer sum product total compute solve prove show given let
+suppose integer real positive prime function triangle circle area length angle point line
+probability random expected equation root square cube digit remainder divisible average ratio
+percent speed distance hours minutes apples students books train car water price cost profit rate
+interest""".split()
 
 
 def make_vocab(rng: np.random.Generator, size: int) -> list[str]:
-    """Common words first, then pronounceable pseudo-words, so that rank ~ frequency under a Zipf draw."""
+    """Common words first, then pronounceable pseudo-words, so that rank ~ frequency under a Zipf
+    draw."""
     onset, vowel = (
         "b c d f g h k l m n p r s t v w z br ch st tr pl".split(),
         "a e i o u ai ea ou".split(),
@@ -44,7 +50,9 @@ def make_vocab(rng: np.random.Generator, size: int) -> list[str]:
     while len(words) < size:
         syl = [
             a + b + c
-            for a, b, c in zip(*(rng.choice(p, 3 * size).tolist() for p in (onset, vowel, coda)))
+            for a, b, c in zip(
+                *(rng.choice(p, 3 * size).tolist() for p in (onset, vowel, coda)), strict=True
+            )
         ]
         lengths = rng.integers(1, 4, size).tolist()
         it = iter(syl)
@@ -70,7 +78,8 @@ class Text:
         nums = rng.integers(0, 1000, size=(n_words, 2)).tolist()
         out, sentence_start = [], True
         for i in range(n_words):
-            if kind[i] < 0.03:  # numbers: integers and decimals
+            # numbers: integers and decimals
+            if kind[i] < 0.03:
                 w = str(nums[i][0])
             elif kind[i] < 0.05:
                 w = f"{nums[i][0] % 100}.{nums[i][1] % 10}"
@@ -111,7 +120,8 @@ def build_pool(args: argparse.Namespace) -> tuple[dict[str, list[str]], list[str
     for _ in range(args.prompts):
         text = gen.passage(int(rng.integers(20, 81)))
         r = rng.random()
-        if r < 0.015:  # embed a benchmark span: >= n words (a hit) or n-1 words (a near miss)
+        # embed a benchmark span: >= n words (a hit) or n-1 words (a near miss)
+        if r < 0.015:
             words = benchmarks[names[rng.integers(len(names))]][rng.integers(args.items)].split(" ")
             k = int(rng.integers(args.n, len(words) + 1)) if r < 0.01 else args.n - 1
             start = int(rng.integers(0, len(words) - k + 1))
@@ -124,7 +134,8 @@ def build_pool(args: argparse.Namespace) -> tuple[dict[str, list[str]], list[str
 
 
 class NaiveIndex:
-    """Baseline: a dict from word tuples to (benchmark, item) owners, every window looked up in Python."""
+    """Baseline: a dict from word tuples to (benchmark, item) owners, every window looked up in
+    Python."""
 
     def __init__(self, benchmarks, n=13):
         self.grams: dict[tuple[str, ...], set[tuple[str, int]]] = {}
@@ -175,10 +186,13 @@ def main(argv=None) -> None:
         f"{args.benchmarks}x{args.items} benchmark items, n={args.n} (generated in {t_pool:.1f} s)"
     )
 
-    as_sets = lambda scanned: [{(m.benchmark, m.item, m.ngram) for m in ms} for ms in scanned]  # noqa: E731
+    def as_sets(scanned):
+        return [{(m.benchmark, m.item, m.ngram) for m in ms} for ms in scanned]
+
     naive, naive_build = timed(NaiveIndex, benchmarks, args.n, repeat=args.repeat)
     index, build = timed(NgramIndex, benchmarks, args.n, repeat=args.repeat)
-    methods = [  # label, build s, how to scan, scan result -> per-prompt match sets (None: flags only)
+    # label, build s, how to scan, scan result -> per-prompt match sets (None: flags only)
+    methods = [
         (
             "naive word-tuple set",
             naive_build,
@@ -195,7 +209,8 @@ def main(argv=None) -> None:
         ),
     ]
     print(
-        f"\n{'method':<30} {'build s':>8} {'scan s':>8} {'prompts/s':>10} {'hits':>6} {'speedup':>8}"
+        f"\n{'method':<30} {'build s':>8} {'scan s':>8} {'prompts/s':>10} {'hits':>6} "
+        f"{'speedup':>8}"
     )
     for label, b, scan_fn, to_sets in methods:
         found, s = timed(scan_fn, repeat=args.repeat)
@@ -207,7 +222,8 @@ def main(argv=None) -> None:
             f"{label}: matches differ from the naive baseline"
         )
         print(
-            f"{label:<30} {b:>8.3f} {s:>8.3f} {len(prompts) / s:>10.0f} {sum(hits):>6} {naive_s / s:>7.1f}x"
+            f"{label:<30} {b:>8.3f} {s:>8.3f} {len(prompts) / s:>10.0f} {sum(hits):>6} "
+            f"{naive_s / s:>7.1f}x"
         )
 
 

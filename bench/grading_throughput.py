@@ -1,13 +1,15 @@
-"""Grading throughput: grade_many in this process vs 1 and 2 killable worker processes, on a realistic mix.
+"""Grading throughput: grade_many in this process vs 1 and 2 killable worker processes, on a
+realistic mix.
 
     .venv/bin/python bench/grading_throughput.py --items 2000 --seed 0
 
-The mix imitates graded teacher/eval samples: chain-of-thought text (half inside <think>, half plain) ending
-in a boxed integer, fraction or LaTeX expression, right or wrong; answers stated without a box; junk and
-truncated responses; a few unparseable golds; and multiple choice over A-J. ``--hung N`` adds N answers that
-hang math-verify (each costs the full timeout: a killed and replaced worker, or math-verify's own alarm
-in-process). Pool timings include starting the workers but not the one-off forkserver start, printed apart.
-The script asserts that every method grades every item the same, never anything about time.
+The mix imitates graded teacher/eval samples: chain-of-thought text (half inside <think>, half
+plain) ending in a boxed integer, fraction or LaTeX expression, right or wrong; answers stated
+without a box; junk and truncated responses; a few unparseable golds; and multiple choice over
+A-J. ``--hung N`` adds N answers that hang math-verify (each costs the full timeout: a killed and
+replaced worker, or math-verify's own alarm in-process). Pool timings include starting the workers
+but not the one-off forkserver start, printed apart. The script asserts that every method grades
+every item the same, never anything about time.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from pathlib import Path
 import sympy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from stillroom import grading  # noqa: E402
-from stillroom.grading import grade_many  # noqa: E402
+from stillroom.grading import math as math_grader
+from stillroom.grading.result import TIMEOUT_S
+from stillroom.grading.workers import grade_many
 
 WORDS = """we first note that the sum of both sides gives so the total is then since each term
 is positive and by symmetry the remaining case follows substituting back we get therefore hence
@@ -125,7 +128,8 @@ def make_items(n: int, hung: int, seed: int) -> tuple[list[tuple[str, str, str]]
                     rng.choice(["math", "choice"]),
                 )
             )
-        else:  # multiple choice: four options or ten (MMLU-Pro style)
+        else:
+            # multiple choice: four options or ten (MMLU-Pro style)
             letters = "ABCD" if rng.random() < 0.6 else "ABCDEFGHIJ"
             gold = rng.choice(letters)
             pick = gold if rng.random() < 0.6 else rng.choice(letters)
@@ -145,7 +149,7 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--timeout",
         type=float,
-        default=grading.TIMEOUT_S,
+        default=TIMEOUT_S,
         help="hard per-item limit in workers (s)",
     )
     ap.add_argument("--seed", type=int, default=0)
@@ -160,14 +164,16 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     grade_many(items[:1], workers=1)
     print(f"forkserver start (once per process): {time.perf_counter() - t0:.2f} s")
-    # Warm this process's parsers too (workers warm up before taking items), on items not timed below.
+    # Warm this process's parsers too (workers warm up before taking items), on items not timed
+    # below.
     grade_many(make_items(50, 0, args.seed + 1)[0], workers=0, letters="ABCDEFGHIJ")
 
     letters = "ABCDEFGHIJ"
     methods = [("in-process (workers=0)", 0), ("1 worker process", 1), ("2 worker processes", 2)]
     print(f"\n{'method':<24} {'wall s':>8} {'items/s':>8} {'speedup':>8}")
     for label, workers in methods:
-        grading._parse_gold.cache_clear()  # workers start with cold caches; so does the baseline
+        # workers start with cold caches; so does the baseline
+        math_grader._parse_gold.cache_clear()
         sympy.core.cache.clear_cache()
         t0 = time.perf_counter()
         got = grade_many(items, workers=workers, letters=letters, timeout_s=args.timeout)

@@ -2,18 +2,21 @@
 
 Scores every reference solution of stillroom/kernels with ``stillroom.kernels.evaluate`` in both
 isolations: ``fork`` (a child of a warm server that has imported torch and triton; the server is
-started before the clock runs) and ``process`` (a fresh interpreter per candidate: start, import torch
-and triton, run, compare). Then runs the same check in this process (import the candidate from its
-file, run it on the same inputs, compare) as the baseline. Prints candidates per minute for each, their
-ratios to the baseline, and the bare costs of starting a worker process and the fork server.
+started before the clock runs) and ``process`` (a fresh interpreter per candidate: start, import
+torch and triton, run, compare). Then runs the same check in this process (import the candidate
+from its file, run it on the same inputs, compare) as the baseline. Prints candidates per minute
+for each, their ratios to the baseline, and the bare costs of starting a worker process and the
+fork server.
 
-    TRITON_INTERPRET=1 python bench/kernel_validator_throughput.py [--limit 48] [--trials 3] [--workers 2]
+    TRITON_INTERPRET=1 python bench/kernel_validator_throughput.py [--limit 48] [--trials 3]
+        [--workers 2]
 """
 
 import argparse
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # the in-process baseline interprets kernels too
+# the in-process baseline interprets kernels too
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import importlib.util
 import subprocess
@@ -105,14 +108,15 @@ def main() -> None:
         ("in-process baseline (one at a time)", inproc_s, f"correct: {passed}"),
     ]:
         print(
-            f"{name:38s} {secs:7.1f} s  {60 * n / secs:6.1f} per minute  {inproc_s / secs:5.2f}x baseline  "
-            f"{ok}/{n}"
+            f"{name:38s} {secs:7.1f} s  {60 * n / secs:6.1f} per minute  "
+            f"{inproc_s / secs:5.2f}x baseline  {ok}/{n}"
         )
     print(f"fork server vs fresh process: {process_s / fork_s:.2f}x the throughput")
     print(
         f"isolation cost per candidate: fork {fork_s * args.workers / n - inproc_s / n:5.2f} s, "
         f"process {process_s * args.workers / n - inproc_s / n:5.2f} s "
-        f"(a bare `import torch, triton` process: {start_s:.2f} s; starting the fork server: {server_s:.2f} s)"
+        f"(a bare `import torch, triton` process: {start_s:.2f} s; "
+        f"starting the fork server: {server_s:.2f} s)"
     )
 
 

@@ -1,5 +1,5 @@
-"""Merge peak memory and wall time against model size: stillroom's streaming interpolate next to the
-naive "load both models, lerp, save".
+"""Merge peak memory and wall time against model size: stillroom's streaming interpolate next to
+the naive "load both models, lerp, save".
 
 For each size (millions of fp32 parameters) two random-weight Qwen3 checkpoints (tied embeddings,
 different seeds, saved in 100 MB shards) are written to a temporary directory; each merge at
@@ -8,9 +8,10 @@ is the max of RssAnon sampled every 10 ms: VmHWM (also printed) counts the page 
 mmapped safetensors inputs, which is reclaimable. The inputs were just written, so both methods
 read them from a warm page cache. The two outputs are compared (max abs diff). Prints numbers only.
 
-What to expect: interpolate holds one output shard (2 GiB by default, so the whole output for models
-under 2 GiB; --shard-mb 100 shows its floor). transformers 5's from_pretrained maps safetensors
-copy-on-write, so "load both" holds anonymous memory only for the model it merges into, not for both.
+What to expect: interpolate holds one output shard (2 GiB by default, so the whole output for
+models under 2 GiB; --shard-mb 100 shows its floor). transformers 5's from_pretrained maps
+safetensors copy-on-write, so "load both" holds anonymous memory only for the model it merges into,
+not for both.
 
     .venv/bin/python bench/merge_memory.py [--sizes 25,100,250] [--shard-mb MB]
 """
@@ -63,7 +64,8 @@ def busy_cpu_seconds() -> float:
     """CPU seconds the whole machine has spent busy since boot (all processes, all cores)."""
     with open("/proc/stat") as fh:
         ticks = [int(x) for x in fh.readline().split()[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+    # less idle and iowait
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def qwen3_config(millions: float):
@@ -72,9 +74,8 @@ def qwen3_config(millions: float):
 
     hidden = 512 if millions <= 50 else 1024
     heads = hidden // 64
-    per_layer = (
-        3 * hidden * hidden + 9 * hidden * hidden
-    )  # q, k+v (half the heads), o; gate, up, down at 3x
+    # q, k+v (half the heads), o; gate, up, down at 3x
+    per_layer = 3 * hidden * hidden + 9 * hidden * hidden
     layers = max(1, round((millions * 1e6 - VOCAB * hidden) / per_layer))
     return Qwen3Config(
         vocab_size=VOCAB,
@@ -95,7 +96,8 @@ def build(config, seed: int, out: Path) -> int:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
-    logging.disable_progress_bar()  # save_pretrained's shard bar would clutter the table
+    # save_pretrained's shard bar would clutter the table
+    logging.disable_progress_bar()
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     model.save_pretrained(out, max_shard_size="100MB")
@@ -107,9 +109,10 @@ def worker(mode: str, base: str, tuned: str, out: str, shard_mb: int | None) -> 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from stillroom.merge import interpolate
+    from stillroom.runtime.merge import interpolate
 
-    start_anon = status_kib("RssAnon")  # after imports: the floor both methods share
+    # after imports: the floor both methods share
+    start_anon = status_kib("RssAnon")
     t0 = time.perf_counter()
     with AnonPeak() as peak:
         if mode == "stream":
@@ -121,7 +124,8 @@ def worker(mode: str, base: str, tuned: str, out: str, shard_mb: int | None) -> 
             tuned_sd, seen = t.state_dict(), set()
             with torch.no_grad():
                 for key, tensor in b.state_dict().items():
-                    if tensor.data_ptr() in seen:  # tied lm_head / embed_tokens: merge once
+                    # tied lm_head / embed_tokens: merge once
+                    if tensor.data_ptr() in seen:
                         continue
                     seen.add(tensor.data_ptr())
                     # Same arithmetic as interpolate, so the outputs should match exactly.
@@ -157,7 +161,7 @@ def max_abs_diff(a: Path, b: Path) -> float:
     """Largest elementwise difference between two checkpoints, tensor by tensor."""
     from safetensors import safe_open
 
-    from stillroom.merge import _weight_map
+    from stillroom.runtime.merge import _weight_map
 
     map_a, map_b = _weight_map(a), _weight_map(b)
     if map_a.keys() != map_b.keys():
@@ -191,9 +195,11 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(REPO))
-    mib = 1 / 1024  # KiB -> MiB
+    # KiB -> MiB
+    mib = 1 / 1024
     print(
-        f"output shards: {args.shard_mb or 2048} MB (streaming); memory in MiB; RssAnon sampled every 10 ms"
+        f"output shards: {args.shard_mb or 2048} MB (streaming); memory in MiB; "
+        "RssAnon sampled every 10 ms"
     )
     print(
         "others: share of the machine's CPU used by other processes during the merge (skews times)"
@@ -209,24 +215,27 @@ def main() -> None:
             load = measure("load", tmp / "base", tmp / "tuned", tmp / "load", args.shard_mb)
             diff = max_abs_diff(tmp / "stream", tmp / "load")
         print(
-            f"\n{n / 1e6:.1f}M parameters ({config.num_hidden_layers} layers x {config.hidden_size}), "
+            f"\n{n / 1e6:.1f}M parameters "
+            f"({config.num_hidden_layers} layers x {config.hidden_size}), "
             f"{size / 2**20:.0f} MiB per checkpoint"
         )
         print(
-            f"{'method':<12}{'seconds':>9}{'anon start':>12}{'peak anon':>11}{'peak-start':>12}{'VmHWM':>9}"
-            f"{'others':>8}"
+            f"{'method':<12}{'seconds':>9}{'anon start':>12}{'peak anon':>11}{'peak-start':>12}"
+            f"{'VmHWM':>9}{'others':>8}"
         )
         for name, r in (("streaming", stream), ("load both", load)):
             print(
-                f"{name:<12}{r['seconds']:>9.2f}{r['start_anon'] * mib:>12.0f}{r['peak_anon'] * mib:>11.0f}"
-                f"{(r['peak_anon'] - r['start_anon']) * mib:>12.0f}{r['hwm'] * mib:>9.0f}{r['others']:>8.0%}"
+                f"{name:<12}{r['seconds']:>9.2f}{r['start_anon'] * mib:>12.0f}"
+                f"{r['peak_anon'] * mib:>11.0f}{(r['peak_anon'] - r['start_anon']) * mib:>12.0f}"
+                f"{r['hwm'] * mib:>9.0f}{r['others']:>8.0%}"
             )
         net = (load["peak_anon"] - load["start_anon"]) / (
             stream["peak_anon"] - stream["start_anon"]
         )
         print(
             f"{'load/stream':<12}{load['seconds'] / stream['seconds']:>9.2f}{'':>12}"
-            f"{load['peak_anon'] / stream['peak_anon']:>11.2f}{net:>12.2f}{load['hwm'] / stream['hwm']:>9.2f}"
+            f"{load['peak_anon'] / stream['peak_anon']:>11.2f}{net:>12.2f}"
+            f"{load['hwm'] / stream['hwm']:>9.2f}"
         )
         print(f"max abs diff between the two outputs: {diff:.3g}")
 

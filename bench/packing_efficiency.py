@@ -1,9 +1,10 @@
 """Packing efficiency (real tokens over token slots) of TRL's best-fit-decreasing packing into 16k
 sequences, next to padding each batch to its longest document (random batches, and batches of
-similar lengths), on a log-normal length distribution around the seed's ~1.8k tokens per answer.
-Prints numbers only.
+similar lengths), on a log-normal length distribution with a median of ~1.8k tokens per answer (a
+reasoning teacher's typical trace). Prints numbers only.
 
-    python bench/packing_efficiency.py [--docs 20000] [--seq-length 16384] [--median 1800] [--sigma 0.6]
+    python bench/packing_efficiency.py [--docs 20000] [--seq-length 16384] [--median 1800]
+        [--sigma 0.6]
 """
 
 import argparse
@@ -30,9 +31,8 @@ def main() -> None:
     lengths = np.clip(
         rng.lognormal(np.log(args.median), args.sigma, args.docs).astype(np.int64), 16, None
     )
-    kept = np.minimum(
-        lengths, args.seq_length
-    )  # packing truncates a document longer than a sequence
+    # packing truncates a document longer than a sequence
+    kept = np.minimum(lengths, args.seq_length)
     offsets = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
     ids = pa.LargeListArray.from_arrays(
         pa.array(offsets), pa.array(np.zeros(offsets[-1], dtype=np.int32))
@@ -52,25 +52,19 @@ def main() -> None:
         return kept.sum() / slots
 
     print(
-        f"{args.docs} documents, log-normal lengths: median {np.median(lengths):.0f}, mean {lengths.mean():.0f}, "
-        f"p99 {np.percentile(lengths, 99):.0f} tokens; {np.mean(lengths > args.seq_length):.2%} longer than "
-        f"{args.seq_length}"
+        f"{args.docs} documents, log-normal lengths: median {np.median(lengths):.0f}, "
+        f"mean {lengths.mean():.0f}, p99 {np.percentile(lengths, 99):.0f} tokens; "
+        f"{np.mean(lengths > args.seq_length):.2%} longer than {args.seq_length}"
     )
     print(f"{'layout':<46}{'efficiency':>11}{'rows':>8}")
-    print(
-        f"{'BFD packing into ' + str(args.seq_length) + ' (TRL pack_dataset)':<46}{bfd:>11.4f}{rows:>8}"
-        f"   ({seconds:.2f} s)"
-    )
+    label = f"BFD packing into {args.seq_length} (TRL pack_dataset)"
+    print(f"{label:<46}{bfd:>11.4f}{rows:>8}   ({seconds:.2f} s)")
     batches = -(-args.docs // args.batch)
-    print(
-        f"{'pad to longest, random batches of ' + str(args.batch):<46}{padded(rng.permutation(args.docs)):>11.4f}"
-        f"{batches * args.batch:>8}"
-    )
+    label = f"pad to longest, random batches of {args.batch}"
+    print(f"{label:<46}{padded(rng.permutation(args.docs)):>11.4f}{batches * args.batch:>8}")
     # Sorting by length pads little but makes every batch one length band (a training-order bias).
-    print(
-        f"{'pad to longest, length-sorted batches of ' + str(args.batch):<46}{padded(np.argsort(kept)):>11.4f}"
-        f"{batches * args.batch:>8}"
-    )
+    label = f"pad to longest, length-sorted batches of {args.batch}"
+    print(f"{label:<46}{padded(np.argsort(kept)):>11.4f}{batches * args.batch:>8}")
 
 
 if __name__ == "__main__":

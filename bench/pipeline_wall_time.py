@@ -53,7 +53,8 @@ def summarize(workdir: Path) -> None:
     for side in workdir.glob("results/**/*.prov.json"):
         prov = json.loads(side.read_text())
         job = (prov["rule"], prov["started_at"])
-        if job in seen:  # one job writes a sidecar per output
+        # one job writes a sidecar per output
+        if job in seen:
             continue
         seen.add(job)
         per_rule[prov["rule"]].append(prov["metrics"]["wall_s"])
@@ -82,7 +83,8 @@ def main() -> None:
         total = run_pipeline(workdir, args.configfile, args.cores)
         summarize(workdir)
         print(
-            f"{'whole run (wall)':<23}{total:>9.1f}   ({args.cores} cores, incl. DAG build and job start-up)"
+            f"{'whole run (wall)':<23}{total:>9.1f}   "
+            f"({args.cores} cores, incl. DAG build and job start-up)"
         )
     finally:
         shutil.rmtree(workdir)

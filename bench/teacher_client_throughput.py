@@ -46,7 +46,8 @@ async def app(scope, receive, send):
         return
     while (await receive()).get("more_body"):
         pass
-    await send({{"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}})
+    headers = [(b"content-type", b"application/json")]
+    await send({{"type": "http.response.start", "status": 200, "headers": headers}})
     await send({{"type": "http.response.body", "body": {REPLY!r}}})
 """
 
@@ -58,13 +59,13 @@ def free_port() -> int:
 
 
 def problems(n: int) -> list[dict]:
-    from stillroom.sources import generate
+    from stillroom.data.sources import generate
 
     return generate("arithmetic", "bench", n, seed=0, max_operand=1000)
 
 
 def run_driver(url: str, rows: list[dict], concurrency: int, sink) -> tuple[float, float]:
-    from stillroom.generate import _drive
+    from stillroom.stages.generate import _drive
     from stillroom.teachers import make_teacher
 
     teacher = make_teacher(
@@ -85,6 +86,7 @@ def run_driver(url: str, rows: list[dict], concurrency: int, sink) -> tuple[floa
 
 def run_plain(url: str, rows: list[dict]) -> tuple[float, float]:
     import httpx
+
     from stillroom.teachers import make_teacher
 
     teacher = make_teacher(
@@ -155,12 +157,14 @@ def main() -> None:
             server.wait()
     base = results[0][2]
     print(
-        f"{args.requests} requests to a local zero-latency server (uvicorn, own process); 2-core machine"
+        f"{args.requests} requests to a local zero-latency server (uvicorn, own process); "
+        "2-core machine"
     )
     print(f"{'client':<38}{'in flight':>10}{'req/s':>9}{'CPU ms/req':>12}{'vs plain':>10}")
     for name, c, wall, cpu in results:
         print(
-            f"{name:<38}{c:>10}{args.requests / wall:>9.0f}{1000 * cpu / args.requests:>12.2f}{base / wall:>9.2f}x"
+            f"{name:<38}{c:>10}{args.requests / wall:>9.0f}{1000 * cpu / args.requests:>12.2f}"
+            f"{base / wall:>9.2f}x"
         )
 
 

@@ -1,14 +1,16 @@
-"""CPU SFT throughput of the tiny students, as a regression baseline: dense Qwen3 full fine-tune, Qwen3-MoE
-full fine-tune and Qwen3-MoE LoRA, each a fixed number of steps through stillroom.train.train_sft.
+"""CPU SFT throughput of the tiny students, as a regression baseline: dense Qwen3 full fine-tune,
+Qwen3-MoE full fine-tune and Qwen3-MoE LoRA, each a fixed number of steps through
+stillroom.stages.train.train_sft.
 
-Builds everything in a temporary directory: a synthetic SFT set of generated arithmetic problems with
-worked solutions (stillroom.sources), one byte-level BPE tokenizer trained on it, and a randomly
-initialised student per family (shapes from config/config.yaml and config/experiments/beam-tiny-smoke.yaml,
-LoRA settings from the latter). tokens/s is train_sft's own metric (non-padding input tokens over the
-wall time of trainer.train, first step included); packing is real tokens over packed token slots.
-Prints numbers only.
+Builds everything in a temporary directory: a synthetic SFT set of generated arithmetic problems
+with worked solutions (stillroom.data.sources), one byte-level BPE tokenizer trained on it, and a
+randomly initialised student per family (shapes from config/config.yaml and
+config/experiments/beam-tiny-smoke.yaml, LoRA settings from the latter). tokens/s is train_sft's
+own metric (non-padding input tokens over the wall time of trainer.train, first step included);
+packing is real tokens over packed token slots. Prints numbers only.
 
-    .venv/bin/python bench/train_throughput.py [--steps 30] [--batch-size 8] [--max-length 256] [--threads 2]
+    .venv/bin/python bench/train_throughput.py [--steps 30] [--batch-size 8] [--max-length 256]
+        [--threads 2]
 """
 
 import argparse
@@ -21,9 +23,9 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from stillroom.sources import generate, worked_solution
-from stillroom.student import build_model, train_tokenizer
-from stillroom.train import train_sft
+from stillroom.data.sources import generate, worked_solution
+from stillroom.runtime.student import build_model, train_tokenizer
+from stillroom.stages.train import train_sft
 
 DENSE = {
     "hidden_size": 128,
@@ -62,7 +64,8 @@ def busy_cpu_seconds() -> float:
     """CPU seconds the whole machine has spent busy since boot (all processes, all cores)."""
     with open("/proc/stat") as fh:
         ticks = [int(x) for x in fh.readline().split()[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+    # less idle and iowait
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def sft_rows(count: int, seed: int) -> list[dict]:
@@ -115,20 +118,22 @@ def main() -> None:
             [m["content"] for r in rows for m in r["messages"]],
             tmp / "tokenizer",
             vocab_size=args.vocab_size,
+            min_frequency=2,
         )
         for family, model in (("qwen3", DENSE), ("qwen3_moe", MOE)):
             build_model(tmp / "tokenizer", tmp / family, model=model, seed=0)
 
         print(
-            f"{len(rows)} examples, vocab {args.vocab_size}, {args.steps} steps of batch {args.batch_size} x "
-            f"max_length {args.max_length}, {args.threads} threads"
+            f"{len(rows)} examples, vocab {args.vocab_size}, {args.steps} steps of batch "
+            f"{args.batch_size} x max_length {args.max_length}, {args.threads} threads"
         )
         print(
-            "others: share of the machine's CPU used by other processes during the run (skews times)"
+            "others: share of the machine's CPU used by other processes during the run "
+            "(skews times)"
         )
         print(
-            f"{'run':<12}{'params':>9}{'trainable':>11}{'steps':>7}{'seconds':>9}{'s/step':>8}{'tokens/s':>10}"
-            f"{'packing':>9}{'wall':>7}{'others':>8}"
+            f"{'run':<12}{'params':>9}{'trainable':>11}{'steps':>7}{'seconds':>9}{'s/step':>8}"
+            f"{'tokens/s':>10}{'packing':>9}{'wall':>7}{'others':>8}"
         )
         for name, model, extra in runs:
             params = {
@@ -148,16 +153,16 @@ def main() -> None:
                 threads=args.threads,
                 log=lambda _: None,
             )
-            wall = (
-                time.perf_counter() - t0
-            )  # whole call: tokenization, packing, model load and save too
+            # the whole call: tokenization, packing, model load and save too
+            wall = time.perf_counter() - t0
             others = (busy_cpu_seconds() - busy0 - (sum(os.times()[:2]) - own0)) / (
                 wall * os.cpu_count()
             )
             print(
                 f"{name:<12}{m['parameters_total']:>9,}{m['trainable_total']:>11,}{m['steps']:>7}"
-                f"{m['train_seconds']:>9.2f}{m['train_seconds'] / m['steps']:>8.3f}{m['tokens_per_second']:>10.0f}"
-                f"{m['packing_efficiency']:>9.4f}{wall:>7.1f}{others:>8.0%}"
+                f"{m['train_seconds']:>9.2f}{m['train_seconds'] / m['steps']:>8.3f}"
+                f"{m['tokens_per_second']:>10.0f}{m['packing_efficiency']:>9.4f}{wall:>7.1f}"
+                f"{others:>8.0%}"
             )
 
 

@@ -14,6 +14,7 @@ from snakemake.settings.types import DeploymentMethod
 
 import stillroom.config
 import stillroom.io
+import stillroom.provenance
 from stillroom.cluster import backend_gpus, stage_gpus, train_resources
 from stillroom.kernels.problemset import kernel_files, solution_files
 
@@ -89,8 +90,10 @@ MODELS = ["base", "sft"] + (["grpo"] if GRPO else []) + [f"merge-{r}" for r in R
 SELECT_ON = config["merge"]["select_on"]  # the dev split the merge ratio is chosen on, if any
 WEIGHT_HOOKS = config["student"]["weight_hooks"]
 
-# Provenance: every job records the hash of the resolved config, whose snapshot (named by that
-# hash, so writing it never dirties anything) is written when the run starts.
+# Provenance: every job records the hash of the resolved config. Its snapshot (named by that hash, so
+# writing it never dirties anything) is written when the run starts, and the run's jobs find it in
+# their environment: on every job's command line it would change every rule's command with any
+# change of the config, and Snakemake would rerun every job.
 CONFIG_SHA256 = stillroom.config.config_hash(config)
 CONFIG_SNAPSHOT = f"{R}/config/{CONFIG_SHA256[:16]}.json"
 
@@ -98,6 +101,7 @@ CONFIG_SNAPSHOT = f"{R}/config/{CONFIG_SHA256[:16]}.json"
 onstart:
     if not Path(CONFIG_SNAPSHOT).exists():
         stillroom.io.write_json(CONFIG_SNAPSHOT, config)
+    os.environ.update({stillroom.provenance.CONFIG_ENV: str(Path(CONFIG_SNAPSHOT).resolve())})
 
 
 wildcard_constraints:
@@ -175,9 +179,9 @@ def named(mapping):
 
 
 def stillroom_cli(stage, rule, args):
-    """A rule's shell command: its stage through the CLI, told its rule, params, threads, config
-    snapshot and workflow for provenance; everything the stage prints goes to the rule's log."""
-    job = f"--rule {rule} --config {CONFIG_SNAPSHOT} --workflow {shlex.quote(str(REPO))}"
+    """A rule's shell command: its stage through the CLI, told its rule, params, threads and the
+    workflow for provenance; everything the stage prints goes to the rule's log."""
+    job = f"--rule {rule} --workflow {shlex.quote(str(REPO))}"
     return (
         f"stillroom {stage} {args} {job} --threads {{threads}} --params {{params.p:q}}"
         " >> {log:q} 2>&1"

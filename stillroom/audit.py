@@ -1,16 +1,20 @@
-"""``stillroom audit``: walk an artifact's provenance back to the raw teacher records and re-hash everything.
+"""``stillroom audit``: walk an artifact's provenance back to the raw teacher records and re-hash
+everything.
 
-From any artifact (a table, a plot, a checkpoint) the audit follows each sidecar's inputs to their own
-sidecars, down to the generation shards and the source files, re-hashing every file once. It reports:
+From any artifact (a table, a plot, a checkpoint) the audit follows each sidecar's inputs to their
+own sidecars, down to the generation shards and the source files, re-hashing every file once. It
+reports:
 
 * ``modified``: an artifact (or one file of a directory) no longer matches its own sidecar's digest;
 * ``missing``: an artifact, a file of its manifest, its sidecar or its config snapshot is gone;
-* ``stale``: an input recorded in a sidecar has since changed, i.e. the input's own sidecar (or, for a
-  source file without one, the file itself) now says another hash: the artifact is out of date;
-* ``no provenance``: an input under ``results/`` that has no sidecar, so its origin cannot be checked.
+* ``stale``: an input recorded in a sidecar has since changed, i.e. the input's own sidecar (or, for
+  a source file without one, the file itself) now says another hash: the artifact is out of date;
+* ``no provenance``: an input under ``results/`` that has no sidecar, so its origin cannot be
+  checked.
 
-Paths in sidecars are relative to the Snakemake working directory (source files are absolute), so the
-audit resolves them against ``root``; by default the root is inferred from the artifact's own sidecar.
+Paths in sidecars are relative to the Snakemake working directory (source files are absolute), so
+the audit resolves them against ``root``; by default the root is inferred from the artifact's own
+sidecar.
 """
 
 from __future__ import annotations
@@ -110,9 +114,8 @@ def _manifest_diff(path: str, recorded: dict[str, str], current: dict[str, str])
 class _Auditor:
     def __init__(self, root: Path):
         self.root = root
-        self.hashes: dict[
-            Path, dict[str, Any] | None
-        ] = {}  # each file hashed once, however often reached
+        # each file hashed once, however often reached
+        self.hashes: dict[Path, dict[str, Any] | None] = {}
         self.sidecars: dict[Path, dict[str, Any] | None] = {}
         self.broken: dict[Path, str] = {}
         self.visited: set[Path] = set()
@@ -131,7 +134,8 @@ class _Auditor:
             side = sidecar_path(path)
             try:
                 self.sidecars[path] = json.loads(side.read_text()) if side.exists() else None
-            except (OSError, ValueError) as exc:  # reported once by visit(), not raised mid-walk
+            except (OSError, ValueError) as exc:
+                # reported once by visit(), not raised mid-walk
                 self.sidecars[path], self.broken[path] = None, str(exc)
         return self.sidecars[path]
 
@@ -161,7 +165,8 @@ class _Auditor:
         return self.configs[recorded]
 
     def visit(self, path: str, recorded: dict[str, Any] | None = None) -> Node:
-        """The node for ``path``; ``recorded`` is its entry in the consumer's sidecar (None at the top)."""
+        """The node for ``path``; ``recorded`` is its entry in the consumer's sidecar (None at the
+        top)."""
         real = self.resolve(path)
         node = Node(path)
         if real in self.visited:
@@ -219,8 +224,9 @@ class _Auditor:
         return node
 
     def stale(self, consumer: str, item: dict[str, Any]) -> Problem | None:
-        """Did the input change after ``consumer`` was built from it? An input with a sidecar is judged
-        by what its sidecar says (a tampered file is its own 'modified'), a source by its bytes."""
+        """Did the input change after ``consumer`` was built from it? An input with a sidecar is
+        judged by what its sidecar says (a tampered file is its own 'modified'), a source by its
+        bytes."""
         real = self.resolve(item["path"])
         prov = self.sidecar(real)
         now = prov.get("sha256") if prov else (self.digest(real) or {}).get("sha256")
@@ -236,7 +242,8 @@ class _Auditor:
 
 
 def infer_root(artifact: Path) -> Path | None:
-    """The working directory the pipeline ran in: the artifact's path minus the relative path it recorded."""
+    """The working directory the pipeline ran in: the artifact's path minus the relative path it
+    recorded."""
     try:
         recorded = Path(
             str(json.loads(sidecar_path(artifact).read_text()).get("artifact", "")).rstrip("/")
@@ -252,8 +259,9 @@ def infer_root(artifact: Path) -> Path | None:
 
 
 def audit(artifact: str | os.PathLike, root: str | os.PathLike | None = None) -> AuditReport:
-    """Walk ``artifact``'s provenance to the raw records. Relative paths are taken from ``root``, which
-    defaults to the directory the pipeline ran in (inferred from the sidecar), else the current one."""
+    """Walk ``artifact``'s provenance to the raw records. Relative paths are taken from ``root``,
+    which defaults to the directory the pipeline ran in (inferred from the sidecar), else the
+    current one."""
     if root is not None:
         root = Path(root).resolve()
         path = Path(artifact) if Path(artifact).is_absolute() else root / artifact

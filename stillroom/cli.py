@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from .io import DataError
+from .provenance import CONFIG_ENV
 
 
 @dataclass(frozen=True)
 class Stage:
     target: str  # "module:function" in stillroom.stages
-    inputs: tuple[
-        str, ...
-    ]  # a trailing "*" takes several NAME=PATH (or PATH) values, "?" is optional
+    # a trailing "*" takes several NAME=PATH (or PATH) values, "?" is optional
+    inputs: tuple[str, ...]
     outputs: tuple[str, ...]  # a trailing "*" takes several paths
     help: str
 
@@ -51,7 +51,10 @@ STAGES: dict[str, Stage] = {
         "drop every prompt sharing an n-gram with a benchmark item; write a report",
     ),
     "shard": Stage(
-        "pool:assign_shards", ("pool",), ("shards*",), "split the pool into shards by prompt-id hash"
+        "pool:assign_shards",
+        ("pool",),
+        ("shards*",),
+        "split the pool into shards by prompt-id hash",
     ),
     "generate": Stage(
         "generate:run",
@@ -264,7 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--params", help="JSON object, or @file.json")
         p.add_argument("--threads", type=int, default=1)
         p.add_argument("--rule", help="the Snakemake rule, recorded in provenance")
-        p.add_argument("--config", help="the resolved config's snapshot, recorded by its hash")
+        p.add_argument(
+            "--config",
+            default=os.environ.get(CONFIG_ENV),
+            help=f"the resolved config's snapshot, recorded by its hash (default: ${CONFIG_ENV})",
+        )
         p.add_argument("--workflow", help="the workflow's directory, whose git state is recorded")
     config = sub.add_parser(
         "config",

@@ -1,14 +1,15 @@
-"""The shape of each GPU stage's job, as the science config fixes it: GPUs per teacher server, nodes and
-GPUs per node of the training layout, GPUs of the evaluation backend.
+"""The shape of each GPU stage's job, as the science config fixes it: GPUs per teacher server, nodes
+and GPUs per node of the training layout, GPUs of the evaluation backend.
 
-These counts are not tuning knobs: an FSDP layout over 2 nodes x 8 GPUs needs exactly that allocation,
-and an SGLang server with ``--tp 2`` needs 2 GPUs. So the rules derive them here from the config, and
-the profile (profiles/slurm) adds everything else: partitions, memory, runtime, CPUs, retries.
+These counts are not tuning knobs: an FSDP layout over 2 nodes x 8 GPUs needs exactly that
+allocation, and an SGLang server with ``--tp 2`` needs 2 GPUs. So the rules derive them here from
+the config, and the profile (profiles/slurm) adds everything else: partitions, memory, runtime,
+CPUs, retries.
 
 Single-node jobs ask for ``gpu`` (sbatch ``--gpus``, none when 0; the executor gives its one-task
-step the same count). A multi-node training job asks for ``gres: gpu:<per node>`` on ``nodes`` nodes with one task
-per node, and ``mpi`` so the executor runs the rule in the batch script itself, where the launcher's
-``srun`` (one ``torchrun`` per node) can use the whole allocation.
+step the same count). A multi-node training job asks for ``gres: gpu:<per node>`` on ``nodes`` nodes
+with one task per node, and ``mpi`` so the executor runs the rule in the batch script itself, where
+the launcher's ``srun`` (one ``torchrun`` per node) can use the whole allocation.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from .config import Grpo, Server, Train
 
 
 def server_gpus(spec: Mapping[str, Any]) -> int:
-    """GPUs an SGLang server started in the job uses: ``server.gpus``, else tensor x data parallel."""
+    """GPUs an SGLang server started in the job uses: ``server.gpus``, else tensor x data
+    parallel."""
     return Server.parse(spec["server"], where="server").gpu_count
 
 
@@ -69,6 +71,7 @@ def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
     if config.get("grpo"):
         grpo = _layout(config, "grpo")
         gpus["grpo"] = grpo.nodes * grpo.gpus_per_node
-    if (config.get("kernels") or {}).get("device") == "cuda":  # compiled kernels need a GPU
+    # compiled kernels need a GPU
+    if (config.get("kernels") or {}).get("device") == "cuda":
         gpus.update(grade_generation=1, grade_eval=1)
     return gpus

@@ -1,4 +1,5 @@
-"""Stable identities: prompt ids from normalised text, shards from prompt ids (never from row order)."""
+"""Stable identities: prompt ids from normalised text, shards from prompt ids (never from row
+order)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ _WS = re.compile(r"\s+")
 
 
 def normalize_prompt(text: str) -> str:
-    """Unicode NFKC, whitespace folded and trimmed; case and punctuation kept (they can change meaning)."""
+    """Unicode NFKC, whitespace folded and trimmed; case and punctuation kept (they can change
+    meaning)."""
     return _WS.sub(" ", unicodedata.normalize("NFKC", text)).strip()
 
 

@@ -1,7 +1,8 @@
 """Atomic writes and validated JSONL reading.
 
 Every artifact is written to a temporary name beside its destination and renamed into place, so a
-crashed job never leaves a file that looks finished. Readers name the file, line and key on bad data.
+crashed job never leaves a file that looks finished. Readers name the file, line and key on bad
+data.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; artifacts are shared like normal files
+        # mkstemp makes 0600; artifacts are shared like normal files
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -141,6 +143,7 @@ def iter_jsonl(
                         else " or ".join(t.__name__ for t in typ)
                     )
                     raise DataError(
-                        f"{path}:{lineno}: key '{key}' should be {want}, got {type(rec[key]).__name__} {rec[key]!r:.60}"
+                        f"{path}:{lineno}: key '{key}' should be {want}, "
+                        f"got {type(rec[key]).__name__} {rec[key]!r:.60}"
                     )
             yield rec

@@ -20,7 +20,7 @@ import socket
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +46,12 @@ SECRET = re.compile(
     r"api[_-]?key|secret|passw(or)?d|credential|authorization|(^|[_-])token$|^token", re.I
 )
 ENV_KEPT = re.compile(
-    r"^(STILLROOM_|SLURM_JOB_ID$|SLURM_JOB_NODELIST$|SLURM_NNODES$|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$)"
+    r"^(STILLROOM_|SLURM_JOB_ID$|SLURM_JOB_NODELIST$|SLURM_NNODES$"
+    r"|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$)"
 )
 SUFFIX = ".prov.json"
-IGNORED = {
-    ".snakemake_timestamp"
-}  # Snakemake marks finished directory outputs with it after the job
+# Snakemake marks finished directory outputs with it after the job
+IGNORED = {".snakemake_timestamp"}
 
 
 def sidecar_path(artifact: str | os.PathLike) -> Path:
@@ -96,10 +96,15 @@ def redact(obj: Any) -> Any:
     return obj
 
 
+# Where a workflow run tells its jobs the snapshot of its resolved config (rules/common.smk).
+CONFIG_ENV = "STILLROOM_CONFIG"
+
+
 @dataclass(frozen=True)
 class Job:
-    """What a workflow job knows of itself, passed on its command line: its rule, the snapshot of
-    the resolved config it ran under, and the workflow's directory (whose git state is recorded)."""
+    """What a workflow job knows of itself: its rule, the snapshot of the resolved config it ran
+    under (from ``CONFIG_ENV`` when the CLI is not given one) and the workflow's directory, whose
+    git state is recorded."""
 
     rule: str | None = None
     config_path: str | None = None
@@ -152,7 +157,7 @@ def environment() -> dict[str, str]:
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def describe_input(path: str | os.PathLike) -> dict[str, Any]:

@@ -1,12 +1,14 @@
-"""The one sandbox for untrusted code: resource limits and an audit hook, set up by the child process
-itself before any of that code runs (never in ``preexec_fn``, which is unsafe when the parent has
-threads). The code grader's programs and the kernel validator's candidates both run under it.
+"""The one sandbox for untrusted code: resource limits and an audit hook, set up by the child
+process itself before any of that code runs (never in ``preexec_fn``, which is unsafe when the
+parent has threads). The code grader's programs and the kernel validator's candidates both run
+under it.
 
 The hook refuses starting processes, signalling other processes, ctypes, sockets and DNS, and every
 write, delete, rename, link or mode change outside ``box`` (with no box: anywhere); reading stays
 allowed (imports need it). A caller may let some events through, e.g. a compiler started inside a
 Triton launch. Python code cannot remove an audit hook, but a C extension or another path around it
-could escape: this guards against careless, runaway or reward-gaming code, not a determined attacker.
+could escape: this guards against careless, runaway or reward-gaming code, not a determined
+attacker.
 
 Standard library only: the code grader's child runs this file in ``python -I -S -B``, where nothing
 else can be imported.
@@ -121,7 +123,9 @@ def guard(box: str | None, allow: Callable[[str, tuple], bool] | None = None) ->
                 write = any(c in (mode or "") for c in "wax+")
             # A directory fd outside the box would allow dir_fd-relative writes.
             if not inside(target) and (write or (root is not None and os.path.isdir(target))):
-                refuse(event, args, f"opening {target} for writing (or a directory) outside the box")
+                refuse(
+                    event, args, f"opening {target} for writing (or a directory) outside the box"
+                )
         else:
             for i, j in PATH_EVENTS.get(event, ()):
                 target = where(args[i], args[j] if j is not None else None)

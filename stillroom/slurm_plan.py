@@ -1,12 +1,14 @@
-"""What a run on profiles/slurm would submit, without a cluster: every job of a Snakemake dry run with the
-profile, rendered to its sbatch command line by the SLURM executor plugin's own submit-string code.
+"""What a run on profiles/slurm would submit, without a cluster: every job of a Snakemake dry run
+with the profile, rendered to its sbatch command line by the SLURM executor plugin's own
+submit-string code.
 
-    python -m stillroom.slurm_plan --configfile config/experiments/beam-distill.yaml [--configfile overlay.yaml]
+    python -m stillroom.slurm_plan --configfile config/experiments/beam-distill.yaml
 
-prints one line per rule: job count and the sbatch options (partition, GPUs, nodes, tasks, CPUs,
-memory, wall time). Check this before queueing a recipe; tests/test_slurm_profile.py checks the recipes.
-Jobs of the profile's ``slurm-array-jobs`` rules go out as arrays (``--array=1-N``); the plugin submits
-those through its array path, with the same per-task options.
+(overlays: more ``--configfile`` after it) prints one line per rule: job count and the sbatch
+options (partition, GPUs, nodes, tasks, CPUs, memory, wall time). Check this before queueing a
+recipe; tests/workflow/test_slurm_profile.py checks the recipes. Jobs of the profile's
+``slurm-array-jobs`` rules go out as arrays (``--array=1-N``); the plugin submits those through its
+array path, with the same per-task options.
 """
 
 from __future__ import annotations
@@ -26,9 +28,18 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+
+def _workflow() -> Path:
+    """The workflow this package came with (a checkout, or an editable install of one), else the
+    current directory (a wheel installed elsewhere, run from the repository)."""
+    beside = Path(__file__).resolve().parent.parent
+    return beside if (beside / "Snakefile").exists() else Path.cwd()
+
+
+REPO = _workflow()
 PROFILE = REPO / "profiles" / "slurm" / "profile.yaml"
-# Placeholders for the environment the profile reads, when the caller has none (the plan is offline).
+# Placeholders for the environment the profile reads, when the caller has none (the plan is
+# offline).
 PLACEHOLDER_ENV = {
     "SLURM_ACCOUNT": "ACCOUNT",
     "STILLROOM_CPU_PARTITION": "cpu",
@@ -37,7 +48,8 @@ PLACEHOLDER_ENV = {
 
 
 class _Resources(dict):
-    """A job's evaluated resources, read the way the plugin reads them (``.get`` and attributes)."""
+    """A job's evaluated resources, read the way the plugin reads them (``.get`` and
+    attributes)."""
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -73,12 +85,13 @@ def dry_run_jobs(
     env: Mapping[str, str] | None = None,
     extra: Sequence[str] = (),
 ) -> list[Job]:
-    """Every job of ``snakemake -n --forceall --profile profiles/slurm`` with its threads and resources.
-    Runs in a scratch directory, so nothing under results/ is read or written."""
+    """Every job of ``snakemake -n --forceall --profile profiles/slurm`` with its threads and
+    resources. Runs in a scratch directory, so nothing under results/ is read or written."""
     env = {**PLACEHOLDER_ENV, **os.environ, **(env or {})}
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     with tempfile.TemporaryDirectory(prefix="slurm-plan-") as work:
-        # A large --cores: a dry run otherwise caps every job's threads at 1 (a real SLURM run does not cap).
+        # A large --cores: a dry run otherwise caps every job's threads at 1 (a real SLURM run does
+        # not cap).
         cmd = [
             sys.executable,
             "-m",
@@ -102,7 +115,8 @@ def dry_run_jobs(
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
     if proc.returncode:
         raise RuntimeError(
-            f"snakemake dry run failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
+            f"snakemake dry run failed ({proc.returncode}):\n"
+            f"{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
         )
     jobs, block = [], None
     for line in (proc.stdout + proc.stderr).splitlines():
@@ -113,7 +127,8 @@ def dry_run_jobs(
         item = re.match(r"^\s+(threads|resources): (.*)$", line)
         if block is not None and item:
             block[item.group(1)] = item.group(2)
-            if item.group(1) == "resources":  # the last line of a job's block
+            # resources: the last line of a job's block
+            if item.group(1) == "resources":
                 resources = dict(
                     kv.split("=", 1) for kv in block["resources"].split(", ") if "=" in kv
                 )
@@ -166,8 +181,8 @@ def plan(
     env: Mapping[str, str] | None = None,
     extra: Sequence[str] = (),
 ) -> dict[str, RulePlan]:
-    """One entry per rule: how many jobs, and the sbatch line of its first job (every job of a rule gets
-    the same shape here: resources depend on the config, not on wildcards)."""
+    """One entry per rule: how many jobs, and the sbatch line of its first job (every job of a rule
+    gets the same shape here: resources depend on the config, not on wildcards)."""
     settings = yaml.safe_load(PROFILE.read_text())
     arrays = {r.strip() for r in str(settings.get("slurm-array-jobs", "")).split(",") if r.strip()}
     plans: dict[str, RulePlan] = {}
@@ -178,7 +193,8 @@ def plan(
         if job.rule in plans:
             if plans[job.rule].sbatch != line:
                 raise ValueError(
-                    f"rule {job.rule}: jobs differ in shape ({plans[job.rule].sbatch!r} vs {line!r})"
+                    f"rule {job.rule}: jobs differ in shape "
+                    f"({plans[job.rule].sbatch!r} vs {line!r})"
                 )
             plans[job.rule].jobs += 1
         else:

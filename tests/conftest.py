@@ -33,14 +33,18 @@ def small_config() -> dict:
     ]
     cfg["heldout"] = {"size": 24, "dev_size": 12}
     cfg["generation"].update(efforts=["low", "medium"], samples_per_prompt=1, shards=2)
+    # a per-effort error rate names only efforts that are generated
+    rates = cfg["teachers"]["procedural"]["error_rate"]
+    cfg["teachers"]["procedural"]["error_rate"] = {e: rates[e] for e in ("low", "medium")}
     cfg["student"]["tokenizer"]["vocab_size"] = 400
     cfg["student"]["model"].update(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, head_dim=8
     )
     cfg["train"].update(max_steps=8, batch_size=2, max_length=256, logging_steps=4)
     cfg["merge"]["ratios"] = [0.5]
-    cfg["eval"].update(samples=2, max_new_tokens=24, batch_size=48)
-    cfg["eval"]["budget_force"]["budgets"] = [8, 16]  # at most max_new_tokens
+    # request_tokens and the thinking budgets are at most max_new_tokens, the overall limit
+    cfg["eval"].update(samples=2, max_new_tokens=24, request_tokens=24, batch_size=48)
+    cfg["eval"]["budget_force"]["budgets"] = [8, 16]
     cfg["tables"]["n_resamples"] = 500
     return cfg
 
@@ -100,7 +104,28 @@ def kernel_records(names=KERNEL_PROBLEMS):
     """Pool records of a ``kind: kernels`` source of the project's problems (all of them for None),
     shared by the kernel track's tests."""
     spec = {"name": "kb", "kind": "kernels", "problems": names}
-    return list(iter_sources(PoolParams.parse({"sources": [spec], "heldout": {"size": 0}}).sources, {}, seed=0))
+    return list(
+        iter_sources(
+            PoolParams.parse({"sources": [spec], "heldout": {"size": 0}}).sources, {}, seed=0
+        )
+    )
+
+
+# A tiny Qwen3-MoE (fused experts, a router), shared by the adapter and student tests.
+MOE = dict(
+    family="qwen3_moe",
+    hidden_size=32,
+    intermediate_size=64,
+    moe_intermediate_size=32,
+    num_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+)
 
 
 def synthetic_rows(n=200, seed=0):
@@ -113,7 +138,8 @@ def synthetic_rows(n=200, seed=0):
             {"role": "user", "content": f"What is {a} + {b}?"},
             {
                 "role": "assistant",
-                "content": f"<think>{a} + {b} = {a + b}.</think>\nThe answer is \\boxed{{{a + b}}}.",
+                "content": f"<think>{a} + {b} = {a + b}.</think>\n"
+                f"The answer is \\boxed{{{a + b}}}.",
             },
         ]
         rows.append(
@@ -133,10 +159,25 @@ def setup(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory):
+    root = tmp_path_factory.mktemp("moe")
+    rows = synthetic_rows(120)
+    write_jsonl(root / "train.jsonl", rows)
+    train_tokenizer(
+        [m["content"] for r in rows for m in r["messages"]],
+        root / "tok",
+        vocab_size=320,
+        min_frequency=2,
+    )
+    m = build_model(root / "tok", root / "base", model=MOE, seed=0)
+    return root, m
+
+
 @pytest.fixture(scope="session")
 def done(tmp_path_factory):
-    """The small workflow, run for real once per session (the pipeline and audit tests read it; the audit
-    tests tamper with a copy)."""
+    """The small workflow, run for real once per session (the pipeline and audit tests read it; the
+    audit tests tamper with a copy)."""
     workdir = tmp_path_factory.mktemp("pipeline")
     cfg = small_config()
     proc = run_snakemake(workdir, cfg)

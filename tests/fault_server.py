@@ -1,8 +1,9 @@
 """A fault-injection OpenAI-compatible server for tests (127.0.0.1, a thread per connection).
 
 It answers /v1/chat/completions and /v1/completions deterministically from the prompt, and before
-answering injects faults at configured rates: HTTP 500, 429 with Retry-After, malformed JSON, a reset
-connection, or a slow response. It counts every request and fault so tests can check exactness.
+answering injects faults at configured rates: HTTP 500, 429 with Retry-After, malformed JSON, a
+reset connection, or a slow response. It counts every request and fault so tests can check
+exactness.
 """
 
 import json

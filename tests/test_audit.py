@@ -1,7 +1,7 @@
 """`stillroom audit`: from a table back to the raw teacher records, every file re-hashed.
 
-The pipeline tests audit a copy of the real small run (other tests share the run, so nothing is tampered
-with in place); the small tests build a three-file provenance chain by hand."""
+The pipeline tests audit a copy of the real small run (other tests share the run, so nothing is
+tampered with in place); the small tests build a three-file provenance chain by hand."""
 
 import json
 import shutil
@@ -121,14 +121,12 @@ def test_missing_sidecars_artifacts_and_config_snapshots_are_named(run, capsys):
     assert not out["ok"] and {p["kind"] for p in out["problems"]} == {"missing", "modified"}
 
 
-# --- a hand-built chain: source -> results/x/a.jsonl -> results/x/b.jsonl ----------------------------------
+# --- a hand-built chain: source -> results/x/a.jsonl -> results/x/b.jsonl -------------------------
 
 
 @pytest.fixture
 def chain(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for key in ("STILLROOM_CONFIG_SHA256", "STILLROOM_CONFIG_PATH", "STILLROOM_RULE"):
-        monkeypatch.delenv(key, raising=False)
     (tmp_path / "src").mkdir()
     (tmp_path / "results/x").mkdir(parents=True)
     (tmp_path / "src/raw.jsonl").write_text('{"prompt": "1+1"}\n')

@@ -40,9 +40,15 @@ def import_graph() -> dict[str, set[str]]:
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                mod = ".".join(base + [node.module]) if node.level else node.module or ""
+                mod = (
+                    ".".join(base + ([node.module] if node.module else []))
+                    if node.level
+                    else node.module
+                )
                 # "from . import x" imports the module x when there is one, else a name of "."
-                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod for a in node.names]
+                targets = [
+                    f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod for a in node.names
+                ]
             for target in targets:
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
@@ -158,9 +164,16 @@ def test_a_wheel_carries_its_data_and_runs_without_the_repository(tmp_path):
         return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
 
     where = subprocess.run(
-        [sys.executable, "-c", "import stillroom, stillroom.kernels as k; print(stillroom.__file__);"
-         "print(len(list(k.PROBLEMS_DIR.glob('*.py'))))"],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
+        [
+            sys.executable,
+            "-c",
+            "import stillroom, stillroom.kernels as k; print(stillroom.__file__);"
+            "print(len(list(k.PROBLEMS_DIR.glob('*.py'))))",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
     module, count = where.stdout.split()
     assert module.startswith(str(site)) and int(count) == len(problems)
@@ -169,7 +182,9 @@ def test_a_wheel_carries_its_data_and_runs_without_the_repository(tmp_path):
     assert checked.returncode == 0, checked.stderr
     assert json.loads(checked.stdout)["train"]["max_length"] == 512
     broken = tmp_path / "broken.yaml"
-    broken.write_text((REPO / "config" / "config.yaml").read_text().replace("ngram: 13", "ngram: 2"))
+    broken.write_text(
+        (REPO / "config" / "config.yaml").read_text().replace("ngram: 13", "ngram: 2")
+    )
     refused = stillroom("config", str(broken), "--root", str(REPO))
     assert refused.returncode == 2 and "decontam.ngram" in refused.stderr
     assert json.loads(stillroom("schema").stdout) == json.loads(

@@ -16,7 +16,8 @@ from .grading.test_code import ADD, GOLD, fenced
 
 @pytest.fixture
 def root(tmp_path: Path) -> Iterator[Path]:
-    """Where sandboxes are made; every test checks it is left empty (no leftover temporary directories)."""
+    """Where sandboxes are made; every test checks it is left empty (no leftover temporary
+    directories)."""
     sandboxes = tmp_path / "sandboxes"
     sandboxes.mkdir()
     yield sandboxes
@@ -53,7 +54,8 @@ def test_writes_outside_the_sandbox_are_blocked(root):
 
 def test_writes_inside_the_sandbox_are_allowed(root):
     program = (
-        "import os, shutil, tempfile\nos.mkdir('d')\nwith open('d/x.txt', 'w') as f:\n    f.write('hi')\n"
+        "import os, shutil, tempfile\nos.mkdir('d')\n"
+        "with open('d/x.txt', 'w') as f:\n    f.write('hi')\n"
         "os.rename('d/x.txt', 'd/y.txt')\nshutil.rmtree('d')\ntempfile.mkstemp()\n"
         "open(os.path.expanduser('~/notes'), 'w').close()\n"
     ) + ADD

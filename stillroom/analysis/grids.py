@@ -12,10 +12,10 @@ from ..io import DataError, iter_jsonl
 
 
 def grade_grid(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
-    """(problem index, grades, completion tokens, capped, excluded) of one model, the arrays [problems,
-    samples] (grades: each record's grade dict); capped marks answers still cut off at the overall token
-    limit. Problems whose gold answer does not parse are excluded (a benchmark bug, not a wrong answer)
-    and counted."""
+    """(problem index, grades, completion tokens, capped, excluded) of one model, the arrays
+    [problems, samples] (grades: each record's grade dict); capped marks answers still cut off at
+    the overall token limit. Problems whose gold answer does not parse are excluded (a benchmark
+    bug, not a wrong answer) and counted."""
     cells: dict[tuple[str, int], tuple[dict, int, bool]] = {}
     excluded = set()
     for rec in iter_jsonl(

@@ -25,7 +25,8 @@ class Comparison:
     delta: float  # mean_a - mean_b
     low: float  # percentile interval of delta
     high: float
-    verdict: str  # "a", "b" or "tie" (the interval contains 0; after holm_comparisons, also not rejected)
+    # "a", "b" or "tie" (the interval contains 0; after holm_comparisons, also not rejected)
+    verdict: str
     n_problems: int
     confidence: float
     n_resamples: int
@@ -67,14 +68,13 @@ _TABLE_BINS = 1 << 14
 
 def _inverse_cdf_table(k: int) -> tuple[np.ndarray, np.ndarray]:
     """For s = 0..k successes out of k: the CDF of Binomial(k, s/k), and the count it maps each of
-    _TABLE_BINS equal bins of u in [0, 1) to by inversion (count = #{c : cdf[s, c] <= u}), or -1 where
-    a CDF step falls inside the bin and the count depends on where u lies in it."""
+    _TABLE_BINS equal bins of u in [0, 1) to by inversion (count = #{c : cdf[s, c] <= u}), or -1
+    where a CDF step falls inside the bin and the count depends on where u lies in it."""
     c = np.arange(k + 1)
     p = c / k
     comb = np.array([math.comb(k, i) for i in c], dtype=np.float64)
-    pmf = (
-        comb[None, :] * p[:, None] ** c[None, :] * (1 - p[:, None]) ** (k - c)[None, :]
-    )  # 0.0**0 == 1
+    # 0.0**0 == 1
+    pmf = comb[None, :] * p[:, None] ** c[None, :] * (1 - p[:, None]) ** (k - c)[None, :]
     cdf = np.cumsum(pmf, axis=1)
     cdf[:, k] = 1.0  # u < 1 always, so the count never exceeds k
     edges = np.arange(_TABLE_BINS + 1) / _TABLE_BINS
@@ -89,8 +89,8 @@ def _inverse_cdf_table(k: int) -> tuple[np.ndarray, np.ndarray]:
 class _WithinResampler:
     """Per-problem means after resampling each drawn problem's k samples with replacement.
 
-    Scores that are all 0 or 1 use that k draws with replacement from a problem with s successes sum
-    to Binomial(k, s / k): one draw per (resample, problem) instead of k, by inversion through a
+    Scores that are all 0 or 1 use that k draws with replacement from a problem with s successes
+    sum to Binomial(k, s / k): one draw per (resample, problem) instead of k, by inversion through a
     precomputed table for k <= _TABLE_MAX_SAMPLES ("table": one uniform and one lookup, the exact
     CDF only for the rare uniforms that land in a bin holding a CDF step) or by numpy's binomial
     sampler above it ("binomial"). Other scores draw k sample indices per drawn problem and gather
@@ -119,9 +119,8 @@ class _WithinResampler:
             self.successes = successes
         self.dtype = np.int32 if max(scores.size, (self.k + 1) * _TABLE_BINS) < 2**31 else np.int64
         if method == "table":
-            self.row = (successes * _TABLE_BINS).astype(
-                self.dtype
-            )  # problem i's row in the flat table
+            # problem i's row in the flat table
+            self.row = (successes * _TABLE_BINS).astype(self.dtype)
 
     def means(self, idx: np.ndarray) -> np.ndarray:
         """Resampled per-problem means, shape idx.shape == (resamples, problems)."""
@@ -154,12 +153,14 @@ class _WithinResampler:
 def _bootstrap_stats(
     a: np.ndarray, b: np.ndarray, n_resamples: int, seed, two_level: bool, within: str = "auto"
 ) -> np.ndarray:
-    """Resampled mean(a) - mean(b): problems drawn with replacement, the same indices for a and b."""
+    """Resampled mean(a) - mean(b): problems drawn with replacement, the same indices for a and
+    b."""
     pa, pb = _per_problem(a), _per_problem(b)
     n = pa.size
-    # The problem indices come from default_rng(seed) in the same chunks whether or not two_level is
-    # set, so a two-level run on data without within-problem spread equals the one-level run; the
-    # within-problem draws use their own streams (one for a, one for b) spawned from the same seed.
+    # The problem indices come from default_rng(seed) in the same chunks whether or not two_level
+    # is set, so a two-level run on data without within-problem spread equals the one-level run;
+    # the within-problem draws use their own streams (one for a, one for b) spawned from the same
+    # seed.
     rng = np.random.default_rng(seed)
     if two_level:
         ra, rb = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
@@ -181,7 +182,8 @@ def _bootstrap_stats(
 
 
 def _bootstrap_p(stats: np.ndarray) -> float:
-    """Two-sided bootstrap p-value for delta != 0: 2 * min(P*(stat <= 0), P*(stat >= 0)), capped at 1.
+    """Two-sided bootstrap p-value for delta != 0: 2 * min(P*(stat <= 0), P*(stat >= 0)), capped
+    at 1.
 
     Each tail is (count + 1) / (B + 1) (Davison & Hinkley 1997, eq. 4.11), so the p-value is never
     0: B resamples cannot resolve probabilities below about 1 / B, and Holm needs a usable number.
@@ -202,22 +204,23 @@ def paired_bootstrap(
 ) -> Comparison:
     """Compare ``a`` and ``b``, scored on the same problems in the same order.
 
-    Each is (problems,) or (problems, samples); samples are averaged within a problem first (a and b
-    may have different sample counts). Problems are resampled with replacement, the same indices for
-    both, and the interval is the percentile interval of mean(a) - mean(b) at ``confidence``.
+    Each is (problems,) or (problems, samples); samples are averaged within a problem first (a and
+    b may have different sample counts). Problems are resampled with replacement, the same indices
+    for both, and the interval is the percentile interval of mean(a) - mean(b) at ``confidence``.
     ``p_value`` is the two-sided bootstrap p-value for a difference (see ``_bootstrap_p``).
 
     ``two_level=True`` also resamples samples within each drawn problem, with replacement and
-    independently for a and for b, so the interval carries the sampling noise of a finite number of
-    samples per problem on top of the choice of problems. Both inputs must then be 2-D: a 1-D input
-    is an error, because per-problem scores cannot tell "one sample" (where the second level changes
-    nothing; pass shape (problems, 1)) from "already averaged" (where it would silently add nothing).
-    Sample indices are not paired across a and b, even with equal sample counts: sample j of two
-    different systems is two independent generations, and the problem-level pairing already carries
-    what they share (the problem's difficulty); independent draws also serve unequal sample counts.
-    Resampling at both levels counts the within-problem variance twice (once through the spread of
-    the per-problem means, once through the inner draws), so the two-level interval is conservative:
-    wider than the one-level one by up to a factor of about sqrt(2) when within-problem noise dominates.
+    independently for a and for b, so the interval carries the sampling noise of a finite number
+    of samples per problem on top of the choice of problems. Both inputs must then be 2-D: a 1-D
+    input is an error, because per-problem scores cannot tell "one sample" (where the second level
+    changes nothing; pass shape (problems, 1)) from "already averaged" (where it would silently add
+    nothing). Sample indices are not paired across a and b, even with equal sample counts: sample j
+    of two different systems is two independent generations, and the problem-level pairing already
+    carries what they share (the problem's difficulty); independent draws also serve unequal sample
+    counts. Resampling at both levels counts the within-problem variance twice (once through the
+    spread of the per-problem means, once through the inner draws), so the two-level interval is
+    conservative: wider than the one-level one by up to a factor of about sqrt(2) when
+    within-problem noise dominates.
     """
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
@@ -228,14 +231,16 @@ def paired_bootstrap(
     pa, pb = _per_problem(sa), _per_problem(sb)
     if pa.shape != pb.shape:
         raise ValueError(
-            f"a and b must score the same problems: a has shape {np.shape(a)}, b has shape {np.shape(b)}"
+            f"a and b must score the same problems: a has shape {np.shape(a)}, "
+            f"b has shape {np.shape(b)}"
         )
     if two_level:
         for name, arr in (("a", sa), ("b", sb)):
             if arr.ndim != 2:
                 raise ValueError(
                     f"two_level=True resamples samples within problems, so {name} must have shape "
-                    f"(problems, samples), got {arr.shape}; pass shape (problems, 1) for one sample per problem"
+                    f"(problems, samples), got {arr.shape}; pass shape (problems, 1) for one "
+                    "sample per problem"
                 )
     stats = _bootstrap_stats(sa, sb, n_resamples, seed, bool(two_level))
     alpha = 1 - confidence
@@ -269,8 +274,9 @@ def _check_p_values(p_values: Sequence[float]) -> list[float]:
 def holm_adjusted(p_values: Sequence[float]) -> list[float]:
     """Holm step-down adjusted p-values, in the input order.
 
-    With p_(1) <= ... <= p_(m) sorted, the adjusted p_(i) is max over j <= i of min(1, (m - j + 1) p_(j));
-    they are monotone in the raw p-values, and equal raw p-values get equal adjusted ones.
+    With p_(1) <= ... <= p_(m) sorted, the adjusted p_(i) is max over j <= i of
+    min(1, (m - j + 1) p_(j)); they are monotone in the raw p-values, and equal raw p-values get
+    equal adjusted ones.
     """
     ps = _check_p_values(p_values)
     m = len(ps)
@@ -284,7 +290,8 @@ def holm_adjusted(p_values: Sequence[float]) -> list[float]:
 
 
 def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
-    """Holm's step-down rejections at family-wise error rate ``alpha``: True where the hypothesis is rejected."""
+    """Holm's step-down rejections at family-wise error rate ``alpha``: True where the hypothesis
+    is rejected."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     return [p <= alpha for p in holm_adjusted(p_values)]
@@ -295,10 +302,10 @@ def holm_comparisons(
 ) -> list[Comparison]:
     """The comparisons of one sweep with Holm's correction applied to their p-values.
 
-    Each returned Comparison has ``p_holm`` set; its verdict is "tie" unless Holm rejects at ``alpha``
-    (default: 1 - confidence, which must then be the same for all), otherwise it keeps its own verdict,
-    so a win needs both the interval to exclude 0 and the corrected test to reject. Intervals are
-    left as they are (not simultaneous intervals).
+    Each returned Comparison has ``p_holm`` set; its verdict is "tie" unless Holm rejects at
+    ``alpha`` (default: 1 - confidence, which must then be the same for all), otherwise it keeps its
+    own verdict, so a win needs both the interval to exclude 0 and the corrected test to reject.
+    Intervals are left as they are (not simultaneous intervals).
     """
     comparisons = list(comparisons)
     for i, c in enumerate(comparisons):
@@ -316,7 +323,7 @@ def holm_comparisons(
     adjusted = holm_adjusted([c.p_value for c in comparisons])
     return [
         dataclasses.replace(c, p_holm=p, verdict=c.verdict if p <= alpha else "tie")
-        for c, p in zip(comparisons, adjusted)
+        for c, p in zip(comparisons, adjusted, strict=True)
     ]
 
 
@@ -353,7 +360,8 @@ def mcnemar_exact(a, b) -> McNemar:
     xa, xb = _binary(a, "a"), _binary(b, "b")
     if xa.shape != xb.shape:
         raise ValueError(
-            f"a and b must score the same problems: a has shape {np.shape(a)}, b has shape {np.shape(b)}"
+            f"a and b must score the same problems: a has shape {np.shape(a)}, "
+            f"b has shape {np.shape(b)}"
         )
     b01 = int(np.count_nonzero(~xa & xb))
     b10 = int(np.count_nonzero(xa & ~xb))

@@ -1,5 +1,5 @@
-"""The experiment config: typed sections (their keys, defaults, bounds and cross-checks, each defined
-once), strict YAML loading, and the resolved config the workflow and every stage read.
+"""The experiment config: typed sections (their keys, defaults, bounds and cross-checks, each
+defined once), strict YAML loading, and the resolved config the workflow and every stage read.
 
 ``resolve`` is what the workflow runs while it is parsed: every check that needs no job's output
 fails there, before any job starts, with one message naming every bad key. The JSON schema for
@@ -127,7 +127,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of config sections, got {type(data).__name__}")
+        raise ConfigError(
+            f"{path}: expected a mapping of config sections, got {type(data).__name__}"
+        )
     return data
 
 
@@ -142,7 +144,10 @@ def resolve(config: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]
 
 
 def workflow_config(
-    config: Mapping[str, Any], configfiles: Iterable[str | Path], default: str | Path, root: str | Path
+    config: Mapping[str, Any],
+    configfiles: Iterable[str | Path],
+    default: str | Path,
+    root: str | Path,
 ) -> dict[str, Any]:
     """The resolved config of a workflow run. Snakemake has merged the ``--configfile`` files and
     ``--config`` values into ``config``; each file is read again here, to refuse duplicated keys.

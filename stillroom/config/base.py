@@ -1,5 +1,5 @@
-"""The base of every typed config section and stage params: unknown keys refused, strict types, and
-errors that name the config key and what was expected."""
+"""The base of every typed config section and stage params: unknown keys refused, strict types,
+and errors that name the config key and what was expected."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ class ConfigError(ValueError):
     """A config (or a stage's params) that cannot run; the message names every bad key."""
 
 
-# Tags of the tagged unions (source kinds, teacher and evaluation backends): pydantic puts the tag in
-# an error's location, which would read as a key of the config.
+# Tags of the tagged unions (source kinds, teacher and evaluation backends): pydantic puts the tag
+# in an error's location, which would read as a key of the config.
 _UNION_TAGS: set[str] = set()
 
 
@@ -70,7 +70,11 @@ def explain(exc: ValidationError, where: str = "") -> str:
         msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         if err["type"] == "missing":
             msg = "required key missing"
-        elif err["type"] not in ("value_error", "assertion_error") and "input" in err and _scalar(err["input"]):
+        elif (
+            err["type"] not in ("value_error", "assertion_error")
+            and "input" in err
+            and _scalar(err["input"])
+        ):
             msg += f" (got {err['input']!r:.80})"
         # A check over several keys writes one problem a line, each starting with its key
         # relative to the section that checks it.
@@ -99,7 +103,9 @@ def tag(*values: str) -> None:
 # name the user chose (teachers, benchmarks) or the union's own key (eval.backend, a stage's spec).
 _NAMED = {"teachers", "benchmarks"}
 _UNION_KEYS = {"backend", "spec"}
-_LABEL = re.compile(r"^(str|int|float|bool|none|(list|dict|tuple)\[.*\]|(constrained|function)-.*)$")
+_LABEL = re.compile(
+    r"^(str|int|float|bool|none|(list|dict|tuple)\[.*\]|(constrained|function)-.*)$"
+)
 
 
 def _key_path(loc: tuple[Any, ...]) -> list[str]:

@@ -27,7 +27,8 @@ class WhereRule(Section):
 
 
 class DatasetSpec(Section):
-    """A hub dataset (loaded in a job, never while the DAG is built) or a local parquet/JSONL/CSV file."""
+    """A hub dataset (loaded in a job, never while the DAG is built) or a local parquet/JSONL/CSV
+    file."""
 
     path: str
     subset: str | None = None
@@ -38,7 +39,9 @@ class DatasetSpec(Section):
     answer_kind: AnswerKind = Field(
         "math", description="kernel: prompt and answer are the problem file (KernelBench code)"
     )
-    where: dict[str, WhereRule] = Field({}, description="row filters: field -> {min, max, equals, in}")
+    where: dict[str, WhereRule] = Field(
+        {}, description="row filters: field -> {min, max, equals, in}"
+    )
     limit: PositiveInt | None = None
 
     @property
@@ -91,7 +94,9 @@ class KernelSource(_Source):
     problems: Annotated[list[str], Field(min_length=1)] | None = Field(
         None, description="problem file stems (default: all)"
     )
-    dir: str | None = Field(None, description="a directory of problem files (default: the project's)")
+    dir: str | None = Field(
+        None, description="a directory of problem files (default: the project's)"
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> KernelSource:
@@ -105,7 +110,8 @@ Source = Annotated[
     Field(discriminator="kind"),
 ]
 tag("arithmetic", "choice", "echo", "jsonl", "dataset", "kernels")
-GENERATED = ("arithmetic", "choice", "kernels")  # the kinds the held-out splits are carved from
+# the kinds the held-out splits are carved from
+GENERATED = ("arithmetic", "choice", "kernels")
 
 
 class Heldout(Section):

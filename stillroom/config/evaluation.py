@@ -1,5 +1,6 @@
-"""Evaluation and the tables: how models are sampled (in process or served), graded (multiple-choice
-letters, the kernel validator) and compared (paired bootstrap), and what the cost ledger charges."""
+"""Evaluation and the tables: how models are sampled (in process or served), graded
+(multiple-choice letters, the kernel validator) and compared (paired bootstrap), and what the cost
+ledger charges."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ class SGLangBackend(Section):
     def _placeholders(self) -> SGLangBackend:
         missing = self.server.missing({"model_path"})
         if missing:
-            raise ValueError(f"server.command: no value for {', '.join('{' + m + '}' for m in missing)}")
+            fields = ", ".join("{" + m + "}" for m in missing)
+            raise ValueError(f"server.command: no value for {fields}")
         if "{model_path}" not in self.server.command:
             raise ValueError("server.command: must serve {model_path}, the checkpoint evaluated")
         return self
@@ -127,7 +129,9 @@ class Decoding(Section):
         "max_new_tokens (continue_truncated)",
     )
     batch_size: PositiveInt
-    effort: str | None = Field(None, description="tag eval prompts with this effort (null: untagged)")
+    effort: str | None = Field(
+        None, description="tag eval prompts with this effort (null: untagged)"
+    )
     backend: Backend = HFBackend()
 
 

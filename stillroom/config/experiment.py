@@ -19,7 +19,8 @@ Benchmark = Annotated[
     Discriminator(lambda v: "file" if isinstance(v, str) else "dataset"),
 ]
 tag("file", "dataset")
-SPLITS = ("heldout", "dev")  # carved from the pool, evaluated like benchmarks
+# carved from the pool, evaluated like benchmarks
+SPLITS = ("heldout", "dev")
 
 
 class Experiment(Section):
@@ -42,7 +43,9 @@ class Experiment(Section):
     eval: Eval
     tables: Tables = Tables()
     cost: Cost = Cost()
-    kernels: Kernels | None = Field(None, description="kernel track: the validator and kernel tables")
+    kernels: Kernels | None = Field(
+        None, description="kernel track: the validator and kernel tables"
+    )
     grpo: Grpo | None = Field(None, description="kernel track: GRPO from the fine-tune")
 
     @field_validator("benchmarks")
@@ -75,11 +78,13 @@ class Experiment(Section):
         gen, problems = self.generation, []
         if gen.teacher not in self.teachers:
             problems.append(
-                f"generation.teacher: '{gen.teacher}' is not a key of teachers ({sorted(self.teachers)})"
+                f"generation.teacher: '{gen.teacher}' is not a key of teachers "
+                f"({sorted(self.teachers)})"
             )
         if self.dataset.default_effort not in gen.efforts:
             problems.append(
-                f"dataset.default_effort: '{self.dataset.default_effort}' is not in generation.efforts"
+                f"dataset.default_effort: '{self.dataset.default_effort}' "
+                "is not in generation.efforts"
             )
         teacher = self.teachers.get(gen.teacher)
         if isinstance(teacher, ProceduralSpec):
@@ -90,9 +95,6 @@ class Experiment(Section):
                         f"{where}.detail: no detail level for effort '{effort}' "
                         f"(have {sorted(teacher.levels)})"
                     )
-            if isinstance(teacher.error_rate, dict):
-                for effort in sorted(set(teacher.error_rate) - set(gen.efforts)):
-                    problems.append(f"{where}.error_rate.{effort}: '{effort}' is not in generation.efforts")
             for i, s in enumerate(self.sources):
                 if s.kind in ("jsonl", "dataset") or (isinstance(s, KernelSource) and s.dir):
                     problems.append(
@@ -108,7 +110,9 @@ class Experiment(Section):
             problems.append(f"sources: names must be unique, got {names}")
         for i, s in enumerate(self.sources):
             if s.kind == "echo" and s.benchmark not in self.benchmarks:
-                problems.append(f"sources.{i}.benchmark: '{s.benchmark}' is not a key of benchmarks")
+                problems.append(
+                    f"sources.{i}.benchmark: '{s.benchmark}' is not a key of benchmarks"
+                )
         if (self.heldout.size or self.heldout.dev_size) and not any(
             s.kind in GENERATED for s in self.sources
         ):
@@ -142,8 +146,8 @@ class Experiment(Section):
         if select_on is not None:
             if select_on in ev.benchmarks:
                 problems.append(
-                    f"merge.select_on: '{select_on}' is also a reported benchmark (eval.benchmarks); "
-                    "choose the ratio on a split no table reports"
+                    f"merge.select_on: '{select_on}' is also a reported benchmark "
+                    "(eval.benchmarks); choose the ratio on a split no table reports"
                 )
             problems += self._benchmark_problem("merge.select_on", select_on, sizes)
             if not self.merge.ratios:
@@ -171,11 +175,13 @@ class Experiment(Section):
             )
         if shape and self.eval.max_new_tokens >= shape.max_position_embeddings:
             problems.append(
-                f"eval.max_new_tokens: {self.eval.max_new_tokens} leaves no room for the prompt in the "
-                f"student's max_position_embeddings ({shape.max_position_embeddings})"
+                f"eval.max_new_tokens: {self.eval.max_new_tokens} leaves no room for the prompt "
+                f"in the student's max_position_embeddings ({shape.max_position_embeddings})"
             )
         if self.grpo and not any(s.kind == "kernels" for s in self.sources):
-            problems.append("grpo: trains on the pool's kernel problems, but no source has kind 'kernels'")
+            problems.append(
+                "grpo: trains on the pool's kernel problems, but no source has kind 'kernels'"
+            )
         return problems
 
     def file_problems(self, root: Path) -> list[str]:

@@ -1,5 +1,5 @@
-"""Teacher generation: which teacher answers at which efforts, how each backend is reached, and how
-the SFT dataset is chosen from the graded answers."""
+"""Teacher generation: which teacher answers at which efforts, how each backend is reached, and
+how the SFT dataset is chosen from the graded answers."""
 
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ class Generation(Section):
                 )
             seen |= set(group)
             if len({self.shards_of(e) for e in group}) > 1:
-                problems.append(f"effort_groups.{i}: efforts of one group need the same effort_shards")
+                problems.append(
+                    f"effort_groups.{i}: efforts of one group need the same effort_shards"
+                )
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -85,6 +87,17 @@ class ProceduralSpec(_TeacherSpec):
     def levels(self) -> dict[str, int]:
         return {**PROCEDURAL_DETAIL, **self.detail}
 
+    @model_validator(mode="after")
+    def _known_efforts(self) -> ProceduralSpec:
+        rates = self.error_rate if isinstance(self.error_rate, dict) else {}
+        unknown = sorted(set(rates) - set(self.levels))
+        if unknown:  # a misspelt effort would slip at rate 0
+            raise ValueError(
+                f"error_rate.{unknown[0]}: '{unknown[0]}' is not an effort of this teacher "
+                f"({', '.join(self.levels)}; add it to detail)"
+            )
+        return self
+
 
 class Sampling(Section):
     """Sampling fields of each request; ``extra`` holds a server's own fields, sent as they are."""
@@ -111,7 +124,8 @@ class Sampling(Section):
 
 
 class EffortSpec(Section):
-    """How an effort level is sent: a request field, a system prompt ($effort), extra body fields."""
+    """How an effort level is sent: a request field, a system prompt ($effort), extra body
+    fields."""
 
     field: str | None = None
     system: str | None = None
@@ -135,7 +149,8 @@ class Budget(Section):
     reset_hour_utc: Annotated[int, Field(ge=0, le=23)] = 0
     ledger: str | None = Field(
         None,
-        description="ledger file on a filesystem all jobs share (default results/budget/<teacher>.json)",
+        description="ledger file on a filesystem all jobs share "
+        "(default results/budget/<teacher>.json)",
     )
 
 
@@ -187,7 +202,9 @@ class Server(Section):
     stop_timeout_s: float = Field(30.0, gt=0)
     host: str = "127.0.0.1"
     env: dict[str, str | int | float] = {}
-    tp: PositiveInt = Field(1, description="tensor parallel size: GPUs = tp x dp unless gpus is set")
+    tp: PositiveInt = Field(
+        1, description="tensor parallel size: GPUs = tp x dp unless gpus is set"
+    )
     dp: PositiveInt = 1
     gpus: int | None = Field(None, ge=0, description="GPUs the server uses (default tp x dp)")
 
@@ -225,7 +242,8 @@ class SGLangSpec(OpenAISpec):
     def _filled(self) -> SGLangSpec:
         missing = self.server.missing(set())
         if missing:
-            raise ValueError(f"server.command: no value for {', '.join('{' + m + '}' for m in missing)}")
+            fields = ", ".join("{" + m + "}" for m in missing)
+            raise ValueError(f"server.command: no value for {fields}")
         return self
 
 
@@ -247,7 +265,8 @@ class HFSpec(OpenAISpec):
             data = dict(data)
             data.setdefault("model", data["model_path"])
             data.setdefault("tokenizer", data["model_path"])
-            data.setdefault("concurrency", data.get("batch_size", cls.model_fields["batch_size"].default))
+            batch_size = data.get("batch_size", cls.model_fields["batch_size"].default)
+            data.setdefault("concurrency", batch_size)
         return data
 
 

@@ -1,5 +1,5 @@
-"""The student and how it is trained: its shape or pretrained source, SFT (full, LoRA, QLoRA) and its
-process layout, GRPO on kernel problems, and the weight merges."""
+"""The student and how it is trained: its shape or pretrained source, SFT (full, LoRA, QLoRA) and
+its process layout, GRPO on kernel problems, and the weight merges."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pydantic import Field, model_validator
 
 from .base import PositiveInt, Regex, Section
 
-ROUTER = re.compile(r"(^|\.)mlp\.gate(\.weight)?$|^gate$")  # a MoE router: adapting it destabilises routing
+# a MoE router: adapting it destabilises routing
+ROUTER = re.compile(r"(^|\.)mlp\.gate(\.weight)?$|^gate$")
 
 
 class Tokenizer(Section):
@@ -130,7 +131,9 @@ class Lora(Section):
         if not self.target_modules and not self.target_parameters:
             raise ValueError("target_modules: set target_modules and/or target_parameters")
         if self.target_parameters and self.dropout:
-            raise ValueError(f"dropout: must be 0 with target_parameters (PEFT), got {self.dropout}")
+            raise ValueError(
+                f"dropout: must be 0 with target_parameters (PEFT), got {self.dropout}"
+            )
         router = [t for t in self.target_modules + self.target_parameters if ROUTER.search(t)]
         if router and not self.allow_router:
             raise ValueError(
@@ -153,7 +156,8 @@ class Layout:
 
 
 class Distributed(Section):
-    """Processes: nodes x gpus_per_node, FSDP2-sharded (fsdp_size), replicated (dp_replicate_size)."""
+    """Processes: nodes x gpus_per_node, FSDP2-sharded (fsdp_size), replicated
+    (dp_replicate_size)."""
 
     nodes: PositiveInt = 1
     gpus_per_node: PositiveInt = 1
@@ -165,8 +169,8 @@ class Distributed(Section):
         world = self.nodes * self.gpus_per_node
         if self.fsdp_size is None and world % self.dp_replicate_size:
             raise ValueError(
-                f"dp_replicate_size: {self.dp_replicate_size} does not divide the world size {world} "
-                f"(nodes {self.nodes} x gpus_per_node {self.gpus_per_node})"
+                f"dp_replicate_size: {self.dp_replicate_size} does not divide the world size "
+                f"{world} (nodes {self.nodes} x gpus_per_node {self.gpus_per_node})"
             )
         fsdp = self.fsdp_size or world // self.dp_replicate_size
         if fsdp * self.dp_replicate_size != world:
@@ -177,7 +181,8 @@ class Distributed(Section):
         return self
 
     def layout(self, device_map: bool = False) -> Layout:
-        if device_map:  # one process spreads the layers over the node's GPUs
+        if device_map:
+            # one process spreads the layers over the node's GPUs
             return Layout(self.nodes, self.gpus_per_node, 1, 1, 1)
         world = self.nodes * self.gpus_per_node
         fsdp = self.fsdp_size or world // self.dp_replicate_size
@@ -205,7 +210,8 @@ class Train(Section):
     )
     load_in_4bit: bool = Field(False, description="load the base in NF4 (method qlora only)")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="auto: float32 weights (bf16 compute on GPU); bf16 only for a frozen base"
+        "auto",
+        description="auto: float32 weights (bf16 compute on GPU); bf16 only for a frozen base",
     )
     attn_implementation: str = Field(
         "sdpa", description="sdpa (CPU), or flash_attention_2 (packed varlen on GPU)"
@@ -218,7 +224,9 @@ class Train(Section):
     gpu_memory_limit: str | int | None = Field(
         None, description="max memory per GPU for device_map (exclusive with max_memory)"
     )
-    max_memory: dict[str, Any] | None = None
+    max_memory: dict[int | str, str | int] | None = Field(
+        None, description="max memory by GPU index (and 'cpu') for device_map"
+    )
     sampled_options: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(
         {}, description="model config attributes sampled per optimizer step from a list"
     )
@@ -249,8 +257,8 @@ class Train(Section):
             )
         if self.dtype == "bfloat16" and full:
             problems.append(
-                "dtype: bfloat16 with method full trains bf16 weights without a float32 master copy: "
-                "updates below half a bf16 step (most, at lr 1e-5) are lost. Use dtype auto "
+                "dtype: bfloat16 with method full trains bf16 weights without a float32 master "
+                "copy: updates below half a bf16 step (most, at lr 1e-5) are lost. Use dtype auto "
                 "(float32 weights, bf16 compute on GPU)"
             )
         d = self.distributed
@@ -276,8 +284,9 @@ class Train(Section):
             and (d.fsdp_size or d.dp_replicate_size > 1)
         ):
             problems.append(
-                "distributed: fsdp_size / dp_replicate_size with load_in_4bit: 4-bit weights cannot "
-                "be FSDP-sharded here, QLoRA processes are data-parallel replicas (or use device_map)"
+                "distributed: fsdp_size / dp_replicate_size with load_in_4bit: 4-bit weights "
+                "cannot be FSDP-sharded here, QLoRA processes are data-parallel replicas "
+                "(or use device_map)"
             )
         if problems:
             raise ValueError("\n".join(problems))
@@ -290,7 +299,8 @@ class Train(Section):
     @property
     def sharded(self) -> bool:
         """FSDP2 shards full-precision models. A 4-bit one cannot be (bitsandbytes' packed NF4
-        parameters do not survive the DTensor conversion, measured): QLoRA processes are replicas."""
+        parameters do not survive the DTensor conversion, measured): QLoRA processes are
+        replicas."""
         return self.layout.world_size > 1 and not self.load_in_4bit
 
 
@@ -344,7 +354,8 @@ class Merge(Section):
     )
     select_on: str | None = Field(
         None,
-        description="choose the ratio by accuracy on this benchmark, disjoint from every reported one",
+        description="choose the ratio by accuracy on this benchmark, "
+        "disjoint from every reported one",
     )
 
     @model_validator(mode="after")

@@ -1,10 +1,12 @@
 """Load and check SFT conversations, including tool calls, before any training starts.
 
-Rows are ``{"id": ..., "messages": [...]}`` with roles system, user, assistant and tool. Tool calls use
-the Hugging Face shape ``{"type": "function", "id": ..., "function": {"name": ..., "arguments": ...}}``.
-Chat templates render a tool result by its ``name``, so a tool message with only a ``tool_call_id``
-renders wrongly or not at all; that, and ids that answer no earlier call, are caught here. All bad rows
-of a file are reported in one error, so a broken dataset is fixed in one pass rather than one row a run.
+Rows are ``{"id": ..., "messages": [...]}`` with roles system, user, assistant and tool. Tool calls
+use the Hugging Face shape
+``{"type": "function", "id": ..., "function": {"name": ..., "arguments": ...}}``. Chat templates
+render a tool result by its ``name``, so a tool message with only a ``tool_call_id`` renders
+wrongly or not at all; that, and ids that answer no earlier call, are caught here. All bad rows of
+a file are reported in one error, so a broken dataset is fixed in one pass rather than one row a
+run.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from stillroom.io import DataError
+from ..io import DataError
 
 ROLES = ("system", "user", "assistant", "tool")
 MAX_ERRORS = 20  # reported per file; the count covers all of them
@@ -22,17 +24,19 @@ MAX_IDS = 10
 
 
 def load_conversations(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read and validate the SFT JSONL; return ``[{"id", "messages"}]`` with only template keys kept.
+    """Read and validate the SFT JSONL; return ``[{"id", "messages"}]`` with only template keys
+    kept.
 
-    Tool-call arguments given as JSON strings come back parsed into dicts (HF templates expect dicts).
-    Raises one DataError listing every bad row (the first MAX_ERRORS) by ``file:line``.
+    Tool-call arguments given as JSON strings come back parsed into dicts (HF templates expect
+    dicts). Raises one DataError listing every bad row (the first MAX_ERRORS) by ``file:line``.
     """
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: file not found")
     examples, errors = [], []
     with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):  # count blank lines too, so numbers match an editor's
+        # count blank lines too, so numbers match an editor's
+        for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             row_errors: list[str] = []
@@ -67,9 +71,8 @@ def _parse_row(line: str, lineno: int, errors: list[str]) -> dict[str, Any] | No
         return None
     where = "key 'messages'"
     messages = []
-    calls: dict[
-        str, str
-    ] = {}  # tool-call id -> function name so far; a reused id means its latest call
+    # tool-call id -> function name so far; a reused id means its latest call
+    calls: dict[str, str] = {}
     for i, msg in enumerate(row["messages"]):
         out = _parse_message(msg, calls, lambda e, i=i: errors.append(f"{where}: message {i}: {e}"))
         if out is not None:
@@ -96,8 +99,8 @@ def _parse_message(msg: Any, calls: dict[str, str], error) -> dict[str, Any] | N
         name, call_id = msg.get("name"), msg.get("tool_call_id")
         if not isinstance(name, str) or not name:
             error(
-                f"tool message needs a non-empty string 'name' (the called function), got {name!r:.60}; "
-                "tool_call_id alone does not render"
+                "tool message needs a non-empty string 'name' (the called function), "
+                f"got {name!r:.60}; tool_call_id alone does not render"
             )
         elif not isinstance(call_id, str) or not call_id:
             error(f"tool message needs a string 'tool_call_id', got {call_id!r:.60}")
@@ -108,7 +111,8 @@ def _parse_message(msg: Any, calls: dict[str, str], error) -> dict[str, Any] | N
             )
         elif calls[call_id] != name:
             error(
-                f"tool_call_id {call_id!r} is a call to {calls[call_id]!r}, but the tool message's name is {name!r}"
+                f"tool_call_id {call_id!r} is a call to {calls[call_id]!r}, "
+                f"but the tool message's name is {name!r}"
             )
         out.update(name=name, tool_call_id=call_id)
     return out
@@ -118,7 +122,8 @@ def _parse_assistant_calls(msg: dict, calls: dict[str, str], error) -> dict[str,
     content, tool_calls = msg.get("content"), msg["tool_calls"]
     if content is not None and not isinstance(content, str):
         error(
-            f"assistant message needs string or null content, got {type(content).__name__} {content!r:.60}"
+            "assistant message needs string or null content, "
+            f"got {type(content).__name__} {content!r:.60}"
         )
         return None
     if not isinstance(tool_calls, list):
@@ -138,19 +143,20 @@ def _parse_assistant_calls(msg: dict, calls: dict[str, str], error) -> dict[str,
             error(f"tool_calls[{j}] type should be 'function', got {call['type']!r:.40}")
         if not isinstance(call.get("id"), str) or not call["id"]:
             error(
-                f"tool_calls[{j}] ({name}) needs a string 'id' for tool messages to answer, got {call.get('id')!r:.40}"
+                f"tool_calls[{j}] ({name}) needs a string 'id' for tool messages to answer, "
+                f"got {call.get('id')!r:.40}"
             )
             continue
-        calls[call["id"]] = (
-            name  # even if its arguments are bad: no cascade of errors on the tool reply
-        )
+        # recorded even if its arguments are bad: no cascade of errors on the tool reply
+        calls[call["id"]] = name
         args = fn.get("arguments")
         if isinstance(args, str):
             try:
                 args = json.loads(args)
             except json.JSONDecodeError as exc:
                 error(
-                    f"tool_calls[{j}] ({name}) arguments are not valid JSON ({exc.msg}): {fn['arguments']!r:.60}"
+                    f"tool_calls[{j}] ({name}) arguments are not valid JSON ({exc.msg}): "
+                    f"{fn['arguments']!r:.60}"
                 )
                 continue
         if not isinstance(args, dict):
@@ -166,16 +172,18 @@ def _parse_assistant_calls(msg: dict, calls: dict[str, str], error) -> dict[str,
 
 
 def check_renders(tokenizer, examples: list[dict], source: str = "dataset") -> None:
-    """Render every example with the tokenizer's own chat template; raise one DataError for all failures.
+    """Render every example with the tokenizer's own chat template; raise one DataError for all
+    failures.
 
-    A template that ignores tool turns can render without error yet drop them, so the text must also
-    contain each tool result and each called function's name.
+    A template that ignores tool turns can render without error yet drop them, so the text must
+    also contain each tool result and each called function's name.
     """
     bad = []
     for ex in examples:
         try:
             text = tokenizer.apply_chat_template(ex["messages"], tokenize=False)
-        except Exception as exc:  # noqa: BLE001 - any template failure is a mismatch to report, not a crash
+        # any template failure is a mismatch to report, not a crash
+        except Exception as exc:  # noqa: BLE001
             bad.append(f"{ex['id']} ({type(exc).__name__}: {exc})")
             continue
         missing = []
@@ -192,6 +200,6 @@ def check_renders(tokenizer, examples: list[dict], source: str = "dataset") -> N
     if bad:
         more = " ..." if len(bad) > MAX_IDS else ""
         raise DataError(
-            f"{source}: {len(bad)} of {len(examples)} examples do not render with the tokenizer's chat template: "
-            f"{'; '.join(bad[:MAX_IDS])}{more}"
+            f"{source}: {len(bad)} of {len(examples)} examples do not render with the "
+            f"tokenizer's chat template: {'; '.join(bad[:MAX_IDS])}{more}"
         )

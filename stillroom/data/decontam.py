@@ -1,20 +1,21 @@
 """Exact n-gram decontamination of prompts against benchmark items.
 
-Text is normalised by :func:`normalize_words`; an n-gram is ``n`` consecutive normalised words. A prompt is
-contaminated by a benchmark item when they share an n-gram (default 13, as in GPT-3 / Llama decontamination).
-Matches are deduplicated per (benchmark, item, ngram) and sorted by benchmark name, item, then the position of
-the n-gram's first occurrence in the text.
+Text is normalised by :func:`normalize_words`; an n-gram is ``n`` consecutive normalised words. A
+prompt is contaminated by a benchmark item when they share an n-gram (default 13, as in GPT-3 /
+Llama decontamination). Matches are deduplicated per (benchmark, item, ngram) and sorted by
+benchmark name, item, then the position of the n-gram's first occurrence in the text.
 
-Items with fewer than ``n`` words (but at least one) are indexed as one whole-item gram, so a short benchmark
-question is still caught when a prompt contains all of it verbatim; an item of 2 words therefore matches any
-text containing those 2 words in a row. A text with fewer words than the shortest indexed gram has no hits.
-Items with no words are ignored.
+Items with fewer than ``n`` words (but at least one) are indexed as one whole-item gram, so a short
+benchmark question is still caught when a prompt contains all of it verbatim; an item of 2 words
+therefore matches any text containing those 2 words in a row. A text with fewer words than the
+shortest indexed gram has no hits. Items with no words are ignored.
 
-Matching is exact. ``scan`` normalises a chunk of texts as one string, and numpy computes a 64-bit polynomial
-hash of every word (over its UTF-8 bytes), then of every window of word hashes. A bitmap of the index's gram
-hashes rejects almost all windows; a survivor counts only if its normalised words are a key of the gram dict, so
-hash collisions cost time but never produce a false hit. Inputs under ``_SMALL_CHARS`` (a single prompt, say)
-skip numpy and look up each window made only of benchmark words in that dict directly.
+Matching is exact. ``scan`` normalises a chunk of texts as one string, and numpy computes a 64-bit
+polynomial hash of every word (over its UTF-8 bytes), then of every window of word hashes. A bitmap
+of the index's gram hashes rejects almost all windows; a survivor counts only if its normalised
+words are a key of the gram dict, so hash collisions cost time but never produce a false hit.
+Inputs under ``_SMALL_CHARS`` (a single prompt, say) skip numpy and look up each window made only
+of benchmark words in that dict directly.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -32,9 +32,10 @@ from ..io import DataError
 
 __all__ = ["Match", "NgramIndex", "normalize_words"]
 
-_SEP = "\x01"  # joins the texts of a chunk; a separator inside a text, so texts' own copies become spaces
-# A word is a maximal run of Unicode letters/digits; every other character (punctuation, symbols, "_",
-# whitespace) separates words, so "3.5" -> ["3", "5"] and "don't" -> ["don", "t"].
+# Joins the texts of a chunk; a separator inside a text, so texts' own copies become spaces.
+_SEP = "\x01"
+# A word is a maximal run of Unicode letters/digits; every other character (punctuation, symbols,
+# "_", whitespace) separates words, so "3.5" -> ["3", "5"] and "don't" -> ["don", "t"].
 _ASCII_NON_WORD = str.maketrans(
     {chr(c): " " for c in range(128) if not chr(c).isalnum() and chr(c) != _SEP}
 )
@@ -50,7 +51,8 @@ def _canon(text: str) -> str:
 
 
 def normalize_words(text: str) -> list[str]:
-    """NFKC-normalise (full-width forms, ligatures, composed accents), lowercase, split into words."""
+    """NFKC-normalise (full-width forms, ligatures, composed accents), lowercase, split into
+    words."""
     return _canon(text).replace(_SEP, " ").split()
 
 
@@ -62,7 +64,8 @@ class Match:
 
 
 class NgramIndex:
-    """Index of benchmark n-grams; ``matches``/``scan`` report every shared n-gram, ``contaminated`` any."""
+    """Index of benchmark n-grams; ``matches``/``scan`` report every shared n-gram,
+    ``contaminated`` any."""
 
     _P = 0x9E3779B97F4A7C15  # odd hash multiplier, so it is invertible mod 2**64
     _BITMAP_SLOTS = 256
@@ -75,33 +78,35 @@ class NgramIndex:
         n: int = Decontam().ngram,
         max_items: int | None = None,
     ):
-        """``max_items``: n-grams shared by more items than this are boilerplate (a code file's imports and
-        class header), which identifies no item; they are dropped, as GPT-3 dropped frequent 13-grams."""
+        """``max_items``: n-grams shared by more items than this are boilerplate (a code file's
+        imports and class header), which identifies no item; they are dropped, as GPT-3 dropped
+        frequent 13-grams."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         self.n = n
         self._pow = self._ipow = np.ones(1, dtype=np.uint64)
-        self._grams: dict[
-            tuple[str, ...], list[tuple[str, int]]
-        ] = {}  # gram words -> [(benchmark, item), ...]
+        # gram words -> [(benchmark, item), ...]
+        self._grams: dict[tuple[str, ...], list[tuple[str, int]]] = {}
         self._vocab: set[str] = set()  # words of the benchmarks
         owners, texts = [], []
         for name, items in benchmarks.items():
-            if isinstance(items, str):  # would silently index each character as an item
+            # one string would silently index each character as an item
+            if isinstance(items, str):
                 raise DataError(
                     f"benchmark {name!r}: expected a sequence of strings, got one string"
                 )
             for item, text in enumerate(items):
                 if not isinstance(text, str):
                     raise DataError(
-                        f"benchmark {name!r} item {item}: expected a string, got {type(text).__name__}"
+                        f"benchmark {name!r} item {item}: expected a string, "
+                        f"got {type(text).__name__}"
                     )
                 owners.append((name, item))
                 texts.append(text)
         _, starts, _, word_hash = self._tokens(texts)
         hashes: dict[int, list[np.ndarray]] = {}  # gram length -> gram hashes
         first = 0  # index of the item's first word in the flat word arrays
-        for owner, text in zip(owners, texts):
+        for owner, text in zip(owners, texts, strict=True):
             words = normalize_words(text)
             if words:
                 self._vocab.update(words)
@@ -116,33 +121,32 @@ class NgramIndex:
             first += len(words)
         assert first == len(starts), "batch and single-text normalisation disagree"
         self.ignored = 0
-        if (
-            max_items is not None
-        ):  # the bitmap keeps their hashes: a survivor must still be a key of _grams
+        if max_items is not None:
+            # the bitmap keeps their hashes: a survivor must still be a key of _grams
             common = [g for g, owners in self._grams.items() if len(owners) > max_items]
             for g in common:
                 del self._grams[g]
             self.ignored = len(common)
-        self.lengths = sorted(
-            hashes, reverse=True
-        )  # window lengths to scan: n, then short-item lengths
-        # ~BITMAP_SLOTS slots per gram: the bitmap's false-positive rate is about 1 / (BITMAP_SLOTS / 2)
+        # window lengths to scan: n, then short-item lengths
+        self.lengths = sorted(hashes, reverse=True)
+        # ~BITMAP_SLOTS slots per gram: the bitmap's false-positive rate is about
+        # 1 / (BITMAP_SLOTS / 2)
         self._bits = int(
             np.clip(np.ceil(np.log2(max(len(self._grams), 1) * self._BITMAP_SLOTS)), 16, 28)
         )
         bitmap = np.zeros(1 << self._bits, dtype=bool)
         for hs in hashes.values():
             bitmap[np.concatenate(hs) >> np.uint64(64 - self._bits)] = True
-        self._bitmap = np.packbits(
-            bitmap, bitorder="little"
-        )  # 8x smaller than bools: fewer cache misses
+        # 8x smaller than bools: fewer cache misses
+        self._bitmap = np.packbits(bitmap, bitorder="little")
 
     def __len__(self) -> int:
         """Number of distinct indexed grams."""
         return len(self._grams)
 
     def _powers(self, size: int) -> tuple[np.ndarray, np.ndarray]:
-        """P**i and P**-i mod 2**64 for i < size (uint64 products wrap mod 2**64, which is what we want)."""
+        """P**i and P**-i mod 2**64 for i < size (uint64 products wrap mod 2**64, which is what we
+        want)."""
         if len(self._pow) < size:
             size = max(size, 2 * len(self._pow))  # grow geometrically
             pows = np.full((2, size), [[self._P], [pow(self._P, -1, 1 << 64)]], dtype=np.uint64)
@@ -151,7 +155,8 @@ class NgramIndex:
         return self._pow, self._ipow
 
     def _prefix(self, values: np.ndarray) -> np.ndarray:
-        """prefix[j] = sum_{i<j} values[i] * P**i, so a span's hash is (prefix[b] - prefix[a]) * P**-a."""
+        """prefix[j] = sum_{i<j} values[i] * P**i, so a span's hash is
+        (prefix[b] - prefix[a]) * P**-a."""
         pw, _ = self._powers(len(values) + 1)
         prefix = np.zeros(len(values) + 1, dtype=np.uint64)
         np.multiply(values, pw[: len(values)], out=prefix[1:])
@@ -167,7 +172,8 @@ class NgramIndex:
         return (prefix[m:] - prefix[:-m]) * ipw[: len(word_hash) - m + 1]
 
     def _tokens(self, texts: Sequence[str]) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
-        """Normalised UTF-8 of the texts joined by _SEP, and each word's start byte, end byte and hash."""
+        """Normalised UTF-8 of the texts joined by _SEP, and each word's start byte, end byte and
+        hash."""
         joined = _SEP.join(texts)
         if joined.count(_SEP) != max(len(texts) - 1, 0):
             joined = _SEP.join(text.replace(_SEP, " ") for text in texts)
@@ -182,10 +188,12 @@ class NgramIndex:
 
     def _hits(self, texts: Sequence[str]) -> Iterator[tuple[int, int, tuple[str, ...]]]:
         """Yield (text index, start word, gram) for every indexed gram occurring in the texts."""
-        if sum(map(len, texts)) < self._SMALL_CHARS:  # numpy's per-call overhead would dominate
+        # below _SMALL_CHARS, numpy's per-call overhead would dominate
+        if sum(map(len, texts)) < self._SMALL_CHARS:
             for t, text in enumerate(texts):
                 words, start = normalize_words(text), 0
-                # only runs of benchmark words can hold a gram; "" is never one, so it ends the last run
+                # only runs of benchmark words can hold a gram; "" is never one, so it ends the
+                # last run
                 for end, word in enumerate([*words, ""]):
                     if word in self._vocab:
                         continue
@@ -208,7 +216,11 @@ class NgramIndex:
             cand = np.flatnonzero(self._bitmap[slot >> np.uint64(3)] & _BIT[slot & np.uint64(7)])
             a, b = starts[cand], ends[cand + m - 1]
             for t, i, lo, hi in zip(
-                np.searchsorted(bounds, a).tolist(), cand.tolist(), a.tolist(), b.tolist()
+                np.searchsorted(bounds, a).tolist(),
+                cand.tolist(),
+                a.tolist(),
+                b.tolist(),
+                strict=True,
             ):
                 # a window across texts keeps _SEP inside a word, so it is never a key
                 gram = tuple(raw[lo:hi].decode().split())
@@ -220,7 +232,8 @@ class NgramIndex:
         return next(self._hits([text]), None) is not None
 
     def matches(self, text: str) -> list[Match]:
-        """Every (benchmark, item, ngram) hit, deduplicated, ordered by benchmark name, item, first position."""
+        """Every (benchmark, item, ngram) hit, deduplicated, ordered by benchmark name, item, first
+        position."""
         return self.scan([text])[0]
 
     def scan(self, texts: Sequence[str]) -> list[list[Match]]:
@@ -234,9 +247,8 @@ class NgramIndex:
                 hi += 1
             first: dict[int, dict[tuple[str, ...], int]] = {}  # text -> gram -> first start word
             for t, pos, gram in self._hits(texts[lo:hi]):
-                first.setdefault(t, {}).setdefault(
-                    gram, pos
-                )  # hits come in position order per gram length
+                # hits come in position order per gram length
+                first.setdefault(t, {}).setdefault(gram, pos)
             chunk: list[list[Match]] = [[] for _ in range(lo, hi)]
             for t, grams in first.items():
                 found = sorted(

@@ -9,7 +9,9 @@ from ..ids import normalize_prompt, prompt_id
 POOL_KEYS = ("prompt_id", "source", "kind", "prompt", "answer")
 
 
-def record(source: str, kind: str, prompt: str, answer: str, meta: dict[str, Any]) -> dict[str, Any]:
+def record(
+    source: str, kind: str, prompt: str, answer: str, meta: dict[str, Any]
+) -> dict[str, Any]:
     """A pool record; its id comes from the normalised prompt. A kernel problem's prompt is code,
     kept verbatim: folded whitespace would break it."""
     prompt = prompt if kind == "kernel" else normalize_prompt(prompt)

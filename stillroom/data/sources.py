@@ -1,9 +1,11 @@
-"""Prompt sources for the embedded default: generated problems with checkable answers.
+"""Prompt sources: every configured ``sources`` entry as pool records (``iter_sources``).
 
-Two families stand in for the seed's DeepMath (closed-form math) and OpenScienceReasoning
-(multiple choice with exactly one correct letter). Every problem keeps its structured form in
-``meta`` so the procedural teacher can write a worked solution; ``worked_solution`` renders it
-at increasing levels of detail (the teacher's effort levels) from a possibly wrong result.
+The embedded default generates problems with checkable answers: two families stand in for
+DeepMath (closed-form math) and OpenScienceReasoning (multiple choice with exactly one correct
+letter). Every generated problem keeps its structured form in ``meta`` so the procedural teacher
+can write a worked solution; ``worked_solution`` renders it at increasing levels of detail (the
+teacher's effort levels) from a possibly wrong result. The other kinds: disturbed copies of
+benchmark items (``echo``), JSONL files, hub or local datasets, and the kernel problems.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def _math(rng: random.Random, hi: int) -> tuple[str, int, dict[str, Any]]:
     meta: dict[str, Any] = {"op": op, "a": a, "b": b, "name": name, "obj": obj}
     if op == "add":
         return (
-            f"{name} has {a} {obj}. {name} gets {b} more {obj}. How many {obj} does {name} have now?",
+            f"{name} has {a} {obj}. {name} gets {b} more {obj}. "
+            f"How many {obj} does {name} have now?",
             a + b,
             meta,
         )
@@ -61,7 +64,8 @@ def _math(rng: random.Random, hi: int) -> tuple[str, int, dict[str, Any]]:
         )
     if op == "mul":
         return (
-            f"{name} buys {a} bags with {b} {obj} in each bag. How many {obj} does {name} buy in total?",
+            f"{name} buys {a} bags with {b} {obj} in each bag. "
+            f"How many {obj} does {name} buy in total?",
             a * b,
             meta,
         )
@@ -69,7 +73,8 @@ def _math(rng: random.Random, hi: int) -> tuple[str, int, dict[str, Any]]:
         c = rng.randint(0, a + b)
         meta["c"] = c
         return (
-            f"{name} has {a} {obj}, finds {b} more and then loses {c}. How many {obj} does {name} have?",
+            f"{name} has {a} {obj}, finds {b} more and then loses {c}. "
+            f"How many {obj} does {name} have?",
             a + b - c,
             meta,
         )
@@ -101,11 +106,13 @@ def _choice(rng: random.Random, hi: int) -> tuple[str, str, dict[str, Any]]:
         rng.shuffle(options)
         stem = "Which of these numbers is even?"
     letter = LETTERS[options.index(right)]
-    listing = " ".join(f"({L}) {v}" for L, v in zip(LETTERS, options))
+    listing = " ".join(f"({L}) {v}" for L, v in zip(LETTERS, options, strict=True))
     return f"{stem} {listing}", letter, {"op": op, "options": options, "right": right, **extra}
 
 
-def generate(kind: str, source: str, count: int, seed: int, max_operand: int) -> list[dict[str, Any]]:
+def generate(
+    kind: str, source: str, count: int, seed: int, max_operand: int
+) -> list[dict[str, Any]]:
     """``count`` distinct problems (by prompt id) of one family, deterministic under ``seed``."""
     rng = random.Random(f"{source}:{seed}")
     make = {"arithmetic": _math, "choice": _choice}[kind]
@@ -160,7 +167,8 @@ def load_benchmark(path: str) -> list[dict[str, Any]]:
 
 
 def worked_solution(meta: Mapping[str, Any], result: int | str, detail: int) -> tuple[str, str]:
-    """(reasoning, final answer line) for a generated problem; ``detail`` 0..3 lengthens the reasoning."""
+    """(reasoning, final answer line) for a generated problem; ``detail`` 0..3 lengthens the
+    reasoning."""
     op = meta["op"]
     if op in ("largest", "smallest", "sum", "even"):
         return _choice_solution(meta, str(result), detail)
@@ -204,7 +212,8 @@ def worked_solution(meta: Mapping[str, Any], result: int | str, detail: int) -> 
 
 
 def by_detail(steps: list[str], detail: int) -> str:
-    """steps = [core, explanation, check, conclusion]: 0 = core, 1 = +explanation, 2 = all, 3 = all twice checked."""
+    """steps = [core, explanation, check, conclusion]: 0 = core, 1 = +explanation, 2 = all, 3 = all
+    twice checked."""
     core, explain, check, conclude = steps
     chosen = {0: [core], 1: [explain, core], 2: [explain, core, check, conclude]}.get(
         detail, [explain, core, check, "Checking once more: " + core, conclude]
@@ -215,7 +224,7 @@ def by_detail(steps: list[str], detail: int) -> str:
 def _choice_solution(meta: Mapping[str, Any], letter: str, detail: int) -> tuple[str, str]:
     options, op = meta["options"], meta["op"]
     value = options[LETTERS.index(letter)]
-    listing = ", ".join(f"{L} is {v}" for L, v in zip(LETTERS, options))
+    listing = ", ".join(f"{L} is {v}" for L, v in zip(LETTERS, options, strict=True))
     rule = {
         "largest": "the biggest value",
         "smallest": "the smallest value",
@@ -239,19 +248,22 @@ def _choice_solution(meta: Mapping[str, Any], letter: str, detail: int) -> tuple
 def iter_sources(
     specs: Sequence[Source], benchmarks: Mapping[str, str], seed: int
 ) -> Iterator[dict[str, Any]]:
-    """All records of the configured sources, in config order; ``benchmarks``: name -> JSONL file."""
+    """All records of the configured sources, in config order; ``benchmarks``: name -> JSONL
+    file."""
     for spec in specs:
         if spec.kind in ("arithmetic", "choice"):
             yield from generate(spec.kind, spec.name, spec.count, seed, spec.max_operand)
         elif spec.kind == "echo":
             if spec.benchmark not in benchmarks:
                 raise DataError(
-                    f"source '{spec.name}': benchmark '{spec.benchmark}' is not in config 'benchmarks'"
+                    f"source '{spec.name}': benchmark '{spec.benchmark}' "
+                    "is not in config 'benchmarks'"
                 )
             yield from echo(spec.name, benchmarks[spec.benchmark], spec.count, seed)
         elif spec.kind == "jsonl":
             for row in load_benchmark(spec.path):
-                yield record(spec.name, row["kind"], row["prompt"], row["answer"], row.get("meta", {}))
+                meta = row.get("meta", {})
+                yield record(spec.name, row["kind"], row["prompt"], row["answer"], meta)
         elif spec.kind == "dataset":
             yield from dataset_records(spec, spec.name)
         else:
@@ -294,7 +306,12 @@ def dataset_records(spec: DatasetSpec, name: str) -> Iterator[dict[str, Any]]:
         if not all(_passes(row[k], rule) for k, rule in spec.where.items()):
             continue
         prompt, answer = row[spec.prompt], row[spec.answer]
-        if not isinstance(prompt, str) or not prompt.strip() or answer is None or not str(answer).strip():
+        if (
+            not isinstance(prompt, str)
+            or not prompt.strip()
+            or answer is None
+            or not str(answer).strip()
+        ):
             raise DataError(
                 f"source '{name}': {path} row {i}: field '{spec.prompt}' or '{spec.answer}' "
                 f"is empty or not text ({prompt!r:.40}, {answer!r:.40})"

@@ -10,8 +10,6 @@ from typing import Any
 from .formats import answer_text
 from .result import GOLD_UNPARSEABLE, NO_ANSWER, Grade, Options
 
-KIND = "choice"
-
 
 @functools.lru_cache(maxsize=32)
 def _choice_regex(letters: str) -> re.Pattern:

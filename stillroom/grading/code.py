@@ -32,14 +32,14 @@ from .. import sandbox
 from .formats import extract_program
 from .result import Grade, Options
 
-KIND = "code"
 TIMEOUT_S = 3.0  # the sandbox's own limit: under the grading worker's, so that it is reported
 MEMORY_MB = 1024
 FILE_SIZE_MB = 16
 _TAIL = 4000  # bytes of stderr kept in a result
 
 # The child's script. It sets up the sandbox (sandbox.py, loaded from its file: under -I -S nothing
-# else can be imported) before any model code runs. Placeholders are filled with repr()s of values.
+# else can be imported) before any model code runs. Placeholders are filled with repr()s of
+# values.
 _HARNESS = r"""
 import importlib.util, os, sys, traceback, types
 sys.dont_write_bytecode = True
@@ -93,13 +93,15 @@ class CodeResult:
     duration_s: float = 0.0
 
     def grade_fields(self) -> dict[str, Any]:
-        """Keyword arguments for grading.Grade; the run's own status is in ``status`` of this result."""
+        """Keyword arguments for grading.Grade; the run's own status is in ``status`` of this
+        result."""
         status = {"no_code": "no_answer", "timeout": "timeout"}.get(self.status, "ok")
         return {"correct": self.passed, "extracted": self.program, "status": status}
 
 
 def parse_code_gold(gold: str) -> tuple[str, str | None]:
-    """(tests source, entry point or None); raises ValueError on a malformed gold (a benchmark bug)."""
+    """(tests source, entry point or None); raises ValueError on a malformed gold (a benchmark
+    bug)."""
     tests, entry = gold, None
     if gold.lstrip().startswith("{"):
         try:
@@ -131,7 +133,8 @@ def _tail(f: Any, limit: int = _TAIL) -> str:
 
 
 def _remove(box: str) -> None:
-    # The program may have made directories unreadable; never chmod through a symlink out of the box.
+    # The program may have made directories unreadable; never chmod through a symlink out of the
+    # box.
     for root, dirs, _ in os.walk(box):
         for d in dirs:
             path = os.path.join(root, d)
@@ -149,11 +152,11 @@ def run_program(
     memory_mb: int = MEMORY_MB,
     tmp_root: str | None = None,
 ) -> CodeResult:
-    """Run ``program`` then ``tests`` in a sandboxed child; ``tmp_root`` holds its temporary directory."""
+    """Run ``program`` then ``tests`` in a sandboxed child; ``tmp_root`` holds its temporary
+    directory."""
     box = tempfile.mkdtemp(prefix="stillroom-code-", dir=tmp_root)
-    token = secrets.token_hex(
-        16
-    )  # printed by the harness after the tests: exit 0 alone proves nothing
+    # printed by the harness after the tests: exit 0 alone proves nothing
+    token = secrets.token_hex(16)
     start = time.monotonic()
     try:
         values = {
@@ -167,7 +170,9 @@ def run_program(
         }
         # One pass, so a program that happens to contain "__TESTS__" is not substituted into.
         harness = re.sub(
-            r"__(SANDBOX|CPU|MEMORY|FSIZE|PROGRAM|TESTS|ENTRY)__", lambda m: repr(values[m[1]]), _HARNESS
+            r"__(SANDBOX|CPU|MEMORY|FSIZE|PROGRAM|TESTS|ENTRY)__",
+            lambda m: repr(values[m[1]]),
+            _HARNESS,
         )
         with open(os.path.join(box, "_run.py"), "w") as f:
             f.write(harness)

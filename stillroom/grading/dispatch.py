@@ -22,11 +22,13 @@ GRADER_INFO: dict[str, Any] = {
     "math_verify": importlib.metadata.version("math-verify"),
     "math": {
         "gold_parse": "math_verify.parse default config on '$gold$', then on the bare gold",
-        "pred_extraction": "the last boxed or plain expression (LatexExtractionConfig, ExprExtractionConfig)",
+        "pred_extraction": "the last boxed or plain expression "
+        "(LatexExtractionConfig, ExprExtractionConfig)",
         "verify": "math_verify.verify(gold, pred), float_rounding 6, strict",
         "timeout": "hard wall-clock limit per item in a killable worker process",
     },
-    "choice": "last '\\boxed{X}', 'answer: X' or 'answer is X' ('answer' any case, X case-sensitive)",
+    "choice": "last '\\boxed{X}', 'answer: X' or 'answer is X' "
+    "('answer' any case, X case-sensitive)",
     "think": "only text after the last </think> is graded; an unclosed <think> is no_answer",
 }
 

@@ -19,9 +19,10 @@ Write a Triton implementation of the PyTorch module below. Name it `ModelNew`: i
 constructor arguments as `Model`, has the same parameters and buffers (same state_dict keys), and \
 its `forward` returns the same outputs for the same inputs.
 
-Do the computation in `@triton.jit` kernels launched from `forward`. Outside the kernels, `forward` \
-may only allocate outputs and inspect or view shapes (`torch.empty`, `.shape`, `.contiguous()`, \
-`.view()`); no torch math, no try/except, no global state. Import only torch, triton and math.
+Do the computation in `@triton.jit` kernels launched from `forward`. Outside the kernels, \
+`forward` may only allocate outputs and inspect or view shapes (`torch.empty`, `.shape`, \
+`.contiguous()`, `.view()`); no torch math, no try/except, no global state. Import only torch, \
+triton and math.
 
 Think it through first, then give the complete module, imports included, in one ```python block.
 

@@ -1,12 +1,14 @@
 """IFEval-style verifiable instructions: a registry of checkers with strict and loose scoring.
 
-A problem's gold (its ``answer`` string, kind ``"instructions"``) is a JSON list of instruction specs::
+A problem's gold (its ``answer`` string, kind ``"instructions"``) is a JSON list of instruction
+specs::
 
     [{"id": "length_words_max", "kwargs": {"n": 50}}, {"id": "case_lowercase"}]
 
-``kwargs`` may be left out when an instruction takes none. Strict scoring checks the response as is; loose
-scoring (as in IFEval) also accepts an instruction when it holds on the response with its first line, last
-line or both removed, or with markdown ``*`` stripped. Only the text after the last ``</think>`` is checked.
+``kwargs`` may be left out when an instruction takes none. Strict scoring checks the response as
+is; loose scoring (as in IFEval) also accepts an instruction when it holds on the response with its
+first line, last line or both removed, or with markdown ``*`` stripped. Only the text after the
+last ``</think>`` is checked.
 """
 
 from __future__ import annotations
@@ -23,11 +25,9 @@ from .formats import answer_text
 from .result import Grade, Options
 
 
-KIND = "instructions"
-
-
 class InstructionError(ValueError):
-    """A gold names an unknown instruction or gives it bad kwargs: a benchmark bug, not a model failure."""
+    """A gold names an unknown instruction or gives it bad kwargs: a benchmark bug, not a model
+    failure."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,8 @@ def _words(text: str) -> list[str]:
 
 
 def _sentences(text: str) -> list[str]:
-    # A sentence ends at . ! or ? followed by space, or at a blank line; chunks without a word don't count.
+    # A sentence ends at . ! or ? followed by space, or at a blank line; chunks without a word
+    # don't count.
     return [s for s in re.split(r"(?<=[.!?])\s+|\n\s*\n", text.strip()) if _WORD.search(s)]
 
 
@@ -110,9 +111,8 @@ def format_json(response: str) -> bool:
 
 @_instruction("case_lowercase")
 def case_lowercase(response: str) -> bool:
-    return (
-        response.islower()
-    )  # islower() also needs at least one letter: "123" is not lowercase text
+    # islower() also needs at least one letter: "123" is not lowercase text
+    return response.islower()
 
 
 @_instruction("case_uppercase")
@@ -194,7 +194,8 @@ def _check_kwargs(inst: Instruction, kwargs: Any) -> None:
 
 
 def parse_instructions(gold: str | Sequence[Any]) -> list[InstructionSpec]:
-    """Validate a gold (JSON text or an already parsed list); raises InstructionError naming the culprit."""
+    """Validate a gold (JSON text or an already parsed list); raises InstructionError naming the
+    culprit."""
     if isinstance(gold, str):
         try:
             gold = json.loads(gold)
@@ -226,7 +227,8 @@ def parse_instructions(gold: str | Sequence[Any]) -> list[InstructionSpec]:
 
 
 def loose_variants(response: str) -> list[str]:
-    """IFEval's loose candidates: drop the first/last line (a preamble or sign-off), strip markdown '*'."""
+    """IFEval's loose candidates: drop the first/last line (a preamble or sign-off), strip
+    markdown '*'."""
     lines = response.split("\n")
     cut = [response, "\n".join(lines[1:]), "\n".join(lines[:-1]), "\n".join(lines[1:-1])]
     return [t for t in cut + [t.replace("*", "") for t in cut] if t.strip()]

@@ -10,7 +10,6 @@ from typing import Any
 from ..kernels.reward import score, timed_out
 from .result import Grade, Options
 
-KIND = "kernel"
 MARGIN_S = 60.0  # over the candidate's limit: process start, the reference's run, the comparison
 
 

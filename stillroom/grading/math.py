@@ -1,8 +1,8 @@
 """Math answers: the last extracted expression against the gold, through math-verify.
 
-Time limits. math-verify bounds its own work with ``signal.alarm``, which works only in a main thread
-and only between Python bytecodes, and a pathological answer (``9^{9^{9^{9}}}``) still costs its
-full timeout per parse/verify call. Grading workers (workers.py) therefore switch math-verify's
+Time limits. math-verify bounds its own work with ``signal.alarm``, which works only in a main
+thread and only between Python bytecodes, and a pathological answer (``9^{9^{9^{9}}}``) still costs
+its full timeout per parse/verify call. Grading workers (workers.py) therefore switch math-verify's
 alarms off and enforce one hard wall-clock limit per item by killing the worker.
 """
 
@@ -21,7 +21,6 @@ from math_verify.errors import TimeoutException
 from .formats import answer_text
 from .result import GOLD_UNPARSEABLE, NO_ANSWER, TIMEOUT_S, Grade, Options
 
-KIND = "math"
 FLOAT_ROUNDING = 6  # math_verify.verify's defaults, passed explicitly so that they are recorded
 STRICT = True
 _PRED_CONFIG = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
@@ -118,7 +117,11 @@ def info(options: Options) -> dict[str, Any]:
     }
 
 
-WARM_UP = ((r"\boxed{\frac{1}{2}}", "0.5"), (r"\boxed{(1, 3]}", "(1, 3]"), ("The answer is 42.", "42"))
+WARM_UP = (
+    (r"\boxed{\frac{1}{2}}", "0.5"),
+    (r"\boxed{(1, 3]}", "(1, 3]"),
+    ("The answer is 42.", "42"),
+)
 
 
 def warm_up() -> None:

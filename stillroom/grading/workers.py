@@ -1,11 +1,11 @@
 """Grading in killable worker processes, each item under a hard wall-clock limit.
 
-A worker past the limit is killed (SIGKILL) and replaced, and its item is graded ``"timeout"``, never
-``"wrong"``; a worker that dies on its own (killed for memory, a segfault) leaves its item
-``"crashed"``. Workers come from a ``forkserver``: a clean process (no threads or locks inherited from
-the caller, unlike ``fork``) that has imported this module once, so a replacement is a cheap fork
-rather than a fresh sympy import (as with ``spawn``). As with ``spawn``, a script that grades with
-workers needs the ``if __name__ == "__main__":`` guard.
+A worker past the limit is killed (SIGKILL) and replaced, and its item is graded ``"timeout"``,
+never ``"wrong"``; a worker that dies on its own (killed for memory, a segfault) leaves its item
+``"crashed"``. Workers come from a ``forkserver``: a clean process (no threads or locks inherited
+from the caller, unlike ``fork``) that has imported this module once, so a replacement is a cheap
+fork rather than a fresh sympy import (as with ``spawn``). As with ``spawn``, a script that grades
+with workers needs the ``if __name__ == "__main__":`` guard.
 """
 
 from __future__ import annotations

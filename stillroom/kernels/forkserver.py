@@ -2,17 +2,17 @@
 
 A fresh worker process spends ~2 s importing torch and triton before a candidate runs. This server
 imports them once, then forks a child per candidate that runs ``worker.main`` exactly as
-``python -m stillroom.kernels.worker`` does (rlimits, audit hook, launch counting, ``os._exit``), in a
-session of its own. The server is a fresh interpreter started by validator.py, never a fork of the
-caller (which may have threads, CUDA or a trainer), and it never initialises CUDA itself, so that
-each child can.
+``python -m stillroom.kernels.worker`` does (rlimits, audit hook, launch counting, ``os._exit``),
+in a session of its own. The server is a fresh interpreter started by validator.py, never a fork of
+the caller (which may have threads, CUDA or a trainer), and it never initialises CUDA itself, so
+that each child can.
 
 Protocol, one JSON object a line. In, on stdin: ``{"id": n, "dir": job dir}``. Out, on stdout:
 ``{"ready": pid}`` once the imports are done; ``{"id": n, "pid": pid}`` when a child has started
-(the caller may ``killpg`` it); ``{"id": n, "exit": code, "stderr": tail}`` when it has ended and been
-reaped (``code`` as ``Popen.returncode``: negative for a signal; ``tail``: its last 4 KiB of stderr).
-The server exits on EOF of stdin, or when the thread that started it ends (PR_SET_PDEATHSIG); a
-child dies with the server.
+(the caller may ``killpg`` it); ``{"id": n, "exit": code, "stderr": tail}`` when it has ended and
+been reaped (``code`` as ``Popen.returncode``: negative for a signal; ``tail``: its last 4 KiB of
+stderr). The server exits on EOF of stdin, or when the thread that started it ends
+(PR_SET_PDEATHSIG); a child dies with the server.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from . import worker
 
 STDERR_TAIL = 4096
 _PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)  # loaded here: a child's audit hook refuses ctypes.dlopen
+# loaded here: a child's audit hook refuses ctypes.dlopen
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _die_with_parent(sig: int) -> None:
@@ -59,7 +60,8 @@ class _Child:
 def _run_child(job_dir: str, device: str, err: int, inherited: list[int], server: int) -> None:
     """In the forked child: become the candidate's worker. Never returns."""
     try:
-        os.setsid()  # its own process group: the caller kills it, and anything it starts, with killpg
+        # its own process group: the caller kills it, and anything it starts, with killpg
+        os.setsid()
         _die_with_parent(signal.SIGKILL)
         if os.getppid() != server:  # the server died before prctl
             os._exit(1)
@@ -69,19 +71,16 @@ def _run_child(job_dir: str, device: str, err: int, inherited: list[int], server
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
-        os.dup2(
-            err, 2
-        )  # a pipe, as for a worker process: RLIMIT_FSIZE 0 would stop writes to a file
-        for fd in {
-            devnull,
-            err,
-            *inherited,
-        }:  # nothing of the server's: its protocol, other children's pipes
+        # a pipe, as for a worker process: RLIMIT_FSIZE 0 would stop writes to a file
+        os.dup2(err, 2)
+        # nothing of the server's: its protocol, other children's pipes
+        for fd in {devnull, err, *inherited}:
             os.close(fd)
         os.chdir(job_dir)
         os.environ["TRITON_CACHE_DIR"] = os.path.join(job_dir, "triton-cache")
         worker.main(job_dir, device)
-    except BaseException:  # noqa: BLE001 - reported on stderr, like an uncaught error of a worker process
+    # reported on stderr, like an uncaught error of a worker process
+    except BaseException:  # noqa: BLE001
         traceback.print_exc()
     finally:
         os._exit(1)

@@ -1,5 +1,5 @@
-"""The kernel track's reward of one answer: the validator's execution x rule reward of the answer's
-``ModelNew`` block. Grading, GRPO and the kernel tables all take it from here."""
+"""The kernel track's reward of one answer: the validator's execution x rule reward of the
+answer's ``ModelNew`` block. Grading, GRPO and the kernel tables all take it from here."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ NO_CODE = "no ```python block after the reasoning"
 def score(
     problem_src: str, response: str, options: ValidatorOptions, *, seed: int = 0
 ) -> KernelResult:
-    """The reward of ``response`` for the problem ``problem_src``; nothing runs without a code block."""
+    """The reward of ``response`` for the problem ``problem_src``; nothing runs without a code
+    block."""
     code = extract_code(response)
     if code is None:
         return KernelResult(0.0, 0.0, 0.0, False, False, False, reasons=[NO_CODE], answered=False)

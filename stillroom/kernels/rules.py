@@ -1,8 +1,9 @@
 """The static half of the rule reward: what a candidate's source may contain, read from its AST.
 
 A candidate must define a ``@triton.jit`` kernel and launch it (``kernel[grid](...)``) from
-``ModelNew.forward`` or a function it calls; kernel bodies use ``triton.language`` only; the forward
-path calls no torch compute (only allocation, shape and view operations); nothing may catch errors
+``ModelNew.forward`` or a function it calls; kernel bodies use ``triton.language`` only; the
+forward path calls no torch compute (only allocation, shape and view operations); nothing may catch
+errors
 (a fallback to torch), reach the reference ``Model``, compute with numpy, start processes, open
 sockets or files, or use dynamic lookups (``getattr``, ``eval``/``exec``, ``importlib``, dunder
 introspection) that would hide any of this from the checks. The run-time half (a kernel launch is
@@ -108,6 +109,8 @@ ALLOWED_METHODS = {
     "format",
 }
 TRITON_HELPERS = {"cdiv", "next_power_of_2", "jit", "autotune", "heuristics", "Config"}
+# Names of the libraries a candidate might patch by assigning to their attributes.
+LIBRARY_NAMES = {"torch", "triton", "tl", "nn", "F"}
 
 
 def _decorator_names(fn: ast.FunctionDef) -> set[str]:
@@ -119,7 +122,8 @@ def _decorator_names(fn: ast.FunctionDef) -> set[str]:
 
 
 def _has_call(node: ast.AST) -> bool:
-    """A call other than the allowed constants' constructors (tl.constexpr(...), torch.float32 is no call)."""
+    """A call other than the allowed constants' constructors (tl.constexpr(...), torch.float32 is
+    no call)."""
     return any(
         isinstance(n, ast.Call)
         and _dotted(n.func) not in {"tl.constexpr", "triton.language.constexpr"}
@@ -134,7 +138,8 @@ def _is_kernel(fn: ast.AST) -> bool:
 def _dotted(node: ast.AST) -> str:
     try:
         return ast.unparse(node)
-    except Exception:  # noqa: BLE001 - unparse of odd nodes; the name is only used in messages
+    # unparse of odd nodes; the name is only used in messages
+    except Exception:  # noqa: BLE001
         return type(node).__name__
 
 
@@ -153,7 +158,8 @@ class _Source:
         }
 
     def forward_path(self) -> list[ast.FunctionDef]:
-        """forward and every module function or ModelNew method it reaches by name (kernels excluded)."""
+        """forward and every module function or ModelNew method it reaches by name (kernels
+        excluded)."""
         seen: dict[str, ast.FunctionDef] = {}
         todo = ["self.forward"]
         while todo:
@@ -174,7 +180,8 @@ class _Source:
 
 
 def check(candidate_src: str) -> list[str]:
-    """Every rule the candidate breaks, as reasons; an empty list means it passes the static rules."""
+    """Every rule the candidate breaks, as reasons; an empty list means it passes the static
+    rules."""
     try:
         tree = ast.parse(candidate_src)
     except SyntaxError as exc:
@@ -192,7 +199,8 @@ def check(candidate_src: str) -> list[str]:
             for m in modules:
                 if m not in ALLOWED_IMPORTS:
                     reasons.append(
-                        f"line {node.lineno}: imports {m} (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})"
+                        f"line {node.lineno}: imports {m} "
+                        f"(allowed: {', '.join(sorted(ALLOWED_IMPORTS))})"
                     )
         elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
             reasons.append(f"line {node.lineno}: try/except (a fallback path around the kernel)")
@@ -203,13 +211,7 @@ def check(candidate_src: str) -> list[str]:
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
-                if isinstance(t, ast.Attribute) and _dotted(t).split(".")[0] in {
-                    "torch",
-                    "triton",
-                    "tl",
-                    "nn",
-                    "F",
-                }:
+                if isinstance(t, ast.Attribute) and _dotted(t).split(".")[0] in LIBRARY_NAMES:
                     reasons.append(f"line {node.lineno}: assigns {_dotted(t)} (patching a library)")
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             reasons.append(
@@ -237,7 +239,8 @@ def check(candidate_src: str) -> list[str]:
                 ),
             ):
                 reasons.append(
-                    f"line {stmt.lineno}: {type(stmt).__name__.lower()} statement at module or class level"
+                    f"line {stmt.lineno}: {type(stmt).__name__.lower()} statement "
+                    "at module or class level"
                 )
     for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
         if fn.name.startswith("__") and fn.name != "__init__":
@@ -265,7 +268,8 @@ def check(candidate_src: str) -> list[str]:
             if root in {"torch", "F", "nn"}:
                 if callee.split(".")[-1] not in ALLOWED_TORCH_CALLS:
                     reasons.append(
-                        f"{fn.name}, line {call.lineno}: calls {callee} (torch compute outside Triton)"
+                        f"{fn.name}, line {call.lineno}: calls {callee} "
+                        "(torch compute outside Triton)"
                     )
             elif root == "triton":
                 if callee.split(".")[-1] not in TRITON_HELPERS:
@@ -277,8 +281,8 @@ def check(candidate_src: str) -> list[str]:
             ):
                 if func.attr not in ALLOWED_METHODS:
                     reasons.append(
-                        f"{fn.name}, line {call.lineno}: calls .{func.attr}() (only allocation, shape "
-                        "and view methods outside kernels)"
+                        f"{fn.name}, line {call.lineno}: calls .{func.attr}() "
+                        "(only allocation, shape and view methods outside kernels)"
                     )
             elif isinstance(func, ast.Name) and func.id in src.kernels:
                 reasons.append(

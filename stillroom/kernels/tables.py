@@ -1,8 +1,10 @@
-"""The kernel track's tables (rule kernel_tables): per model, how often a kernel answer compiles, gives the right outputs,
-launches Triton, passes the rules and earns the reward (execution x rules), each compared with the base
-and the fine-tune by a paired bootstrap over problems; ``fast_p`` where speedups were timed (GPU).
+"""The kernel track's tables (rule kernel_tables): per model, how often a kernel answer compiles,
+gives the right outputs, launches Triton, passes the rules and earns the reward (execution x
+rules), each compared with the base and the fine-tune by a paired bootstrap over problems;
+``fast_p`` where speedups were timed (GPU).
 
-Every rate is over all samples: an answer without a complete code block ("answers" 0) fails every metric.
+Every rate is over all samples: an answer without a complete code block ("answers" 0) fails every
+metric.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ import csv
 import io
 from collections.abc import Callable, Mapping
 from typing import Any
-
-from pydantic import Field
 
 from ..analysis.grids import grade_grid, scores
 from ..analysis.stats import VERDICT, holm_comparisons, paired_bootstrap
@@ -39,7 +39,8 @@ METRICS: dict[str, Callable[[Mapping[str, Any]], float]] = {
 
 
 def fast_p(p: float) -> Callable[[Mapping[str, Any]], float]:
-    """KernelBench's fast_p: the answer earns the reward and runs more than p times faster than the reference."""
+    """KernelBench's fast_p: the answer earns the reward and runs more than p times faster than the
+    reference."""
     return lambda g: float(
         _details(g).get("reward") == 1.0 and (_details(g).get("speedup") or 0.0) > p
     )
@@ -59,7 +60,8 @@ def run(
     for ref in (base, tuned):
         if ref not in graded:
             raise DataError(
-                f"kernel tables: reference model '{ref}' has no graded samples (have {sorted(graded)})"
+                f"kernel tables: reference model '{ref}' has no graded samples "
+                f"(have {sorted(graded)})"
             )
     grids = {name: grade_grid(path) for name, path in graded.items()}  # each file read once
     index, shape = grids[base][0], grids[base][1].shape
@@ -95,20 +97,23 @@ def run(
         mats = {name: scores(grid[1], value) for name, grid in grids.items()}
         for name, s in mats.items():
             rates[name][metric] = float(s.mean())
-        # Holm across the comparisons of one metric, as the accuracy table does across its comparisons.
+        # Holm across the comparisons of one metric, as the accuracy table does across its
+        # comparisons.
         raw = [paired_bootstrap(mats[a], mats[b], **boot) for a, b in pairs]
-        for pair, c in zip(pairs, holm_comparisons(raw)):
+        for pair, c in zip(pairs, holm_comparisons(raw), strict=True):
             deltas[pair][metric] = c
     pct = round(100 * params.confidence)
     names = list(metrics)
     caption = (
-        f"{params.benchmark}: {shape[0]} kernel problems × {shape[1]} samples. Rates over all samples; "
+        f"{params.benchmark}: {shape[0]} kernel problems × {shape[1]} samples. "
+        "Rates over all samples; "
         f"Δ: paired bootstrap over problems ({params.n_resamples} resamples), {pct}% CI, Holm's "
         "correction per metric; * marks a difference whose CI excludes 0 and survives Holm. "
         + (
             "fast_p: rewarded and more than p times faster than the reference."
             if timed
-            else "fast_p needs timed speedups (kernels compiled on a GPU); these ran in the interpreter."
+            else "fast_p needs timed speedups (kernels compiled on a GPU); "
+            "these ran in the interpreter."
         )
     )
     lines = [
@@ -163,7 +168,8 @@ def run(
                     VERDICT[c.verdict],
                 ]
             )
-    for ref in refs:  # the references' own rates, so that every model has its rows
+    # the references' own rates, so that every model has its rows
+    for ref in refs:
         writer.writerows(
             [params.benchmark, ref, k, f"{rates[ref][k]:.6f}", "", "", "", "", "", "", ""]
             for k in names

@@ -1,6 +1,6 @@
-"""The procedural teacher's answers to the project's kernel problems: a plan at the effort's detail,
-then the problem's reference Triton solution; or a slip (torch code that is right but not Triton, or
-a kernel that stores a wrong value)."""
+"""The procedural teacher's answers to the project's kernel problems: a plan at the effort's
+detail, then the problem's reference Triton solution; or a slip (torch code that is right but not
+Triton, or a kernel that stores a wrong value)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from .problemset import SOLUTIONS_DIR
 def kernel_solution(
     problem_src: str, solution: str, detail: int, slip: str | None = None
 ) -> tuple[str, str]:
-    """(reasoning, code block) for one of the project's kernel problems; ``slip`` "torch" answers with the
-    reference's own torch code (correct, but not Triton), "wrong" scales the first stored value."""
+    """(reasoning, code block) for one of the project's kernel problems; ``slip`` "torch" answers
+    with the reference's own torch code (correct, but not Triton), "wrong" scales the first stored
+    value."""
     code = (SOLUTIONS_DIR / f"{solution}.py").read_text(encoding="utf-8")
     problem = ast.parse(problem_src)
     doc = (ast.get_docstring(problem) or "the reference computation").rstrip(".")
@@ -47,11 +48,12 @@ def kernel_solution(
         f"Launch {names} from forward over a grid of program blocks"
         + (f" ({', '.join(blocks)} per program)" if blocks else "")
         + "; forward itself only allocates the output.",
-        f"The module computes: {doc}. forward takes ({args}), so each program loads its slice with masked "
-        "tl.load, computes in registers and writes with a masked tl.store.",
-        "Check: lanes past the end are masked, the parameters keep Model's names so the state_dict matches, "
-        "and no torch op computes outside the kernels.",
-        f"So ModelNew is {len(kernels)} Triton kernel{'s' if len(kernels) > 1 else ''} plus a thin launcher.",
+        f"The module computes: {doc}. forward takes ({args}), so each program loads its slice "
+        "with masked tl.load, computes in registers and writes with a masked tl.store.",
+        "Check: lanes past the end are masked, the parameters keep Model's names so the "
+        "state_dict matches, and no torch op computes outside the kernels.",
+        f"So ModelNew is {len(kernels)} Triton kernel{'s' if len(kernels) > 1 else ''} "
+        "plus a thin launcher.",
     ]
     if slip == "torch":
         code = (

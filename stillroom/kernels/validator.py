@@ -1,15 +1,16 @@
 """The dual reward of a Triton candidate for a KernelBench-style problem: execution x rules.
 
-``evaluate(problem_src, candidate_src)`` builds the reference ``Model`` here, perturbs its weights (so a
-candidate that ignores a weight or a running statistic cannot match), draws fresh inputs per trial and
-computes the reference outputs here. The candidate runs in a separate process (worker.py) that sees
-only its own source, the init inputs, the weights and the inputs: with a hard timeout, an address-space
-limit on CPU, no sockets, subprocesses or file writes, in a scratch directory. That process is forked
-by a warm server that has imported torch and triton once (forkserver.py; ``isolation="fork"``, one
-server per calling process and device, shared by its threads) or is a fresh interpreter
-(``isolation="process"``, ~2 s more per candidate). Its outputs come back as
-tensors (``torch.load(weights_only=True)``: data, never code) and are compared here, where the
-candidate cannot reach, with dtype-aware tolerances; the inputs must come back unmodified.
+``evaluate(problem_src, candidate_src)`` builds the reference ``Model`` here, perturbs its weights
+(so a candidate that ignores a weight or a running statistic cannot match), draws fresh inputs per
+trial and computes the reference outputs here. The candidate runs in a separate process
+(worker.py) that sees only its own source, the init inputs, the weights and the inputs: with a hard
+timeout, an address-space limit on CPU, no sockets, subprocesses or file writes, in a scratch
+directory. That process is forked by a warm server that has imported torch and triton once
+(forkserver.py; ``isolation="fork"``, one server per calling process and device, shared by its
+threads) or is a fresh interpreter (``isolation="process"``, ~2 s more per candidate). Its outputs
+come back as tensors (``torch.load(weights_only=True)``: data, never code) and are compared here,
+where the candidate cannot reach, with dtype-aware tolerances; the inputs must come back
+unmodified.
 
 Rule reward: the static rules (rules.py) and, at run time, at least one Triton launch and no torch
 compute outside launches. A rule failure zeroes the reward, however correct the outputs.
@@ -32,14 +33,16 @@ from pathlib import Path
 from ..config import ValidatorOptions
 from . import rules
 
-# (rtol, atol) per dtype. On GPU, tl.dot computes fp32 in TF32 by default, hence the looser fp32 there.
+# (rtol, atol) per dtype. On GPU, tl.dot computes fp32 in TF32 by default, hence the looser fp32
+# there.
 TOLERANCES = {
     "cpu": {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
     "cuda": {"float32": (1e-2, 1e-2), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
 }
 
 
-_DEFAULT = ValidatorOptions()  # evaluate's options, as the kernels: config section sets them
+# evaluate's options, as the kernels: config section sets them
+_DEFAULT = ValidatorOptions()
 
 
 @dataclass
@@ -83,7 +86,7 @@ def _compare(expected, got, device: str) -> str | None:
     want, have = _flatten(expected), _flatten(got)
     if len(want) != len(have):
         return f"returned {len(have)} output(s), expected {len(want)}"
-    for i, (w, h) in enumerate(zip(want, have)):
+    for i, (w, h) in enumerate(zip(want, have, strict=True)):
         if not isinstance(h, torch.Tensor):
             return f"output {i} is {type(h).__name__}, expected a tensor"
         if h.shape != w.shape or h.dtype != w.dtype:
@@ -93,7 +96,10 @@ def _compare(expected, got, device: str) -> str | None:
             close = torch.isclose(h, w, rtol=rtol, atol=atol, equal_nan=True)
             if not bool(close.all()):
                 worst = (h - w).abs().nan_to_num(float("inf")).max().item()
-                return f"output {i}: {(~close).sum().item()} of {w.numel()} elements off (max abs error {worst:.3g})"
+                return (
+                    f"output {i}: {(~close).sum().item()} of {w.numel()} elements off "
+                    f"(max abs error {worst:.3g})"
+                )
         elif not torch.equal(h, w):
             return f"output {i}: {(h != w).sum().item()} of {w.numel()} elements differ"
     return None
@@ -113,9 +119,8 @@ def evaluate(
         raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
     import torch
 
-    if (
-        device == "cuda"
-    ):  # this process's GPU (a torchrun rank's), for the reference and the candidate alike
+    if device == "cuda":
+        # this process's GPU (a torchrun rank's), for the reference and the candidate alike
         device = f"cuda:{torch.cuda.current_device()}"
 
     reasons = rules.check(candidate_src)
@@ -153,7 +158,8 @@ def evaluate(
             return _result(False, False, False, reasons + [f"timed out after {timeout_s:g} s"])
         try:
             result = torch.load(work / "result.pt", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - a missing or forged result is the candidate's failure
+        # a missing or forged result is the candidate's failure
+        except Exception as exc:  # noqa: BLE001
             tail = (stderr or "").strip().splitlines()[-3:]
             how = (
                 "the kernel fork server died"
@@ -178,20 +184,20 @@ def evaluate(
         reasons.append("no Triton kernel was launched at run time")
     if result["outside"]:
         reasons.append(f"torch computed outside Triton kernels: {', '.join(result['outside'][:8])}")
-    compiled = result["stage"] == "done" or bool(
-        result["outputs"]
-    )  # built, and at least one forward ran
+    # built, and at least one forward ran
+    compiled = result["stage"] == "done" or bool(result["outputs"])
     if result["error"]:
         reasons.append(f"failed at {result['stage']}: {result['error']}")
     correct = result["stage"] == "done"
     if correct:
-        for i, (want, got) in enumerate(zip(expected, result["outputs"])):
+        # the worker reaches "done" only after one output and one inputs_after per trial
+        for i, (want, got) in enumerate(zip(expected, result["outputs"], strict=True)):
             why = _compare([w.cpu() for w in _flatten(want)], got, device)
             if why:
                 correct = False
                 reasons.append(f"trial {i}: {why}")
-        for i, (before, after) in enumerate(zip(inputs, result["inputs_after"])):
-            if any(not torch.equal(b, a) for b, a in zip(before, after)):
+        for i, (before, after) in enumerate(zip(inputs, result["inputs_after"], strict=True)):
+            if any(not torch.equal(b, a) for b, a in zip(before, after, strict=True)):
                 correct = False
                 reasons.append(f"trial {i}: the candidate modified its inputs")
     speedup = None
@@ -232,9 +238,10 @@ def _run_process(work: Path, device: str, timeout_s: float) -> tuple[bool, int |
 
 
 def _run_forked(work: Path, device: str, timeout_s: float) -> tuple[bool, int | None, str]:
-    """A child of this process's warm fork server runs the worker: (timed out, exit code, stderr); the
-    exit code is None when the server died while the candidate ran."""
-    for _ in range(2):  # a server that died before the candidate started: once more, on a fresh one
+    """A child of this process's warm fork server runs the worker: (timed out, exit code, stderr);
+    the exit code is None when the server died while the candidate ran."""
+    # a server that died before the candidate started: once more, on a fresh one
+    for _ in range(2):
         server = _fork_server(device)
         job = server.submit(work)
         if not job.done.wait(timeout_s):
@@ -257,8 +264,8 @@ class _Job:
 
 
 class _ForkServer:
-    """This process's side of one fork server (forkserver.py). Requests go to its stdin under a lock; a
-    thread reads its replies and matches them to their jobs by id."""
+    """This process's side of one fork server (forkserver.py). Requests go to its stdin under a
+    lock; a thread reads its replies and matches them to their jobs by id."""
 
     def __init__(self, device: str):
         self.device = device
@@ -280,8 +287,9 @@ class _ForkServer:
             )
 
     def _serve(self) -> None:
-        # This thread starts the server and lives as long as it does: PR_SET_PDEATHSIG fires when the
-        # *thread* that started a process ends, and evaluate often runs on pool threads that come and go.
+        # This thread starts the server and lives as long as it does: PR_SET_PDEATHSIG fires when
+        # the *thread* that started a process ends, and evaluate often runs on pool threads that
+        # come and go.
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
@@ -339,10 +347,12 @@ class _ForkServer:
         return job
 
     def kill(self, job: _Job) -> None:
-        """Kill the job's process group (its candidate and anything it started), now or once it has one."""
+        """Kill the job's process group (its candidate and anything it started), now or once it has
+        one."""
         with self.lock:
             job.killed = True
-            # Not once its exit is reported: the server has reaped it, and its pid may belong to another.
+            # Not once its exit is reported: the server has reaped it, and its pid may belong to
+            # another.
             if job.pid is not None and not job.done.is_set():
                 _killpg(job.pid)
 
@@ -360,7 +370,8 @@ _servers_lock = threading.Lock()
 
 
 def _fork_server(device: str) -> _ForkServer:
-    """This process's live fork server for ``device``: started on first use, restarted once dead."""
+    """This process's live fork server for ``device``: started on first use, restarted once
+    dead."""
     with _servers_lock:
         server = _servers.get(device)
         if server is None or not server.alive or server.proc.poll() is not None:
@@ -369,7 +380,8 @@ def _fork_server(device: str) -> _ForkServer:
 
 
 def _forget_servers() -> None:
-    """In a forked child of this process: the servers' reader threads did not come along; start anew."""
+    """In a forked child of this process: the servers' reader threads did not come along; start
+    anew."""
     global _servers_lock
     _servers.clear()
     _servers_lock = threading.Lock()

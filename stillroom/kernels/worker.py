@@ -1,19 +1,22 @@
 """Runs one candidate in its own process: ``main(scratch, device)``, in a fresh interpreter
-(``python -m stillroom.kernels.worker <scratch dir> <device>``) or in a child forked by the warm fork
-server (forkserver.py), which has imported torch and triton already. Both paths run ``main`` unchanged.
+(``python -m stillroom.kernels.worker <scratch dir> <device>``) or in a child forked by the warm
+fork server (forkserver.py), which has imported torch and triton already. Both paths run ``main``
+unchanged.
 
-The parent (validator.py) writes ``candidate.py`` and ``job.pt`` (init inputs, the reference's state dict,
-the inputs of every trial) into a scratch directory and never lets this process see the reference. Here
-the candidate is imported from its file (Triton needs real source), built, loaded with the reference's
-weights and run on every trial. Recorded as it runs: each Triton kernel launch (the launch path is
-wrapped) and each torch operation made outside a launch (a TorchFunctionMode), so a forward that lets
-torch do the work, or defines a kernel it never launches, is caught at run time as well as in the AST.
-Outputs, the inputs as they came back, and the records go to ``result.pt``; the parent compares.
+The parent (validator.py) writes ``candidate.py`` and ``job.pt`` (init inputs, the reference's
+state dict, the inputs of every trial) into a scratch directory and never lets this process see
+the reference. Here the candidate is imported from its file (Triton needs real source), built,
+loaded with the reference's weights and run on every trial. Recorded as it runs: each Triton kernel
+launch (the launch path is wrapped) and each torch operation made outside a launch (a
+TorchFunctionMode), so a forward that lets torch do the work, or defines a kernel it never
+launches, is caught at run time as well as in the AST. Outputs, the inputs as they came back, and
+the records go to ``result.pt``; the parent compares.
 
-Before any candidate code runs, an audit hook (which Python code cannot remove) refuses sockets,
-subprocesses, forks, signals to other processes and file writes (C-level writes hit an RLIMIT_FSIZE
-of 0 on CPU); freshly allocated outputs are filled with NaN so an element a kernel never writes cannot
-pass by luck. The result is written last, then the process ends without running any finalizer.
+Before any candidate code runs, the sandbox's audit hook (sandbox.py; Python code cannot remove it)
+refuses sockets, subprocesses, forks, signals to other processes and file writes (C-level writes
+hit an RLIMIT_FSIZE of 0 on CPU); freshly allocated outputs are filled with NaN so an element a
+kernel never writes cannot pass by luck. The result is written last, then the process ends without
+running any finalizer.
 """
 
 from __future__ import annotations
@@ -119,16 +122,16 @@ def _audit_mode():
             if _State.in_launch:
                 return out
             name = resolve_name(func) or getattr(func, "__qualname__", repr(func))
-            if name.endswith(".__get__") or name.endswith(
-                ".__set__"
-            ):  # attribute reads: shape, dtype, device
+            # attribute access: reads (shape, dtype, device) pass, writes count as outside
+            if name.endswith(".__get__") or name.endswith(".__set__"):
                 if name.endswith(".__set__"):
                     _State.outside.add(name)
                 return out
             if name not in ALLOWED_OPS:
                 _State.outside.add(name)
             elif name in ALLOCATIONS and isinstance(out, torch.Tensor) and out.is_floating_point():
-                out.fill_(float("nan"))  # an element no kernel writes cannot match by luck
+                # an element no kernel writes cannot match by luck
+                out.fill_(float("nan"))
             return out
 
     return Audit()
@@ -149,16 +152,19 @@ FILE_LIMIT_BYTES = 256 << 20
 
 
 def main(scratch: str, device: str) -> None:
-    """Run the candidate in ``scratch`` (the current directory) and end the process: never returns."""
+    """Run the candidate in ``scratch`` (the current directory) and end the process: never
+    returns."""
     # CUDA maps far more virtual memory than it uses: no address-space cap there.
     sandbox.limit(
         memory_bytes=MEMORY_LIMIT_BYTES if device == "cpu" else None, file_bytes=FILE_LIMIT_BYTES
     )
     import torch
 
-    import triton  # noqa: F401 - imported before the audit hook so its own start-up is not audited
+    # imported before the audit hook so its own start-up is not audited
+    import triton  # noqa: F401
 
-    if device.startswith("cuda"):  # Triton launches on the current device: make it the job's GPU
+    # Triton launches on the current device: make it the job's GPU
+    if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     work = Path(scratch)
     job = torch.load(work / "job.pt", weights_only=True)
@@ -171,10 +177,9 @@ def main(scratch: str, device: str) -> None:
     }
     _wrap_launches()
     sandbox.guard(box=None, allow=_allow)  # no writes: the result is written after it
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    if (
-        device == "cpu"
-    ):  # C code writes files too (torch.save), unseen by the audit hook: EFBIG instead
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if device == "cpu":
+        # C code writes files too (torch.save), unseen by the audit hook: EFBIG instead
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))
     try:
         spec = importlib.util.spec_from_file_location("candidate", work / "candidate.py")
@@ -187,8 +192,8 @@ def main(scratch: str, device: str) -> None:
         own = set(model.state_dict())
         if own != set(state):
             raise ValueError(
-                f"ModelNew's parameters and buffers differ from Model's: missing {sorted(set(state) - own)}, "
-                f"unexpected {sorted(own - set(state))}"
+                "ModelNew's parameters and buffers differ from Model's: "
+                f"missing {sorted(set(state) - own)}, unexpected {sorted(own - set(state))}"
             )
         model.load_state_dict(state)
         result["stage"] = "forward"
@@ -202,7 +207,8 @@ def main(scratch: str, device: str) -> None:
         if device.startswith("cuda") and job.get("time_reps"):
             result["seconds"] = _time(model, _to(job["trials"][0], device), job["time_reps"])
         result["stage"] = "done"
-    except BaseException as exc:  # noqa: BLE001 - any failure of candidate code is a result, SystemExit too
+    # any failure of candidate code is a result, SystemExit too
+    except BaseException as exc:  # noqa: BLE001
         result["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]
     result.update(launches=_State.launches, outside=sorted(_State.outside))
     _State.writes_allowed = True

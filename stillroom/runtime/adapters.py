@@ -2,8 +2,8 @@
 The config refuses the router (``mlp.gate``) unless told otherwise (adapting it destabilises
 routing); here the targets are checked against the model before it is loaded.
 
-QLoRA loads the base in bitsandbytes NF4 (double quantisation). bitsandbytes quantises ``nn.Linear``
-layers only, so fused expert parameters stay in the compute dtype.
+QLoRA loads the base in bitsandbytes NF4 (double quantisation). bitsandbytes quantises
+``nn.Linear`` layers only, so fused expert parameters stay in the compute dtype.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from ..config import Lora
 
 
 def resolve_targets(model_dir: str | Path, lora: Lora) -> None:
-    """Every target must name modules / parameters of the model: checked on a meta-device build, so a typo
-    fails in a second instead of after loading a 500B checkpoint."""
+    """Every target must name modules / parameters of the model: checked on a meta-device build, so
+    a typo fails in a second instead of after loading a 500B checkpoint."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -50,8 +50,8 @@ def lora_config(lora: Lora):
 
 
 def quantization_config(compute_dtype):
-    """NF4 with double quantisation, the QLoRA recipe. Storage in the compute dtype lets FSDP2 shard the
-    packed 4-bit weights like any other parameter."""
+    """NF4 with double quantisation, the QLoRA recipe. Storage in the compute dtype lets FSDP2 shard
+    the packed 4-bit weights like any other parameter."""
     from transformers import BitsAndBytesConfig
 
     return BitsAndBytesConfig(
@@ -67,8 +67,8 @@ def disable_cpu_repacking(model) -> int:
     """Keep bitsandbytes from repacking 4-bit weights for AVX512-BF16 CPUs.
 
     An eval-mode forward without gradients (a generate, an evaluation) repacks the weight, and every
-    later forward goes through ``gemv_4bit``, which has no autograd: LoRA layers behind it silently get
-    no gradient (measured: 8 of 12 LoRA tensors None). Returns how many layers were switched.
+    later forward goes through ``gemv_4bit``, which has no autograd: LoRA layers behind it silently
+    get no gradient (measured: 8 of 12 LoRA tensors None). Returns how many layers were switched.
     """
     import bitsandbytes as bnb
 

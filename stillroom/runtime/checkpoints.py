@@ -1,11 +1,12 @@
-"""Checkpoints of a training job: preemption checkpoints (resumed only by a run of the same params and
-inputs), their FSDP2-sharded form, and the final model saved for inference.
+"""Checkpoints of a training job: preemption checkpoints (resumed only by a run of the same params
+and inputs), their FSDP2-sharded form, and the final model saved for inference.
 
-transformers 5 will not checkpoint the optimizer of a model sharded at load time, and resuming with the
-weights alone would silently restart Adam's moments and the lr schedule. Here every rank writes its own
-shards of the model and optimizer state with torch.distributed.checkpoint (no gather on rank 0: at 501B
-that would be a terabyte through one process), and rank 0 adds the scheduler and trainer state. The
-Trainer's own resume then restores the step and data position, and this callback the rest.
+transformers 5 will not checkpoint the optimizer of a model sharded at load time, and resuming with
+the weights alone would silently restart Adam's moments and the lr schedule. Here every rank writes
+its own shards of the model and optimizer state with torch.distributed.checkpoint (no gather on
+rank 0: at 501B that would be a terabyte through one process), and rank 0 adds the scheduler and
+trainer state. The Trainer's own resume then restores the step and data position, and this
+callback the rest.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def sharded_checkpoints(directory: Path, every: int, resume: str | None, keep: i
                 return
             target = directory / f"checkpoint-{state.global_step}"
             dcp.save(_states(model, optimizer), checkpoint_id=target / "dcp")
-            # Each rank's RNG state, in the Trainer's own file layout so its resume restores it (dropout).
+            # Each rank's RNG state, in the Trainer's own file layout so its resume restores it
+            # (dropout).
             rng = {
                 "python": random.getstate(),
                 "numpy": np.random.get_state(),
@@ -73,12 +75,12 @@ def sharded_checkpoints(directory: Path, every: int, resume: str | None, keep: i
             if torch.cuda.is_available():
                 rng["cuda"] = torch.cuda.random.get_rng_state_all()
             torch.save(rng, target / f"rng_state_{dist.get_rank()}.pth")
-            dist.barrier()  # every rank's files are in before rank 0 marks the checkpoint complete
+            # every rank's files are in before rank 0 marks the checkpoint complete
+            dist.barrier()
             if dist.get_rank() == 0:
                 torch.save(lr_scheduler.state_dict(), target / "scheduler.pt")
-                state.save_to_json(
-                    str(target / "trainer_state.json")
-                )  # written last: marks it complete
+                # written last: marks it complete
+                state.save_to_json(str(target / "trainer_state.json"))
                 done = sorted(
                     directory.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])
                 )

@@ -1,13 +1,13 @@
 """Long answers under honest limits.
 
-``continue_truncated``: an answer cut off at the per-request limit is continued from its exact tokens
-(raw completion on prompt + answer so far) until it finishes or reaches the overall limit; the record
-keeps every segment. A hard 32k cutoff made a base model look far worse than it was.
+``continue_truncated``: an answer cut off at the per-request limit is continued from its exact
+tokens (raw completion on prompt + answer so far) until it finishes or reaches the overall limit;
+the record keeps every segment. A hard 32k cutoff made a base model look far worse than it was.
 
-``budget_force``: at a thinking budget B, an answer still thinking is closed (end-of-thinking marker and
-an answer cue appended) and the model answers within a small cap; one that closed its thinking within B
-is left as it is (and may finish its answer). Cut-offs are then never scored as wrong answers: every
-answer gets its chance to answer.
+``budget_force``: at a thinking budget B, an answer still thinking is closed (end-of-thinking marker
+and an answer cue appended) and the model answers within a small cap; one that closed its thinking
+within B is left as it is (and may finish its answer). Cut-offs are then never scored as wrong
+answers: every answer gets its chance to answer.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..grading.formats import END_THINK
-
 
 
 @dataclass
@@ -45,8 +44,9 @@ def continue_truncated(
     top_p: float,
     seed: int,
 ) -> list[Answer]:
-    """Answers for ``prefixes`` (rendered prompts as token ids) from their first segments ``first`` (one
-    ``Sample`` each), continued in batches of the still cut-off ones while under ``limit`` tokens."""
+    """Answers for ``prefixes`` (rendered prompts as token ids) from their first segments ``first``
+    (one ``Sample`` each), continued in batches of the still cut-off ones while under ``limit``
+    tokens."""
     answers = [Answer(list(s.token_ids), [s.text], s.finish_reason) for s in first]
     for round_ in range(1, limit // max(1, request_tokens) + 2):
         todo = [
@@ -63,7 +63,7 @@ def continue_truncated(
             max_new_tokens=request_tokens,
             seed=seed + 7919 * round_,
         )
-        for i, out in zip(todo, outs):
+        for i, out in zip(todo, outs, strict=True):
             a = answers[i]
             room = limit - a.completion_tokens
             new = out.token_ids[:room]
@@ -84,7 +84,8 @@ def budget_force(
     top_p: float,
     seed: int,
 ) -> list[Answer]:
-    """One answer per prefix with thinking capped at ``budget`` tokens, then up to ``answer_tokens`` more."""
+    """One answer per prefix with thinking capped at ``budget`` tokens, then up to
+    ``answer_tokens`` more."""
     first = lm.complete(
         prefixes, temperature=temperature, top_p=top_p, max_new_tokens=budget, seed=seed
     )
@@ -93,11 +94,13 @@ def budget_force(
         a = Answer(list(s.token_ids), [s.text], s.finish_reason)
         if END_THINK in s.text:
             a.thinking_tokens = _thinking_tokens(lm, s.token_ids)
-        elif s.finish_reason == "length":  # still thinking at B: close it here, exactly at B tokens
+        elif s.finish_reason == "length":
+            # still thinking at B: close it here, exactly at B tokens
             a.forced, a.thinking_tokens = True, len(s.token_ids)
             a.token_ids += forced_ids
             a.segments.append(END_THINK + cue)
-        if a.finish_reason == "length":  # forced, or thought within B but was cut off answering
+        # forced, or thought within B but was cut off answering
+        if a.finish_reason == "length":
             todo.append(i)
         answers.append(a)
     if todo:
@@ -108,7 +111,7 @@ def budget_force(
             max_new_tokens=answer_tokens,
             seed=seed + 1,
         )
-        for i, out in zip(todo, outs):
+        for i, out in zip(todo, outs, strict=True):
             answers[i].token_ids += out.token_ids
             answers[i].segments.append(out.text)
             answers[i].finish_reason = out.finish_reason
@@ -116,8 +119,9 @@ def budget_force(
 
 
 def _thinking_tokens(lm, ids: list[int]) -> int:
-    """Tokens up to and including the end-of-thinking marker: the shortest prefix whose text contains it
-    (monotone in the prefix length, so a binary search: O(log n) decodes of 64k-token answers)."""
+    """Tokens up to and including the end-of-thinking marker: the shortest prefix whose text
+    contains it (monotone in the prefix length, so a binary search: O(log n) decodes of 64k-token
+    answers)."""
     low, high = 1, len(ids)
     while low < high:
         mid = (low + high) // 2

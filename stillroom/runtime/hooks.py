@@ -1,17 +1,18 @@
-"""Student-specific plug-ins (seed 003's Dory notes): a weight function applied after every optimizer
-step and after every merge, and a model option sampled afresh at every step.
+"""Student-specific plug-ins: a weight function applied after every optimizer step and after every
+merge, and a model option sampled afresh at every step.
 
 nGPT-style students keep named matrices on the unit hypersphere: training steps and weight
 interpolation both move rows off it, so the same hook runs in both places. A looped student samples
 its loop count per step so that every setting keeps working. Hooks are named in config, never code:
 
     student:
-      weight_hooks: [{fn: renorm_rows, match: ['self_attn\\.[qkvo]_proj\\.weight$'], dim: -1, norm: 1.0}]
+      weight_hooks:
+        - {fn: renorm_rows, match: ['self_attn\\.[qkvo]_proj\\.weight$'], dim: -1, norm: 1.0}
     train:
       sampled_options: {num_loops: [1, 2, 4]}
 
-``match`` holds regular expressions searched in checkpoint tensor names (the parameter names of a dense
-model); each must match something, or the run fails before training.
+``match`` holds regular expressions searched in checkpoint tensor names (the parameter names of a
+dense model); each must match something, or the run fails before training.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from ..config import WeightHook
 
 
 def renorm_rows(tensor: torch.Tensor, *, dim: int, norm: float, eps: float) -> torch.Tensor:
-    """``tensor`` with every vector along ``dim`` rescaled to L2 norm ``norm`` (computed in float32);
-    the settings are a weight hook's (stillroom.config.WeightHook)."""
+    """``tensor`` with every vector along ``dim`` rescaled to L2 norm ``norm`` (computed in
+    float32); the settings are a weight hook's (stillroom.config.WeightHook)."""
     t = tensor.float()
     scale = norm / torch.linalg.vector_norm(t, dim=dim, keepdim=True).clamp_min(eps)
     return (t * scale).to(tensor.dtype)
@@ -76,7 +77,8 @@ class WeightHooks:
 
 
 def sample_options(options: Mapping[str, list], seed: int, step: int) -> dict[str, Any]:
-    """The option values for ``step``: a function of (seed, step) alone, so a resumed run repeats them."""
+    """The option values for ``step``: a function of (seed, step) alone, so a resumed run repeats
+    them."""
     rng = random.Random(f"{seed}:{step}")
     return {key: rng.choice(values) for key, values in sorted(options.items())}
 
@@ -84,8 +86,8 @@ def sample_options(options: Mapping[str, list], seed: int, step: int) -> dict[st
 def step_callback(
     hooks: WeightHooks, options: Mapping[str, list], seed: int, record: dict[str, dict]
 ):
-    """A TrainerCallback: sample the options into ``model.config`` before each optimizer step, apply the
-    weight hooks after it. ``record`` counts the sampled values."""
+    """A TrainerCallback: sample the options into ``model.config`` before each optimizer step, apply
+    the weight hooks after it. ``record`` counts the sampled values."""
     from transformers import TrainerCallback
 
     class StepHooks(TrainerCallback):
@@ -99,7 +101,8 @@ def step_callback(
                 hooks.check_names(
                     [n for n, _ in model.named_parameters()], "the model being trained"
                 )
-                hooks.apply_to_model(model)  # start on the constraint surface too
+                # start on the constraint surface too
+                hooks.apply_to_model(model)
 
         def on_step_begin(self, args, state, control, model=None, **kwargs):
             for key, value in sample_options(options, seed, state.global_step).items():

@@ -1,13 +1,14 @@
 """How a training job is started on the processes of its layout (stillroom.config.Layout: nodes,
 GPUs, FSDP2 sizes, or one device_map process).
 
-One launcher serves the train and grpo rules everywhere. World size 1 trains in the calling process.
-Otherwise the stage re-runs itself as ``python -m stillroom.runtime.launch`` workers: under SLURM one ``srun`` task per
-node (``--ntasks-per-node=1``) starts ``torchrun`` with the allocation's node count, rendezvous (c10d)
-on the allocation's first host and a port derived from the job id, so two jobs sharing a node never
-collide; on one node (under SLURM or not) a local ``torchrun --standalone``. Sharding is transformers' own load-time
-FSDP2 (``DistributedConfig``): the Trainer then neither wraps the DTensor model in DDP nor shards it
-again, and unlike accelerate's FSDP it also runs on CPU with gloo (measured).
+One launcher serves the train and grpo rules everywhere. World size 1 trains in the calling
+process. Otherwise the stage re-runs itself as ``python -m stillroom.runtime.launch`` workers:
+under SLURM one ``srun`` task per node (``--ntasks-per-node=1``) starts ``torchrun`` with the
+allocation's node count, rendezvous (c10d) on the allocation's first host and a port derived from
+the job id, so two jobs sharing a node never collide; on one node (under SLURM or not) a local
+``torchrun --standalone``. Sharding is transformers' own load-time FSDP2 (``DistributedConfig``):
+the Trainer then neither wraps the DTensor model in DDP nor shards it again, and unlike
+accelerate's FSDP it also runs on CPU with gloo (measured).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ BASE_PORT, PORT_RANGE = 20000, 30000
 
 
 def load_kwargs(params: Train | Grpo) -> dict[str, Any]:
-    """Extra ``from_pretrained`` arguments: the FSDP2 mesh for several processes, or a device map."""
+    """Extra ``from_pretrained`` arguments: the FSDP2 mesh for several processes, or a device
+    map."""
     layout = params.layout
     if params.sharded:
         import torch
@@ -50,7 +52,8 @@ def load_kwargs(params: Train | Grpo) -> dict[str, Any]:
     if params.gpu_memory_limit is not None:
         import torch
 
-        kwargs["max_memory"] = {i: params.gpu_memory_limit for i in range(torch.cuda.device_count())}
+        gpus = range(torch.cuda.device_count())
+        kwargs["max_memory"] = {i: params.gpu_memory_limit for i in gpus}
     elif params.max_memory is not None:
         kwargs["max_memory"] = {
             int(k) if str(k).isdigit() else k: v for k, v in params.max_memory.items()
@@ -59,7 +62,8 @@ def load_kwargs(params: Train | Grpo) -> dict[str, Any]:
 
 
 def gather_state(model) -> dict:
-    """The full state dict of an FSDP2-sharded model, on CPU; every rank must call it (it all-gathers)."""
+    """The full state dict of an FSDP2-sharded model, on CPU; every rank must call it (it
+    all-gathers)."""
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         get_model_state_dict,
@@ -71,8 +75,9 @@ def gather_state(model) -> dict:
 
 
 def unsharded(model, state: dict):
-    """A plain single-process copy of ``model`` holding ``state``. Saving the sharded model itself writes
-    tied weights twice (transformers 5.24), which later merges would reject as a different architecture."""
+    """A plain single-process copy of ``model`` holding ``state``. Saving the sharded model itself
+    writes tied weights twice (transformers 5.24), which later merges would reject as a different
+    architecture."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -82,9 +87,8 @@ def unsharded(model, state: dict):
         plain = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
     plain.load_state_dict(state, assign=True)
     plain.tie_weights()
-    plain.generation_config = (
-        model.generation_config
-    )  # from_config would derive a bare one from config.json
+    # from_config would derive a bare one from config.json
+    plain.generation_config = model.generation_config
     return plain
 
 
@@ -98,8 +102,8 @@ def job_port(job: str) -> int:
 
 
 def slurm_allocation(job_id: str) -> tuple[int, list[str]]:
-    """Node count and host names of a running SLURM job, from scontrol. Not from the environment: the
-    executor's job step keeps only SLURM_JOB_ID of the allocation's variables."""
+    """Node count and host names of a running SLURM job, from scontrol. Not from the environment:
+    the executor's job step keeps only SLURM_JOB_ID of the allocation's variables."""
 
     def scontrol(*args: str) -> str:
         return subprocess.run(
@@ -125,17 +129,20 @@ def command(
     """The command that starts ``worker`` on every process of ``layout``, with ``cpus`` CPUs per
     node; ``where``: the config section of the layout, named in errors."""
     nproc = f"--nproc-per-node={layout.gpus_per_node}"
-    torchrun = [sys.executable, "-m", "torch.distributed.run"]  # torchrun of this very environment
+    # torchrun of this very environment
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
     if layout.nodes == 1:
-        # One node needs no srun, under SLURM or not: the job (or the executor's one-task step around
-        # the rule) already holds the node's GPUs, and a nested srun would wait for the step's own CPUs.
+        # One node needs no srun, under SLURM or not: the job (or the executor's one-task step
+        # around the rule) already holds the node's GPUs, and a nested srun would wait for the
+        # step's own CPUs.
         return [*torchrun, "--standalone", "--nnodes=1", nproc, *worker]
     if "SLURM_JOB_ID" not in env:
         raise ValueError(
             f"{where}.distributed.nodes is {layout.nodes} but this is not a SLURM job: multi-node "
             "training runs under sbatch (snakemake --profile profiles/slurm)"
         )
-    job = f"{env['SLURM_JOB_ID']}-{os.getpid()}"  # two trainings in one allocation: two rendezvous
+    # two trainings in one allocation: two rendezvous
+    job = f"{env['SLURM_JOB_ID']}-{os.getpid()}"
     nodes, hosts = allocation(env["SLURM_JOB_ID"])
     if nodes != layout.nodes:
         raise ValueError(
@@ -160,8 +167,9 @@ def command(
 
 
 def _terminate_with_parent() -> None:
-    """SIGTERM torchrun (or srun) if this process dies, even by SIGKILL: torchrun then stops its workers,
-    which run in sessions of their own and would otherwise train on and write the output unowned."""
+    """SIGTERM torchrun (or srun) if this process dies, even by SIGKILL: torchrun then stops its
+    workers, which run in sessions of their own and would otherwise train on and write the output
+    unowned."""
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
@@ -185,7 +193,9 @@ def run(
         return target(**kwargs, threads=threads, log=log)
     per_process = max(1, threads // layout.gpus_per_node)
     name = f"{target.__module__}:{target.__name__}"
-    return spawn(layout, {**kwargs, "threads": per_process}, log, cpus=threads, target=name, where=where)
+    return spawn(
+        layout, {**kwargs, "threads": per_process}, log, cpus=threads, target=name, where=where
+    )
 
 
 def spawn(

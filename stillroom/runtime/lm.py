@@ -1,4 +1,5 @@
-"""Batched sampling from a local transformers model: evaluation of every model, and the ``hf`` teacher."""
+"""Batched sampling from a local transformers model: evaluation of every model, and the ``hf``
+teacher."""
 
 from __future__ import annotations
 
@@ -13,14 +14,13 @@ class Sample:
     finish_reason: str  # "stop" when the end-of-turn token came, else "length"
     prompt_tokens: int
     completion_tokens: int
-    token_ids: list[int] = field(
-        default_factory=list, repr=False
-    )  # the completion, for exact continuation
+    # the completion, for exact continuation
+    token_ids: list[int] = field(default_factory=list, repr=False)
 
 
 class ChatTokens:
-    """Prompt rendering and token round trips with the checkpoint's own tokenizer (``self.tok``), shared by
-    the in-process and the served model, so both build exactly the same prompts."""
+    """Prompt rendering and token round trips with the checkpoint's own tokenizer (``self.tok``),
+    shared by the in-process and the served model, so both build exactly the same prompts."""
 
     tok: Any
 
@@ -45,8 +45,8 @@ class LocalLM(ChatTokens):
         self.tok = AutoTokenizer.from_pretrained(path)
         self.tok.padding_side = "left"
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        # MoE training turns router logits on for the auxiliary loss; sampling needs none of it, and with
-        # padded batches transformers' load-balancing loss fails on mismatched shapes.
+        # MoE training turns router logits on for the auxiliary loss; sampling needs none of it, and
+        # with padded batches transformers' load-balancing loss fails on mismatched shapes.
         if getattr(self.model.config, "output_router_logits", False):
             self.model.config.output_router_logits = False
         self.eos = self.tok.convert_tokens_to_ids("<|im_end|>")
@@ -89,7 +89,8 @@ class LocalLM(ChatTokens):
 
         width = max(len(p) for p in prefixes)
         pad = self.tok.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prefixes])  # left padding
+        # left padding
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prefixes])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes])
         torch.manual_seed(seed)
         with torch.no_grad():
@@ -104,7 +105,7 @@ class LocalLM(ChatTokens):
                 pad_token_id=pad,
             )
         results = []
-        for prefix, seq in zip(prefixes, out[:, width:].tolist()):
+        for prefix, seq in zip(prefixes, out[:, width:].tolist(), strict=True):
             stopped = self.eos in seq
             new = seq[: seq.index(self.eos) + 1] if stopped else [t for t in seq if t != pad]
             results.append(

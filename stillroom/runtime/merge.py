@@ -1,6 +1,7 @@
-"""Weight merges: linear interpolation of two Hugging Face checkpoints of the same architecture, and
-LoRA / QLoRA adapters merged into their full-precision base. Both apply the student's weight hooks
-(e.g. nGPT row re-normalisation) to the result, since a merge moves weights off their constraint.
+"""Weight merges: linear interpolation of two Hugging Face checkpoints of the same architecture,
+and LoRA / QLoRA adapters merged into their full-precision base. Both apply the student's weight
+hooks (e.g. nGPT row re-normalisation) to the result, since a merge moves weights off their
+constraint.
 
 Interpolation streams tensor by tensor: memory holds one output shard plus one tensor, never the
 whole model.
@@ -13,9 +14,7 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -67,9 +66,9 @@ def interpolate(
     max_shard_bytes: int = 2 * 1024**3,
     hooks: WeightHooks | None = None,
 ) -> dict:
-    """Write to ``out`` the model (1 - tuned_weight) * base + tuned_weight * tuned, with ``hooks`` applied
-    to each merged tensor. Config, generation config and tokenizer files come from ``tuned``. Returns a
-    summary dict.
+    """Write to ``out`` the model (1 - tuned_weight) * base + tuned_weight * tuned, with ``hooks``
+    applied to each merged tensor. Config, generation config and tokenizer files come from
+    ``tuned``. Returns a summary dict.
     """
     started = time.perf_counter()
     base, tuned, out = Path(base), Path(tuned), Path(out)
@@ -139,10 +138,12 @@ def interpolate(
                 f"model-{i + 1:05d}-of-{len(written):05d}.safetensors" for i in range(len(written))
             ]
         )
-        for (path, _), name in zip(written, names):
+        for (path, _), name in zip(written, names, strict=True):
             path.rename(tmp / name)
         if len(written) > 1:
-            weight_map = {k: name for (_, keys), name in zip(written, names) for k in keys}
+            weight_map = {
+                k: name for (_, keys), name in zip(written, names, strict=True) for k in keys
+            }
             write_json(tmp / INDEX, {"metadata": {"total_size": n_bytes}, "weight_map": weight_map})
         for src in sorted(tuned.iterdir()):
             if src.is_file() and not _is_weight_file(src):
@@ -160,8 +161,9 @@ def interpolate(
 
 
 def merge_adapter(base, adapter, hooks: WeightHooks | None = None):
-    """The model in ``base``, loaded in the dtype it was saved in (bf16 for a real QLoRA base, never the
-    NF4 weights the adapter was trained against), with the LoRA adapter in ``adapter`` merged in."""
+    """The model in ``base``, loaded in the dtype it was saved in (bf16 for a real QLoRA base, never
+    the NF4 weights the adapter was trained against), with the LoRA adapter in ``adapter`` merged
+    in."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 

@@ -2,11 +2,11 @@
 complete) over an OpenAI-compatible ``/v1/completions`` endpoint, so continue_truncated and budget
 forcing run unchanged on a cluster.
 
-Raw completions, not chat: the prompt is rendered here with the checkpoint's own chat template, and a
-continuation is the exact text so far (prompt + answer) sent back as the prompt. ``open_lm`` picks the
-backend from ``eval.backend``: ``hf`` (in process), ``sglang`` (a server started inside the job for this
-checkpoint, from a command template with ``{model_path}`` and ``{port}``, always stopped) or ``openai``
-(an already running server at ``base_url``).
+Raw completions, not chat: the prompt is rendered here with the checkpoint's own chat template, and
+a continuation is the exact text so far (prompt + answer) sent back as the prompt. ``open_lm`` picks
+the backend from ``eval.backend``: ``hf`` (in process, lm.py), ``sglang`` (a server started inside
+the job for this checkpoint, from a command template with ``{model_path}`` and ``{port}``, always
+stopped) or ``openai`` (an already running server at ``base_url``).
 """
 
 from __future__ import annotations
@@ -78,11 +78,8 @@ class ServedLM(ChatTokens):
                 ids = self.encode(text)
                 used = (data.get("usage") or {}).get("completion_tokens", len(ids))
                 finish = choice.get("finish_reason")
-                if finish not in (
-                    "stop",
-                    "length",
-                    "eos",
-                ):  # an abort or error is no finished answer
+                # an abort or error is no finished answer
+                if finish not in ("stop", "length", "eos"):
                     raise RuntimeError(
                         f"{self.base_url}/completions: finish_reason {finish!r} for prompt {i}"
                     )
@@ -101,7 +98,7 @@ class ServedLM(ChatTokens):
                         resp.raise_for_status()
                         return await resp.json()
                     detail = f"HTTP {resp.status}: {(await resp.text())[:200]}"
-            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientConnectionError) as exc:
                 detail = repr(exc)
             if attempt + 1 < RETRIES:
                 await asyncio.sleep(2**attempt)
@@ -130,13 +127,12 @@ def open_lm(model_dir: str, backend: Any = None, threads: int = 1) -> Iterator[A
         from ..teachers.sglang import SGLangTeacher
 
         server = {**spec.server.dump(), "model_path": model_dir}
-        model = spec.model or model_dir  # the served name (e.g. --served-model-name)
+        # the served name (e.g. --served-model-name)
+        model = spec.model or model_dir
         teacher_spec = {"backend": "sglang", "model": model, "server": server}
         teacher = SGLangTeacher(f"eval:{os.path.basename(model_dir)}", teacher_spec)
         try:
             asyncio.run(teacher.astart())
-            yield ServedLM(
-                model_dir, teacher.spec["base_url"], model, concurrency=spec.concurrency
-            )
+            yield ServedLM(model_dir, teacher.spec["base_url"], model, concurrency=spec.concurrency)
         finally:
             teacher.stop()

@@ -43,8 +43,9 @@ def supervision_stats(
             empty.append(ex["id"])
     if empty:
         raise DataError(
-            f"{source}: {len(empty)} of {len(examples)} examples have no assistant tokens left after truncation "
-            f"at max_length={max_length} (ids: {', '.join(empty[:10])}{' ...' if len(empty) > 10 else ''})"
+            f"{source}: {len(empty)} of {len(examples)} examples have no assistant tokens left "
+            f"after truncation at max_length={max_length} "
+            f"(ids: {', '.join(empty[:10])}{' ...' if len(empty) > 10 else ''})"
         )
     return {
         "examples": len(examples),
@@ -66,15 +67,17 @@ def progress_callback(log: Callable[[str], Any]):
             if logs and "loss" in logs:
                 log(
                     f"step {state.global_step}/{state.max_steps} loss {logs['loss']:.4f} "
-                    f"lr {logs.get('learning_rate', 0.0):.2e} {time.perf_counter() - self.start:.1f} s"
+                    f"lr {logs.get('learning_rate', 0.0):.2e} "
+                    f"{time.perf_counter() - self.start:.1f} s"
                 )
 
     return Progress()
 
 
 def collate_packed_rows(examples: list[dict], *, pad_token_id: int, flatten: bool = False) -> dict:
-    """Stack packed rows (input_ids, labels, seq_lengths) into right-padded tensors with restarting positions;
-    ``flatten`` concatenates them into one unpadded row instead (FlashAttention varlen)."""
+    """Stack packed rows (input_ids, labels, seq_lengths) into right-padded tensors with restarting
+    positions; ``flatten`` concatenates them into one unpadded row instead (FlashAttention
+    varlen)."""
     import torch
 
     if flatten:
@@ -93,16 +96,16 @@ def collate_packed_rows(examples: list[dict], *, pad_token_id: int, flatten: boo
         ids[row, :n] = torch.tensor(ex["input_ids"])
         labels[row, :n] = torch.tensor(ex["labels"])
         positions[row, :n] = torch.cat([torch.arange(k) for k in ex["seq_lengths"]])
-    labels[
-        positions == 0
-    ] = -100  # a document's first token is never predicted from the one before it
+    # a document's first token is never predicted from the one before it
+    labels[positions == 0] = -100
     return {"input_ids": ids, "labels": labels, "position_ids": positions}
 
 
 def _dtype(params: Train, cuda: bool):
-    """Storage dtype of the loaded weights. Trained weights stay float32 (bf16 compute comes from autocast
-    or FSDP2 mixed precision): a bf16 master copy loses every update below half a bf16 step, which at
-    lr 1e-5 is nearly all of them. Only a frozen adapter base is stored in bf16 on GPU."""
+    """Storage dtype of the loaded weights. Trained weights stay float32 (bf16 compute comes from
+    autocast or FSDP2 mixed precision): a bf16 master copy loses every update below half a bf16
+    step, which at lr 1e-5 is nearly all of them. Only a frozen adapter base is stored in bf16 on
+    GPU."""
     import torch
 
     if params.dtype != "auto":
@@ -113,15 +116,16 @@ def _dtype(params: Train, cuda: bool):
 
 
 def load_model(base_dir, params: Train):
-    """The model to train, placed and sharded as ``params`` say: full precision, NF4 for QLoRA, FSDP2
-    shards across the processes of its layout, or a device map across one process's GPUs."""
+    """The model to train, placed and sharded as ``params`` say: full precision, NF4 for QLoRA,
+    FSDP2 shards across the processes of its layout, or a device map across one process's GPUs."""
     import torch
     from transformers import AutoModelForCausalLM
 
     cuda = torch.cuda.is_available()
     dtype = _dtype(params, cuda)
     kwargs = load_kwargs(params)
-    if params.load_in_4bit:  # a whole 4-bit replica on this process's device, unless a map spreads it
+    if params.load_in_4bit:
+        # a whole 4-bit replica on this process's device, unless a map spreads it
         kwargs["quantization_config"] = quantization_config(dtype)
         kwargs.setdefault(
             "device_map", {"": int(os.environ.get("LOCAL_RANK", "0"))} if cuda else "cpu"
@@ -129,7 +133,8 @@ def load_model(base_dir, params: Train):
     model = AutoModelForCausalLM.from_pretrained(
         Path(base_dir), attn_implementation=params.attn_implementation, dtype=dtype, **kwargs
     )
-    model.config.use_cache = False  # a cache disables the packed-document mask (module docstring)
+    # a cache disables the packed-document mask (module docstring)
+    model.config.use_cache = False
     if params.load_in_4bit and not cuda:
         disable_cpu_repacking(model)
     return model
@@ -182,7 +187,8 @@ def build_trainer(
         report_to=[],
         dataloader_num_workers=0,
         disable_tqdm=True,
-        # TRL turns it on by default: needless recompute at student sizes, essential at 16k on a large model
+        # TRL turns it on by default: needless recompute at student sizes, essential at 16k on a
+        # large model
         gradient_checkpointing=params.gradient_checkpointing,
     )
     dataset = Dataset.from_list([{"messages": ex["messages"]} for ex in examples])
@@ -194,23 +200,27 @@ def build_trainer(
         callbacks=list(callbacks),
         peft_config=lora_config(params.lora) if params.lora else None,
     )
-    # TRL refuses a custom collator with BFD packing (it assumes flash-attention varlen); swap it in after.
+    # TRL refuses a custom collator with BFD packing (it assumes flash-attention varlen); swap it in
+    # after.
     trainer.data_collator = functools.partial(
         collate_packed_rows,
         pad_token_id=tokenizer.pad_token_id,
         flatten="flash" in params.attn_implementation,
     )
-    trainer.remove_callback(PrinterCallback)  # progress goes through our own log callable
+    # progress goes through our own log callable
+    trainer.remove_callback(PrinterCallback)
     if sharded and params.save_steps:
         trainer.add_callback(sharded_checkpoints(Path(output_dir), params.save_steps, resume))
-        # The Trainer cannot load weights into a load-time-sharded model; the callback restores them.
+        # The Trainer cannot load weights into a load-time-sharded model; the callback restores
+        # them.
         trainer._load_from_checkpoint = lambda *args, **kwargs: None
     return trainer
 
 
 def gather_adapter(model) -> dict:
-    """The LoRA tensors of an FSDP2-sharded PEFT model, whole, on CPU; every rank must call it. Only the
-    adapter crosses the network: gathering the base too would be the full model in one process."""
+    """The LoRA tensors of an FSDP2-sharded PEFT model, whole, on CPU; every rank must call it. Only
+    the adapter crosses the network: gathering the base too would be the full model in one
+    process."""
     from torch.distributed.tensor import DTensor
 
     return {
@@ -218,5 +228,3 @@ def gather_adapter(model) -> dict:
         for name, p in model.named_parameters()
         if "lora_" in name
     }
-
-

@@ -1,7 +1,8 @@
-"""The student: a byte-level BPE tokenizer trained on the corpus and a small randomly initialised Qwen3.
+"""The student's builders: a byte-level BPE tokenizer trained on the corpus and a small randomly
+initialised Qwen3 (or Qwen3-MoE), or a random-weight model shrunk from a real one for smoke tests.
 
-Everything is built locally (no model hub). The ChatML template marks assistant content plus its
-``<|im_end|>`` as ``{% generation %}`` so ``assistant_only_loss`` trains the model to stop.
+A student built from scratch needs no model hub. The ChatML template marks assistant content plus
+its ``<|im_end|>`` as ``{% generation %}`` so ``assistant_only_loss`` trains the model to stop.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ THINK_TOKENS = ["<think>", "</think>"]
 
 # Newlines after block tags are emitted as {{ '\n' }}: transformers renders with trim_blocks=True,
 # which would swallow a literal newline following a tag.
-# Tool calls render Qwen-style inside the assistant's generation block (the model learns to emit them);
-# tool results get their own "tool" turn naming the function, outside it (the model never writes them).
+# Tool calls render Qwen-style inside the assistant's generation block (the model learns to emit
+# them); tool results get their own "tool" turn naming the function, outside it (the model never
+# writes them).
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{% if message['role'] == 'assistant' %}"
@@ -27,11 +29,13 @@ CHAT_TEMPLATE = (
     "{% for call in message['tool_calls'] or [] %}"
     "{% if message['content'] or not loop.first %}{{ '\\n' }}{% endif %}"
     "<tool_call>\n{{ '{\"name\": ' }}{{ call['function']['name'] | tojson }}"
-    "{{ ', \"arguments\": ' }}{{ call['function']['arguments'] | tojson }}{{ '}' }}\n</tool_call>"
+    "{{ ', \"arguments\": ' }}{{ call['function']['arguments'] | tojson }}{{ '}' }}"
+    "\n</tool_call>"
     "{% endfor %}"
     "<|im_end|>{% endgeneration %}{{ '\\n' }}"
     "{% elif message['role'] == 'tool' %}"
-    "<|im_start|>tool\n<tool_response name={{ message['name'] | tojson }}>\n{{ message['content'] }}"
+    "<|im_start|>tool\n<tool_response name={{ message['name'] | tojson }}>\n"
+    "{{ message['content'] }}"
     "\n</tool_response><|im_end|>{{ '\\n' }}"
     "{% else %}"
     "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>{{ '\\n' }}"
@@ -39,6 +43,7 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
 
 def train_tokenizer(
     texts: Iterable[str],
@@ -81,7 +86,8 @@ def train_tokenizer(
         chat_template=CHAT_TEMPLATE,
         model_max_length=model_max_length,
     )
-    # Plain added tokens, not special: the reasoning markers must survive decode(skip_special_tokens=True).
+    # Plain added tokens, not special: the reasoning markers must survive
+    # decode(skip_special_tokens=True).
     hf.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
     with atomic_dir(out_dir) as tmp:
         hf.save_pretrained(tmp)
@@ -98,7 +104,8 @@ def model_config(tokenizer, shape: ModelShape):
         given["rope_parameters"] = {"rope_type": "default", "rope_theta": float(rope_theta)}
     config_class = Qwen3MoeConfig if family == "qwen3_moe" else Qwen3Config
     return config_class(
-        vocab_size=-(-len(tokenizer) // 8) * 8,  # multiple of 8 keeps the embedding matmuls aligned
+        # a multiple of 8 keeps the embedding matmuls aligned
+        vocab_size=-(-len(tokenizer) // 8) * 8,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -158,11 +165,12 @@ SHRINK_DEFAULTS = {
 def build_tiny_like(
     reference: str, out_dir: str | os.PathLike, *, shrink: Mapping | None = None, seed: int = 0
 ) -> dict:
-    """A random-weight model of the same architecture as ``reference`` (a model directory or hub id: only
-    its config and tokenizer are read), shrunk to smoke-test size, saved with the reference's tokenizer.
-    Sizes are SHRINK_DEFAULTS (those the config has) updated by ``shrink``, whose keys the config must
-    have; every other setting keeps the reference's value (top-k routing, norms, rope, layer types), so
-    the smoke model runs the real code paths: fused experts, the router, the chat template."""
+    """A random-weight model of the same architecture as ``reference`` (a model directory or hub id:
+    only its config and tokenizer are read), shrunk to smoke-test size, saved with the reference's
+    tokenizer. Sizes are SHRINK_DEFAULTS (those the config has) updated by ``shrink``, whose keys
+    the config must have; every other setting keeps the reference's value (top-k routing, norms,
+    rope, layer types), so the smoke model runs the real code paths: fused experts, the router, the
+    chat template."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -176,9 +184,8 @@ def build_tiny_like(
         setattr(text, key, value)
     if getattr(text, "num_experts_per_tok", 0) > sizes.get("num_experts", float("inf")):
         text.num_experts_per_tok = sizes["num_experts"]
-    if isinstance(
-        getattr(text, "layer_types", None), list
-    ):  # per-layer attention kinds follow the depth
+    # per-layer attention kinds follow the depth
+    if isinstance(getattr(text, "layer_types", None), list):
         text.layer_types = text.layer_types[: text.num_hidden_layers]
     tokenizer = AutoTokenizer.from_pretrained(reference)
     torch.manual_seed(seed)

@@ -1,9 +1,9 @@
-"""Rule cost: the cost ledger, API tokens x price per teacher and effort, and GPU-hours per stage x
-a rate, with totals.
+"""Rule cost: the cost ledger, API tokens x price per teacher and effort, and GPU-hours per stage
+x a rate, with totals.
 
-Everything comes from the provenance sidecars of the artifacts given. GPU time is SLURM's accounting
-when a job id was recorded and ``sacct`` answers (elapsed seconds x allocated GPUs), else the job's
-wall time x the GPUs configured for its rule.
+Everything comes from the provenance sidecars of the artifacts given. GPU time is SLURM's
+accounting when a job id was recorded and ``sacct`` answers (elapsed seconds x allocated GPUs),
+else the job's wall time x the GPUs configured for its rule.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def ledger(
     params: Mapping[str, Any] | Params,
     usage: Callable[[str], tuple[float, int] | None] = slurm_usage,
 ) -> dict[str, list[dict[str, Any]]]:
-    """API rows per (teacher, effort) and GPU rows per rule; one job writing several outputs counts once."""
+    """API rows per (teacher, effort) and GPU rows per rule; one job writing several outputs counts
+    once."""
     api: dict[tuple[str, str], dict[str, float]] = defaultdict(
         lambda: {"prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0, "jobs": 0}
     )
@@ -74,8 +75,9 @@ def ledger(
         if job not in seen:
             seen.add(job)
             sidecars.append(prov)
-    # Jobs run inside one allocation (salloc, or snakemake within an sbatch) share its SLURM job id, and sacct
-    # would bill each of them the whole allocation: take sacct only for ids that belong to one job.
+    # Jobs run inside one allocation (salloc, or snakemake within an sbatch) share its SLURM job id,
+    # and sacct would bill each of them the whole allocation: take sacct only for ids that belong to
+    # one job.
     ids = [p.get("slurm_job_id") for p in sidecars if p.get("slurm_job_id")]
     own = {i for i in ids if ids.count(i) == 1}
     for prov in sidecars:
@@ -153,7 +155,8 @@ def run(
         "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['rule']} | {r['jobs']} | {r['gpu_hours']:.3f} | {r['cost_usd']:.2f} | {r['source']} |"
+        f"| {r['rule']} | {r['jobs']} | {r['gpu_hours']:.3f} | {r['cost_usd']:.2f} "
+        f"| {r['source']} |"
         for r in rows["gpu"]
     ]
     lines += [

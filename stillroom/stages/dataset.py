@@ -64,13 +64,10 @@ def build(
     rows = []
     for (pid, effort), (_, rec, path) in sorted(best.items()):
         untagged = (
-            effort == default
-            and bucket(f"{seed}:{pid}", 10_000) < p.untagged_fraction * 10_000
+            effort == default and bucket(f"{seed}:{pid}", 10_000) < p.untagged_fraction * 10_000
         )
         messages = (
-            []
-            if untagged
-            else [{"role": "system", "content": effort_tag(p.effort_tag, effort)}]
+            [] if untagged else [{"role": "system", "content": effort_tag(p.effort_tag, effort)}]
         )
         messages += [
             {"role": "user", "content": user_content(rec)},
@@ -94,7 +91,8 @@ def build(
         tokens[r["effort"]].append(r["completion_tokens"])
     mean_tokens = {e: round(sum(v) / len(v), 1) for e, v in tokens.items()}
     log(
-        f"{len(rows)} examples; per effort {dict(per_effort)}; mean completion tokens {mean_tokens}; "
+        f"{len(rows)} examples; per effort {dict(per_effort)}; "
+        f"mean completion tokens {mean_tokens}; "
         f"teacher accuracy { ({e: round(correct[e] / seen[e], 3) for e in seen}) }"
     )
     return {

@@ -51,7 +51,8 @@ def run(
             }
             for m in matches
         ]
-        dropped.append({**{k: row[k] for k in ("prompt_id", "source", "prompt")}, "matches": shared})
+        which = {k: row[k] for k in ("prompt_id", "source", "prompt")}
+        dropped.append({**which, "matches": shared})
     per_benchmark = Counter(b for d in dropped for b in {m["benchmark"] for m in d["matches"]})
     counts = {
         "pool": len(rows),

@@ -93,9 +93,7 @@ def _sample_all(lm, rows: list[dict[str, Any]], p: Params, log: Callable[[str], 
     """(records, completion tokens, seconds): k answers per problem, identical problems and sample
     indices for every model."""
     k, name, bench = p.samples, p.model_name, p.benchmark
-    system = (
-        [{"role": "system", "content": effort_tag(p.effort_tag, p.effort)}] if p.effort else []
-    )
+    system = [{"role": "system", "content": effort_tag(p.effort_tag, p.effort)}] if p.effort else []
     prompts = [
         lm.encode(lm.render(system + [{"role": "user", "content": user_content(r)}])) for r in rows
     ]

@@ -1,9 +1,10 @@
-"""Stage 4: teacher samples for one (teacher, shard) at one effort, or at a group of efforts in one run.
+"""Rules generate and generate_<efforts> (one per effort group): teacher samples for one (teacher,
+shard) at one effort, or at a group of efforts in one run.
 
 Requests go out concurrently (the teacher's ``concurrency``). Each record is appended to
-``<out>.partial`` and fsynced, so a job killed at any point resumes where it stopped without losing or
-duplicating a sample; samples that failed for good are recorded with their error and retried on the
-next run; the final file appears (atomically, sorted by key) only once every sample is present.
+``<out>.partial`` and fsynced, so a job killed at any point resumes where it stopped without losing
+or duplicating a sample; samples that failed for good are recorded with their error and retried on
+the next run; the final file appears (atomically, sorted by key) only once every sample is present.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def _resume(partial: Path, log: Callable[[str], None]) -> dict[str, dict[str, An
             break
         done[rec["key"]] = rec
         good += len(line.encode())
-    with open(partial, "r+b") as fh:  # cut the torn tail so appends start on a clean line
+    # cut the torn tail so appends start on a clean line
+    with open(partial, "r+b") as fh:
         fh.truncate(good)
     return done
 
@@ -117,19 +119,17 @@ async def _drive(
     sink: Callable[[dict[str, Any]], None],
     log: Callable[[str], None],
 ) -> None:
-    """Complete ``pending`` (problem, sample index, effort) samples with at most ``concurrency`` requests in
-    flight; each record goes to ``sink`` as soon as it exists, so a kill loses only what was in flight."""
+    """Complete ``pending`` (problem, sample index, effort) samples with at most ``concurrency``
+    requests in flight; each record goes to ``sink`` as soon as it exists, so a kill loses only what
+    was in flight."""
     todo = iter(pending)
     t0 = last_log = time.monotonic()
     state: dict[str, Any] = {"done": 0, "tokens": 0, "exhausted": None}
 
     async def worker() -> None:
         nonlocal last_log
-        for (
-            problem,
-            index,
-            effort,
-        ) in todo:  # shared iterator: each sample goes to exactly one worker
+        # a shared iterator: each sample goes to exactly one worker
+        for problem, index, effort in todo:
             if state["exhausted"]:
                 return
             start = time.monotonic()
@@ -141,25 +141,27 @@ async def _drive(
                 rec = _record(*args, None, time.monotonic() - start, error=exc)
             except SkipSample as exc:
                 rec = _record(*args, None, time.monotonic() - start, skipped=str(exc))
-            except (
-                BudgetExhausted
-            ) as exc:  # stop admitting; requests in flight still finish and are kept
+            except BudgetExhausted as exc:
+                # stop admitting; requests in flight still finish and are kept
                 state["exhausted"] = exc
                 return
             sink(rec)
             state["done"] += 1
             state["tokens"] += rec["completion_tokens"]
-            if time.monotonic() - last_log > 10:  # a progress line every 10 s on long shards
+            # a progress line every 10 s on long shards
+            if time.monotonic() - last_log > 10:
                 last_log = time.monotonic()
                 rate = state["done"] / (last_log - t0)
                 log(
-                    f"{state['done']}/{len(pending)} samples, {state['tokens'] / (last_log - t0):.0f} output tok/s, "
+                    f"{state['done']}/{len(pending)} samples, "
+                    f"{state['tokens'] / (last_log - t0):.0f} output tok/s, "
                     f"ETA {(len(pending) - state['done']) / rate:.0f} s"
                 )
 
     concurrency = teacher.concurrency
     try:
-        if pending:  # a finished shard starts no server
+        # a finished shard starts no server
+        if pending:
             await teacher.astart()
             await asyncio.gather(*(worker() for _ in range(min(concurrency, len(pending)))))
     finally:
@@ -209,10 +211,9 @@ def run(
     teacher = make_teacher(teacher_name, p.spec.dump())
     problems = read_jsonl(shard, required=POOL_KEYS)
     partials = {e: Path(o + ".partial") for e, o in zip(efforts, outs, strict=True)}
+    # records that failed for good are not done: they are retried
     done = {
-        e: {
-            key: r for key, r in _resume(partials[e], log).items() if not r.get("error")
-        }  # failures: retry
+        e: {key: r for key, r in _resume(partials[e], log).items() if not r.get("error")}
         for e in efforts
     }
     if any(done.values()):
@@ -246,7 +247,8 @@ def run(
         if len(failed) > teacher.spec["max_failed_fraction"] * len(recs):
             raise TeacherError(
                 f"{len(failed)} of {len(recs)} samples failed for good (e.g. {failed[0]['key']}: "
-                f"{failed[0]['error']}); they stay in {partials[e]} and are retried on the next run",
+                f"{failed[0]['error']}); they stay in {partials[e]} and are retried on the next "
+                "run",
                 failed[0]["attempts"],
             )
     per_effort = {}
@@ -256,7 +258,8 @@ def run(
         per_effort[e] = _summary(records[e], teacher.spec["price"])
         m = per_effort[e]
         log(
-            f"{teacher_name}/{e}: {m['samples']} samples ({m['failed']} failed, {m['skipped']} skipped), "
+            f"{teacher_name}/{e}: {m['samples']} samples "
+            f"({m['failed']} failed, {m['skipped']} skipped), "
             f"{m['completion_tokens']} completion tokens"
         )
     total = _summary([r for recs in records.values() for r in recs], teacher.spec["price"])

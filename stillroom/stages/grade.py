@@ -1,5 +1,6 @@
-"""Rules grade_generation and grade_eval: a ``grade`` and a ``grader`` for every sample record, teacher
-samples and evaluation samples alike, graded in killable worker processes (stillroom.grading)."""
+"""Rules grade_generation and grade_eval: a ``grade`` and a ``grader`` for every sample record,
+teacher samples and evaluation samples alike, graded in killable worker processes
+(stillroom.grading)."""
 
 from __future__ import annotations
 

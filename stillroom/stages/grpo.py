@@ -1,11 +1,11 @@
-"""Rule grpo: GRPO on kernel problems (the AutoTriton recipe) with TRL's GRPOTrainer and the kernel
-track's dual reward.
+"""Rule grpo: GRPO on kernel problems (the AutoTriton recipe) with TRL's GRPOTrainer and the
+kernel track's dual reward.
 
-Each step samples ``group_size`` completions for each of ``prompts_per_step`` problems; a completion's
-reward is execution x rules (kernels/reward.py), so a correct module that computes with
-torch instead of Triton earns 0. The reward is one function on purpose: TRL sums several reward
-functions before the group normalisation, and a separate rule reward added to the execution reward
-would pay a cheat half the credit instead of zeroing it.
+Each step samples ``group_size`` completions for each of ``prompts_per_step`` problems; a
+completion's reward is execution x rules (kernels/reward.py), so a correct module that computes
+with torch instead of Triton earns 0. The reward is one function on purpose: TRL sums several
+reward functions before the group normalisation, and a separate rule reward added to the execution
+reward would pay a cheat half the credit instead of zeroing it.
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ class KernelReward:
             scored = list(pool.map(self._score, answer, texts))
         # Completions are generated at the start of the optimizer step they train: global_step + 1.
         step = trainer_state.global_step + 1 if trainer_state is not None else None
-        self.records += [{"step": step, "prompt_id": pid, **s} for pid, s in zip(prompt_id, scored)]
+        self.records += [
+            {"step": step, "prompt_id": pid, **s} for pid, s in zip(prompt_id, scored, strict=True)
+        ]
         if log_metric is not None:
             for key in ("exec_reward", "rule_reward", "launched_triton"):
                 log_metric(f"kernel/{key}", sum(float(s[key]) for s in scored) / len(scored))
@@ -84,7 +86,8 @@ class KernelReward:
 
 
 def load_problems(path) -> list[dict[str, Any]]:
-    """The kernel problems of a pool as conversational GRPO rows; a mixed pool's other kinds are left out."""
+    """The kernel problems of a pool as conversational GRPO rows; a mixed pool's other kinds are
+    left out."""
     records = read_jsonl(path, required=REQUIRED)
     kernels = [rec for rec in records if rec["kind"] == "kernel"]
     if not kernels:
@@ -127,8 +130,8 @@ def train_grpo(
     threads: int = 1,
     log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
-    """GRPO from the model in ``base_dir`` on ``problems``; save to ``out_dir``; return metrics. In a
-    torchrun worker every rank runs this (data parallel, FSDP2-sharded when there are several);
+    """GRPO from the model in ``base_dir`` on ``problems``; save to ``out_dir``; return metrics. In
+    a torchrun worker every rank runs this (data parallel, FSDP2-sharded when there are several);
     rank 0 alone writes files and logs."""
     import tempfile
 
@@ -172,8 +175,9 @@ def train_grpo(
             output_dir=str(tmp / "trainer"),
             learning_rate=p.lr,
             max_steps=p.max_steps,
-            # One generation batch (prompts_per_step groups, over all processes) per optimizer step, one
-            # group per micro-batch: TRL generates anew every gradient_accumulation_steps micro-batches.
+            # One generation batch (prompts_per_step groups, over all processes) per optimizer step,
+            # one group per micro-batch: TRL generates anew every gradient_accumulation_steps
+            # micro-batches.
             per_device_train_batch_size=p.group_size,
             gradient_accumulation_steps=p.prompts_per_step // layout.world_size,
             generation_batch_size=p.prompts_per_step * p.group_size,
@@ -188,10 +192,10 @@ def train_grpo(
             data_seed=p.seed,
             logging_steps=p.logging_steps,
             use_cpu=not cuda,
-            bf16=cuda,  # GRPOConfig defaults bf16 on, which CPU autocast would make lossy and slow
-            activation_checkpointing=p[
-                "gradient_checkpointing"
-            ],  # transformers 5's name; TRL defaults it on
+            # GRPOConfig defaults bf16 on, which CPU autocast would make lossy and slow
+            bf16=cuda,
+            # transformers 5's name; TRL defaults it on
+            activation_checkpointing=p.gradient_checkpointing,
             save_strategy="no",
             report_to="none",
             dataloader_num_workers=0,
@@ -205,13 +209,15 @@ def train_grpo(
             processing_class=tokenizer,
             callbacks=[progress_callback(log)] if main else [],
         )
-        trainer.remove_callback(PrinterCallback)  # progress goes through our own log callable
+        # progress goes through our own log callable
+        trainer.remove_callback(PrinterCallback)
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
         model = trainer.accelerator.unwrap_model(trainer.model)
         records = reward.records
-        if layout.world_size > 1:  # each process scored its own completions
+        # each process scored its own completions
+        if layout.world_size > 1:
             gathered: list = [None] * layout.world_size
             dist.all_gather_object(gathered, records)
             records = sorted(
@@ -224,9 +230,8 @@ def train_grpo(
                 model = launch.unsharded(model, state)
             save_for_inference(model, tokenizer, base_dir, tmp)
             write_jsonl(tmp / "rewards.jsonl", records)
-        shutil.rmtree(
-            tmp / "trainer", ignore_errors=True
-        )  # TRL's output_dir: nothing there is kept
+        # TRL's output_dir: nothing there is kept
+        shutil.rmtree(tmp / "trainer", ignore_errors=True)
 
     n = len(records)
     per_step = [

@@ -1,7 +1,7 @@
 """Rules merge and select_merge: base and fine-tune interpolated at each ratio (runtime/merge.py),
 and the ratio chosen on a dev split that no reported table uses (choosing on a reported benchmark
-would make its row optimistic). Also the ``merge_adapter`` stage: a LoRA / QLoRA adapter merged into
-its full-precision base."""
+would make its row optimistic). Also the ``merge_adapter`` stage: a LoRA / QLoRA adapter merged
+into its full-precision base."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def run(
 ) -> dict[str, Any]:
     """One merge at ``tuned_weight``."""
     p = Params.parse(params, where="merge")
-    summary = interpolate(base, tuned, out_model, p.tuned_weight, hooks=WeightHooks(p.weight_hooks))
+    hooks = WeightHooks(p.weight_hooks)
+    summary = interpolate(base, tuned, out_model, p.tuned_weight, hooks=hooks)
     log(
         f"merged {summary['tensors']} tensors ({summary['parameters']:,} parameters) at "
         f"tuned_weight={p.tuned_weight} in {summary['seconds']:.2f}s"

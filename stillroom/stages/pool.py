@@ -1,5 +1,5 @@
-"""Rules benchmark, pool and shard: benchmarks materialised from dataset specs, the prompt pool with
-its held-out test and dev splits, and the pool split into shards by prompt-id hash."""
+"""Rules benchmark, pool and shard: benchmarks materialised from dataset specs, the prompt pool
+with its held-out test and dev splits, and the pool split into shards by prompt-id hash."""
 
 from __future__ import annotations
 
@@ -57,10 +57,10 @@ def build_pool(
     log: Callable[[str], None] = print,
     **_: Any,
 ) -> dict[str, Any]:
-    """Deduplicate all sources by prompt id, then move the ``heldout.size`` generated problems with the
-    lowest id hash into the held-out test split and the next ``heldout.dev_size`` into the dev split
-    (for choices such as the merge ratio, never reported). Disjoint by construction (each id lands in
-    exactly one file); checked again on normalised text before anything is written."""
+    """Deduplicate all sources by prompt id, then move the ``heldout.size`` generated problems with
+    the lowest id hash into the held-out test split and the next ``heldout.dev_size`` into the dev
+    split (for choices such as the merge ratio, never reported). Disjoint by construction (each id
+    lands in exactly one file); checked again on normalised text before anything is written."""
     p = PoolParams.parse(params)
     seed = p.seed
     records: dict[str, dict[str, Any]] = {}
@@ -93,7 +93,8 @@ def build_pool(
         leaked = [r["prompt_id"] for r in others if text(r) in seen]
         if leaked:
             raise DataError(
-                f"{name} split shares prompt text with {len(leaked)} other prompts, e.g. {leaked[:3]}"
+                f"{name} split shares prompt text with {len(leaked)} other prompts, "
+                f"e.g. {leaked[:3]}"
             )
     write_jsonl(out_pool, pool)
     write_jsonl(out_heldout, heldout)
@@ -126,8 +127,8 @@ def assign_shards(
     log: Callable[[str], None] = print,
     **_: Any,
 ) -> dict[str, Any]:
-    """Shard i holds the prompts whose id hash is i modulo the shard count — never row order, so adding
-    prompts to a source moves no existing prompt to another shard."""
+    """Shard i holds the prompts whose id hash is i modulo the shard count — never row order, so
+    adding prompts to a source moves no existing prompt to another shard."""
     n = ShardParams.parse(params, where="generation").shards
     if len(out_shards) != n:
         raise DataError(f"shards={n} but {len(out_shards)} output paths were given")

@@ -1,6 +1,6 @@
-"""Rules tables, budget_tables and kernel_tables: per benchmark, paired bootstrap tables (Markdown,
-CSV, LaTeX) and the accuracy-against-length plot; accuracy against thinking budget; for the kernel
-track, compile / correct / launch / rule / reward rates (kernels/tables.py).
+"""Rules tables, budget_tables and kernel_tables: per benchmark, paired bootstrap tables
+(Markdown, CSV, LaTeX) and the accuracy-against-length plot; accuracy against thinking budget; for
+the kernel track, compile / correct / launch / rule / reward rates (kernels/tables.py).
 
 Every model is compared with the base and with the fine-tuned model on the same problems and
 sample indices; a difference whose confidence interval contains 0 is reported as a tie.
@@ -23,6 +23,7 @@ from ..config import PairedTables, Section
 from ..io import DataError, atomic_path, iter_jsonl, read_json, write_text
 
 Params = PairedTables
+
 
 def _fmt(c: Comparison | None) -> tuple[str, str]:
     if c is None:
@@ -60,7 +61,8 @@ def _latex(rows: list[dict[str, Any]], refs: tuple[str, str], caption: str, labe
         "×": "$\\times$",
     }
 
-    def esc(text: str) -> str:  # pdflatex-safe: specials escaped, the caption's Unicode as math
+    def esc(text: str) -> str:
+        """pdflatex-safe: specials escaped, the caption's Unicode as math."""
         return "".join(special.get(ch, ch) for ch in text)
 
     def cell(c: Comparison | None) -> str:
@@ -75,13 +77,14 @@ def _latex(rows: list[dict[str, Any]], refs: tuple[str, str], caption: str, labe
         "\\small",
         "\\begin{tabular}{lrrrll}",
         "\\toprule",
-        f"Model & Acc. & Tokens & Cap hit & $\\Delta$ vs {esc(refs[0])} & $\\Delta$ vs {esc(refs[1])} \\\\",
+        "Model & Acc. & Tokens & Cap hit & "
+        f"$\\Delta$ vs {esc(refs[0])} & $\\Delta$ vs {esc(refs[1])} \\\\",
         "\\midrule",
     ]
     for r in rows:
         out.append(
-            f"{esc(r['label'])} & {r['accuracy']:.3f} & {r['mean_tokens']:.0f} & {r['cap_hit']:.3f} & "
-            f"{cell(r['vs'][refs[0]])} & {cell(r['vs'][refs[1]])} \\\\"
+            f"{esc(r['label'])} & {r['accuracy']:.3f} & {r['mean_tokens']:.0f} & "
+            f"{r['cap_hit']:.3f} & {cell(r['vs'][refs[0]])} & {cell(r['vs'][refs[1]])} \\\\"
         )
     out += [
         "\\bottomrule",
@@ -105,7 +108,8 @@ def run(
     log: Callable[[str], None] = print,
     **_: Any,
 ) -> dict[str, Any]:
-    """The tables of one benchmark; ``selection`` (the select stage's JSON) marks the merge chosen on dev.
+    """The tables of one benchmark; ``selection`` (the select stage's JSON) marks the merge chosen
+    on dev.
 
     Every model is compared with the base and with the fine-tune. Holm's correction runs across all
     those comparisons (they are one sweep): a difference is called only if its CI excludes 0 and its
@@ -136,12 +140,13 @@ def run(
         "two_level": two_level,
     }
     refs = (base, tuned)
-    # One family for Holm: every distinct comparison once (base vs sft appears in both columns, mirrored).
+    # One family for Holm: every distinct comparison once (base vs sft appears in both columns,
+    # mirrored).
     pairs = [
         (name, ref) for name in mats for ref in refs if name != ref and (name, ref) != (base, tuned)
     ]
     raw = [paired_bootstrap(mats[name][1], mats[ref][1], **boot) for name, ref in pairs]
-    corrected = dict(zip(pairs, holm_comparisons(raw)))
+    corrected = dict(zip(pairs, holm_comparisons(raw), strict=True))
     corrected[(base, tuned)] = _mirrored(corrected[(tuned, base)])
     single = ref_shape[1] == 1
     rows = []
@@ -169,7 +174,8 @@ def run(
         f"{params.benchmark}: {rows[0]['problems']} problems × {rows[0]['samples']} samples. "
         f"Δ: paired bootstrap over problems{' then samples' if two_level else ''} "
         f"({params.n_resamples} resamples), {pct}% CI; Holm's correction across the {len(pairs)} "
-        "comparisons of this table; a difference is a tie unless its CI excludes 0 and it survives Holm."
+        "comparisons of this table; a difference is a tie unless its CI excludes 0 and it "
+        "survives Holm."
         + (" McNemar's exact p in the CSV." if single else "")
         + (
             f" {mats[base][4]} problems with an unparseable gold answer excluded."
@@ -239,8 +245,8 @@ def run(
     if chosen:
         lines += [
             "",
-            f"Merge ratio chosen on `{chosen['benchmark']}` (never reported here): {chosen['selected']}, "
-            "dev accuracy "
+            f"Merge ratio chosen on `{chosen['benchmark']}` (never reported here): "
+            f"{chosen['selected']}, dev accuracy "
             + ", ".join(f"{m} {a:.3f}" for m, a in sorted(chosen["accuracy"].items())),
         ]
     write_text(out_markdown, "\n".join(lines) + "\n")
@@ -282,7 +288,8 @@ def _plot(rows: list[dict[str, Any]], path: str, title: str, base: str, tuned: s
         (ratio[r["model"]], r["accuracy"], r["vs"][base]) for r in rows if r["model"] in ratio
     )
     sweep.plot([p[0] for p in points], [p[1] for p in points], marker="o")
-    for x, y, c in points:  # the CI of the difference from base, drawn around the point
+    # the CI of the difference from base, drawn around the point
+    for x, y, c in points:
         if c is not None:
             sweep.errorbar(
                 x,
@@ -321,19 +328,20 @@ def budget_run(
     log: Callable[[str], None] = print,
     **_: Any,
 ) -> dict[str, Any]:
-    """Accuracy against thinking budget: ``graded`` names are ``<model>@<budget>``. Every answer had its
-    chance to answer (forced ones after the end-of-thinking cue), so no cut-off counts as a wrong answer."""
+    """Accuracy against thinking budget: ``graded`` names are ``<model>@<budget>``. Every answer had
+    its chance to answer (forced ones after the end-of-thinking cue), so no cut-off counts as a
+    wrong answer."""
     params = BudgetParams.parse(params, where="tables")
     rows = []
     for name, path in graded.items():
         model, _, budget = name.rpartition("@")
+        required = ("grade", "completion_tokens", "forced", "thinking_tokens")
+        # an unparseable gold is a benchmark bug, not a wrong answer
         recs = [
             r
-            for r in iter_jsonl(
-                path, required=("grade", "completion_tokens", "forced", "thinking_tokens")
-            )
+            for r in iter_jsonl(path, required=required)
             if r["grade"].get("status") != "gold_unparseable"
-        ]  # a benchmark bug, not a wrong answer
+        ]
         if not recs:
             raise DataError(f"{path}: no graded samples")
         thought = [r["thinking_tokens"] for r in recs if r["thinking_tokens"] is not None]
@@ -350,15 +358,15 @@ def budget_run(
         )
     rows.sort(key=lambda r: (r["model"], r["budget"]))
     lines = [
-        f"### {params.benchmark}: accuracy against thinking budget (budget forcing: thinking closed at "
-        "the budget, then a short answer)",
+        f"### {params.benchmark}: accuracy against thinking budget "
+        "(budget forcing: thinking closed at the budget, then a short answer)",
         "",
         "| model | budget | samples | accuracy | forced | mean thinking tokens | mean tokens |",
         "|" + "---|" * 7,
     ]
     lines += [
-        f"| {r['model']} | {r['budget']} | {r['samples']} | {r['accuracy']:.3f} | {r['forced']:.3f} | "
-        f"{r['thinking']:.1f} | {r['tokens']:.1f} |"
+        f"| {r['model']} | {r['budget']} | {r['samples']} | {r['accuracy']:.3f} | "
+        f"{r['forced']:.3f} | {r['thinking']:.1f} | {r['tokens']:.1f} |"
         for r in rows
     ]
     buf = io.StringIO()
@@ -413,5 +421,6 @@ def show(experiment_dir: str) -> None:
     for sub in sorted(p for p in root.iterdir() if p.is_dir()):
         print(f"  {sub}/")
     print(
-        f"Tables: {', '.join(str(t) for t in tables)} (+ .csv, .tex, .png); provenance: <artifact>.prov.json"
+        f"Tables: {', '.join(str(t) for t in tables)} (+ .csv, .tex, .png); "
+        "provenance: <artifact>.prov.json"
     )

@@ -1,5 +1,6 @@
 """Teacher backends, one interface (base.py), chosen per teacher in config: the offline
-``procedural`` stand-in, an OpenAI-compatible API, a self-hosted SGLang server, local transformers."""
+``procedural`` stand-in, an OpenAI-compatible API, a self-hosted SGLang server, local
+transformers."""
 
 from collections.abc import Mapping
 from typing import Any

@@ -1,18 +1,19 @@
-"""The interface every teacher backend implements: (problem, effort, sample index) -> Completion."""
+"""The interface every teacher backend implements: (problem, effort, sample index) ->
+Completion."""
 
 from __future__ import annotations
 
-from abc import ABC
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from ..config import Section
 
 
 @dataclass
 class Completion:
-    text: str  # what the teacher wrote, reasoning included (<think>…</think> answer)
+    # what the teacher wrote, reasoning included (<think>…</think> answer)
+    text: str
     finish_reason: str  # "stop" or "length"
     prompt_tokens: int
     completion_tokens: int
@@ -22,7 +23,8 @@ class Completion:
 
 
 class TeacherError(RuntimeError):
-    """A sample that failed for good; the driver records it with its error instead of dropping it."""
+    """A sample that failed for good; the driver records it with its error instead of dropping
+    it."""
 
     def __init__(self, message: str, attempts: int):
         super().__init__(message)
@@ -30,14 +32,20 @@ class TeacherError(RuntimeError):
 
 
 class SkipSample(Exception):
-    """A sample deliberately not requested (e.g. its prompt cannot fit the context); recorded with the reason."""
+    """A sample deliberately not requested (e.g. its prompt cannot fit the context); recorded with
+    the reason."""
 
 
-class Teacher(ABC):
+class Teacher:
+    """The base of every backend. A backend implements ``complete`` (synchronous) or ``acomplete``
+    (asynchronous); ``astart`` and ``aclose`` are optional hooks that do nothing here."""
+
     Spec: type[Section]  # the backend's config (stillroom.config.generation)
 
     def __init__(self, name: str, spec: Mapping[str, Any]):
         self.name = name
+        backend = get_args(self.Spec.model_fields["backend"].annotation)[0]  # the class says it
+        spec = {"backend": backend, **spec}
         self.spec = self.Spec.parse(spec, where=f"teachers.{name}").dump()
 
     @property
@@ -48,7 +56,8 @@ class Teacher(ABC):
     def complete(
         self, problem: Mapping[str, Any], effort: str, sample_index: int, seed: int
     ) -> Completion:
-        """One sample for one problem at one effort level (backends implement this or ``acomplete``)."""
+        """One sample for one problem at one effort level (backends implement this or
+        ``acomplete``)."""
         raise TypeError(
             f"teacher '{self.name}' ({type(self).__name__}) is asynchronous: use acomplete"
         )
@@ -59,7 +68,11 @@ class Teacher(ABC):
         return self.complete(problem, effort, sample_index, seed)
 
     async def astart(self) -> None:
-        """Acquire what the backend needs (e.g. start a server); the driver calls it before the first sample."""
+        """Acquire what the backend needs (e.g. start a server); the driver calls it before the
+        first sample. By default there is nothing to acquire."""
+        return None
 
     async def aclose(self) -> None:
-        """Release connections and servers; the driver calls it once the shard is done, also on failure."""
+        """Release connections and servers; the driver calls it once the shard is done, also on
+        failure. By default there is nothing to release."""
+        return None

@@ -1,10 +1,10 @@
-"""A daily output-token budget shared by every shard job of a teacher (seed: "it stops at the daily
-output-token budget").
+"""A daily output-token budget shared by every shard job of a teacher: generation stops once the
+day's output tokens are spent.
 
 The ledger is a small JSON file guarded by ``flock``: a request is admitted only if its worst case
-(``max_tokens``) fits beside what was spent and what is in flight; when it returns, the reservation is
-replaced by the tokens actually used. The day starts at ``reset_hour_utc``. Reservations of processes
-on this host that died (SIGKILL mid-request) are released when the ledger is next read.
+(``max_tokens``) fits beside what was spent and what is in flight; when it returns, the reservation
+is replaced by the tokens actually used. The day starts at ``reset_hour_utc``. Reservations of
+processes on this host that died (SIGKILL mid-request) are released when the ledger is next read.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import os
 import socket
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ class Budget:
 
     def _period(self, now: datetime | None = None) -> tuple[str, datetime]:
         """(the budget day's name, when it ends) for ``now``."""
-        now = now or datetime.now(timezone.utc)
+        now = now or datetime.now(UTC)
         start = now.replace(hour=self.reset_hour, minute=0, second=0, microsecond=0)
         if now < start:
             start -= timedelta(days=1)

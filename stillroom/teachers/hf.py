@@ -1,9 +1,10 @@
-"""A local transformers model as the teacher: batched sampling on CPU or one GPU, for tiny runs and tests.
+"""A local transformers model as the teacher: batched sampling on CPU or one GPU, for tiny runs and
+tests.
 
-Requests arrive one sample at a time from the generation driver (as for a server); a batcher collects
-up to ``batch_size`` of them and runs one ``generate`` call in a worker thread. Built on the openai
-backend's request path, so efforts (as a system prompt), the context guard (with the model's own
-tokenizer) and the token budget work the same way.
+Requests arrive one sample at a time from the generation driver (as for a server); a batcher
+collects up to ``batch_size`` of them and runs one ``generate`` call in a worker thread. Built on
+the openai backend's request path, so efforts (as a system prompt), the context guard (with the
+model's own tokenizer) and the token budget work the same way.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class HFTeacher(OpenAITeacher):
     async def _batch_forever(self) -> None:
         while True:
             batch = [await self.queue.get()]
-            await asyncio.sleep(0.01)  # let the other in-flight requests join this batch
+            # let the other in-flight requests join this batch
+            await asyncio.sleep(0.01)
             while not self.queue.empty() and len(batch) < self.spec["batch_size"]:
                 batch.append(self.queue.get_nowait())
             first = batch[0][0]
@@ -61,11 +63,12 @@ class HFTeacher(OpenAITeacher):
                     max_new_tokens=max(body.get("max_tokens", 512) for body, _ in batch),
                     seed=first["seed"],
                 )
-            except Exception as exc:  # every waiting request learns about it
+            except Exception as exc:
+                # every waiting request learns about it
                 for _, future in batch:
                     future.set_exception(exc)
                 continue
-            for (body, future), (sample,) in zip(batch, results):
+            for (body, future), (sample,) in zip(batch, results, strict=True):
                 found = self.THINK.findall(sample.text)
                 future.set_result(
                     Completion(

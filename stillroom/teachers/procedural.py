@@ -1,12 +1,13 @@
 """The offline stand-in for a real reasoning teacher.
 
-It answers the generated problems of ``stillroom.data.sources`` from their structured form with a worked
-solution inside ``<think>…</think>`` and a boxed final answer, and the project's kernel problems with a
-plan and the problem's reference Triton solution in a code block. Effort levels map to how much of the
-reasoning it writes (clearly different lengths), and with probability ``error_rate`` (per effort,
-optionally) it slips — a wrong intermediate result carried to a wrong final answer; for a kernel, torch
-code that is right but is not Triton (the rule reward's case) or a kernel that stores a wrong value — so
-grading has something to reject. Deterministic in (seed, prompt id, effort, sample index).
+It answers the generated problems of ``stillroom.data.sources`` from their structured form with a
+worked solution inside ``<think>…</think>`` and a boxed final answer, and the project's kernel
+problems with a plan and the problem's reference Triton solution in a code block
+(``stillroom.kernels.teacher``). Effort levels map to how much of the reasoning it writes (clearly
+different lengths), and with probability ``error_rate`` (per effort, optionally) it slips — a wrong
+intermediate result carried to a wrong final answer; for a kernel, torch code that is right but is
+not Triton (the rule reward's case) or a kernel that stores a wrong value — so grading has something
+to reject. Deterministic in (seed, prompt id, effort, sample index).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..data.sources import LETTERS, worked_solution
 from ..io import DataError
 from .base import Completion, Teacher
 
+
 class ProceduralTeacher(Teacher):
     Spec = ProceduralSpec
 
@@ -29,7 +31,8 @@ class ProceduralTeacher(Teacher):
         detail = {**PROCEDURAL_DETAIL, **self.spec["detail"]}
         if effort not in detail:
             raise ValueError(
-                f"teacher '{self.name}': no detail level for effort '{effort}' (have {sorted(detail)})"
+                f"teacher '{self.name}': no detail level for effort '{effort}' "
+                f"(have {sorted(detail)})"
             )
         meta = problem.get("meta") or {}
         if "op" not in meta and "solution" not in meta:

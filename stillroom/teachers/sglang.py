@@ -27,14 +27,14 @@ from .base import TeacherError
 from .openai import OpenAITeacher
 
 
-
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def _exit_on_sigterm(signum, frame):  # unwind (finally blocks, atexit) instead of dying on the spot
+def _exit_on_sigterm(signum, frame):
+    """A SIGTERM handler: unwind (finally blocks, atexit) instead of dying on the spot."""
     raise SystemExit(128 + signum)
 
 
@@ -70,21 +70,22 @@ class SGLangTeacher(OpenAITeacher):
             while True:
                 if self.proc.poll() is not None:
                     raise TeacherError(
-                        f"teacher '{self.name}': server exited with {self.proc.returncode} before it was "
-                        f"healthy; log tail:\n{self.log_tail()}",
+                        f"teacher '{self.name}': server exited with {self.proc.returncode} "
+                        f"before it was healthy; log tail:\n{self.log_tail()}",
                         1,
                     )
                 try:
                     async with client.get(root + server["health_path"]) as resp:
                         if resp.status == 200:
                             break
-                except (aiohttp.ClientError, asyncio.TimeoutError):
+                except (TimeoutError, aiohttp.ClientError):
                     pass
                 if time.monotonic() > deadline:
                     self.stop()
                     raise TeacherError(
-                        f"teacher '{self.name}': server not healthy after {server['startup_timeout_s']} s "
-                        f"at {root}{server['health_path']}; log tail:\n{self.log_tail()}",
+                        f"teacher '{self.name}': server not healthy after "
+                        f"{server['startup_timeout_s']} s at {root}{server['health_path']}; "
+                        f"log tail:\n{self.log_tail()}",
                         1,
                     )
                 await asyncio.sleep(0.2)

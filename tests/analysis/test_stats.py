@@ -133,7 +133,8 @@ def test_validation(a, b, kwargs, match):
 
 
 def test_interval_agrees_with_scipy_percentile_bootstrap():
-    """Same estimand as scipy.stats.bootstrap (paired, percentile): intervals agree within resampling noise."""
+    """Same estimand as scipy.stats.bootstrap (paired, percentile): intervals agree within
+    resampling noise."""
     from scipy.stats import bootstrap
 
     rng = np.random.default_rng(11)
@@ -153,7 +154,7 @@ def test_interval_agrees_with_scipy_percentile_bootstrap():
     assert abs(ours.low - ref.low) < 0.05 * half and abs(ours.high - ref.high) < 0.05 * half
 
 
-# --- p-value ---------------------------------------------------------------------------------------
+# --- p-value --------------------------------------------------------------------------------------
 
 
 def test_comparison_stays_backward_compatible():
@@ -182,7 +183,7 @@ def test_p_value_symmetric_under_swap():
     assert (ab.low, ab.high) == pytest.approx((-ba.high, -ba.low))
 
 
-# --- two-level bootstrap -----------------------------------------------------------------------------
+# --- two-level bootstrap --------------------------------------------------------------------------
 
 
 def test_two_level_needs_2d_input():
@@ -198,7 +199,8 @@ def test_two_level_needs_2d_input():
 
 def test_two_level_without_within_spread_equals_one_level():
     rng = np.random.default_rng(5)
-    # every problem's samples agree, so resampling them changes nothing; problem indices share the stream
+    # every problem's samples agree, so resampling them changes nothing; problem indices share the
+    # stream
     a = np.repeat((rng.random((70, 1)) < 0.6).astype(float), 8, axis=1)
     b = np.repeat((rng.random((70, 1)) < 0.5).astype(float), 3, axis=1)
     one, two = paired_bootstrap(a, b, seed=9), paired_bootstrap(a, b, seed=9, two_level=True)
@@ -229,7 +231,8 @@ def test_two_level_wider_with_within_problem_noise():
 
 @pytest.mark.parametrize("binary", [True, False])
 def test_two_level_variance_matches_law_of_total_variance(binary):
-    """Var* = [var_i(d_i) + mean_i(s2_a,i / k_a) + mean_i(s2_b,i / k_b)] / n, with biased within variances."""
+    """Var* = [var_i(d_i) + mean_i(s2_a,i / k_a) + mean_i(s2_b,i / k_b)] / n, with biased within
+    variances."""
     rng = np.random.default_rng(7)
     n = 1000
     if binary:
@@ -267,8 +270,8 @@ def test_two_level_binary_shortcut_matches_other_paths(within):
 
 @pytest.mark.parametrize("k", [2, 5, 16, 64])
 def test_inverse_cdf_table_is_exact_inversion(k):
-    """The table path gives exactly #{c : CDF(c) <= u} for its uniforms, bins holding a CDF step included,
-    and its counts follow Binomial(k, s/k) for every s."""
+    """The table path gives exactly #{c : CDF(c) <= u} for its uniforms, bins holding a CDF step
+    included, and its counts follow Binomial(k, s/k) for every s."""
     from scipy.stats import binom, chisquare
 
     scores = np.zeros((k + 1, k))
@@ -316,8 +319,8 @@ def test_two_level_chunks_problem_and_sample_draws():
 
 
 def test_coverage_under_the_null():
-    """200 simulated datasets with true delta 0: the one-level 95% interval covers 0 about 95% of the
-    time; the two-level one covers at least as often (it is conservative by construction)."""
+    """200 simulated datasets with true delta 0: the one-level 95% interval covers 0 about 95% of
+    the time; the two-level one covers at least as often (it is conservative by construction)."""
     rng = np.random.default_rng(12)
     reps, cover_one, cover_two, agree = 200, 0, 0, 0
     for r in range(reps):
@@ -334,7 +337,7 @@ def test_coverage_under_the_null():
     assert agree / reps >= 0.97  # the p-value and the interval tell the same story
 
 
-# --- Holm ---------------------------------------------------------------------------------------------
+# --- Holm -----------------------------------------------------------------------------------------
 
 
 def test_holm_hand_example():
@@ -426,7 +429,7 @@ def test_holm_comparisons_errors():
         holm_comparisons([_comparison(0.01, "a", 0.95), _comparison(0.01, "a", 0.9)])
 
 
-# --- McNemar ------------------------------------------------------------------------------------------
+# --- McNemar --------------------------------------------------------------------------------------
 
 
 def _pairs(b01, b10, both=5, neither=3):

@@ -1,30 +1,39 @@
-"""Config validation: unit tests on the validator and parse-time failures of the real workflow."""
+"""The config as the workflow resolves it: the embedded default is valid, a bad config names the key
+and what was wrong, and the config hash is canonical."""
 
 import pytest
 
-from stillroom.config import ConfigError, config_hash, validate
+from stillroom.config import (
+    ConfigError,
+    config_hash,
+    load_yaml,
+    merge_configs,
+    resolve,
+    schema,
+    workflow_config,
+)
 
-from ..conftest import default_config, run_snakemake
+from ..conftest import REPO, default_config
 
 
 def test_default_config_is_valid():
-    validate(default_config())
+    resolve(default_config(), root=REPO)
 
 
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda c: c["train"].update(lr_typo=1), r"train: unknown key\(s\) 'lr_typo'"),
-        (lambda c: c["train"].update(lr="fast"), r"train.lr: 'fast' is not of type 'number'"),
+        (lambda c: c["train"].update(lr_typo=1), r"train: unknown key 'lr_typo'"),
+        (lambda c: c["train"].update(lr="fast"), r"train.lr: Input should be a valid number"),
         (
             lambda c: c["merge"].update(ratios=[0.5, 1.5]),
-            r"merge.ratios.1: 1.5 is greater than or equal to",
+            r"merge.ratios.1: Input should be less than 1",
         ),
         (
             lambda c: c["generation"].update(samples_per_prompt=0),
-            r"generation.samples_per_prompt: 0 is less than",
+            r"generation.samples_per_prompt: Input should be greater than or equal to 1",
         ),
-        (lambda c: c.update(colour="blue"), r"<top level>: unknown key\(s\) 'colour'"),
+        (lambda c: c.update(colour="blue"), r"unknown key 'colour'"),
         (
             lambda c: c["generation"].update(teacher="gpt"),
             r"generation.teacher: 'gpt' is not a key of teachers",
@@ -36,11 +45,11 @@ def test_default_config_is_valid():
         (lambda c: c["eval"].update(benchmarks=["aime"]), r"eval.benchmarks.0: 'aime' is neither"),
         (
             lambda c: c["student"].update(effort_tag="{effort}"),
-            r"student.effort_tag: .* does not match",
+            r"student.effort_tag: String should match",
         ),
         (
             lambda c: c["sources"].append({"name": "x", "kind": "jsonl"}),
-            r"sources.3 \(x\): kind 'jsonl' needs key 'path'",
+            r"sources.3.path: required key missing",
         ),
         (
             lambda c: c["eval"]["budget_force"].update(models=["sft", "merge-0.9"]),
@@ -56,12 +65,15 @@ def test_default_config_is_valid():
         ),
         (
             lambda c: c["merge"].update(select_on="aime"),
-            r"merge.select_on: 'aime' is neither 'dev' nor",
+            r"merge.select_on: 'aime' is neither heldout nor dev nor",
         ),
-        (lambda c: c["train"].update(method="qlora8"), r"train.method: 'qlora8' is not one of"),
+        (
+            lambda c: c["train"].update(method="qlora8"),
+            r"train.method: Input should be 'full', 'lora' or 'qlora'",
+        ),
         (
             lambda c: c["student"].update(weight_hooks=[{"fn": "renorm_rows"}]),
-            r"student.weight_hooks.0: 'match' is",
+            r"student.weight_hooks.0.match: required key missing",
         ),
     ],
 )
@@ -69,7 +81,7 @@ def test_bad_config_names_the_key(mutate, message):
     cfg = default_config()
     mutate(cfg)
     with pytest.raises(ConfigError, match=message):
-        validate(cfg)
+        resolve(cfg, root=REPO)
 
 
 def test_config_hash_is_canonical():
@@ -80,12 +92,65 @@ def test_config_hash_is_canonical():
     assert config_hash(a) != config_hash(b)
 
 
-@pytest.mark.slow
-def test_snakemake_rejects_bad_config_before_any_job(tmp_path, small_cfg):
-    small_cfg["train"]["lr"] = -1
-    small_cfg["eval"]["temprature"] = 0.5
-    proc = run_snakemake(tmp_path, small_cfg, "-n", check=False)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "train.lr" in out and "eval: unknown key(s) 'temprature'" in out
-    assert not (tmp_path / "results" / "small" / "pool").exists()
+def test_yaml_errors_name_the_file_and_line(tmp_path):
+    tabbed = tmp_path / "tabbed.yaml"
+    tabbed.write_text("experiment: x\nseed: 1\n\tsources: []\n")
+    with pytest.raises(ConfigError, match=rf"^{tabbed}:3:1: not valid YAML: found character '\\t'"):
+        load_yaml(tabbed)
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("train:\n  lr: 0.1\n  epochs: 2\n  lr: 0.2\n")
+    with pytest.raises(
+        ConfigError, match=rf"{nested}:4: key 'lr' is given twice \(first on line 2\)"
+    ):
+        load_yaml(nested)
+    listed = tmp_path / "listed.yaml"
+    listed.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="expected a mapping of config sections, got list"):
+        load_yaml(listed)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_yaml(tmp_path / "missing.yaml")
+
+
+def test_the_workflow_config_is_the_default_under_overrides_or_the_given_files(tmp_path):
+    default = REPO / "config" / "config.yaml"
+    # No config file: the embedded default, with --config values merged into it key by key.
+    resolved = workflow_config({"seed": 7, "train": {"lr": 0.01}}, [], default, REPO)
+    assert resolved["seed"] == 7 and resolved["train"]["lr"] == 0.01
+    assert resolved["train"]["epochs"] == default_config()["train"]["epochs"]
+    # Config files: what Snakemake merged is resolved; each file is read again for duplicates.
+    given = tmp_path / "given.yaml"
+    given.write_text((default.read_text()).replace("seed: 1234", "seed: 5"))
+    config = {**default_config(), "seed": 5}
+    assert workflow_config(config, [given], default, REPO)["seed"] == 5
+    given.write_text(given.read_text() + "seed: 6\n")
+    with pytest.raises(ConfigError, match="key 'seed' is given twice"):
+        workflow_config(config, [given], default, REPO)
+
+
+def test_merge_configs_merges_mappings_and_replaces_the_rest():
+    base = {"train": {"lr": 1, "distributed": {"nodes": 2}}, "merge": {"ratios": [0.5]}}
+    over = {"train": {"distributed": {"gpus_per_node": 4}}, "merge": {"ratios": [0.3]}}
+    assert merge_configs(base, over) == {
+        "train": {"lr": 1, "distributed": {"nodes": 2, "gpus_per_node": 4}},
+        "merge": {"ratios": [0.3]},
+    }
+
+
+def test_the_schema_agrees_with_the_typed_config():
+    """The generated schema accepts every recipe resolved and refuses an unknown key, as the
+    typed config does."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    for path in [
+        REPO / "config" / "config.yaml",
+        *(REPO / "config" / "experiments").glob("*.yaml"),
+    ]:
+        raw = load_yaml(path)
+        if "sources" not in raw:  # an overlay
+            raw = merge_configs(
+                load_yaml(REPO / "config" / "experiments" / "beam-distill.yaml"), raw
+            )
+        validator.validate(resolve(raw, root=REPO))
+    bad = {**resolve(default_config(), root=REPO), "evals": {}}
+    assert not validator.is_valid(bad)

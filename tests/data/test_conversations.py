@@ -11,7 +11,8 @@ from stillroom.runtime.student import CHAT_TEMPLATE, train_tokenizer
 OLD_TEMPLATE = (
     "{% for message in messages %}"
     "{% if message['role'] == 'assistant' %}"
-    "<|im_start|>assistant\n{% generation %}{{ message['content'] }}<|im_end|>{% endgeneration %}{{ '\\n' }}"
+    "<|im_start|>assistant\n{% generation %}{{ message['content'] }}<|im_end|>{% endgeneration %}"
+    "{{ '\\n' }}"
     "{% else %}"
     "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>{{ '\\n' }}"
     "{% endif %}"
@@ -105,14 +106,15 @@ def test_tool_conversation_loads_renders_and_masks_calls_as_assistant(tok, tmp_p
     check_renders(tok, [ex], "d.jsonl")
     text = tok.apply_chat_template(ex["messages"], tokenize=False)
     assert (
-        '<|im_start|>assistant\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>\n'
+        '<|im_start|>assistant\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n'
+        "</tool_call>\n"
         '<tool_call>\n{"name": "weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>\n'
         '<|im_start|>tool\n<tool_response name="add">\n5\n</tool_response><|im_end|>\n'
     ) in text
     enc = tok.apply_chat_template(
         ex["messages"], return_dict=True, return_assistant_tokens_mask=True
     )
-    pairs = list(zip(enc["input_ids"], enc["assistant_masks"]))
+    pairs = list(zip(enc["input_ids"], enc["assistant_masks"], strict=False))
     assistant = tok.decode([t for t, bit in pairs if bit])
     assert assistant == (
         '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>\n'
@@ -236,7 +238,8 @@ def test_template_without_tool_support_is_reported_by_id(tok, tok_dir, tmp_path)
     )
     strict = AutoTokenizer.from_pretrained(tok_dir)
     strict.chat_template = (
-        "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tool role') }}{% endif %}"
+        "{% for m in messages %}"
+        "{% if m['role'] == 'tool' %}{{ raise_exception('no tool role') }}{% endif %}"
         "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     )
     with pytest.raises(
@@ -247,7 +250,8 @@ def test_template_without_tool_support_is_reported_by_id(tok, tok_dir, tmp_path)
     strict.chat_template = OLD_TEMPLATE
     with pytest.raises(
         DataError,
-        match=r"tools-1 \(rendered text omits message 1 call to 'add', message 1 call to 'weather', "
+        match=r"tools-1 \(rendered text omits message 1 call to 'add', "
+        r"message 1 call to 'weather', "
         r"message 2 tool result 'add', message 3 tool result 'weather'\)$",
     ):
         check_renders(strict, examples, "src")

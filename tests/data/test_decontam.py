@@ -1,4 +1,5 @@
-"""Tests for stillroom.data.decontam: normalisation, exact n-gram matching, both scan paths, hash-collision safety."""
+"""Tests for stillroom.data.decontam: normalisation, exact n-gram matching, both scan paths,
+hash-collision safety."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ GRAM0 = " ".join(WORDS[:13])
 
 
 def naive(benchmarks, n):
-    """Reference matcher: every window of the text as a word tuple, against all item windows (whole item if short)."""
+    """Reference matcher: every window of the text as a word tuple, against all item windows (whole
+    item if short)."""
     grams = {}
     for name, items in benchmarks.items():
         for i, item in enumerate(items):
@@ -53,7 +55,8 @@ class Python(NgramIndex):
 
 
 class Collide(Numpy):
-    _P = 1  # word hash = byte sum, gram hash = sum of word hashes: anagrams and reorderings all collide
+    # word hash = byte sum, gram hash = sum of word hashes: anagrams and reorderings all collide
+    _P = 1
 
 
 def random_corpus(rng, vocab, count, lo=5, hi=60):
@@ -66,7 +69,7 @@ def random_corpus(rng, vocab, count, lo=5, hi=60):
     return out
 
 
-# --- normalisation ---------------------------------------------------------------------------------------------
+# --- normalisation --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -87,7 +90,7 @@ def test_normalize_words(text, words):
     assert normalize_words(text) == words
 
 
-# --- matching semantics ----------------------------------------------------------------------------------------
+# --- matching semantics ---------------------------------------------------------------------------
 
 
 @pytest.fixture(params=[Numpy, Python], ids=["numpy", "python"])
@@ -125,7 +128,8 @@ def test_multiple_benchmarks_items_dedup_and_order(Index):
     }
     ix = Index(benchmarks)
     g1 = " ".join(WORDS[1:14])
-    # order is benchmark name, item, then first position (g1 precedes GRAM0 although it also occurs last)
+    # order is benchmark name, item, then first position (g1 precedes GRAM0 although it also occurs
+    # last)
     text = f"{g1} and then {shared}. Again: {shared}; and {GRAM0} and {g1}"
     assert ix.matches(text) == [
         Match("alpha", 0, shared),
@@ -177,13 +181,13 @@ def test_no_window_spans_two_texts():
     assert ix.scan([half[0], half[1], GRAM0]) == [[], [], [Match("b", 0, GRAM0)]]
 
 
-# --- the two paths, batch scan and hash collisions agree with the naive reference -----------------------------
+# --- the two paths, batch scan and hash collisions agree with the naive reference -----------------
 
 
 def _benchmarks(rng, vocab):
-    items = lambda k: [
-        " ".join(rng.choice(vocab) for _ in range(rng.randint(1, 30))) for _ in range(k)
-    ]  # noqa: E731
+    def items(k):
+        return [" ".join(rng.choice(vocab) for _ in range(rng.randint(1, 30))) for _ in range(k)]
+
     return {"gsm": items(40), "math": items(40), "aime": items(10)}
 
 
@@ -230,7 +234,7 @@ def test_hash_collisions_never_give_false_hits():
     reordered = [" ".join(reversed(item.split())) for item in benchmarks["b"]]
     gram_hash = lambda text: ix._window_hashes(ix._tokens([text])[3], 13)[0]  # noqa: E731
     assert all(
-        gram_hash(a) == gram_hash(b) for a, b in zip(benchmarks["b"], reordered)
+        gram_hash(a) == gram_hash(b) for a, b in zip(benchmarks["b"], reordered, strict=False)
     )  # collisions do occur
     corpus = random_corpus(random.Random(1), vocab, 2000, 10, 40) + reordered
     found = ix.scan(corpus)
@@ -257,7 +261,8 @@ def test_large_random_corpus_no_false_positives():
 
 def test_decontam_ignores_boilerplate_shared_by_many_items():
     """Every problem file shares its imports and class header: with them indexed, any two problems
-    'overlap'; n-grams shared by more than one benchmark item are ignored, so only real overlap counts."""
+    'overlap'; n-grams shared by more than one benchmark item are ignored, so only real overlap
+    counts."""
     srcs = {r["meta"]["problem"]: r["prompt"] for r in kernel_records(None)}
     bench = [srcs["relu"], srcs["tanh"], srcs["sigmoid"]]
     plain, kept = NgramIndex({"b": bench}, n=13), NgramIndex({"b": bench}, n=13, max_items=1)

@@ -1,7 +1,11 @@
+import json
+
 import pytest
 
+from stillroom.config import DatasetSpec
 from stillroom.data import sources
 from stillroom.io import DataError
+from stillroom.stages.pool import PoolParams
 
 from ..conftest import REPO
 
@@ -40,3 +44,62 @@ def test_bad_benchmark_rows_name_file_line_and_key(tmp_path):
     bad.write_text('{"prompt": "p", "answer": "1", "kind": "essay"}\n')
     with pytest.raises(DataError, match=r"b.jsonl:1: key 'kind'"):
         sources.load_benchmark(str(bad))
+
+
+def _write(tmp_path, rows, name="data.jsonl"):
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        import pandas as pd
+
+        pd.DataFrame(rows).to_parquet(path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["data.jsonl", "data.parquet"])
+def test_dataset_source_maps_fields_and_filters(tmp_path, name):
+    rows = [
+        {"question": f"What is {i} squared?", "final_answer": i * i, "difficulty": i % 10}
+        for i in range(40)
+    ]
+    spec = {
+        "name": "deepmath",
+        "kind": "dataset",
+        "path": _write(tmp_path, rows, name),
+        "prompt": "question",
+        "answer": "final_answer",
+        "answer_kind": "math",
+        "where": {"difficulty": {"min": 5}},
+        "limit": 15,
+    }
+    specs = PoolParams.parse({"sources": [spec], "heldout": {"size": 0}}).sources
+    out = list(sources.iter_sources(specs, {}, seed=0))
+    assert len(out) == 15 and all(r["source"] == "deepmath" and r["kind"] == "math" for r in out)
+    assert (
+        out[0]["prompt"] == "What is 5 squared?"
+        and out[0]["answer"] == "25"
+        and out[0]["meta"] == {"row": 5}
+    )
+
+
+def test_dataset_source_errors_name_the_field_and_row(tmp_path):
+    path = _write(tmp_path, [{"q": "a", "a": "1"}, {"q": "", "a": "2"}])
+    with pytest.raises(DataError, match=r"has no field 'question' \(fields: q, a\)"):
+        list(
+            sources.dataset_records(
+                DatasetSpec.parse({"path": path, "prompt": "question", "answer": "a"}), "s"
+            )
+        )
+    with pytest.raises(DataError, match=r"row 1: field 'q' or 'a' is empty"):
+        list(
+            sources.dataset_records(
+                DatasetSpec.parse({"path": path, "prompt": "q", "answer": "a"}), "s"
+            )
+        )
+    with pytest.raises(DataError, match="file not found"):
+        list(
+            sources.dataset_records(
+                DatasetSpec.parse({"path": str(tmp_path / "missing.parquet")}), "s"
+            )
+        )

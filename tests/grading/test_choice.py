@@ -1,4 +1,5 @@
-"""Multiple-choice answers: the accepted forms, the last stated letter, letter sets, no backtracking."""
+"""Multiple-choice answers: the accepted forms, the last stated letter, letter sets, no
+backtracking."""
 
 from __future__ import annotations
 

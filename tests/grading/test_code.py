@@ -28,7 +28,8 @@ def fenced(code: str, lang: str = "python") -> str:
 
 @pytest.fixture
 def root(tmp_path: Path) -> Iterator[Path]:
-    """Where sandboxes are made; every test checks it is left empty (no leftover temporary directories)."""
+    """Where sandboxes are made; every test checks it is left empty (no leftover temporary
+    directories)."""
     sandboxes = tmp_path / "sandboxes"
     sandboxes.mkdir()
     yield sandboxes
@@ -75,7 +76,8 @@ def test_no_code_errors_and_entry_points(root):
         fenced("raise RuntimeError('boom')\n"), GOLD, timeout_s=5, tmp_root=str(root)
     )
     assert crash.status == "error" and "boom" in crash.stderr_tail
-    # HumanEval style: the tests' check(candidate) gets the entry point, not a check() of the program's own.
+    # HumanEval style: the tests' check(candidate) gets the entry point, not a check() of the
+    # program's own.
     humaneval = json.dumps(
         {"entry_point": "add", "tests": "def check(candidate):\n    assert candidate(2, 3) == 5\n"}
     )
@@ -106,15 +108,21 @@ def test_infinite_loop_is_killed_within_the_timeout(root):
 
 
 SOLUTIONS = {
-    "is_palindrome": "def is_palindrome(s):\n    t = [c.lower() for c in s if c.isalnum()]\n    return t == t[::-1]\n",
-    "fizzbuzz": "def fizzbuzz(n):\n    return ['FizzBuzz' if k % 15 == 0 else 'Fizz' if k % 3 == 0 else 'Buzz' if k % 5 == 0"
+    "is_palindrome": "def is_palindrome(s):\n    t = [c.lower() for c in s if c.isalnum()]\n"
+    "    return t == t[::-1]\n",
+    "fizzbuzz": "def fizzbuzz(n):\n"
+    "    return ['FizzBuzz' if k % 15 == 0 else 'Fizz' if k % 3 == 0 else 'Buzz' if k % 5 == 0"
     " else str(k) for k in range(1, n + 1)]\n",
     "count_vowels": "def count_vowels(s):\n    return sum(c in 'aeiouAEIOU' for c in s)\n",
     "reverse_words": "def reverse_words(s):\n    return ' '.join(reversed(s.split()))\n",
-    "second_largest": "def second_largest(nums):\n    v = sorted(set(nums))\n    return v[-2] if len(v) > 1 else None\n",
-    "flatten": "def flatten(x):\n    return [z for y in x for z in (flatten(y) if isinstance(y, list) else [y])]\n",
-    "is_prime": "def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))\n",
-    "fibonacci": "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+    "second_largest": "def second_largest(nums):\n    v = sorted(set(nums))\n"
+    "    return v[-2] if len(v) > 1 else None\n",
+    "flatten": "def flatten(x):\n"
+    "    return [z for y in x for z in (flatten(y) if isinstance(y, list) else [y])]\n",
+    "is_prime": "def is_prime(n):\n"
+    "    return n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))\n",
+    "fibonacci": "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n"
+    "        a, b = b, a + b\n    return a\n",
     "run_length_encode": "import itertools\ndef run_length_encode(s):\n"
     "    return ''.join(f'{k}{len(list(g))}' for k, g in itertools.groupby(s))\n",
     "merge_intervals": "def merge_intervals(iv):\n    out = []\n    for a, b in sorted(iv):\n"
@@ -122,7 +130,8 @@ SOLUTIONS = {
     "        else:\n            out.append([a, b])\n    return out\n",
     "word_frequencies": "import re\nfrom collections import Counter\ndef word_frequencies(text):\n"
     "    return dict(Counter(w.lower() for w in re.findall('[A-Za-z]+', text)))\n",
-    "balanced_brackets": "def balanced_brackets(s):\n    pairs, stack = {')': '(', ']': '[', '}': '{'}, []\n"
+    "balanced_brackets": "def balanced_brackets(s):\n"
+    "    pairs, stack = {')': '(', ']': '[', '}': '{'}, []\n"
     "    for c in s:\n        if c in '([{':\n            stack.append(c)\n"
     "        elif c in pairs and (not stack or stack.pop() != pairs[c]):\n"
     "            return False\n    return not stack\n",

@@ -1,7 +1,12 @@
 """How a problem is asked and where its answer is read: the program of a coding answer, the kernel
 instruction around a problem's source and the ModelNew block of a kernel answer."""
 
-from stillroom.grading.formats import extract_code, extract_program, kernel_instruction, user_content
+from stillroom.grading.formats import (
+    extract_code,
+    extract_program,
+    kernel_instruction,
+    user_content,
+)
 
 from ..conftest import kernel_records
 
@@ -32,8 +37,10 @@ def test_instruction_wraps_the_source_and_extract_code_finds_modelnew():
     )
     assert user_content({"kind": "math", "prompt": "1+1?"}) == "1+1?"
     answer = (
-        "<think>draft:\n```python\nclass ModelNew: pass\n```</think>\nHelper:\n```python\nx = 1\n```\n"
-        "Final:\n```python\nimport torch\nclass ModelNew(torch.nn.Module): ...\n```\nand a tail\n```\ny\n```"
+        "<think>draft:\n```python\nclass ModelNew: pass\n```</think>\n"
+        "Helper:\n```python\nx = 1\n```\n"
+        "Final:\n```python\nimport torch\nclass ModelNew(torch.nn.Module): ...\n```\n"
+        "and a tail\n```\ny\n```"
     )
     assert extract_code(answer).startswith(
         "import torch\nclass ModelNew"

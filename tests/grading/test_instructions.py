@@ -1,4 +1,5 @@
-"""IFEval-style instruction checkers, strict and loose scoring, gold validation and the shipped benchmark."""
+"""IFEval-style instruction checkers, strict and loose scoring, gold validation and the shipped
+benchmark."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def test_prompt_level_needs_every_instruction_and_loose_never_below_strict():
     ]
     r = grade_instructions("hello, there world", gold)  # an already parsed list works too
     assert r.strict == (True, False, True) and not r.prompt_strict
-    assert all(s <= lo for s, lo in zip(r.strict, r.loose))
+    assert all(s <= lo for s, lo in zip(r.strict, r.loose, strict=False))
     ok = grade_instructions("hello there world", gold)
     assert ok.prompt_strict and ok.prompt_loose and ok.grade_fields()["correct"] is True
 

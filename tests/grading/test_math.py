@@ -1,4 +1,5 @@
-"""Math answers graded by the real math-verify: extraction, equivalence, think handling, timeouts."""
+"""Math answers graded by the real math-verify: extraction, equivalence, think handling,
+timeouts."""
 
 from __future__ import annotations
 

@@ -74,7 +74,8 @@ def test_stuck_worker_is_killed_within_its_timeout(workers):
     t0 = time.perf_counter()
     got = grade_many(items, workers=workers, timeout_s=1.0, chunksize=3)
     elapsed = time.perf_counter() - t0
-    # Killed at the hard limit, not by math-verify's own 5 s alarm (off in workers), and not much later.
+    # Killed at the hard limit, not by math-verify's own 5 s alarm (off in workers), and not much
+    # later.
     assert 1.0 <= elapsed < 1.0 + 3.0, elapsed
     assert [i for i, g in enumerate(got) if g.status == "timeout"] == sorted(hung)
     assert all(got[i] == TIMEOUT for i in hung)
@@ -106,7 +107,8 @@ def test_worker_that_dies_marks_its_item_crashed_and_is_replaced():
     items = [(HANG, "7", "math"), (r"\boxed{7}", "7", "math")]
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(grade_many, items, workers=1, timeout_s=60.0, chunksize=1)
-        # Once the worker has burnt more CPU than its warm-up, it is on HANG: kill it as the OOM killer would.
+        # Once the worker has burnt more CPU than its warm-up, it is on HANG: kill it as the OOM
+        # killer would.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             worker = [

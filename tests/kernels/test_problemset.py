@@ -50,7 +50,8 @@ def test_solution_matches_reference(path):
     ref = problem.Model(*init_inputs)
     new = solution.ModelNew(*init_inputs)
     with torch.no_grad():
-        # default inits (LayerNorm ones/zeros, BatchNorm mean 0 / var 1) would hide a solution that ignores them
+        # default inits (LayerNorm ones/zeros, BatchNorm mean 0 / var 1) would hide a solution that
+        # ignores them
         for tensor in ref.state_dict().values():
             if tensor.is_floating_point():
                 tensor.add_(0.1 * torch.randn_like(tensor))
@@ -60,12 +61,14 @@ def test_solution_matches_reference(path):
         inputs = problem.get_inputs()
         originals = [x.clone() for x in inputs]
         with torch.no_grad():
-            # solution first: an output slot it never writes could otherwise reuse freed memory holding the answer
+            # solution first: an output slot it never writes could otherwise reuse freed memory
+            # holding the answer
             got = new(*inputs)
             expected = ref(*[x.clone() for x in originals])
-        # every reduction here spans at most a few hundred fp32 terms, so 1e-4 holds despite a different summation order
+        # every reduction here spans at most a few hundred fp32 terms, so 1e-4 holds despite a
+        # different summation order
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
-        for x, original in zip(inputs, originals):
+        for x, original in zip(inputs, originals, strict=False):
             assert torch.equal(x, original), "solution modified its input"
 
 

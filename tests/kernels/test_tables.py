@@ -62,6 +62,7 @@ def test_kernel_tables_rates_paired_cis_and_fast_p(tmp_path):
             zip(
                 ["benchmark", "model", "metric", "rate", "reference", "delta", "low", "high"],
                 line.split(","),
+                strict=False,
             )
         )
         for line in open(csv_path).read().splitlines()[1:]

@@ -1,30 +1,14 @@
-"""LoRA on attention and fused MoE experts of a tiny random Qwen3-MoE; the router is never adapted."""
+"""LoRA on attention and fused MoE experts of a tiny random Qwen3-MoE; the router is never
+adapted."""
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from stillroom.adapters import check_lora, resolve_targets
-from stillroom.io import write_jsonl
-from stillroom.student import build_model, train_tokenizer
-from stillroom.train import train_sft
+from stillroom.config import Lora, Train
+from stillroom.runtime.adapters import resolve_targets
+from stillroom.stages.train import train_sft
 
-from ..conftest import synthetic_rows
-
-MOE = dict(
-    family="qwen3_moe",
-    hidden_size=32,
-    intermediate_size=64,
-    moe_intermediate_size=32,
-    num_experts=4,
-    num_experts_per_tok=2,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    max_position_embeddings=256,
-    tie_word_embeddings=False,
-)
 LORA = {
     "r": 4,
     "alpha": 8,
@@ -32,38 +16,6 @@ LORA = {
     "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
     "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
 }
-
-
-@pytest.fixture(scope="module")
-def moe(tmp_path_factory):
-    root = tmp_path_factory.mktemp("moe")
-    rows = synthetic_rows(120)
-    write_jsonl(root / "train.jsonl", rows)
-    train_tokenizer(
-        [m["content"] for r in rows for m in r["messages"]], root / "tok", vocab_size=320
-    )
-    m = build_model(root / "tok", root / "base", model=MOE, seed=0)
-    return root, m
-
-
-def test_tiny_moe_builder(moe):
-    root, m = moe
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(root / "base")
-    assert (
-        model.config.model_type == "qwen3_moe"
-        and model.config.num_experts == 4
-        and m["parameters"] > 0
-    )
-    assert model.model.layers[0].mlp.experts.gate_up_proj.dim() == 3  # fused experts in memory
-    with pytest.raises(ValueError, match="missing model key"):
-        build_model(
-            root / "tok",
-            root / "x",
-            model={k: v for k, v in MOE.items() if k != "num_experts"},
-            seed=0,
-        )
 
 
 def test_lora_trains_attention_and_experts_but_never_the_router(moe, tmp_path):
@@ -103,62 +55,34 @@ def test_lora_trains_attention_and_experts_but_never_the_router(moe, tmp_path):
     assert any(not torch.equal(base[k], tuned[k]) for k in base if "q_proj" in k)
 
 
-@pytest.mark.parametrize(
-    "params, message",
-    [
-        ({"method": "full", "lora": LORA}, "a full fine-tune has no adapter"),
-        ({"method": "lora"}, "needs train.lora"),
-        ({"method": "dora", "lora": LORA}, "not one of full, lora, qlora"),
-        ({"method": "qlora", "lora": LORA}, "qlora' needs train.load_in_4bit"),
-        ({"method": "lora", "lora": LORA, "load_in_4bit": True}, "set method: qlora"),
-        ({"method": "full", "load_in_4bit": True}, "4-bit weights cannot be fine-tuned directly"),
-        (
-            {"method": "qlora", "lora": LORA, "load_in_4bit": "yes"},
-            "load_in_4bit must be true or false",
-        ),
-        (
-            {"method": "lora", "lora": {**LORA, "dropout": 0.1}},
-            "dropout must be 0 with target_parameters",
-        ),
-        (
-            {"method": "lora", "lora": {**LORA, "target_modules": ["q_proj", "mlp.gate"]}},
-            "targets the router",
-        ),
-        ({"method": "lora", "lora": {**LORA, "rank": 8}}, "unknown key"),
-    ],
-)
-def test_lora_config_fails_before_loading(params, message):
-    with pytest.raises(ValueError, match=message):
-        check_lora(params)
-
-
 def test_router_override_and_unresolvable_targets(moe):
     root, _ = moe
-    assert check_lora(
+    assert Train.parse(
         {"method": "lora", "lora": {**LORA, "target_modules": ["mlp.gate"], "allow_router": True}}
-    )
+    ).lora
     with pytest.raises(ValueError, match="target_modules: 'qproj' matches nothing"):
-        resolve_targets(root / "base", {**LORA, "target_modules": ["qproj"]})
-    resolve_targets(root / "base", LORA)
+        resolve_targets(root / "base", Lora.parse({**LORA, "target_modules": ["qproj"]}))
+    resolve_targets(root / "base", Lora.parse(LORA))
 
 
 QLORA = {"method": "qlora", "load_in_4bit": True, "lora": {**LORA, "target_parameters": []}}
 
 
 def test_qlora_every_trainable_parameter_gets_a_gradient_after_an_eval_forward(moe):
-    """The AVX512-BF16 trap: a no-grad eval forward repacks NF4 weights into a kernel without autograd."""
+    """The AVX512-BF16 trap: a no-grad eval forward repacks NF4 weights into a kernel without
+    autograd."""
     import bitsandbytes as bnb
     from peft import get_peft_model
 
-    from stillroom.adapters import lora_config
-    from stillroom.train import check_params, load_model
+    from stillroom.runtime.adapters import lora_config
+    from stillroom.runtime.sft import load_model
 
     root, _ = moe
-    p = check_params(QLORA)
+    p = Train.parse(QLORA)
     model = load_model(root / "base", p)
     layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert layers and all(not m.support_avx512bf16_for_cpu for m in layers)
-    model = get_peft_model(model, lora_config(p["lora"]))
+    model = get_peft_model(model, lora_config(p.lora))
     ids = torch.randint(0, model.config.vocab_size, (2, 16))
     model.eval()
     with torch.no_grad():  # as a generate or an evaluation between steps would
@@ -192,7 +116,8 @@ def test_qlora_adapter_merges_onto_the_full_precision_base(moe, tmp_path):
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "sft")
     assert not getattr(merged, "is_loaded_in_4bit", False)
     assert all(q.dtype == torch.float32 for q in merged.parameters())
-    # The merge is W + BA on the unquantised base, identical to applying the adapter to it at run time.
+    # The merge is W + BA on the unquantised base, identical to applying the adapter to it at run
+    # time.
     base = AutoModelForCausalLM.from_pretrained(root / "base")
     with_adapter = PeftModel.from_pretrained(base, tmp_path / "sft" / "adapter").eval()
     ids = torch.randint(0, merged.config.vocab_size, (1, 12))
@@ -225,45 +150,3 @@ def test_qlora_adapter_merges_onto_the_full_precision_base(moe, tmp_path):
     )
     again = load_file(tmp_path / "again" / "model.safetensors")
     assert set(again) == set(tuned) and all(torch.equal(again[k], tuned[k]) for k in tuned)
-
-
-def test_tiny_model_like_a_real_one_keeps_its_architecture(moe, tmp_path):
-    """`stillroom tiny` reads only the reference's config and tokenizer (here the tiny MoE stands in for a
-    real checkpoint) and shrinks it further, keeping the family and the routing."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from stillroom.cli import main
-
-    root, _ = moe
-    params = (
-        '{"like": "%s", "shrink": {"num_hidden_layers": 1, "num_experts": 2, "hidden_size": 16}}'
-        % (root / "base")
-    )
-    assert main(["tiny", "--out-model", str(tmp_path / "tiny"), "--params", params]) == 0
-    ref, tiny = (
-        AutoConfig.from_pretrained(root / "base"),
-        AutoConfig.from_pretrained(tmp_path / "tiny"),
-    )
-    assert tiny.model_type == ref.model_type == "qwen3_moe"
-    assert (
-        tiny.num_hidden_layers,
-        tiny.num_experts,
-        tiny.hidden_size,
-        tiny.num_experts_per_tok,
-    ) == (1, 2, 16, 2)
-    assert tiny.vocab_size == ref.vocab_size
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny")
-    assert model.model.layers[0].mlp.experts.gate_up_proj.shape[0] == 2
-    assert (tmp_path / "tiny" / "tokenizer.json").exists()
-    assert (
-        main(
-            [
-                "tiny",
-                "--out-model",
-                str(tmp_path / "bad"),
-                "--params",
-                '{"like": "%s", "shrink": {"num_loops": 2}}' % (root / "base"),
-            ]
-        )
-        == 2
-    )

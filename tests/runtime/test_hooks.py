@@ -1,5 +1,5 @@
-"""Weight hooks after every optimizer step and every merge (nGPT-style row re-normalisation), and model
-options sampled per step."""
+"""Weight hooks after every optimizer step and every merge (nGPT-style row re-normalisation), and
+model options sampled per step."""
 
 import pytest
 import torch
@@ -26,7 +26,9 @@ def test_renorm_rows():
     torch.testing.assert_close(
         out / row_norms(out)[:, None], t / row_norms(t)[:, None]
     )  # directions kept
-    bf16 = renorm_rows(t.bfloat16(), dim=DEFAULTS["dim"], norm=DEFAULTS["norm"], eps=DEFAULTS["eps"])
+    bf16 = renorm_rows(
+        t.bfloat16(), dim=DEFAULTS["dim"], norm=DEFAULTS["norm"], eps=DEFAULTS["eps"]
+    )
     assert bf16.dtype == torch.bfloat16
 
 

@@ -1,4 +1,4 @@
-"""Process layout checks, the srun/torchrun command, and FSDP2 on 2 CPU ranks against 1 rank."""
+"""The srun/torchrun command of a layout, and FSDP2 on 2 CPU ranks against 1 rank."""
 
 import contextlib
 import os
@@ -9,49 +9,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from stillroom.launch import check_distributed, command, job_port
-from stillroom.train import run as train_stage
+from stillroom.config import ConfigError, Train
+from stillroom.runtime.launch import command, job_port
+from stillroom.stages.train import Params
+from stillroom.stages.train import run as train_stage
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
-@pytest.mark.parametrize(
-    "params, message",
-    [
-        (
-            {"distributed": {"nodes": 1, "gpus_per_node": 4, "fsdp_size": 3}},
-            "must equal the world size 4",
-        ),
-        (
-            {"distributed": {"nodes": 2, "gpus_per_node": 4, "dp_replicate_size": 3}},
-            "does not divide the world size 8",
-        ),
-        ({"distributed": {"gpus": 8}}, "unknown key"),
-        ({"distributed": {"nodes": 0}}, "nodes must be an int >= 1"),
-        (
-            {"device_map": "auto", "gpu_memory_limit": "70GiB", "max_memory": {0: "70GiB"}},
-            "are exclusive",
-        ),
-        ({"gpu_memory_limit": "70GiB"}, "only apply with train.device_map"),
-        (
-            {"device_map": "auto", "distributed": {"nodes": 2, "gpus_per_node": 8}},
-            "runs as one process on one node",
-        ),
-    ],
-)
-def test_layout_checks_name_the_key(params, message):
-    with pytest.raises(ValueError, match=message):
-        check_distributed(params)
-
-
-def test_layout_defaults_and_hsdp():
-    assert check_distributed({})["world_size"] == 1
-    d = check_distributed({"distributed": {"nodes": 2, "gpus_per_node": 8, "dp_replicate_size": 2}})
-    assert (d["world_size"], d["fsdp_size"], d["dp_replicate_size"]) == (16, 8, 2)
-
-
 def test_command_outside_slurm_is_standalone_torchrun():
-    layout = check_distributed({"distributed": {"gpus_per_node": 2}})
+    layout = Train.parse({"distributed": {"gpus_per_node": 2}}).layout
     assert command(layout, ["w"], env={}) == [
         *TORCHRUN,
         "--standalone",
@@ -60,22 +27,15 @@ def test_command_outside_slurm_is_standalone_torchrun():
         "w",
     ]
     with pytest.raises(ValueError, match="not a SLURM job"):
-        command(check_distributed({"distributed": {"nodes": 2}}), ["w"], env={})
+        command(Train.parse({"distributed": {"nodes": 2}}).layout, ["w"], env={})
     # One node inside a SLURM job is the same: the executor's one-task step already holds the GPUs.
     assert command(layout, ["w"], env={"SLURM_JOB_ID": "7", "SLURM_NNODES": "1"}) == command(
         layout, ["w"], env={}
     )
 
 
-def test_device_map_is_one_process_over_the_nodes_gpus():
-    d = check_distributed(
-        {"device_map": "auto", "gpu_memory_limit": "125GiB", "distributed": {"gpus_per_node": 8}}
-    )
-    assert (d["world_size"], d["gpus_per_node"], d["nodes"]) == (1, 8, 1)
-
-
 def test_command_under_slurm_is_one_srun_task_per_node_with_a_per_job_rendezvous():
-    layout = check_distributed({"distributed": {"nodes": 2, "gpus_per_node": 8}})
+    layout = Train.parse({"distributed": {"nodes": 2, "gpus_per_node": 8}}).layout
     env = {
         "SLURM_JOB_ID": "123456"
     }  # all the executor's job step keeps of the allocation's variables
@@ -109,7 +69,8 @@ def test_command_under_slurm_is_one_srun_task_per_node_with_a_per_job_rendezvous
 
 
 def test_fsdp2_on_two_cpu_ranks_matches_one_rank_on_the_same_global_batch(setup, tmp_path):
-    """Two gloo ranks with batch 4 each against one process with batch 8: same losses, same weights."""
+    """Two gloo ranks with batch 4 each against one process with batch 8: same losses, same
+    weights."""
     common = {"lr": 3e-3, "max_steps": 6, "max_length": 128, "logging_steps": 1, "seed": 0}
     one = train_stage(
         base=str(setup / "base"),
@@ -158,8 +119,8 @@ def descendants(pid: int) -> list[int]:
 
 
 def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
-    """SIGKILL the whole 2-rank job after a sharded checkpoint; the rerun restores model, Adam moments and
-    lr schedule from it and ends where an uninterrupted run ends."""
+    """SIGKILL the whole 2-rank job after a sharded checkpoint; the rerun restores model, Adam
+    moments and lr schedule from it and ends where an uninterrupted run ends."""
     import json
     import os
     import signal
@@ -205,7 +166,8 @@ def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
     deadline = time.monotonic() + 180
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    # Preemption kills every process of the job at once (SLURM's cgroup): the launcher, torchrun and both
+    # Preemption kills every process of the job at once (SLURM's cgroup): the launcher, torchrun and
+    # both
     # ranks, which torchrun starts in sessions of their own.
     for pid in [proc.pid, *descendants(proc.pid)]:
         with contextlib.suppress(ProcessLookupError):
@@ -224,8 +186,8 @@ def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
 
 
 def test_qlora_processes_are_data_parallel_replicas(setup, tmp_path):
-    """4-bit weights cannot be FSDP-sharded: two QLoRA ranks each hold the whole NF4 model (DDP) and match
-    one process on the same global batch."""
+    """4-bit weights cannot be FSDP-sharded: two QLoRA ranks each hold the whole NF4 model (DDP) and
+    match one process on the same global batch."""
     common = {
         "method": "qlora",
         "load_in_4bit": True,
@@ -251,12 +213,13 @@ def test_qlora_processes_are_data_parallel_replicas(setup, tmp_path):
         )
     assert runs["two"]["world_size"] == 2
     assert runs["two"]["losses"] == pytest.approx(runs["one"]["losses"], rel=1e-3)
-    with pytest.raises(ValueError, match="cannot be FSDP-sharded"):
-        check_distributed({**common, "distributed": {"gpus_per_node": 2, "fsdp_size": 2}})
+    with pytest.raises(ConfigError, match="train.distributed: .* cannot be FSDP-sharded"):
+        Params.parse({**common, "distributed": {"gpus_per_node": 2, "fsdp_size": 2}}, where="train")
 
 
 def test_lora_on_two_fsdp_ranks_saves_the_whole_adapter(setup, tmp_path):
-    """Only the adapter is gathered from the shards for the save; it matches one process's training."""
+    """Only the adapter is gathered from the shards for the save; it matches one process's
+    training."""
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
     common = {
         "method": "lora",

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen3Config
 
-from stillroom.merge import interpolate
+from stillroom.runtime.merge import interpolate
 
 
 def _config(tied: bool, hidden: int = 32) -> Qwen3Config:

@@ -5,7 +5,10 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from stillroom.student import build_model, train_tokenizer
+from stillroom.config import ConfigError
+from stillroom.runtime.student import build_model, train_tokenizer
+
+from ..conftest import MOE
 
 MODEL = dict(
     hidden_size=32,
@@ -37,7 +40,7 @@ def corpus(n=300, seed=0):
 @pytest.fixture(scope="module")
 def tok_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("student") / "tokenizer"
-    train_tokenizer(corpus(), out, vocab_size=400)
+    train_tokenizer(corpus(), out, vocab_size=400, min_frequency=2)
     return out
 
 
@@ -47,7 +50,7 @@ def tok(tok_dir):
 
 
 def test_tokenizer_is_deterministic(tok_dir, tmp_path):
-    train_tokenizer(corpus(), tmp_path / "again", vocab_size=400)
+    train_tokenizer(corpus(), tmp_path / "again", vocab_size=400, min_frequency=2)
     assert (tmp_path / "again" / "tokenizer.json").read_bytes() == (
         tok_dir / "tokenizer.json"
     ).read_bytes()
@@ -102,7 +105,7 @@ def test_assistant_mask_covers_exactly_assistant_turns(tok):
     ids, mask = enc["input_ids"], enc["assistant_masks"]
     assert len(ids) == len(mask)
     spans, current = [], []
-    for token, bit in zip(ids, mask):
+    for token, bit in zip(ids, mask, strict=False):
         if bit:
             current.append(token)
         elif current:
@@ -111,7 +114,7 @@ def test_assistant_mask_covers_exactly_assistant_turns(tok):
     spans += [current] if current else []
     expected = [m["content"] + "<|im_end|>" for m in MESSAGES if m["role"] == "assistant"]
     assert [tok.decode(s) for s in spans] == expected
-    unmasked = tok.decode([t for t, bit in zip(ids, mask) if not bit])
+    unmasked = tok.decode([t for t, bit in zip(ids, mask, strict=False) if not bit])
     assert (
         "Answer briefly." in unmasked and "What is 3 + 4?" in unmasked and "<think>" not in unmasked
     )
@@ -150,13 +153,33 @@ def test_seed_controls_weights(tok_dir, tmp_path):
 @pytest.mark.parametrize(
     "change, match",
     [
-        (lambda m: m.update(hidden_sise=32), "hidden_sise"),
-        (lambda m: m.pop("head_dim"), "head_dim"),
+        (lambda m: m.update(hidden_sise=32), "student.model: unknown key 'hidden_sise'"),
+        (lambda m: m.pop("head_dim"), "student.model.head_dim: required key missing"),
     ],
 )
 def test_bad_model_keys_raise(tok_dir, tmp_path, change, match):
     model = dict(MODEL)
     change(model)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         build_model(tok_dir, tmp_path / "bad", model=model, seed=0)
     assert not (tmp_path / "bad").exists()
+
+
+def test_tiny_moe_builder(moe):
+    root, m = moe
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(root / "base")
+    assert (
+        model.config.model_type == "qwen3_moe"
+        and model.config.num_experts == 4
+        and m["parameters"] > 0
+    )
+    assert model.model.layers[0].mlp.experts.gate_up_proj.dim() == 3  # fused experts in memory
+    with pytest.raises(ConfigError, match="student.model.family: qwen3_moe needs num_experts"):
+        build_model(
+            root / "tok",
+            root / "x",
+            model={k: v for k, v in MOE.items() if k != "num_experts"},
+            seed=0,
+        )

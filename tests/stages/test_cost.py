@@ -1,13 +1,13 @@
-"""The cost ledger from provenance: API tokens x price per teacher and effort, GPU-hours per rule."""
+"""The cost ledger from provenance: API tokens x price per teacher and effort, GPU-hours per
+rule."""
 
-from stillroom.cost import ledger, parse_sacct, run
-from stillroom.provenance import write_sidecars
+from stillroom.provenance import Job, write_sidecars
+from stillroom.stages.cost import ledger, parse_sacct, run
 
 
 def artifact(tmp_path, name, *, stage, rule, params, metrics, monkeypatch, job=None):
     path = tmp_path / name
     path.write_text(name)
-    monkeypatch.setenv("STILLROOM_RULE", rule)
     if job:
         monkeypatch.setenv("SLURM_JOB_ID", job)
     else:
@@ -19,6 +19,7 @@ def artifact(tmp_path, name, *, stage, rule, params, metrics, monkeypatch, job=N
         params=params,
         started=f"2026-01-01T00:00:0{len(name) % 10}",
         metrics=metrics,
+        job=Job(rule=rule),
     )
     return str(path)
 

@@ -1,5 +1,5 @@
-"""The dataset stage: the shortest correct trace per (prompt, effort), effort-tagged; kernel rows are
-instruction, reasoning and code."""
+"""The dataset stage: the shortest correct trace per (prompt, effort), effort-tagged; kernel rows
+are instruction, reasoning and code."""
 
 import pytest
 

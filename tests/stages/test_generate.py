@@ -12,8 +12,9 @@ SPEC = {"backend": "procedural", "error_rate": {"low": 0.4, "medium": 0.2}}
 def _shard(tmp_path, n=40):
     path = tmp_path / "shard.jsonl"
     write_jsonl(
-        path, sources.generate("arithmetic", "a", n, 1, max_operand=12)
-        + sources.generate("choice", "c", n // 2, 1, max_operand=12)
+        path,
+        sources.generate("arithmetic", "a", n, 1, max_operand=12)
+        + sources.generate("choice", "c", n // 2, 1, max_operand=12),
     )
     return str(path)
 

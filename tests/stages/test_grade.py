@@ -94,8 +94,8 @@ def test_grading_stage_rejects_teacher_slips(tmp_path):
 
 
 def test_grading_kernel_answers_with_the_validator(tmp_path):
-    """Through the grading stage's worker pool: reward 1 is correct; torch code (exec 1, rule 0) and a wrong
-    kernel are not; no code block is no answer."""
+    """Through the grading stage's worker pool: reward 1 is correct; torch code (exec 1, rule 0) and
+    a wrong kernel are not; no code block is no answer."""
     rec = kernel_records(["relu"])[0]
     good = ProceduralTeacher("p", {"backend": "procedural"}).complete(rec, "medium", 0, 1).text
     torch_code = (

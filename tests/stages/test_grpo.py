@@ -1,4 +1,5 @@
-"""The GRPO stage: the dual reward scored for real, a CPU smoke run of TRL's GRPOTrainer, bad inputs."""
+"""The GRPO stage: the dual reward scored for real, a CPU smoke run of TRL's GRPOTrainer, bad
+inputs."""
 
 import json
 from pathlib import Path
@@ -8,10 +9,12 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from stillroom.cli import build_parser
-from stillroom.grpo import KernelReward, check_params, load_problems, run
+from stillroom.config import ConfigError, ValidatorOptions
+from stillroom.grading.formats import user_content
 from stillroom.io import DataError, read_jsonl, write_jsonl
-from stillroom.kernels.prompting import user_content
-from stillroom.student import build_model, train_tokenizer
+from stillroom.kernels.reward import NO_CODE
+from stillroom.runtime.student import build_model, train_tokenizer
+from stillroom.stages.grpo import KernelReward, Params, load_problems, run
 
 KERNELS = Path(__file__).resolve().parents[2] / "stillroom" / "kernels"
 NAMES = ("relu", "add", "mul")
@@ -49,17 +52,18 @@ def record(name: str, kind: str = "kernel") -> dict:
 
 @pytest.fixture(scope="module")
 def kernel_setup(tmp_path_factory):
-    """A tiny random Qwen3 whose tokenizer is trained on the kernel prompts (short prompts, fast steps)."""
+    """A tiny random Qwen3 whose tokenizer is trained on the kernel prompts (short prompts, fast
+    steps)."""
     root = tmp_path_factory.mktemp("grpo")
     write_jsonl(root / "problems.jsonl", [record(n) for n in NAMES])
     texts = [user_content(record(n)) for n in NAMES] + [solution(n) for n in NAMES]
-    train_tokenizer(texts, root / "tokenizer", vocab_size=800)
+    train_tokenizer(texts, root / "tokenizer", vocab_size=800, min_frequency=2)
     build_model(root / "tokenizer", root / "base", model=MODEL, seed=0)
     return root
 
 
 def test_reward_is_execution_times_rules():
-    reward = KernelReward(workers=2)
+    reward = KernelReward(ValidatorOptions(), workers=2)
     logged = {}
     completions, answers, ids, expected = [], [], [], []
     for name in ("relu", "add"):
@@ -92,7 +96,7 @@ def test_reward_is_execution_times_rules():
             cheat["exec_reward"] == 1.0 and cheat["rule_reward"] == 0.0 and cheat["reward"] == 0.0
         )
         assert cheat["reason"].startswith("no @triton.jit kernel"), cheat
-        assert not empty["compiled"] and empty["reason"] == "no code block after the reasoning"
+        assert not empty["compiled"] and empty["reason"] == NO_CODE  # no ```python block
     assert logged == {
         "kernel/exec_reward": 4 / 6,
         "kernel/rule_reward": 2 / 6,
@@ -101,9 +105,10 @@ def test_reward_is_execution_times_rules():
 
 
 def test_grpo_smoke_run_saves_a_loadable_model(kernel_setup, tmp_path, monkeypatch):
-    """Two real GRPO steps on CPU. A random model never writes a code block, so every reward would be 0 and
-    no update would happen: the first completion of each group is swapped for its problem's reference
-    answer before scoring (the validator still runs for real), which gives each group one 1 and one 0."""
+    """Two real GRPO steps on CPU. A random model never writes a code block, so every reward would
+    be 0 and no update would happen: the first completion of each group is swapped for its problem's
+    reference answer before scoring (the validator still runs for real), which gives each group one
+    1 and one 0."""
     honest = {problem(n): "<think>plan</think>\n```python\n" + solution(n) + "```" for n in NAMES}
     score = KernelReward._score
     calls = []
@@ -161,12 +166,14 @@ def test_grpo_smoke_run_saves_a_loadable_model(kernel_setup, tmp_path, monkeypat
     model = AutoModelForCausalLM.from_pretrained(out)
     base = AutoModelForCausalLM.from_pretrained(kernel_setup / "base")
     assert model.config.use_cache
-    assert any((a - b).abs().max() > 0 for a, b in zip(model.parameters(), base.parameters()))
+    assert any(
+        (a - b).abs().max() > 0 for a, b in zip(model.parameters(), base.parameters(), strict=False)
+    )
 
 
 def test_two_processes_share_the_groups_and_gather_the_rewards(kernel_setup, tmp_path):
-    """grpo.distributed: 2 torchrun processes (gloo, FSDP2-sharded), each generating and scoring its share;
-    rank 0 gathers every scored completion and saves the whole model."""
+    """grpo.distributed: 2 torchrun processes (gloo, FSDP2-sharded), each generating and scoring its
+    share; rank 0 gathers every scored completion and saves the whole model."""
     out = tmp_path / "grpo"
     metrics = run(
         base=str(kernel_setup / "base"),
@@ -189,9 +196,9 @@ def test_two_processes_share_the_groups_and_gather_the_rewards(kernel_setup, tmp
     assert AutoModelForCausalLM.from_pretrained(out).config.use_cache
     assert not list(tmp_path.glob(".launch-*"))
     with pytest.raises(
-        ValueError, match="prompts_per_step 3 must be a multiple of the 2 processes"
+        ConfigError, match="grpo.prompts_per_step: 3 must be a multiple of the 2 processes"
     ):
-        check_params({"prompts_per_step": 3, "distributed": {"gpus_per_node": 2}})
+        Params.parse({"prompts_per_step": 3, "distributed": {"gpus_per_node": 2}}, where="grpo")
 
 
 def test_bad_problems_and_params(kernel_setup, tmp_path):
@@ -220,7 +227,7 @@ def test_bad_problems_and_params(kernel_setup, tmp_path):
             out_model=str(tmp_path / "out"),
             params={},
         )
-    with pytest.raises(ValueError, match="learning_rate"):
+    with pytest.raises(ConfigError, match="grpo: unknown key 'learning_rate'"):
         run(
             base=str(kernel_setup / "base"),
             problems=str(kernel_setup / "problems.jsonl"),
@@ -228,12 +235,12 @@ def test_bad_problems_and_params(kernel_setup, tmp_path):
             params={"learning_rate": 1e-6},
         )
     assert not (tmp_path / "out").exists()
-    with pytest.raises(ValueError, match="loss_type"):
-        check_params({"loss_type": "ppo"})
-    with pytest.raises(ValueError, match="group_size"):
-        check_params({"group_size": 1})  # GRPO's advantage needs a group
-    with pytest.raises(ValueError, match="validator key.*device_id"):
-        check_params({"validator": {"device_id": 0}})
-    assert check_params({"seed": 3})["seed"] == 3  # the pipeline injects seed
+    with pytest.raises(ConfigError, match="grpo.loss_type"):
+        Params.parse({"loss_type": "ppo"}, where="grpo")
+    with pytest.raises(ConfigError, match="grpo.group_size"):
+        Params.parse({"group_size": 1}, where="grpo")  # GRPO's advantage needs a group
+    with pytest.raises(ConfigError, match="grpo.validator: unknown key 'device_id'"):
+        Params.parse({"validator": {"device_id": 0}}, where="grpo")
+    assert Params.parse({"seed": 3}, where="grpo").seed == 3  # the pipeline injects seed
     args = build_parser().parse_args(["grpo", "--base", "b", "--problems", "p", "--out-model", "m"])
     assert (args.base, args.problems, args.out_model) == ("b", "p", "m")

@@ -4,7 +4,7 @@ import pytest
 
 from stillroom.cli import main
 from stillroom.io import DataError, read_json, write_jsonl
-from stillroom.selection import choose, run
+from stillroom.stages.merge import choose, select
 
 
 def graded(path, correct):
@@ -74,7 +74,7 @@ def test_a_dev_split_overlapping_a_reported_benchmark_is_refused(splits):
         root / "leaky.jsonl", [{"prompt": "what is 2  + 1?"}]
     )  # the same prompt after normalisation
     with pytest.raises(DataError, match="shares 1 prompts with reported benchmark 'leaky'"):
-        run(
+        select(
             graded=g,
             dev=str(root / "dev.jsonl"),
             reported={"leaky": str(root / "leaky.jsonl")},

@@ -6,6 +6,7 @@ from stillroom.io import DataError, read_jsonl, write_jsonl
 from stillroom.stages import pool
 
 from ..conftest import REPO
+from ..data.test_sources import _write
 
 TINYBENCH = str(REPO / "config" / "benchmarks" / "tinybench.jsonl")
 
@@ -75,3 +76,26 @@ def test_a_problem_file_shared_by_train_and_test_would_fail_the_pool(tmp_path):
     held = {r["prompt_id"] for r in read_jsonl(out["heldout"])}
     pool_ids = {r["prompt_id"] for r in read_jsonl(out["pool"])}
     assert m["heldout"] == 12 and not held & pool_ids and len(held | pool_ids) == m["pool"] + 12
+
+
+def test_benchmark_from_a_dataset_spec(tmp_path):
+    path = _write(
+        tmp_path, [{"problem": f"Find {i} + {i}.", "answer": str(2 * i)} for i in range(5)]
+    )
+    out = tmp_path / "bench.jsonl"
+    m = pool.fetch_benchmark(
+        out_benchmark=str(out),
+        log=lambda _: None,
+        params={
+            "name": "aime",
+            "spec": {"path": path, "prompt": "problem", "answer": "answer", "answer_kind": "math"},
+        },
+    )
+    rows = read_jsonl(out)
+    assert m["items"] == 5 and rows[1] == {
+        "prompt_id": rows[1]["prompt_id"],
+        "prompt": "Find 1 + 1.",
+        "answer": "2",
+        "kind": "math",
+    }
+    assert sources.load_benchmark(str(out))  # the format every stage reads

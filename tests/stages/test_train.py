@@ -1,117 +1,19 @@
+"""The train stage: SFT lowers the loss and saves a loadable model; bad rows, examples truncated to
+nothing and bad params fail before training; a killed job resumes to the same weights."""
+
 import json
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from stillroom.conversations import load_conversations
+from stillroom.config import ConfigError
 from stillroom.io import DataError
-from stillroom.train import build_trainer, check_params, collate_packed_rows, train_sft
+from stillroom.stages.train import Params, train_sft
 
 from ..conftest import synthetic_rows
 
-
-def logits(model, ids, **kwargs):
-    with torch.no_grad():
-        return model(input_ids=ids[None], **kwargs).logits[0]
-
-
-def test_packed_documents_do_not_attend_to_each_other(setup):
-    model = AutoModelForCausalLM.from_pretrained(setup / "base", attn_implementation="sdpa").eval()
-    tok = AutoTokenizer.from_pretrained(setup / "base")
-    docs = [
-        tok.apply_chat_template(r["messages"], return_dict=True)["input_ids"]
-        for r in synthetic_rows(4, seed=1)
-    ]
-    docs.append(torch.randint(0, len(tok), (23,)).tolist())
-    alone = [logits(model, torch.tensor(d), use_cache=False) for d in docs]
-    lengths = [len(d) for d in docs]
-    packed = torch.tensor(sum(docs, []))
-    restart = torch.cat([torch.arange(n) for n in lengths])[None]
-
-    def max_diff(**kwargs):
-        parts = logits(model, packed, **kwargs).split(lengths)
-        return max((a - b).abs().max().item() for a, b in zip(alone, parts))
-
-    assert max_diff(position_ids=restart, use_cache=False) < 1e-4
-    # Guards that the check can fail: with a cache, or without restarting positions, documents mix.
-    assert max_diff(position_ids=restart, use_cache=True) > 1e-2
-    assert max_diff(use_cache=False) > 1e-2
-
-    # The training layout: several packed rows, right-padded, each row masked per document.
-    rows = [docs[:2], docs[2:]]
-    batch = collate_packed_rows(
-        [
-            {"input_ids": sum(r, []), "labels": sum(r, []), "seq_lengths": [len(d) for d in r]}
-            for r in rows
-        ],
-        pad_token_id=tok.pad_token_id,
-    )
-    with torch.no_grad():
-        out = model(**{k: v for k, v in batch.items() if k != "labels"}, use_cache=False).logits
-    i = 0
-    for row, r in enumerate(rows):
-        start = 0
-        for d in r:
-            assert (out[row, start : start + len(d)] - alone[i]).abs().max() < 1e-4
-            start, i = start + len(d), i + 1
-        assert (batch["labels"][row, start:] == -100).all()
-
-    # FlashAttention's layout: the same rows flattened into one, which is the only shape in which it reads
-    # documents from position_ids; the same per-document logits here through sdpa.
-    flat = collate_packed_rows(
-        [
-            {"input_ids": sum(r, []), "labels": sum(r, []), "seq_lengths": [len(d) for d in r]}
-            for r in rows
-        ],
-        pad_token_id=tok.pad_token_id,
-        flatten=True,
-    )
-    assert flat["input_ids"].shape == (1, sum(lengths))
-    assert flat["position_ids"][0].tolist() == restart[0].tolist()
-    assert (flat["labels"][0][restart[0] == 0] == -100).all()
-    with torch.no_grad():
-        out = model(**{k: v for k, v in flat.items() if k != "labels"}, use_cache=False).logits[0]
-    assert max((a - b).abs().max().item() for a, b in zip(alone, out.split(lengths))) < 1e-4
-
-
-def test_trainer_batches_label_only_assistant_tokens(setup, tmp_path):
-    examples = load_conversations(setup / "train.jsonl")[:40]
-    params = check_params(dict(batch_size=4, max_length=128))
-    trainer = build_trainer(setup / "base", examples, params, tmp_path / "trainer")
-    tok = trainer.processing_class
-    expected = {}
-    for ex in examples:
-        enc = tok.apply_chat_template(
-            ex["messages"], return_dict=True, return_assistant_tokens_mask=True
-        )
-        expected[tuple(enc["input_ids"])] = enc["assistant_masks"]
-
-    batch = next(iter(trainer.get_train_dataloader()))
-    assert sorted(batch) == [
-        "input_ids",
-        "labels",
-        "position_ids",
-    ]  # no attention_mask: it would disable packing
-    assert batch["input_ids"].shape[0] == 4 and batch["input_ids"].shape[1] <= 128
-    model = trainer.model.eval()
-    with torch.no_grad():
-        out = model(
-            input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False
-        ).logits
-    documents = 0
-    for ids, labels, pos, row_logits in zip(
-        batch["input_ids"], batch["labels"], batch["position_ids"], out
-    ):
-        real = int((ids != tok.pad_token_id).sum())
-        starts = (pos[:real] == 0).nonzero().flatten().tolist()
-        for s, e in zip(starts, starts[1:] + [real]):
-            mask = expected[tuple(ids[s:e].tolist())]  # each packed document is one whole example
-            assert (labels[s:e] != -100).tolist() == [bool(b) for b in mask]
-            assert (row_logits[s:e] - logits(model, ids[s:e], use_cache=False)).abs().max() < 1e-4
-            documents += 1
-        assert (labels[real:] == -100).all()
-    assert documents > 4  # rows hold more than one document
+RENORM = [{"fn": "renorm_rows", "match": [r"self_attn\.q_proj\.weight$"], "dim": -1, "norm": 1.0}]
 
 
 def test_train_sft_lowers_loss_and_saves_model(setup, tmp_path):
@@ -194,15 +96,33 @@ def test_examples_truncated_to_no_supervision_fail(setup, tmp_path):
 
 
 def test_unknown_param_raises(setup):
-    with pytest.raises(ValueError, match="learning_rate"):
-        check_params({"learning_rate": 1e-3})
-    with pytest.raises(ValueError, match="max_length"):
-        check_params({"max_length": 0})
+    with pytest.raises(ConfigError, match="train: unknown key 'learning_rate'"):
+        Params.parse({"learning_rate": 1e-3}, where="train")
+    with pytest.raises(
+        ConfigError, match="train.max_length: Input should be greater than or equal to 16"
+    ):
+        Params.parse({"max_length": 0}, where="train")
+
+
+def test_full_fine_tunes_keep_float32_master_weights():
+    with pytest.raises(ConfigError, match="train.dtype: .* without a float32 master copy"):
+        Params.parse({"method": "full", "dtype": "bfloat16"}, where="train")
+    assert Params.parse({"method": "full", "dtype": "auto"}, where="train").dtype == "auto"
+
+
+def test_hooks_and_adapters_do_not_mix():
+    lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj"]}
+    with pytest.raises(ConfigError, match="train.weight_hooks: .* base is frozen"):
+        Params.parse({"method": "lora", "lora": lora, "weight_hooks": RENORM}, where="train")
+    with pytest.raises(
+        ConfigError, match="train.sampled_options.loops: Input should be a valid list"
+    ):
+        Params.parse({"sampled_options": {"loops": 3}}, where="train")
 
 
 def test_killed_training_resumes_to_the_same_weights(setup, tmp_path):
-    """SIGKILL the real CLI after a checkpoint is written; the rerun resumes from it and ends where an
-    uninterrupted run ends (same data order, optimizer and scheduler state, RNG)."""
+    """SIGKILL the real CLI after a checkpoint is written; the rerun resumes from it and ends where
+    an uninterrupted run ends (same data order, optimizer and scheduler state, RNG)."""
     import signal
     import subprocess
     import sys

@@ -3,12 +3,14 @@
 import json
 import multiprocessing
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from stillroom import generate, sources
+from stillroom.config import ConfigError
+from stillroom.data import sources
 from stillroom.io import read_jsonl, write_jsonl
+from stillroom.stages import generate
 from stillroom.teachers import SkipSample, make_teacher
 from stillroom.teachers.budget import Budget, BudgetExhausted
 
@@ -26,7 +28,7 @@ SPEC = {
 
 def _shard(tmp_path, name="shard", n=20, seed=1):
     path = tmp_path / f"{name}.jsonl"
-    write_jsonl(path, sources.generate("arithmetic", name, n, seed))
+    write_jsonl(path, sources.generate("arithmetic", name, n, seed, max_operand=12))
     return str(path)
 
 
@@ -41,9 +43,9 @@ def _run(shard, out, spec, k=1):
 
 def test_budget_day_and_reservations(tmp_path):
     b = Budget(tmp_path / "ledger.json", daily_tokens=100, reset_hour_utc=6)
-    assert b._period(datetime(2026, 11, 29, 5, tzinfo=timezone.utc))[0] == "2026-11-28"
-    day, ends = b._period(datetime(2026, 11, 29, 7, tzinfo=timezone.utc))
-    assert day == "2026-11-29" and ends == datetime(2026, 11, 30, 6, tzinfo=timezone.utc)
+    assert b._period(datetime(2026, 11, 29, 5, tzinfo=UTC))[0] == "2026-11-28"
+    day, ends = b._period(datetime(2026, 11, 29, 7, tzinfo=UTC))
+    assert day == "2026-11-29" and ends == datetime(2026, 11, 30, 6, tzinfo=UTC)
     assert b.reserve(60) and not b.reserve(41) and b.reserve(40)
     b.settle(60, 7)
     b.settle(40, 3)
@@ -117,7 +119,8 @@ def test_concurrent_jobs_share_one_ledger_exactly(tmp_path):
     written = [o if os.path.exists(o) else o + ".partial" for o in outs]  # finished or stopped
     tokens = sum(r["completion_tokens"] for o in written for r in read_jsonl(o))
     state = json.loads(ledger.read_text())
-    # Never over the limit; admission stops once the worst case of the 8 requests in flight might not fit.
+    # Never over the limit; admission stops once the worst case of the 8 requests in flight might
+    # not fit.
     assert (
         state["spent"] == tokens
         and 500 - (2 * 4 + 1) * 40 < tokens <= 500
@@ -148,7 +151,7 @@ def test_context_guard_clamps_or_skips(tmp_path):
 
 def test_skipped_samples_are_recorded_with_the_reason(tmp_path):
     path = tmp_path / "shard.jsonl"
-    rows = sources.generate("arithmetic", "a", 4, 1)
+    rows = sources.generate("arithmetic", "a", 4, 1, max_operand=12)
     rows[0]["prompt"] = "long " * 400
     write_jsonl(path, rows)
     with FaultServer() as server:
@@ -163,7 +166,7 @@ def test_skipped_samples_are_recorded_with_the_reason(tmp_path):
 
 
 def test_a_budget_needs_max_tokens():
-    with pytest.raises(ValueError, match="needs sampling.max_tokens"):
+    with pytest.raises(ConfigError, match="teachers.api.budget: needs sampling.max_tokens"):
         make_teacher(
             "api",
             {

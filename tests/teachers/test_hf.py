@@ -2,9 +2,10 @@
 
 import pytest
 
-from stillroom import generate, sources
+from stillroom.data import sources
 from stillroom.io import read_jsonl, write_jsonl
-from stillroom.student import build_model, train_tokenizer
+from stillroom.runtime.student import build_model, train_tokenizer
+from stillroom.stages import generate
 
 MODEL = dict(
     hidden_size=32,
@@ -21,14 +22,14 @@ MODEL = dict(
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
-    rows = sources.generate("arithmetic", "a", 200, 1)
-    train_tokenizer([r["prompt"] for r in rows], root / "tok", vocab_size=300)
+    rows = sources.generate("arithmetic", "a", 200, 1, max_operand=12)
+    train_tokenizer([r["prompt"] for r in rows], root / "tok", vocab_size=300, min_frequency=2)
     build_model(root / "tok", root / "model", model=MODEL, seed=0)
     return str(root / "model")
 
 
 def test_hf_teacher_batches_local_generation(tmp_path, model_dir, monkeypatch):
-    from stillroom.local_lm import LocalLM
+    from stillroom.runtime.lm import LocalLM
 
     calls = []
     original = LocalLM.sample
@@ -38,7 +39,7 @@ def test_hf_teacher_batches_local_generation(tmp_path, model_dir, monkeypatch):
         lambda self, prompts, **kw: calls.append(len(prompts)) or original(self, prompts, **kw),
     )
     shard = tmp_path / "shard.jsonl"
-    write_jsonl(shard, sources.generate("arithmetic", "b", 12, 2))
+    write_jsonl(shard, sources.generate("arithmetic", "b", 12, 2, max_operand=12))
     spec = {
         "backend": "hf",
         "model_path": model_dir,
@@ -63,7 +64,8 @@ def test_hf_teacher_batches_local_generation(tmp_path, model_dir, monkeypatch):
 
 
 def test_hf_teacher_needs_a_model_path():
+    from stillroom.config import ConfigError
     from stillroom.teachers import make_teacher
 
-    with pytest.raises(ValueError, match="needs model_path"):
+    with pytest.raises(ConfigError, match="teachers.local.model_path: required key missing"):
         make_teacher("local", {"backend": "hf"})

@@ -4,11 +4,14 @@ import asyncio
 import json
 import re
 import time
+from datetime import UTC
 
 import pytest
 
-from stillroom import generate, sources
+from stillroom.config import ConfigError
+from stillroom.data import sources
 from stillroom.io import read_jsonl, write_jsonl
+from stillroom.stages import generate
 from stillroom.teachers import TeacherError, make_teacher
 
 from ..fault_server import FaultServer
@@ -27,7 +30,7 @@ FAST = {
 
 def _problems(tmp_path, n=30):
     path = tmp_path / "shard.jsonl"
-    write_jsonl(path, sources.generate("arithmetic", "a", n, 1))
+    write_jsonl(path, sources.generate("arithmetic", "a", n, 1, max_operand=12))
     return str(path)
 
 
@@ -69,7 +72,7 @@ def test_request_body_carries_sampling_and_effort():
         and body["chat_template_kwargs"] == "e=low"
     )
     assert "reasoning_effort" not in body
-    with pytest.raises(ValueError, match="needs 'base_url'"):
+    with pytest.raises(ConfigError, match="teachers.api.base_url: required key missing"):
         make_teacher("api", {"backend": "openai", "model": "m"})
 
 
@@ -120,7 +123,8 @@ def test_every_sample_survives_injected_faults(tmp_path):
             f"\\boxed{{{sum(map(int, re.findall(r'[0-9]+', r['prompt'])))}}}."
         )
     assert all(v > 0 for k, v in server.counts.items() if k != "slow") and server.counts["ok"] == 60
-    # Every request the server saw was an attempt the client counted (an attempt on a pooled connection
+    # Every request the server saw was an attempt the client counted (an attempt on a pooled
+    # connection
     # the server had already dropped never reaches the handler, so the client may count a few more).
     assert server.counts["requests"] <= sum(r["attempts"] for r in rows) == m["attempts"]
     assert {r["model"] for r in rows} == {"m-served"} and rows[0]["sampling"]["top_p"] == 0.99
@@ -133,15 +137,15 @@ def test_every_sample_survives_injected_faults(tmp_path):
 
 
 def test_retry_after_header_forms():
+    from datetime import datetime, timedelta
     from email.utils import format_datetime
-    from datetime import datetime, timedelta, timezone
 
     from stillroom.teachers.openai import _retry_after
 
     assert (
         _retry_after("2.5") == 2.5 and _retry_after(None) is None and _retry_after("soon") is None
     )
-    later = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True)
+    later = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
     assert 25 < _retry_after(later) <= 30
 
 

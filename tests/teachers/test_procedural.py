@@ -1,5 +1,5 @@
-"""The offline procedural teacher: effort levels of clearly different lengths, its error rate, and its
-answers to the kernel problems (reasoning and code, and slips)."""
+"""The offline procedural teacher: effort levels of clearly different lengths, its error rate, and
+its answers to the kernel problems (reasoning and code, and slips)."""
 
 import pytest
 

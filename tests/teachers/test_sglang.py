@@ -1,5 +1,6 @@
 """The sglang backend's server lifecycle, with a stand-in server command (the fault-injection server
-run as a program): start, health wait, generation, and stop on success, on failure and on SIGTERM."""
+run as a program): start, health wait, generation, and stop on success, on failure and on
+SIGTERM."""
 
 import json
 import os
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from stillroom import generate, sources
+from stillroom.data import sources
 from stillroom.io import read_jsonl, write_jsonl
+from stillroom.stages import generate
 from stillroom.teachers import TeacherError
 
 STANDIN = str(Path(__file__).resolve().parents[1] / "fault_server.py")
@@ -34,7 +36,7 @@ def _params(spec):
 
 def _shard(tmp_path, n=10):
     path = tmp_path / "shard.jsonl"
-    write_jsonl(path, sources.generate("arithmetic", "a", n, 1))
+    write_jsonl(path, sources.generate("arithmetic", "a", n, 1, max_operand=12))
     return str(path)
 
 
@@ -137,11 +139,12 @@ def test_sigterm_to_the_job_stops_the_server(tmp_path):
 @pytest.mark.slow
 def test_real_transformers_serve_as_the_served_teacher(tmp_path):
     """A real OpenAI-compatible server (`transformers serve`) with a tiny local student, through the
-    sglang backend's lifecycle and the openai client: usage, finish_reason and the served model id."""
-    from stillroom.student import build_model, train_tokenizer
+    sglang backend's lifecycle and the openai client: usage, finish_reason and the served model
+    id."""
+    from stillroom.runtime.student import build_model, train_tokenizer
 
-    rows = sources.generate("arithmetic", "a", 200, 1)
-    train_tokenizer([r["prompt"] for r in rows], tmp_path / "tok", vocab_size=300)
+    rows = sources.generate("arithmetic", "a", 200, 1, max_operand=12)
+    train_tokenizer([r["prompt"] for r in rows], tmp_path / "tok", vocab_size=300, min_frequency=2)
     build_model(
         tmp_path / "tok",
         tmp_path / "model",
@@ -203,12 +206,9 @@ def test_one_server_start_serves_several_efforts(tmp_path, monkeypatch):
 
     monkeypatch.setattr(SGLangTeacher, "astart", counting)
     outs = [str(tmp_path / f"{e}.jsonl") for e in ("low", "high")]
-    m = generate.run(
-        shard=_shard(tmp_path),
-        out_samples=outs,
-        log=lambda _: None,
-        params={**_params(_spec("{python} " + STANDIN + " {port}")), "efforts": ["low", "high"]},
-    )
+    params = {**_params(_spec("{python} " + STANDIN + " {port}")), "efforts": ["low", "high"]}
+    del params["effort"]  # one effort, or several efforts in one run
+    m = generate.run(shard=_shard(tmp_path), out_samples=outs, log=lambda _: None, params=params)
     assert (
         len(starts) == 1
         and m["per_effort"]["low"]["samples"] == m["per_effort"]["high"]["samples"] == 20

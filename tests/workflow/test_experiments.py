@@ -1,12 +1,13 @@
-"""Real-recipe configs build their DAG offline; dataset sources and benchmarks load from local files."""
+"""Real-recipe configs build their DAG offline and pass the training checks; the smoke recipes run
+end to end."""
 
 import json
 
 import pytest
 import yaml
 
-from stillroom import sources
-from stillroom.io import DataError, read_jsonl
+from stillroom.config import Train, resolve
+from stillroom.io import read_jsonl
 
 from ..conftest import REPO, run_snakemake
 from .test_pipeline import scheduled
@@ -17,7 +18,8 @@ def test_beam_distill_dag_builds_offline(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "experiments" / "beam-distill.yaml").read_text())
     proc = run_snakemake(tmp_path, cfg, "-n")
     jobs = scheduled(proc)
-    # medium on all 62 shards; low/high/xhigh on 20, all three in one job (one server start) per shard
+    # medium on all 62 shards; low/high/xhigh on 20, all three in one job (one server start) per
+    # shard
     assert jobs["generate"] == 62 and jobs["generate_low_high_xhigh"] == 20
     assert jobs["grade_generation"] == 62 + 3 * 20
     assert jobs["benchmark"] == 3 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
@@ -29,9 +31,7 @@ def test_beam_distill_dag_builds_offline(tmp_path):
     assert not (
         tmp_path / "results" / "beam-distill" / "pool"
     ).exists()  # nothing fetched at DAG build
-    from stillroom.train import check_params
-
-    assert check_params(cfg["train"])["distributed"]["world_size"] == 4  # the seed's 4 B200s, FSDP2
+    assert Train.parse(cfg["train"]).layout.world_size == 4  # the seed's 4 B200s, FSDP2
 
 
 @pytest.mark.slow
@@ -39,79 +39,6 @@ def test_effort_shards_limit_an_effort_to_a_subset(tmp_path, small_cfg):
     small_cfg["generation"]["effort_shards"] = {"low": 1}
     jobs = scheduled(run_snakemake(tmp_path, small_cfg, "-n"))
     assert jobs["generate"] == 2 + 1
-
-
-def _write(tmp_path, rows, name="data.jsonl"):
-    path = tmp_path / name
-    if name.endswith(".parquet"):
-        import pandas as pd
-
-        pd.DataFrame(rows).to_parquet(path)
-    else:
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(path)
-
-
-@pytest.mark.parametrize("name", ["data.jsonl", "data.parquet"])
-def test_dataset_source_maps_fields_and_filters(tmp_path, name):
-    rows = [
-        {"question": f"What is {i} squared?", "final_answer": i * i, "difficulty": i % 10}
-        for i in range(40)
-    ]
-    spec = {
-        "name": "deepmath",
-        "kind": "dataset",
-        "path": _write(tmp_path, rows, name),
-        "prompt": "question",
-        "answer": "final_answer",
-        "answer_kind": "math",
-        "where": {"difficulty": {"min": 5}},
-        "limit": 15,
-    }
-    out = list(sources.iter_sources([spec], {}, seed=0))
-    assert len(out) == 15 and all(r["source"] == "deepmath" and r["kind"] == "math" for r in out)
-    assert (
-        out[0]["prompt"] == "What is 5 squared?"
-        and out[0]["answer"] == "25"
-        and out[0]["meta"] == {"row": 5}
-    )
-
-
-def test_dataset_source_errors_name_the_field_and_row(tmp_path):
-    path = _write(tmp_path, [{"q": "a", "a": "1"}, {"q": "", "a": "2"}])
-    with pytest.raises(DataError, match=r"has no field 'question' \(fields: q, a\)"):
-        list(
-            sources.dataset_records(
-                {"name": "s", "path": path, "prompt": "question", "answer": "a"}
-            )
-        )
-    with pytest.raises(DataError, match=r"row 1: field 'q' or 'a' is empty"):
-        list(sources.dataset_records({"name": "s", "path": path, "prompt": "q", "answer": "a"}))
-    with pytest.raises(DataError, match="file not found"):
-        list(sources.dataset_records({"name": "s", "path": str(tmp_path / "missing.parquet")}))
-
-
-def test_benchmark_from_a_dataset_spec(tmp_path):
-    path = _write(
-        tmp_path, [{"problem": f"Find {i} + {i}.", "answer": str(2 * i)} for i in range(5)]
-    )
-    out = tmp_path / "bench.jsonl"
-    m = sources.fetch_benchmark(
-        out_benchmark=str(out),
-        log=lambda _: None,
-        params={
-            "name": "aime",
-            "spec": {"path": path, "prompt": "problem", "answer": "answer", "answer_kind": "math"},
-        },
-    )
-    rows = read_jsonl(out)
-    assert m["items"] == 5 and rows[1] == {
-        "prompt_id": rows[1]["prompt_id"],
-        "prompt": "Find 1 + 1.",
-        "answer": "2",
-        "kind": "math",
-    }
-    assert sources.load_benchmark(str(out))  # the format every stage reads
 
 
 @pytest.mark.slow
@@ -163,51 +90,50 @@ def test_beam_tiny_smoke_runs_end_to_end(tmp_path):
 def test_seed_000_overlays_merge_onto_the_distill_recipe_and_pass_the_training_checks(
     tmp_path, overlay, layout
 ):
-    """Snakemake merges `--configfile a b` with update_config; the merged train section must pass every
-    fail-fast check (the target names are resolved against the real model at run time)."""
+    """Snakemake merges `--configfile a b` with update_config; the merged train section must pass
+    every fail-fast check (the target names are resolved against the real model at run time)."""
     from snakemake.utils import update_config
-
-    from stillroom.config import validate
-    from stillroom.train import check_params
 
     cfg = yaml.safe_load((REPO / "config" / "experiments" / "beam-distill.yaml").read_text())
     update_config(
         cfg, yaml.safe_load((REPO / "config" / "experiments" / f"{overlay}.yaml").read_text())
     )
-    validate(cfg)
-    p = check_params(cfg["train"])
-    d = p["distributed"]
-    assert (d["world_size"], d["fsdp_size"], d["dp_replicate_size"]) == layout
-    assert not p["lora"] or not any(
-        "mlp.gate" in t for t in p["lora"]["target_modules"] + p["lora"]["target_parameters"]
+    p = Train.parse(resolve(cfg, root=REPO)["train"])
+    d = p.layout
+    assert (d.world_size, d.fsdp_size, d.dp_replicate_size) == layout
+    assert not p.lora or not any(
+        "mlp.gate" in t for t in p.lora.target_modules + p.lora.target_parameters
     )
     jobs = scheduled(run_snakemake(tmp_path, cfg, "-n"))
     assert jobs["train"] == 1 and jobs["pretrained"] == 1
 
 
 def test_autotriton_8b_dag_builds_offline(tmp_path):
-    """Seed 002 at scale: KernelBench benchmarks fetched by jobs, an 8B student, GRPO after SFT, kernel tables."""
+    """Seed 002 at scale: KernelBench benchmarks fetched by jobs, an 8B student, GRPO after SFT,
+    kernel tables."""
     cfg = yaml.safe_load((REPO / "config" / "experiments" / "autotriton-8b.yaml").read_text())
     jobs = scheduled(run_snakemake(tmp_path, cfg, "-n"))
     assert jobs["benchmark"] == 2 and jobs["pretrained"] == 1 and jobs["grpo"] == 1
     assert (
         jobs["evaluate"] == 3 * 2 and jobs["tables"] == 2 and jobs["kernel_tables"] == 2
     )  # base, sft, grpo
-    from stillroom.grpo import check_params
+    from stillroom.stages.grpo import Params
 
-    p = check_params(
+    p = Params.parse(
         {
             **cfg["grpo"],
             "validator": {k: cfg["kernels"][k] for k in ("device", "trials", "timeout_s")},
-        }
+        },
+        where="grpo",
     )
-    assert p["distributed"]["world_size"] == 8 and p["validator"]["device"] == "cuda"
+    assert p.layout.world_size == 8 and p.validator.device == "cuda"
 
 
 @pytest.mark.slow
 def test_autotriton_tiny_runs_end_to_end(tmp_path):
-    """Seed 002 in miniature, on a subset of the problems: teacher answers graded by the validator, SFT on
-    instruction + reasoning + code, GRPO with the dual reward, kernel tables for base, sft and grpo."""
+    """Seed 002 in miniature, on a subset of the problems: teacher answers graded by the validator,
+    SFT on instruction + reasoning + code, GRPO with the dual reward, kernel tables for base, sft
+    and grpo."""
     cfg = yaml.safe_load((REPO / "config" / "experiments" / "autotriton-tiny.yaml").read_text())
     names = sorted(p.stem for p in (REPO / "stillroom" / "kernels" / "problems").glob("[!_]*.py"))[
         ::3

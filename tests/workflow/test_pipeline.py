@@ -117,7 +117,8 @@ def test_changing_merge_ratios_reruns_only_those_merges(done):
     cfg = copy.deepcopy(cfg)
     cfg["merge"]["ratios"] = [0.5, 0.25]
     jobs = scheduled(run_snakemake(workdir, cfg, "-n"))
-    # the new merge is evaluated on the three reported benchmarks and on dev, where the ratio is chosen again
+    # the new merge is evaluated on the three reported benchmarks and on dev, where the ratio is
+    # chosen again
     assert jobs == {
         "merge": 1,
         "evaluate": 4,
@@ -137,14 +138,16 @@ def test_changing_efforts_keeps_pool_and_tokenizer(done):
     for rule in ("pool", "decontam", "shard", "tokenizer", "base"):
         assert rule not in jobs, jobs
     assert jobs["generate"] == 2 and jobs["grade_generation"] == 2  # only the new effort's shards
-    # sft and the merge on the three reported benchmarks, the merge on dev (where its ratio is chosen), and
+    # sft and the merge on the three reported benchmarks, the merge on dev (where its ratio is
+    # chosen), and
     # sft's thinking-budget sweep; base is unchanged
     assert jobs["train"] == 1 and jobs["evaluate"] == 7 and jobs["evaluate_budget"] == 2
 
 
 def test_provenance_walks_from_the_table_to_the_teacher_records(done):
-    """The sidecar links are enough for an audit: every input re-hashes to what its consumer recorded,
-    and following them from the table reaches the raw generation shards and the sources."""
+    """The sidecar links are enough for an audit: every input re-hashes to what its consumer
+    recorded, and following them from the table reaches the raw generation shards and the
+    sources."""
     workdir, _, _ = done
     todo = [sidecar_path(workdir / "results" / "small" / "tables" / "heldout.md")]
     seen, stages = set(), set()
@@ -187,3 +190,13 @@ def test_html_report_registers_every_table_and_plot(done):
     for name in ("heldout.csv", "heldout.png", "tinycode.csv", "heldout-budgets.png", "ledger.csv"):
         assert name in html
     assert "Holm" in html and "Cost ledger" in html  # captions rendered
+
+
+def test_snakemake_rejects_bad_config_before_any_job(tmp_path, small_cfg):
+    small_cfg["train"]["lr"] = -1
+    small_cfg["eval"]["temprature"] = 0.5
+    proc = run_snakemake(tmp_path, small_cfg, "-n", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "train.lr" in out and "eval: unknown key 'temprature'" in out
+    assert not (tmp_path / "results" / "small" / "pool").exists()

@@ -1,17 +1,16 @@
-"""profiles/slurm against a real SLURM on this machine: slurmctld, two slurmd (virtual nodes sr1, sr2 with
-stand-in GPUs) and slurmdbd, started by scripts/slurm-up.sh (.ci/run starts it; without it these skip,
-except under CI=true, where they fail).
+"""profiles/slurm against a real SLURM on this machine: slurmctld, two slurmd (virtual nodes sr1,
+sr2 with stand-in GPUs) and slurmdbd, started by scripts/slurm-up.sh (.ci/run starts it; without it
+these skip, except under CI=true, where they fail).
 
 The small pipeline runs through `snakemake --profile profiles/slurm` unchanged but for faster status
-polling, with training over 2 nodes: its job runs `srun` with one task per node, each starting torchrun.
-"""
+polling, with training over 2 nodes: its job runs `srun` with one task per node, each starting
+torchrun."""
 
 import csv
 import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -31,7 +30,8 @@ FAST = (
     "--latency-wait",
     "10",
 )
-# The procedural teacher needs no GPU, so its shards go to the CPU partition (rules/common.smk partition_for).
+# The procedural teacher needs no GPU, so its shards go to the CPU partition (rules/common.smk
+# partition_for).
 GPU_RULES = {"train", "evaluate", "evaluate_budget"}
 
 
@@ -42,7 +42,10 @@ def _run(*cmd: str) -> subprocess.CompletedProcess:
 def _cluster_problem() -> str | None:
     """Why the test cluster is not usable here, or None."""
     if shutil.which("sbatch") is None:
-        return "no SLURM here: scripts/slurm-up.sh starts the test cluster (root, Debian; .ci/run does)"
+        return (
+            "no SLURM here: scripts/slurm-up.sh starts the test cluster "
+            "(root, Debian; .ci/run does)"
+        )
     name = _run("scontrol", "show", "config")
     if "ClusterName             = stillroom" not in name.stdout:
         return "the test cluster of scripts/slurm-up.sh is not running (ClusterName stillroom)"
@@ -68,7 +71,9 @@ def sacct(job_ids, *fields, steps=False) -> list[dict]:
     cmd = ["sacct", "-n", "-P", "-j", ",".join(job_ids), "-o", ",".join(fields)]
     out = _run(*cmd, *([] if steps else ["-X"]))
     assert out.returncode == 0, out.stderr
-    return [dict(zip(fields, line.split("|"))) for line in out.stdout.splitlines() if line]
+    return [
+        dict(zip(fields, line.split("|"), strict=False)) for line in out.stdout.splitlines() if line
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +149,10 @@ def test_shard_jobs_went_out_as_job_arrays(slurm_run):
         tasks = [row["JobID"].split("_") for row in sacct(ids, "JobID")]
         return {t[0]: sum(u[0] == t[0] for u in tasks) for t in tasks}
 
-    # Every generation shard is ready at once (after `shard`): one array. Gradings and evaluations become
-    # ready as their inputs do, so some may go out alone (the executor arrays jobs that are ready together);
+    # Every generation shard is ready at once (after `shard`): one array. Gradings and evaluations
+    # become
+    # ready as their inputs do, so some may go out alone (the executor arrays jobs that are ready
+    # together);
     # the base model's evaluations are ready together.
     assert list(submissions("generate").values()) == [
         len(cfg["generation"]["efforts"]) * cfg["generation"]["shards"]

@@ -1,13 +1,12 @@
-"""profiles/slurm without a cluster: the sbatch submissions the real recipes would make, rendered by the
-executor plugin's own submit-string code from a Snakemake dry run (stillroom/slurm_plan.py), and the job
-shapes the rules derive from config (stillroom/cluster.py)."""
+"""profiles/slurm without a cluster: the sbatch submissions the real recipes would make, rendered by
+the executor plugin's own submit-string code from a Snakemake dry run (stillroom/slurm_plan.py), and
+the job shapes the rules derive from config (stillroom/cluster.py, tests/test_cluster.py)."""
 
 import re
 
 import pytest
 import yaml
 
-from stillroom.cluster import backend_gpus, stage_gpus, train_resources
 from stillroom.slurm_plan import plan
 
 from ..conftest import REPO, run_snakemake, small_config
@@ -29,7 +28,8 @@ def distill():
 
 def test_distillation_recipe_submissions(distill):
     counts = {rule: p.jobs for rule, p in distill.items()}
-    # 62 medium shards; low/high/xhigh share one job per shard on 20 shards; 3 benchmarks x 5 models.
+    # 62 medium shards; low/high/xhigh share one job per shard on 20 shards; 3 benchmarks x 5
+    # models.
     assert counts["generate"] == 62 and counts["generate_low_high_xhigh"] == 20
     assert (
         counts["grade_generation"] == 62 + 3 * 20
@@ -109,7 +109,8 @@ def test_device_map_training_is_one_process_over_the_nodes_gpus():
 
 
 def test_kernel_recipe_grades_and_trains_on_gpus():
-    """autotriton-8b: GRPO FSDP2 over one 8-GPU node; compiled-kernel grading asks for a GPU, on the GPU partition."""
+    """autotriton-8b: GRPO FSDP2 over one 8-GPU node; compiled-kernel grading asks for a GPU, on the
+    GPU partition."""
     kernels = plan([EXP / "autotriton-8b.yaml"])
     grpo = opts(kernels["grpo"].sbatch)
     assert (grpo["-p"], grpo["--gpus"], grpo["--nodes"], grpo["--cpus-per-task"]) == (
@@ -134,8 +135,8 @@ def test_an_api_teacher_generates_on_the_cpu_partition(tmp_path):
 
 
 def test_per_run_overrides_replace_the_profiles_entries():
-    """Why the profile says to change resources in the file: Snakemake replaces the profile's set-resources
-    (and set-threads) with the command line's instead of merging them."""
+    """Why the profile says to change resources in the file: Snakemake replaces the profile's
+    set-resources (and set-threads) with the command line's instead of merging them."""
     train = opts(plan([DISTILL], extra=["--set-resources", "generate:mem_mb=7"])["train"].sbatch)
     assert (train["-p"], train["--mem"]) == ("cpu", "8000")
 
@@ -147,29 +148,6 @@ def test_retries_come_back_with_more_memory_and_time():
         3 * int(first["--mem"]),
         3 * int(first["-t"]),
     )
-
-
-def test_job_shapes_follow_the_config():
-    assert backend_gpus({"backend": "sglang", "server": {"tp": 2}}) == 2
-    assert backend_gpus({"backend": "sglang", "server": {"tp": 4, "dp": 2}}) == 8
-    assert backend_gpus({"backend": "sglang", "server": {"tp": 4, "gpus": 2}}) == 2
-    assert backend_gpus({"backend": "hf"}) == 1 and backend_gpus({}) == 1
-    assert backend_gpus({"backend": "openai"}) == backend_gpus({"backend": "procedural"}) == 0
-    assert train_resources({"train": {}}) == {"gpu": 1, "nodes": 1}
-    assert train_resources({"train": {"distributed": {"nodes": 2, "gpus_per_node": 8}}}) == {
-        "nodes": 2,
-        "tasks": 2,
-        "gres": "gpu:8",
-        "mpi": "srun",
-    }
-    # The cost ledger charges the same shapes when sacct has no answer.
-    assert stage_gpus(yaml.safe_load(DISTILL.read_text())) == {
-        "generate": 2,
-        "generate_low_high_xhigh": 2,
-        "train": 4,
-        "evaluate": 1,
-        "evaluate_budget": 1,
-    }
 
 
 @pytest.mark.parametrize("profile", ["slurm", "default"])

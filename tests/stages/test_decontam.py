@@ -1,0 +1,58 @@
+"""Rule decontam: pool prompts sharing an n-gram with a benchmark item or a split are dropped and
+reported, everything else is kept as it was."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stillroom.config import ConfigError
+from stillroom.data.records import record
+from stillroom.io import read_jsonl, write_jsonl
+from stillroom.stages.decontam import run
+
+ITEM = "A train leaves the station at noon and travels sixty miles at a steady speed of thirty"
+
+
+def test_contaminated_prompts_are_dropped_and_reported(tmp_path):
+    pool = [
+        record("web", "math", f"Problem: {ITEM.upper()} miles an hour. When?", "2", {}),
+        record("gen", "math", "What is 2 + 2?", "4", {}),
+        record("gen", "math", "A train leaves at noon; how far does it go in two hours?", "60", {}),
+    ]
+    write_jsonl(tmp_path / "pool.jsonl", pool)
+    write_jsonl(tmp_path / "bench.jsonl", [{"prompt": ITEM, "answer": "x", "kind": "math"}])
+    write_jsonl(tmp_path / "heldout.jsonl", [])
+    metrics = run(
+        pool=str(tmp_path / "pool.jsonl"),
+        benchmarks={
+            "bench": str(tmp_path / "bench.jsonl"),
+            "heldout": str(tmp_path / "heldout.jsonl"),
+        },
+        out_clean=str(tmp_path / "clean.jsonl"),
+        out_report=str(tmp_path / "report.json"),
+        params={"ngram": 13, "seed": 0},
+    )
+    assert [r["prompt"] for r in read_jsonl(tmp_path / "clean.jsonl")] == [
+        p["prompt"] for p in pool[1:]
+    ]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert metrics["dropped"] == report["dropped"].__len__() == 1
+    (dropped,) = report["dropped"]
+    assert dropped["prompt_id"] == pool[0]["prompt_id"] and dropped["source"] == "web"
+    assert dropped["matches"][0]["benchmark"] == "bench"
+    assert dropped["matches"][0]["item_prompt"] == ITEM
+    assert report["dropped_per_benchmark"] == {"bench": 1}
+    assert report["benchmark_items"] == {"bench": 1, "heldout": 0}
+
+
+def test_bad_params_are_refused_before_any_file_is_read(tmp_path):
+    with pytest.raises(ConfigError, match="decontam.ngram: Input should be greater than or equal"):
+        run(
+            pool=str(tmp_path / "missing.jsonl"),
+            benchmarks={},
+            out_clean=str(tmp_path / "c"),
+            out_report=str(tmp_path / "r"),
+            params={"ngram": 2},
+        )

@@ -1,0 +1,44 @@
+"""The student stages: `stillroom tiny`, a random-weight model of a real one's architecture,
+shrunk."""
+
+
+def test_tiny_model_like_a_real_one_keeps_its_architecture(moe, tmp_path):
+    """`stillroom tiny` reads only the reference's config and tokenizer (here the tiny MoE stands in
+    for a real checkpoint) and shrinks it further, keeping the family and the routing."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from stillroom.cli import main
+
+    root, _ = moe
+    params = (
+        '{"like": "%s", "shrink": {"num_hidden_layers": 1, "num_experts": 2, "hidden_size": 16}}'
+        % (root / "base")
+    )
+    assert main(["tiny", "--out-model", str(tmp_path / "tiny"), "--params", params]) == 0
+    ref, tiny = (
+        AutoConfig.from_pretrained(root / "base"),
+        AutoConfig.from_pretrained(tmp_path / "tiny"),
+    )
+    assert tiny.model_type == ref.model_type == "qwen3_moe"
+    assert (
+        tiny.num_hidden_layers,
+        tiny.num_experts,
+        tiny.hidden_size,
+        tiny.num_experts_per_tok,
+    ) == (1, 2, 16, 2)
+    assert tiny.vocab_size == ref.vocab_size
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny")
+    assert model.model.layers[0].mlp.experts.gate_up_proj.shape[0] == 2
+    assert (tmp_path / "tiny" / "tokenizer.json").exists()
+    assert (
+        main(
+            [
+                "tiny",
+                "--out-model",
+                str(tmp_path / "bad"),
+                "--params",
+                '{"like": "%s", "shrink": {"num_loops": 2}}' % (root / "base"),
+            ]
+        )
+        == 2
+    )

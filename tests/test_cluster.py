@@ -1,0 +1,39 @@
+"""The job shape of each GPU stage, as the (resolved) config fixes it: GPUs per teacher server,
+nodes and GPUs per node of the training layout, GPUs of the evaluation backend."""
+
+import yaml
+
+from stillroom.cluster import backend_gpus, stage_gpus, train_resources
+from stillroom.config import resolve
+
+from .conftest import REPO, default_config
+
+DISTILL = REPO / "config" / "experiments" / "beam-distill.yaml"
+SERVE = "python -m sglang.launch_server --port {port}"  # a server command (required)
+
+
+def test_job_shapes_follow_the_config():
+    assert backend_gpus({"backend": "sglang", "server": {"command": SERVE, "tp": 2}}) == 2
+    assert backend_gpus({"backend": "sglang", "server": {"command": SERVE, "tp": 4, "dp": 2}}) == 8
+    assert (
+        backend_gpus({"backend": "sglang", "server": {"command": SERVE, "tp": 4, "gpus": 2}}) == 2
+    )
+    # no backend configured: the checkpoint in the job's own process, on one GPU
+    unset = resolve(default_config(), root=REPO)["eval"]["backend"]
+    assert backend_gpus({"backend": "hf"}) == 1 and backend_gpus(unset) == 1
+    assert backend_gpus({"backend": "openai"}) == backend_gpus({"backend": "procedural"}) == 0
+    assert train_resources({"train": {}}) == {"gpu": 1, "nodes": 1}
+    assert train_resources({"train": {"distributed": {"nodes": 2, "gpus_per_node": 8}}}) == {
+        "nodes": 2,
+        "tasks": 2,
+        "gres": "gpu:8",
+        "mpi": "srun",
+    }
+    # The cost ledger charges the same shapes when sacct has no answer.
+    assert stage_gpus(resolve(yaml.safe_load(DISTILL.read_text()), root=REPO)) == {
+        "generate": 2,
+        "generate_low_high_xhigh": 2,
+        "train": 4,
+        "evaluate": 1,
+        "evaluate_budget": 1,
+    }
