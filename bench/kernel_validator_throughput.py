@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from stillroom.kernels import evaluate, validator
+from stillroom.kernels import evaluate, isolation
 
 KERNELS = Path(__file__).resolve().parent.parent / "stillroom" / "kernels"
 
@@ -76,13 +76,13 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", "import torch, triton"], check=True, cwd=tmp)
         start_s = time.perf_counter() - t0
 
-    def isolated(isolation: str) -> tuple[float, int]:
+    def isolated(how: str) -> tuple[float, int]:
         def reward(p: Path) -> float:
             return evaluate(
                 p.read_text(),
                 (KERNELS / "solutions" / p.name).read_text(),
                 trials=args.trials,
-                isolation=isolation,
+                isolation=how,
             ).reward
 
         t0 = time.perf_counter()
@@ -91,7 +91,7 @@ def main() -> None:
         return time.perf_counter() - t0, sum(r == 1.0 for r in rewards)
 
     t0 = time.perf_counter()
-    validator._fork_server("cpu")
+    isolation.fork_server("cpu")
     server_s = time.perf_counter() - t0
     fork_s, fork_ok = isolated("fork")
     process_s, process_ok = isolated("process")

@@ -52,6 +52,8 @@ def metrics(root: Path) -> dict[str, object]:
             "100",
             "--select",
             "E,W,F,I,B,UP",
+            "--extend-exclude",
+            "stillroom/kernels/problems,stillroom/kernels/solutions",  # data, not code
             "stillroom",
         ],
         cwd=root,

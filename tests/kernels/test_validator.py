@@ -2,13 +2,12 @@
 reason."""
 
 import textwrap
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from stillroom.kernels import evaluate, validator
+from stillroom.kernels import evaluate
 from stillroom.kernels.rules import check
 
 KERNELS = Path(__file__).resolve().parents[2] / "stillroom" / "kernels"
@@ -246,51 +245,3 @@ def test_a_process_ending_without_a_result_is_reported_with_its_stderr(isolation
 def test_an_unknown_isolation_is_refused():
     with pytest.raises(ValueError, match="isolation must be one of fork, process"):
         evaluate(RELU, HONEST, isolation="thread")
-
-
-def test_concurrent_evaluations_share_one_fork_server():
-    server = validator._fork_server("cpu")
-    sources = [HONEST, CHEATS["wrong answer"][0], HONEST, CHEATS["input mutated in place"][0]]
-    with ThreadPoolExecutor(4) as pool:
-        assert list(pool.map(lambda s: evaluate(RELU, s).reward, sources)) == [1, 0, 1, 0]
-    assert validator._fork_server("cpu") is server
-
-
-def _children(pid: int) -> list[int]:
-    """Processes whose parent is ``pid``, zombies included."""
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # ended meanwhile
-            continue
-        if int(fields[1]) == pid:
-            kids.append(int(stat.parent.name))
-    return kids
-
-
-def test_a_hang_is_killed_and_the_server_serves_on():
-    server = validator._fork_server("cpu")
-    r = evaluate(RELU, CHEATS["hangs"][0], timeout_s=2)
-    assert r.reward == 0 and "timed out after 2 s" in r.reasons
-    assert _children(server.proc.pid) == []  # killed and reaped
-    assert evaluate(RELU, HONEST).reward == 1
-    assert validator._fork_server("cpu") is server
-
-
-def test_a_dead_fork_server_is_restarted():
-    server = validator._fork_server("cpu")
-    with ThreadPoolExecutor(1) as pool:
-        hung = pool.submit(evaluate, RELU, CHEATS["hangs"][0], timeout_s=60)
-        deadline = time.monotonic() + 30
-        while (
-            not any(job.pid for job in list(server.jobs.values())) and time.monotonic() < deadline
-        ):
-            time.sleep(0.05)
-        server.proc.kill()
-        r = hung.result(timeout=30)  # at once, not after its timeout
-    assert r.reward == 0 and any("the kernel fork server died" in reason for reason in r.reasons), (
-        r.reasons
-    )
-    assert evaluate(RELU, HONEST).reward == 1
-    assert validator._fork_server("cpu") is not server
