@@ -1,11 +1,11 @@
 # Shared by every stage: the config (loaded, checked and resolved once, before any job), paths,
 # wildcard constraints, resources that follow the config, and how a rule calls its stage.
-# Nothing here writes a file or sets an environment variable: jobs get what they need as arguments.
+# Nothing is written and no environment variable set while the workflow is parsed (so neither under
+# -n nor --lint): `onstart` does both when a run starts.
 import functools
 import json
 import os
 import re
-import shlex
 import shutil
 from pathlib import Path
 
@@ -86,14 +86,15 @@ GROUPED = {e for g in config["generation"]["effort_groups"] for e in g}
 SHARDS = [f"{i:05d}" for i in range(config["generation"]["shards"])]
 RATIOS = [str(r) for r in config["merge"]["ratios"]]
 GRPO = config["grpo"] is not None  # kernel track: GRPO from the fine-tune (rules/grpo.smk)
-MODELS = ["base", "sft"] + (["grpo"] if GRPO else []) + [f"merge-{r}" for r in RATIOS]
+MODELS = stillroom.config.Experiment.parse(config).models  # base, sft, grpo?, merge-<ratio>...
 SELECT_ON = config["merge"]["select_on"]  # the dev split the merge ratio is chosen on, if any
 WEIGHT_HOOKS = config["student"]["weight_hooks"]
 
-# Provenance: every job records the hash of the resolved config. Its snapshot (named by that hash, so
-# writing it never dirties anything) is written when the run starts, and the run's jobs find it in
-# their environment: on every job's command line it would change every rule's command with any
-# change of the config, and Snakemake would rerun every job.
+# Provenance: every job records the hash of the resolved config and the git state of the workflow.
+# The config's snapshot (named by its hash, so writing it never dirties anything) is written when
+# the run starts, and the run's jobs find it and the workflow in their environment: on the jobs'
+# command lines they would change every rule's command with any change of the config (or a move of
+# the checkout), and Snakemake would rerun every job.
 CONFIG_SHA256 = stillroom.config.config_hash(config)
 CONFIG_SNAPSHOT = f"{R}/config/{CONFIG_SHA256[:16]}.json"
 
@@ -101,7 +102,12 @@ CONFIG_SNAPSHOT = f"{R}/config/{CONFIG_SHA256[:16]}.json"
 onstart:
     if not Path(CONFIG_SNAPSHOT).exists():
         stillroom.io.write_json(CONFIG_SNAPSHOT, config)
-    os.environ.update({stillroom.provenance.CONFIG_ENV: str(Path(CONFIG_SNAPSHOT).resolve())})
+    os.environ.update(
+        {
+            stillroom.provenance.CONFIG_ENV: str(Path(CONFIG_SNAPSHOT).resolve()),
+            stillroom.provenance.WORKFLOW_ENV: str(REPO),
+        }
+    )
 
 
 wildcard_constraints:
@@ -179,12 +185,11 @@ def named(mapping):
 
 
 def stillroom_cli(stage, rule, args):
-    """A rule's shell command: its stage through the CLI, told its rule, params, threads and the
-    workflow for provenance; everything the stage prints goes to the rule's log."""
-    job = f"--rule {rule} --workflow {shlex.quote(str(REPO))}"
+    """A rule's shell command: its stage through the CLI, told its rule, params and threads;
+    everything the stage prints goes to the rule's log."""
     return (
-        f"stillroom {stage} {args} {job} --threads {{threads}} --params {{params.p:q}}"
-        " >> {log:q} 2>&1"
+        f"stillroom {stage} {args} --rule {rule} --threads {{threads}}"
+        " --params {params.p:q} >> {log:q} 2>&1"
     )
 
 
@@ -201,11 +206,10 @@ def benchmark_file(wildcards):
 
 # Kernel answers are graded by the validator with the options of the kernels: section.
 KERNELS = config["kernels"]
-VALIDATOR = (
-    {k: KERNELS[k] for k in stillroom.config.ValidatorOptions.model_fields} if KERNELS else {}
-)
+VALIDATOR = stillroom.config.Kernels.parse(KERNELS).validator.dump() if KERNELS else {}
 KERNEL_BENCHMARKS = (KERNELS["benchmarks"] or config["eval"]["benchmarks"]) if KERNELS else []
-KERNEL_GRADE_GPUS = int(bool(KERNELS) and KERNELS["device"] == "cuda")  # compiled kernels, timed
+# Compiled kernels (and their timed speedups) need a GPU to grade on.
+KERNEL_GRADE_GPUS = stage_gpus(config).get("grade_eval", 0)
 
 FORCE = config["eval"]["budget_force"] or {}
 BUDGETS = FORCE.get("budgets", [])

@@ -8,7 +8,7 @@ rule grade_generation:
     output:
         **tracked(graded=f"{R}/graded/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
     params:
-        p=as_json(kernel=VALIDATOR),
+        p=as_json(letters=config["eval"]["letters"], kernel=VALIDATOR),
     resources:
         gpu=KERNEL_GRADE_GPUS,
         slurm_partition=partition_for(KERNEL_GRADE_GPUS),

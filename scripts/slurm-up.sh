@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real single-host SLURM cluster for the integration tests (tests/test_slurm.py), on Debian as root,
+# A real single-host SLURM cluster for the integration tests (tests/workflow/test_slurm.py), on Debian as root,
 # without systemd: munged, MariaDB + slurmdbd (so `sacct` answers; the executor plugin polls job states
 # with sacct and hangs without accounting), slurmctld, and one slurmd per virtual node. Two virtual
 # nodes on this host make multi-node jobs real: `srun --nodes=2` starts one task on each.

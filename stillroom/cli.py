@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .io import DataError
-from .provenance import CONFIG_ENV
+from .provenance import CONFIG_ENV, WORKFLOW_ENV
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
             default=os.environ.get(CONFIG_ENV),
             help=f"the resolved config's snapshot, recorded by its hash (default: ${CONFIG_ENV})",
         )
-        p.add_argument("--workflow", help="the workflow's directory, whose git state is recorded")
+        p.add_argument(
+            "--workflow",
+            default=os.environ.get(WORKFLOW_ENV),
+            help=f"the workflow's directory, its git state recorded (default: ${WORKFLOW_ENV})",
+        )
     config = sub.add_parser(
         "config",
         help="check experiment config files (merged in order) and print the resolved config",
@@ -306,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     from .teachers.budget import BudgetExhausted
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # no fork warnings from tokenizers
+    os.environ.setdefault("TQDM_DISABLE", "1")  # progress bars would fill the rules' logs
     args = build_parser().parse_args(argv)
     try:
         if args.command == "show":

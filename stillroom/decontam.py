@@ -1,4 +1,4 @@
-"""``stillroom.decontam.NgramIndex`` at the path tests and users import it from (it lives in
+"""``stillroom.decontam.NgramIndex`` at the path it was first published under (it lives in
 stillroom/data/decontam.py; the decontam stage in stillroom/stages/decontam.py)."""
 
 from .data.decontam import Match, NgramIndex, normalize_words

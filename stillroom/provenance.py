@@ -96,15 +96,17 @@ def redact(obj: Any) -> Any:
     return obj
 
 
-# Where a workflow run tells its jobs the snapshot of its resolved config (rules/common.smk).
+# Where a workflow run tells its jobs the snapshot of its resolved config and the workflow's
+# directory (rules/common.smk).
 CONFIG_ENV = "STILLROOM_CONFIG"
+WORKFLOW_ENV = "STILLROOM_WORKFLOW"
 
 
 @dataclass(frozen=True)
 class Job:
     """What a workflow job knows of itself: its rule, the snapshot of the resolved config it ran
-    under (from ``CONFIG_ENV`` when the CLI is not given one) and the workflow's directory, whose
-    git state is recorded."""
+    under and the workflow's directory, whose git state is recorded (the last two from
+    ``CONFIG_ENV`` and ``WORKFLOW_ENV`` when the CLI is not given them)."""
 
     rule: str | None = None
     config_path: str | None = None

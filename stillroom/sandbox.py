@@ -86,11 +86,21 @@ def limit(
             resource.setrlimit(res, (value, hard))
 
 
-def guard(box: str | None, allow: Callable[[str, tuple], bool] | None = None) -> None:
-    """Install the audit hook. ``box``: the one directory that may be written to (None: none);
-    ``allow(event, args)`` returning True lets an event through that would be refused."""
+def guard(
+    box: str | Callable[[], str | None] | None,
+    allow: Callable[[str, tuple], bool] | None = None,
+) -> None:
+    """Install the audit hook. ``box``: the one directory that may be written to (None: none), or
+    a function saying which one at the moment of each event; ``allow(event, args)`` returning True
+    lets through an event that would be refused."""
     readlink, realpath = os.readlink, os.path.realpath
-    root = realpath(box) if box is not None else None
+    fixed = realpath(box) if isinstance(box, str) else None
+
+    def current() -> str | None:
+        if callable(box):
+            now = box()
+            return realpath(now) if now is not None else None
+        return fixed
 
     def where(path, dir_fd=None) -> str:
         if isinstance(path, int):  # an open file descriptor: where it points
@@ -101,6 +111,7 @@ def guard(box: str | None, allow: Callable[[str, tuple], bool] | None = None) ->
         return realpath(path)  # symlinks resolved: a link in the box cannot point a write outside
 
     def inside(path: str) -> bool:
+        root = current()
         return root is not None and (path == root or path.startswith(root + os.sep))
 
     def refuse(event: str, args: tuple, why: str) -> None:
@@ -122,7 +133,7 @@ def guard(box: str | None, allow: Callable[[str, tuple], bool] | None = None) ->
             else:
                 write = any(c in (mode or "") for c in "wax+")
             # A directory fd outside the box would allow dir_fd-relative writes.
-            if not inside(target) and (write or (root is not None and os.path.isdir(target))):
+            if not inside(target) and (write or (current() is not None and os.path.isdir(target))):
                 refuse(
                     event, args, f"opening {target} for writing (or a directory) outside the box"
                 )

@@ -1,5 +1,5 @@
-"""``stillroom.stats.paired_bootstrap`` and its companions at the path tests and users import them
-from (they live in stillroom/analysis/stats.py)."""
+"""``stillroom.stats.paired_bootstrap`` and its companions at the path they were first
+published under (they live in stillroom/analysis/stats.py)."""
 
 from .analysis.stats import (
     Comparison,

@@ -33,9 +33,6 @@ def small_config() -> dict:
     ]
     cfg["heldout"] = {"size": 24, "dev_size": 12}
     cfg["generation"].update(efforts=["low", "medium"], samples_per_prompt=1, shards=2)
-    # a per-effort error rate names only efforts that are generated
-    rates = cfg["teachers"]["procedural"]["error_rate"]
-    cfg["teachers"]["procedural"]["error_rate"] = {e: rates[e] for e in ("low", "medium")}
     cfg["student"]["tokenizer"]["vocab_size"] = 400
     cfg["student"]["model"].update(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, head_dim=8

@@ -7,7 +7,7 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from string import Formatter
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -25,6 +25,8 @@ class Section(BaseModel):
     """A config section: frozen, strict (no "3" for 3), every key known."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+    # Said after an unknown key of this section: where such a key belongs instead.
+    unknown_hint: ClassVar[str] = ""
 
     @model_validator(mode="before")
     @classmethod
@@ -33,7 +35,7 @@ class Section(BaseModel):
             known = {name: f.alias or name for name, f in cls.model_fields.items()}
             unknown = [k for k in data if k not in known and k not in known.values()]
             if unknown and cls.model_config.get("extra") == "forbid":
-                raise ValueError(unknown_keys(unknown, known.values()))
+                raise ValueError(unknown_keys(unknown, known.values()) + cls.unknown_hint)
         return data
 
     @classmethod
@@ -114,6 +116,9 @@ def _key_path(loc: tuple[Any, ...]) -> list[str]:
     labels = {c.__name__ for c in _subclasses(Section)}
     out: list[Any] = []
     for part in loc:
+        if out and out[-1] in _NAMED:  # a name the user chose: never a tag or a label
+            out.append(part)
+            continue
         tag_place = bool(out) and (
             isinstance(out[-1], int)
             or out[-1] in _UNION_KEYS
@@ -156,4 +161,7 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")]
 PositiveInt = Annotated[int, Field(ge=1)]
 Regex = Annotated[str, AfterValidator(_regex)]
 # Multiple-choice letters, e.g. ABCDEFGHIJ: read by evaluation's grading and by nothing else.
-Letters = Annotated[str, Field(default="ABCD", min_length=2), AfterValidator(_distinct_letters)]
+DEFAULT_LETTERS = "ABCD"
+Letters = Annotated[
+    str, Field(default=DEFAULT_LETTERS, min_length=2), AfterValidator(_distinct_letters)
+]

@@ -53,20 +53,21 @@ class _Source(Section):
     name: Name
 
 
-class ArithmeticSource(_Source):
+class _Generated(_Source):
+    count: PositiveInt
+    max_operand: Annotated[int, Field(ge=2, le=1000)] = 12
+
+
+class ArithmeticSource(_Generated):
     """Generated closed-form math problems."""
 
     kind: Literal["arithmetic"]
-    count: PositiveInt
-    max_operand: Annotated[int, Field(ge=2, le=1000)] = 12
 
 
-class ChoiceSource(_Source):
+class ChoiceSource(_Generated):
     """Generated multiple choice with exactly one right letter."""
 
     kind: Literal["choice"]
-    count: PositiveInt
-    max_operand: Annotated[int, Field(ge=2, le=1000)] = 12
 
 
 class EchoSource(_Source):

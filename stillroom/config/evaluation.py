@@ -43,24 +43,25 @@ class HFBackend(Section):
     backend: Literal["hf"] = "hf"
 
 
-class OpenAIBackend(Section):
+class _Served(Section):
+    model: str | None = Field(None, description="the served name (default: the checkpoint path)")
+    concurrency: PositiveInt = Field(64, description="requests in flight")
+
+
+class OpenAIBackend(_Served):
     """An OpenAI-compatible server already running at ``base_url``."""
 
     backend: Literal["openai"]
     base_url: str = Field(pattern=r"^https?://")
-    model: str | None = Field(None, description="the served name (default: the checkpoint path)")
     api_key_env: str | None = None
-    concurrency: PositiveInt = 64
 
 
-class SGLangBackend(Section):
+class SGLangBackend(_Served):
     """A server per checkpoint, started inside the evaluation job from ``server.command``
     (with ``{model_path}`` and ``{port}``)."""
 
     backend: Literal["sglang"]
     server: Server
-    model: str | None = Field(None, description="the served name (default: the checkpoint path)")
-    concurrency: PositiveInt = 64
 
     @model_validator(mode="after")
     def _placeholders(self) -> SGLangBackend:
@@ -77,7 +78,7 @@ Backend = Annotated[HFBackend | OpenAIBackend | SGLangBackend, Field(discriminat
 tag("hf", "openai", "sglang")
 
 
-class _Served(Section):
+class _BackendOf(Section):
     backend: Backend
 
 
@@ -85,7 +86,7 @@ def parse_backend(spec: Any) -> HFBackend | OpenAIBackend | SGLangBackend:
     """An evaluation backend from its config (eval.backend), checked."""
     if isinstance(spec, HFBackend | OpenAIBackend | SGLangBackend):
         return spec
-    return _Served.parse({"backend": spec}, where="eval").backend
+    return _BackendOf.parse({"backend": spec}, where="eval").backend
 
 
 class Forcing(Section):
@@ -154,7 +155,7 @@ class Eval(Decoding):
         if force and max(force.budgets) > self.max_new_tokens:
             problems.append(
                 f"budget_force.budgets: {max(force.budgets)} is more than max_new_tokens "
-                f"({self.max_new_tokens}); no answer ever thinks that long"
+                f"({self.max_new_tokens}), the overall limit of an answer"
             )
         if problems:
             raise ValueError("\n".join(problems))

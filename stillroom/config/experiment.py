@@ -96,10 +96,12 @@ class Experiment(Section):
                         f"(have {sorted(teacher.levels)})"
                     )
             for i, s in enumerate(self.sources):
-                if s.kind in ("jsonl", "dataset") or (isinstance(s, KernelSource) and s.dir):
+                # JSONL rows may carry the structured form (meta) the teacher answers from
+                if s.kind == "dataset" or (isinstance(s, KernelSource) and s.dir):
                     problems.append(
-                        f"sources.{i} ({s.name}): the procedural teacher answers only generated "
-                        "problems and the project's own kernel problems"
+                        f"sources.{i} ({s.name}): the procedural teacher answers generated "
+                        "problems, JSONL rows with their structured form (meta) and the project's "
+                        "own kernel problems"
                     )
         return problems
 

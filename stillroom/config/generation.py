@@ -113,6 +113,8 @@ class Sampling(Section):
     stop: str | list[str] | None = None
     extra: dict[str, Any] = {}
 
+    unknown_hint = "; a server's own sampling fields go under extra"
+
     @model_serializer(mode="wrap")
     def _given(self, handler: Any) -> dict[str, Any]:
         return {k: v for k, v in handler(self).items() if v is not None and v != {}}
@@ -222,9 +224,10 @@ class Server(Section):
         return self
 
     def missing(self, provided: set[str]) -> list[str]:
-        """Placeholders of ``command`` that neither this server nor ``provided`` fill."""
-        known = {"port", "python", *type(self).model_fields, *(self.model_extra or {}), *provided}
-        return sorted(placeholders(self.command) - known)
+        """Placeholders of ``command`` that neither this server's values nor ``provided`` fill."""
+        values = {**self.model_dump(), **(self.model_extra or {})}
+        filled = {k for k, v in values.items() if isinstance(v, str | int | float)}
+        return sorted(placeholders(self.command) - {"port", "python", *filled, *provided})
 
     @property
     def gpu_count(self) -> int:

@@ -7,6 +7,7 @@ import importlib.metadata
 import re
 from typing import Any
 
+from ..config.base import DEFAULT_LETTERS
 from .formats import answer_text
 from .result import GOLD_UNPARSEABLE, NO_ANSWER, Grade, Options
 
@@ -27,7 +28,7 @@ def _choice_regex(letters: str) -> re.Pattern:
     return re.compile(f"{boxed}|{stated}")
 
 
-def grade_choice(response: str, gold: str, letters: str = "ABCD") -> Grade:
+def grade_choice(response: str, gold: str, letters: str = DEFAULT_LETTERS) -> Grade:
     """The last '\\boxed{X}', 'answer: X' or 'answer is X'; with letters "ABCD", "answer is c" is
     no answer."""
     gold = gold.strip()

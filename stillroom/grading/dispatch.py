@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from ..config.base import DEFAULT_LETTERS
 from .result import Grade, Options
 
 KINDS = ("math", "choice", "instructions", "code", "kernel")
@@ -52,7 +53,7 @@ def grade(
     response: str,
     gold: str,
     kind: str,
-    letters: str = "ABCD",
+    letters: str = DEFAULT_LETTERS,
     kernel: Mapping[str, Any] | None = None,
 ) -> Grade:
     """One answer graded in this process; ``kernel``: the validator's options for kernel answers."""

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..config.base import DEFAULT_LETTERS
 from . import math as math_grader
 from .choice import _choice_regex
 from .dispatch import check_kinds, grader
@@ -136,7 +137,7 @@ def _grade_in_pool(
 def grade_many(
     items: Sequence[tuple[str, str, str]],
     workers: int = 1,
-    letters: str = "ABCD",
+    letters: str = DEFAULT_LETTERS,
     chunksize: int = 64,
     *,
     timeout_s: float = TIMEOUT_S,

@@ -3,7 +3,7 @@
 A fresh worker process spends ~2 s importing torch and triton before a candidate runs. This server
 imports them once, then forks a child per candidate that runs ``worker.main`` exactly as
 ``python -m stillroom.kernels.worker`` does (rlimits, audit hook, launch counting, ``os._exit``),
-in a session of its own. The server is a fresh interpreter started by validator.py, never a fork of
+in a session of its own. The server is a fresh interpreter started by isolation.py, never a fork of
 the caller (which may have threads, CUDA or a trainer), and it never initialises CUDA itself, so
 that each child can.
 
@@ -77,7 +77,6 @@ def _run_child(job_dir: str, device: str, err: int, inherited: list[int], server
         for fd in {devnull, err, *inherited}:
             os.close(fd)
         os.chdir(job_dir)
-        os.environ["TRITON_CACHE_DIR"] = os.path.join(job_dir, "triton-cache")
         worker.main(job_dir, device)
     # reported on stderr, like an uncaught error of a worker process
     except BaseException:  # noqa: BLE001

@@ -17,11 +17,7 @@ from pathlib import Path
 
 def run_process(work: Path, device: str, timeout_s: float) -> tuple[bool, int | None, str]:
     """A fresh interpreter runs the worker: (timed out, exit code, stderr)."""
-    env = {
-        **os.environ,
-        "TRITON_CACHE_DIR": str(work / "triton-cache"),
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     proc = subprocess.Popen(

@@ -5,12 +5,11 @@
 trial and computes the reference outputs here. The candidate runs in a separate process
 (worker.py) that sees only its own source, the init inputs, the weights and the inputs: with a hard
 timeout, an address-space limit on CPU, no sockets, subprocesses or file writes, in a scratch
-directory. That process is forked by a warm server that has imported torch and triton once
-(``isolation="fork"``) or is a fresh interpreter (``isolation="process"``, ~2 s more per
-candidate): isolation.py. Its outputs
-come back as tensors (``torch.load(weights_only=True)``: data, never code) and are compared here,
-where the candidate cannot reach, with dtype-aware tolerances; the inputs must come back
-unmodified.
+directory (the sandbox, sandbox.py). That process is forked by a warm server that has imported
+torch and triton once (``isolation="fork"``) or is a fresh interpreter (``isolation="process"``,
+~2 s more per candidate): isolation.py. Its outputs come back as tensors
+(``torch.load(weights_only=True)``: data, never code) and are compared here, where the candidate
+cannot reach, with dtype-aware tolerances; the inputs must come back unmodified.
 
 Rule reward: the static rules (rules.py) and, at run time, at least one Triton launch and no torch
 compute outside launches. A rule failure zeroes the reward, however correct the outputs.

@@ -25,6 +25,7 @@ import importlib.util
 import os
 import resource
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -73,18 +74,29 @@ class _State:
     in_launch = 0
     launches = 0
     outside: set[str] = set()
+    scratch = ""  # the job's directory: the result is written there, after the candidate is done
     writes_allowed = False
 
 
-# Let through inside a Triton launch, where Triton's own code runs: a GPU compile starts ptxas and
-# writes its cache (TRITON_CACHE_DIR, in the scratch directory).
-_LAUNCH_EVENTS = {"subprocess.Popen", "_posixsubprocess.fork_exec", "os.posix_spawn", "open"}
+def _launch_dir(scratch: str) -> str:
+    """Where Triton's own code may write inside a launch (a GPU compile: its cache, and the
+    temporary files of ptxas). The candidate's job and result files are not in it."""
+    return os.path.join(scratch, "launch")
+
+
+def _writable() -> str | None:
+    """The one directory that may be written to now: none while candidate code runs."""
+    if _State.writes_allowed:
+        return _State.scratch
+    return _launch_dir(_State.scratch) if _State.in_launch else None
+
+
+# Let through inside a Triton launch, where Triton's own code runs: a GPU compile starts ptxas.
+_LAUNCH_EVENTS = {"subprocess.Popen", "_posixsubprocess.fork_exec", "os.posix_spawn"}
 
 
 def _allow(event: str, args: tuple) -> bool:
-    if _State.in_launch:
-        return event in _LAUNCH_EVENTS or event in sandbox.PATH_EVENTS
-    return _State.writes_allowed and event == "open"
+    return bool(_State.in_launch) and event in _LAUNCH_EVENTS
 
 
 def _wrap_launches() -> None:
@@ -175,8 +187,14 @@ def main(scratch: str, device: str) -> None:
         "inputs_after": [],
         "seconds": None,
     }
+    # Triton's cache and temporary files (a GPU compile) go to the launch directory.
+    _State.scratch = scratch
+    launch = Path(_launch_dir(scratch))
+    (launch / "tmp").mkdir(parents=True, exist_ok=True)
+    os.environ.update(TRITON_CACHE_DIR=str(launch / "triton-cache"), TMPDIR=str(launch / "tmp"))
+    tempfile.tempdir = str(launch / "tmp")
     _wrap_launches()
-    sandbox.guard(box=None, allow=_allow)  # no writes: the result is written after it
+    sandbox.guard(box=_writable, allow=_allow)
     _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     if device == "cpu":
         # C code writes files too (torch.save), unseen by the audit hook: EFBIG instead

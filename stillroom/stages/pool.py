@@ -61,7 +61,7 @@ def build_pool(
     the lowest id hash into the held-out test split and the next ``heldout.dev_size`` into the dev
     split (for choices such as the merge ratio, never reported). Disjoint by construction (each id
     lands in exactly one file); checked again on normalised text before anything is written."""
-    p = PoolParams.parse(params)
+    p = PoolParams.parse(params)  # its keys are top-level config keys
     seed = p.seed
     records: dict[str, dict[str, Any]] = {}
     duplicates = 0

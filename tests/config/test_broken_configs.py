@@ -176,7 +176,7 @@ BROKEN = [
         "procedural teacher on own kernel dir",
         KERNELS,
         _set("sources.0.dir", "stillroom/kernels/problems"),
-        "sources.0 (kernelbench): the procedural teacher answers only",
+        "sources.0 (kernelbench): the procedural teacher answers generated problems",
     ),
     (
         "kernel problems twice",
@@ -185,12 +185,39 @@ BROKEN = [
         "sources.0.problems: each problem may be listed once",
     ),
     (
-        "procedural teacher on jsonl",
+        "procedural teacher on jsonl rows with meta",
         DEFAULT,
         _set(
             "sources.2", {"name": "j", "kind": "jsonl", "path": "config/benchmarks/tinybench.jsonl"}
         ),
-        "sources.2 (j): the procedural teacher answers only generated problems",
+        None,
+    ),
+    (
+        "procedural teacher on a dataset",
+        DEFAULT,
+        _set("sources.2", {"name": "d", "kind": "dataset", "path": "some/hub-dataset"}),
+        "sources.2 (d): the procedural teacher answers generated problems",
+    ),
+    (
+        "sampling field of a server",
+        DEFAULT,
+        _add_teacher("api", {**API, "sampling": {"chat_template_kwargs": {}}}),
+        "a server's own sampling fields go under extra",
+    ),
+    (
+        "a server placeholder without a value",
+        DEFAULT,
+        _add_teacher(
+            "s",
+            {"backend": "sglang", "model": "m", "server": {"command": "x --gpus {gpus} {port}"}},
+        ),
+        "teachers.s.server.command: no value for {gpus}",
+    ),
+    (
+        "a teacher named like a config class",
+        DEFAULT,
+        _add_teacher("Server", {**API, "timeout_s": -1}),
+        "teachers.Server.timeout_s",
     ),
     # splits and decontamination
     ("heldout negative", DEFAULT, _set("heldout.size", -1), "heldout.size"),
@@ -299,7 +326,7 @@ BROKEN = [
         "sampling typo",
         DEFAULT,
         _add_teacher("api", {**API, "sampling": {"temprature": 0.7}}),
-        "teachers.api.sampling: unknown key 'temprature' (did you mean 'temperature'?)",
+        "teachers.api.sampling: unknown key 'temprature' (did you mean 'temperature'?); allowed:",
     ),
     (
         "sampling top_p",

@@ -202,6 +202,28 @@ def test_cheat_earns_nothing(name):
     assert any(why in reason for reason in r.reasons), (name, r.reasons)
 
 
+def test_code_inside_a_launch_writes_nowhere_outside_the_launch_directory(tmp_path):
+    """In Triton's interpreter the kernel body runs as Python inside the launch, where Triton's
+    own code may write its cache: the candidate must not reach any other file from there."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    for attack in (f"os.remove({str(victim)!r})", f"open({str(tmp_path / 'new.txt')!r}, 'w')"):
+        source = candidate(
+            "out = torch.empty_like(x)\nevil_kernel[(1,)](x, BLOCK=4)\nlaunch(x, out)\nreturn out",
+            prelude=f"""
+        import os
+
+
+        @triton.jit
+        def evil_kernel(x_ptr, BLOCK: tl.constexpr):
+            {attack}
+        """,
+        )
+        r = evaluate(RELU, source, timeout_s=30)
+        assert r.reward == 0 and any("sandbox:" in reason for reason in r.reasons), r.reasons
+    assert victim.read_text() == "keep me" and not (tmp_path / "new.txt").exists()
+
+
 def test_a_rule_failure_zeroes_a_correct_result():
     r = evaluate(RELU, CHEATS["kernel launched, torch computes the answer"][0])
     assert (r.exec_reward, r.rule_reward, r.reward, r.launched_triton) == (1.0, 0.0, 0.0, True)

@@ -57,7 +57,7 @@ def test_every_rule_logs_times_and_names_its_environment():
             assert "stillroom_cli(" in block, f"{smk.name}: a rule not calling its stage"
     assert rules >= 20
     common = (REPO / "rules" / "common.smk").read_text()
-    assert '" >> {log:q} 2>&1"' in common  # stdout and stderr of every stage go to its log
+    assert '>> {log:q} 2>&1"' in common  # stdout and stderr of every stage go to its log
 
 
 def test_the_conda_environment_lists_the_project_dependencies():

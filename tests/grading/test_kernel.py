@@ -1,0 +1,33 @@
+"""The kernel grader: the kernel track's reward of an answer as a grade, and what it records."""
+
+from __future__ import annotations
+
+from stillroom.grading.kernel import grade, info, item_limit
+from stillroom.grading.result import Options
+from stillroom.teachers.procedural import ProceduralTeacher
+
+from ..conftest import kernel_records
+
+
+def test_a_grade_is_reward_one_with_every_flag_in_its_details():
+    rec = kernel_records(["relu"])[0]
+    good = ProceduralTeacher("p", {}).complete(rec, "medium", 0, 1).text
+    options = Options.parse({"kernel": {"trials": 1, "timeout_s": 30}, "seed": 3})
+    g = grade(good, rec["answer"], options)
+    assert (g.correct, g.status) == (True, "ok")
+    assert g.details["reward"] == 1.0 and g.details["launched_triton"] and g.details["answered"]
+    none = grade("I would rather not.", rec["answer"], options)
+    assert (none.correct, none.status, none.details["answered"]) == (False, "no_answer", False)
+
+
+def test_the_worker_waits_longer_than_the_validator_and_the_grader_is_named():
+    options = Options.parse({"kernel": {"timeout_s": 12.5}, "seed": 4})
+    assert item_limit(options) == 72.5  # the validator reports its own timeout first
+    recorded = info(options)
+    assert recorded["name"] == "kernel-validator"
+    assert recorded["options"]["validator"] == {
+        "device": "cpu",
+        "trials": 3,
+        "timeout_s": 12.5,
+        "seed": 4,
+    }
