@@ -15,6 +15,7 @@ from snakemake.settings.types import DeploymentMethod
 import stillroom.config
 import stillroom.io
 import stillroom.provenance
+import stillroom.runtime.templates
 from stillroom.cluster import backend_gpus, stage_gpus, train_resources
 from stillroom.kernels.problemset import kernel_files, solution_files
 
@@ -33,6 +34,13 @@ except (stillroom.config.ConfigError, stillroom.io.DataError) as exc:
     raise WorkflowError(str(exc)) from None
 config.clear()
 config.update(RESOLVED)
+
+# A student whose chat template cannot mark its assistant turns fails here, not after generation.
+TEMPLATE_PROBLEM = stillroom.runtime.templates.config_problem(
+    config["student"]["pretrained"], config["train"]["chat_template"], REPO
+)
+if TEMPLATE_PROBLEM:
+    raise WorkflowError(f"invalid config: {TEMPLATE_PROBLEM}")
 
 CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 if shutil.which("stillroom") is None and not CONDA:

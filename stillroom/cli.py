@@ -98,7 +98,9 @@ STAGES: dict[str, Stage] = {
         ("model",),
         "save a pretrained student (path or hub id) as the experiment's base",
     ),
-    "train": Stage("train:run", ("base", "dataset"), ("model",), "supervised fine-tuning"),
+    "train": Stage(
+        "train:run", ("base", "dataset", "chat_template?"), ("model",), "supervised fine-tuning"
+    ),
     "grpo": Stage(
         "grpo:run",
         ("base", "problems"),
@@ -250,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
             multi = spec.endswith("*")
             # "*": an experiment may have none (e.g. no benchmarks besides its held-out split)
             p.add_argument(
-                f"--{spec.rstrip('*?')}",
+                f"--{spec.rstrip('*?').replace('_', '-')}",
+                dest=spec.rstrip("*?"),
                 required=not spec.endswith("?"),
                 nargs="*" if multi else None,
                 metavar="NAME=PATH" if multi else "PATH",

@@ -207,4 +207,6 @@ class Experiment(Section):
                 check(f"sources.{i}.path", s.path)
             elif isinstance(s, KernelSource) and s.dir:
                 check(f"sources.{i}.dir", s.dir, want_dir=True)
+        if self.train.chat_template:
+            check("train.chat_template", self.train.chat_template)
         return problems

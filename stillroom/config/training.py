@@ -217,6 +217,12 @@ class Train(Section):
         "sdpa", description="sdpa (CPU), or flash_attention_2 (packed varlen on GPU)"
     )
     gradient_checkpointing: bool = False
+    chat_template: str | None = Field(
+        None,
+        description="a Jinja file (relative to the repository) with {% generation %} markers, to "
+        "train with when the student's template has none and TRL has no training variant of it; "
+        "the checkpoint keeps the student's own",
+    )
     distributed: Distributed = Distributed()
     device_map: str | dict[str, Any] | None = Field(
         None, description="model parallel in one process (e.g. auto)"

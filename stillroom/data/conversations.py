@@ -171,9 +171,11 @@ def _parse_assistant_calls(msg: dict, calls: dict[str, str], error) -> dict[str,
     return out
 
 
-def check_renders(tokenizer, examples: list[dict], source: str = "dataset") -> None:
-    """Render every example with the tokenizer's own chat template; raise one DataError for all
-    failures.
+def check_renders(
+    tokenizer, examples: list[dict], source: str = "dataset", chat_template: str | None = None
+) -> None:
+    """Render every example with ``chat_template`` (default: the tokenizer's own); raise one
+    DataError for all failures.
 
     A template that ignores tool turns can render without error yet drop them, so the text must
     also contain each tool result and each called function's name.
@@ -181,7 +183,9 @@ def check_renders(tokenizer, examples: list[dict], source: str = "dataset") -> N
     bad = []
     for ex in examples:
         try:
-            text = tokenizer.apply_chat_template(ex["messages"], tokenize=False)
+            text = tokenizer.apply_chat_template(
+                ex["messages"], tokenize=False, chat_template=chat_template
+            )
         # any template failure is a mismatch to report, not a crash
         except Exception as exc:  # noqa: BLE001
             bad.append(f"{ex['id']} ({type(exc).__name__}: {exc})")

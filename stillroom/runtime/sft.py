@@ -23,32 +23,35 @@ from ..io import DataError
 from .adapters import disable_cpu_repacking, lora_config, quantization_config
 from .checkpoints import sharded_checkpoints
 from .launch import load_kwargs
+from .templates import TrainingTemplate
+
+
+def encode_examples(tokenizer, template: TrainingTemplate, examples: list[dict]) -> list[dict]:
+    """Each example's ``input_ids`` and ``assistant_masks`` under the training template."""
+    return [template.encode(tokenizer, ex["messages"]) for ex in examples]
 
 
 def supervision_stats(
-    tokenizer, examples: list[dict], max_length: int, source: str = "dataset"
+    encoded: list[dict], ids: list[str], max_length: int, source: str = "dataset"
 ) -> dict[str, int]:
     """Count tokens after truncation at max_length; fail if any example keeps no assistant token."""
     total = supervised = truncated = 0
     empty = []
-    for ex in examples:
-        enc = tokenizer.apply_chat_template(
-            ex["messages"], tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-        )
+    for enc, id_ in zip(encoded, ids, strict=True):
         mask = enc["assistant_masks"][:max_length]
         truncated += len(enc["input_ids"]) > max_length
         total += len(mask)
         supervised += sum(mask)
         if not any(mask):
-            empty.append(ex["id"])
+            empty.append(id_)
     if empty:
         raise DataError(
-            f"{source}: {len(empty)} of {len(examples)} examples have no assistant tokens left "
+            f"{source}: {len(empty)} of {len(encoded)} examples have no assistant tokens left "
             f"after truncation at max_length={max_length} "
             f"(ids: {', '.join(empty[:10])}{' ...' if len(empty) > 10 else ''})"
         )
     return {
-        "examples": len(examples),
+        "examples": len(encoded),
         "supervised_tokens": supervised,
         "total_tokens": total,
         "truncated": truncated,
@@ -142,14 +145,15 @@ def load_model(base_dir, params: Train):
 
 def build_trainer(
     base_dir,
-    examples: list[dict],
+    encoded: list[dict],
     params: Train,
     output_dir,
     callbacks=(),
     resume: str | None = None,
     seed: int = 0,
 ):
-    """The SFTTrainer for ``examples``, the model loaded fresh from ``base_dir``."""
+    """The SFTTrainer for ``encoded`` examples (``encode_examples``), the model loaded fresh from
+    ``base_dir``."""
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, PrinterCallback
@@ -176,7 +180,9 @@ def build_trainer(
         max_length=params.max_length,
         packing=True,
         packing_strategy="bfd",
-        assistant_only_loss=True,
+        # the rows come tokenized with their assistant masks (templates.py), which TRL turns into
+        # labels; its own assistant_only_loss would render them again with a template of its choice
+        assistant_only_loss=False,
         use_cpu=not cuda,
         bf16=cuda,  # bf16 autocast on GPU, whatever the storage dtype
         include_num_input_tokens_seen="non_padding",
@@ -191,7 +197,7 @@ def build_trainer(
         # large model
         gradient_checkpointing=params.gradient_checkpointing,
     )
-    dataset = Dataset.from_list([{"messages": ex["messages"]} for ex in examples])
+    dataset = Dataset.from_list(encoded)
     trainer = SFTTrainer(
         model=model,
         args=config,

@@ -4,6 +4,7 @@ checkpoint beside the output."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 import time
@@ -22,7 +23,14 @@ from ..runtime import launch
 from ..runtime.adapters import resolve_targets, trainable_breakdown
 from ..runtime.checkpoints import last_checkpoint, save_for_inference
 from ..runtime.hooks import WeightHooks, step_callback
-from ..runtime.sft import build_trainer, gather_adapter, progress_callback, supervision_stats
+from ..runtime.sft import (
+    build_trainer,
+    encode_examples,
+    gather_adapter,
+    progress_callback,
+    supervision_stats,
+)
+from ..runtime.templates import training_template
 
 
 class Params(Train):
@@ -43,12 +51,19 @@ def run(
     dataset: str,
     out_model: str,
     params: Mapping[str, Any] | Params,
+    chat_template: str | None = None,
     threads: int = 1,
     log: Callable[[str], Any] = print,
     **_: Any,
 ) -> dict[str, Any]:
     p = Params.parse(params, where="train")
-    kwargs = {"base_dir": base, "dataset_path": dataset, "out_dir": out_model, "params": p.dump()}
+    kwargs = {
+        "base_dir": base,
+        "dataset_path": dataset,
+        "out_dir": out_model,
+        "chat_template": chat_template,
+        "params": p.dump(),
+    }
     return launch.run(p.layout, train_sft, kwargs, threads=threads, log=log, where="train")
 
 
@@ -56,12 +71,14 @@ def train_sft(
     base_dir,
     dataset_path,
     out_dir,
+    chat_template=None,
     *,
     params: Mapping[str, Any] | Params,
     threads: int = 1,
     log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
-    """Fine-tune the model in ``base_dir`` on ``dataset_path``; save it to ``out_dir``; return
+    """Fine-tune the model in ``base_dir`` on ``dataset_path``, rendered with ``chat_template`` or
+    the one ``training_template`` finds; save it to ``out_dir`` with its own template; return
     metrics. In a torchrun worker every rank runs this; rank 0 alone writes files and logs."""
     import torch
     from transformers import AutoTokenizer
@@ -75,8 +92,12 @@ def train_sft(
     torch.set_num_threads(threads)
     examples = load_conversations(dataset_path)
     tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
-    check_renders(tokenizer, examples, source=str(dataset_path))
-    stats = supervision_stats(tokenizer, examples, p.max_length, source=str(dataset_path))
+    template = training_template(tokenizer, chat_template, where=str(base_dir))
+    check_renders(tokenizer, examples, source=str(dataset_path), chat_template=template.text)
+    encoded = encode_examples(tokenizer, template, examples)
+    ids = [ex["id"] for ex in examples]
+    stats = supervision_stats(encoded, ids, p.max_length, source=str(dataset_path))
+    log(f"chat template for training: {template.origin}")
     log(
         f"{stats['examples']} examples, {stats['supervised_tokens']} supervised of "
         f"{stats['total_tokens']} tokens ({stats['truncated']} truncated at max_length "
@@ -92,6 +113,7 @@ def train_sft(
             "params": p.dump(),
             "base": digest(base_dir)["sha256"],
             "dataset": digest(dataset_path)["sha256"],
+            "chat_template": hashlib.sha256(template.text.encode()).hexdigest(),
         }
         last = last_checkpoint(checkpoints, fingerprint, log, main)
     sampled: dict[str, dict] = {}
@@ -104,7 +126,7 @@ def train_sft(
     with atomic_dir(out_dir) if main else tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         trainer = build_trainer(
-            base_dir, examples, p, checkpoints, callbacks=callbacks, resume=last, seed=p.seed
+            base_dir, encoded, p, checkpoints, callbacks=callbacks, resume=last, seed=p.seed
         )
         breakdown = trainable_breakdown(trainer.model)
         log(
@@ -146,6 +168,7 @@ def train_sft(
         "tokens_per_second": round(trainer.state.num_input_tokens_seen / max(seconds, 1e-9), 1),
         "packing_efficiency": round(real / (len(packed) * p.max_length), 4),
         "world_size": p.layout.world_size,
+        "chat_template": template.origin,
         **({"sampled_options": sampled} if sampled else {}),
         **breakdown,
     }

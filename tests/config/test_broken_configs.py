@@ -596,6 +596,18 @@ BROKEN = [
         "train.lora.dropout: must be 0 with target_parameters",
     ),
     (
+        "training template missing",
+        DEFAULT,
+        _set("train.chat_template", "config/no-such-template.jinja"),
+        "train.chat_template: config/no-such-template.jinja does not exist",
+    ),
+    (
+        "training template a directory",
+        DEFAULT,
+        _set("train.chat_template", "config"),
+        "train.chat_template: config is a directory",
+    ),
+    (
         "bf16 full fine-tune",
         DEFAULT,
         _set("train.dtype", "bfloat16"),

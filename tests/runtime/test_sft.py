@@ -6,7 +6,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from stillroom.config import Train
 from stillroom.data.conversations import load_conversations
-from stillroom.runtime.sft import build_trainer, collate_packed_rows
+from stillroom.runtime.sft import build_trainer, collate_packed_rows, encode_examples
+from stillroom.runtime.templates import training_template
 
 from ..conftest import synthetic_rows
 
@@ -82,8 +83,9 @@ def test_packed_documents_do_not_attend_to_each_other(setup):
 def test_trainer_batches_label_only_assistant_tokens(setup, tmp_path):
     examples = load_conversations(setup / "train.jsonl")[:40]
     params = Train.parse(dict(batch_size=4, max_length=128), where="train")
-    trainer = build_trainer(setup / "base", examples, params, tmp_path / "trainer")
-    tok = trainer.processing_class
+    tok = AutoTokenizer.from_pretrained(setup / "base")
+    encoded = encode_examples(tok, training_template(tok), examples)
+    trainer = build_trainer(setup / "base", encoded, params, tmp_path / "trainer")
     expected = {}
     for ex in examples:
         enc = tok.apply_chat_template(

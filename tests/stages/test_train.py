@@ -2,9 +2,12 @@
 nothing and bad params fail before training; a killed job resumes to the same weights."""
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
+import trl
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from stillroom.config import ConfigError
@@ -93,6 +96,25 @@ def test_examples_truncated_to_no_supervision_fail(setup, tmp_path):
     path = write_rows(tmp_path / "data.jsonl", rows)
     with pytest.raises(DataError, match=r"1 of 3 examples .* max_length=64 \(ids: ex-1\)"):
         train_sft(setup / "base", path, tmp_path / "out", params={"max_length": 64})
+
+
+def test_a_student_with_the_real_qwen3_template_trains_and_keeps_it(setup, tmp_path):
+    """Qwen3's own template has no generation markers: training renders with TRL's variant, and
+    the checkpoint serves with the model's own."""
+    qwen3 = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    base = tmp_path / "base"
+    shutil.copytree(setup / "base", base)
+    tok = AutoTokenizer.from_pretrained(base)
+    tok.chat_template = qwen3
+    tok.save_pretrained(base)
+    params = dict(max_steps=2, batch_size=4, max_length=256, seed=0)
+    lines = []
+    metrics = train_sft(
+        base, setup / "train.jsonl", tmp_path / "sft", params=params, log=lines.append
+    )
+    assert metrics["chat_template"] == "trl" and metrics["supervised_tokens"] > 0
+    assert "chat template for training: trl" in lines
+    assert AutoTokenizer.from_pretrained(tmp_path / "sft").chat_template == qwen3
 
 
 def test_unknown_param_raises(setup):

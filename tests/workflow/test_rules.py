@@ -137,3 +137,45 @@ def test_the_snakefile_needs_stillroom_on_path(tmp_path):
     )
     assert proc.returncode != 0
     assert "`stillroom` is not on PATH" in proc.stdout + proc.stderr
+
+
+def test_a_student_whose_template_cannot_be_marked_is_refused_at_dag_build(tmp_path):
+    """A local pretrained student is checked while the workflow is parsed; a configured training
+    template reaches the train job as an input."""
+    from stillroom.runtime.student import CHAT_TEMPLATE, train_tokenizer
+
+    tokenizer = tmp_path / "student"
+    tok = train_tokenizer(["What is 2 + 5?"] * 20, tokenizer, vocab_size=300, min_frequency=2)
+    tok.chat_template = CHAT_TEMPLATE.replace("{% generation %}", "").replace(
+        "{% endgeneration %}", ""
+    )
+    tok.save_pretrained(tokenizer)
+    overlay = tmp_path / "student.yaml"
+    overlay.write_text(
+        yaml.safe_dump(
+            {"student": {"pretrained": str(tokenizer), "tokenizer": None, "model": None}}
+        )
+    )
+    refused = _snakemake("-n", cwd=tmp_path, configfiles=[REPO / "config" / "config.yaml", overlay])
+    assert refused.returncode != 0
+    assert "student.pretrained" in refused.stdout + refused.stderr
+    assert "train.chat_template" in refused.stdout + refused.stderr
+
+    (tmp_path / "train.jinja").write_text(CHAT_TEMPLATE)
+    overlay.write_text(
+        yaml.safe_dump(
+            {
+                "student": {"pretrained": str(tokenizer), "tokenizer": None, "model": None},
+                "train": {"chat_template": str(tmp_path / "train.jinja")},
+            }
+        )
+    )
+    plan = _snakemake(
+        "-n",
+        "-p",
+        "results/tiny/ckpt/sft",
+        cwd=tmp_path,
+        configfiles=[REPO / "config" / "config.yaml", overlay],
+    )
+    assert plan.returncode == 0, plan.stdout[-2000:] + plan.stderr[-2000:]
+    assert f"--chat-template {tmp_path / 'train.jinja'}" in plan.stdout
