@@ -147,3 +147,96 @@ def iter_jsonl(
                         f"got {type(rec[key]).__name__} {rec[key]!r:.60}"
                     )
             yield rec
+
+
+class Journal:
+    """Records of a long job appended to ``<out>.partial`` and fsynced as they finish, so a job
+    killed at any point resumes without losing or redoing a finished record; ``out`` itself appears
+    (atomically) only when ``finish`` is called. A torn last line (killed mid-write) is dropped.
+
+    With a ``fingerprint`` (what the records depend on: params, input hashes) the file opens with
+    it, and a partial file of other inputs is started over rather than resumed.
+    """
+
+    def __init__(
+        self,
+        out: str | os.PathLike,
+        log=print,
+        fingerprint: Mapping[str, Any] | None = None,
+    ):
+        self.out = Path(out)
+        self.partial = Path(f"{out}.partial")
+        self.log = log
+        self.fingerprint = json.loads(json.dumps(fingerprint)) if fingerprint else None
+        self._fh = None
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """The finished records of an earlier run, by key."""
+        done: dict[str, dict[str, Any]] = {}
+        if not self.partial.exists():
+            return done
+        lines = self.partial.read_text(encoding="utf-8").splitlines(keepends=True)
+        good = 0
+        for i, line in enumerate(lines):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                if i != len(lines) - 1:
+                    raise DataError(
+                        f"{self.partial}:{i + 1}: corrupt record in the middle of the file"
+                    ) from None
+                self.log(f"warning: dropped a torn last line in {self.partial}")
+                break
+            good += len(line.encode())
+            if "fingerprint" in rec:
+                if i == 0 and rec["fingerprint"] == self.fingerprint:
+                    continue
+                self.log(f"{self.partial} was written with other inputs or params: starting over")
+                self.partial.unlink()
+                return {}
+            if i == 0 and self.fingerprint is not None:
+                self.log(f"{self.partial} has no fingerprint: starting over")
+                self.partial.unlink()
+                return {}
+            done[rec["key"]] = rec
+        # cut the torn tail so appends start on a clean line
+        with open(self.partial, "r+b") as fh:
+            fh.truncate(good)
+        return done
+
+    def __enter__(self) -> Journal:
+        self.partial.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not self.partial.exists() or self.partial.stat().st_size == 0
+        self._fh = open(self.partial, "a", encoding="utf-8")
+        if fresh and self.fingerprint is not None:
+            self.append([{"fingerprint": self.fingerprint}])
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._fh.close()
+
+    def append(self, records: Iterable[Mapping[str, Any]]) -> None:
+        self._fh.write("".join(dumps_line(r) for r in records))
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def finish(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Write ``out`` (atomically) and remove the partial file."""
+        n = write_jsonl(self.out, records)
+        self.partial.unlink(missing_ok=True)
+        return n
+
+
+def stat_fingerprint(path: str | os.PathLike) -> dict[str, list[int]]:
+    """Size and modification time of each file under ``path`` (or of the file): cheap to take for a
+    large checkpoint, and a rebuilt one differs."""
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return {
+        str(f.relative_to(path) if path.is_dir() else f.name): [
+            f.stat().st_size,
+            f.stat().st_mtime_ns,
+        ]
+        for f in files
+        if f.exists()
+    }

@@ -130,3 +130,17 @@ def save_for_inference(model, tokenizer, base_dir, out_dir) -> None:
         model.generation_config = generation_config(tokenizer)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_length(model_dir) -> int | None:
+    """The context (prompt plus new tokens) a checkpoint was built for, from its config.json; None
+    for a model that is not a local checkpoint or does not say."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config = config.get("text_config", config)  # multimodal checkpoints nest the language model's
+    return next((int(config[k]) for k in CONTEXT_KEYS if config.get(k)), None)

@@ -17,9 +17,11 @@ from pydantic import Field
 
 from ..config import Decoding, Forcing
 from ..data.sources import load_benchmark
-from ..grading.formats import effort_tag, user_content
+from ..grading.formats import END_THINK, effort_tag, user_content
 from ..ids import prompt_id
-from ..io import write_jsonl
+from ..io import DataError, Journal, stat_fingerprint
+from ..provenance import digest
+from ..runtime.checkpoints import context_length
 from ..runtime.decoding import Answer, budget_force, continue_truncated
 
 
@@ -41,22 +43,32 @@ def load_problems(path: str, benchmark: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _generate(lm, prefixes: list[list[int]], p: Params, seed: int) -> list[Answer]:
-    """One batch of answers: budget-forced, or sampled and continued while cut off."""
+def _generate(lm, prefixes: list[list[int]], p: Params, seed: int, room: int) -> list[Answer]:
+    """One batch of answers within ``room`` new tokens: budget-forced, or sampled and continued
+    while cut off."""
     common = {"temperature": p.temperature, "top_p": p.top_p, "seed": seed}
     if p.budget:
+        forced = len(lm.encode(END_THINK + p.answer_cue))
         return budget_force(
             lm,
             prefixes,
-            budget=p.budget,
+            budget=min(p.budget, room - p.answer_tokens - forced),
             answer_tokens=p.answer_tokens,
             cue=p.answer_cue,
             **common,
         )
-    limit = p.max_new_tokens
+    limit = min(p.max_new_tokens, room)
     request = min(limit, p.request_tokens or limit)
     first = lm.complete(prefixes, max_new_tokens=request, **common)
     return continue_truncated(lm, prefixes, first, limit=limit, request_tokens=request, **common)
+
+
+def _needs(p: Params, lm) -> int:
+    """New tokens an answer may take: the thinking budget plus the forced close and the answer, or
+    max_new_tokens."""
+    if p.budget:
+        return p.budget + len(lm.encode(END_THINK + p.answer_cue)) + p.answer_tokens
+    return p.max_new_tokens
 
 
 def run(
@@ -69,34 +81,76 @@ def run(
     log: Callable[[str], None] = print,
     **_: Any,
 ) -> dict[str, Any]:
+    """Sample every problem; batches are journaled as they finish (a killed job resumes without
+    redoing one, to the same samples), and ``out_samples`` appears only when all are done."""
     from ..runtime.served import open_lm
 
     p = Params.parse(params, where="eval")
     rows = load_problems(problems, p.benchmark)
-    with open_lm(model, p.backend, threads) as lm:
-        records, generated, seconds = _sample_all(lm, rows, p, log)
+    fingerprint = {
+        "params": p.dump(),
+        "problems": digest(problems)["sha256"],
+        "model": stat_fingerprint(model),
+    }
+    journal = Journal(out_samples, log, fingerprint)
+    done = journal.load()
+    if done:
+        log(f"resuming: {len(done)} samples already done")
+    with open_lm(model, p.backend, threads) as lm, journal:
+        records, generated, seconds = _sample_all(
+            lm, rows, p, log, journal, done, context_length(model)
+        )
     records.sort(key=lambda r: (r["prompt_id"], r["sample_index"]))
-    write_jsonl(out_samples, records)
+    journal.finish(records)
     cut = sum(r["finish_reason"] == "length" for r in records)
+    clamped = sum("context_limit" in r for r in records)
     return {
         "problems": len(rows),
         "samples": len(records),
-        "completion_tokens": generated,
+        "completion_tokens": sum(r["completion_tokens"] for r in records),
         "cap_hit_rate": round(cut / max(1, len(records)), 4),
         "continued": sum("segments" in r and not r.get("forced") for r in records),
         "forced": sum(bool(r.get("forced")) for r in records),
         "tokens_per_s": round(generated / max(seconds, 1e-9), 1),
+        **({"resumed": len(done)} if done else {}),
+        **({"context_clamped": clamped} if clamped else {}),
     }
 
 
-def _sample_all(lm, rows: list[dict[str, Any]], p: Params, log: Callable[[str], None]):
-    """(records, completion tokens, seconds): k answers per problem, identical problems and sample
-    indices for every model."""
+def _room(rows, prompts, idx, need: int, context: int | None, log) -> int:
+    """New tokens the batch ``idx`` may take: ``need``, or less where the longest prompt leaves
+    less of the model's context."""
+    if context is None:
+        return need
+    longest = max(idx, key=lambda i: len(prompts[i]))
+    room = context - len(prompts[longest])
+    if room < 1:
+        raise DataError(
+            f"eval: problem {rows[longest]['prompt_id']} has a prompt of {len(prompts[longest])} "
+            f"tokens, which leaves no room in the model's {context}-token context"
+        )
+    if room < need:
+        log(f"warning: answers clamped to {room} new tokens to fit the {context}-token context")
+    return min(room, need)
+
+
+def _sample_all(
+    lm,
+    rows: list[dict[str, Any]],
+    p: Params,
+    log: Callable[[str], None],
+    journal: Journal,
+    done: Mapping[str, dict[str, Any]],
+    context: int | None,
+):
+    """(records, completion tokens generated now, seconds): k answers per problem, identical
+    problems and sample indices for every model; a batch found in ``done`` is not sampled again."""
     k, name, bench = p.samples, p.model_name, p.benchmark
     system = [{"role": "system", "content": effort_tag(p.effort_tag, p.effort)}] if p.effort else []
     prompts = [
         lm.encode(lm.render(system + [{"role": "user", "content": user_content(r)}])) for r in rows
     ]
+    need = _needs(p, lm)
     # Similar lengths share a batch: less padding.
     order = sorted(range(len(rows)), key=lambda i: len(prompts[i]))
     per_batch = max(1, p.batch_size // k)
@@ -104,12 +158,18 @@ def _sample_all(lm, rows: list[dict[str, Any]], p: Params, log: Callable[[str], 
     t0, generated = time.monotonic(), 0
     for b in range(0, len(order), per_batch):
         idx = order[b : b + per_batch]
-        answers = _generate(lm, [prompts[i] for i in idx for _ in range(k)], p, p.seed + b)
+        keys = [f"{rows[i]['prompt_id']}/{name}/{s}" for i in idx for s in range(k)]
+        if all(key in done for key in keys):
+            records += [done[key] for key in keys]
+            continue
+        room = _room(rows, prompts, idx, need, context, log)
+        answers = _generate(lm, [prompts[i] for i in idx for _ in range(k)], p, p.seed + b, room)
+        batch = []
         for j, answer in enumerate(answers):
             row, s = rows[idx[j // k]], j % k
             generated += answer.completion_tokens
             record = {
-                "key": f"{row['prompt_id']}/{name}/{s}",
+                "key": keys[j],
                 "prompt_id": row["prompt_id"],
                 "model": name,
                 "benchmark": bench,
@@ -129,8 +189,12 @@ def _sample_all(lm, rows: list[dict[str, Any]], p: Params, log: Callable[[str], 
                     forced=answer.forced,
                     thinking_tokens=answer.thinking_tokens,
                 )
-            records.append(record)
-        done = min(b + per_batch, len(order))
-        rate = generated / (time.monotonic() - t0)
-        log(f"{name} on {bench}: {done}/{len(rows)} problems, {rate:.0f} tok/s")
+            if room < need:
+                record["context_limit"] = room
+            batch.append(record)
+        journal.append(batch)
+        records += batch
+        done_now = min(b + per_batch, len(order))
+        rate = generated / max(time.monotonic() - t0, 1e-9)
+        log(f"{name} on {bench}: {done_now}/{len(rows)} problems, {rate:.0f} tok/s")
     return records, generated, time.monotonic() - t0

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
 
 from ..config import Effort, Section, TeacherSpec
 from ..data.records import POOL_KEYS
-from ..io import DataError, dumps_line, read_jsonl, write_jsonl
+from ..io import DataError, Journal, read_jsonl
 from ..provenance import now
 from ..teachers import Completion, SkipSample, Teacher, TeacherError, make_teacher
 from ..teachers.budget import BudgetExhausted
@@ -48,31 +45,6 @@ class Params(Section):
 
 def sample_key(prompt_id: str, teacher: str, effort: str, index: int) -> str:
     return f"{prompt_id}/{teacher}/{effort}/{index}"
-
-
-def _resume(partial: Path, log: Callable[[str], None]) -> dict[str, dict[str, Any]]:
-    """Completed records of an earlier run; a torn last line (killed mid-write) is dropped."""
-    done: dict[str, dict[str, Any]] = {}
-    if not partial.exists():
-        return done
-    lines = partial.read_text(encoding="utf-8").splitlines(keepends=True)
-    good = 0
-    for i, line in enumerate(lines):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if i != len(lines) - 1:
-                raise ValueError(
-                    f"{partial}:{i + 1}: corrupt record in the middle of the file"
-                ) from None
-            log(f"warning: dropped a torn last line in {partial}")
-            break
-        done[rec["key"]] = rec
-        good += len(line.encode())
-    # cut the torn tail so appends start on a clean line
-    with open(partial, "r+b") as fh:
-        fh.truncate(good)
-    return done
 
 
 def _record(
@@ -210,11 +182,10 @@ def run(
     teacher_name, k = p.teacher, p.samples
     teacher = make_teacher(teacher_name, p.spec.dump())
     problems = read_jsonl(shard, required=POOL_KEYS)
-    partials = {e: Path(o + ".partial") for e, o in zip(efforts, outs, strict=True)}
+    journals = {e: Journal(o, log) for e, o in zip(efforts, outs, strict=True)}
     # records that failed for good are not done: they are retried
     done = {
-        e: {key: r for key, r in _resume(partials[e], log).items() if not r.get("error")}
-        for e in efforts
+        e: {key: r for key, r in journals[e].load().items() if not r.get("error")} for e in efforts
     }
     if any(done.values()):
         log(f"resuming: {sum(map(len, done.values()))} samples already done")
@@ -226,15 +197,11 @@ def run(
         if sample_key(problem["prompt_id"], teacher_name, e, i) not in done[e]
     ]
     with contextlib.ExitStack() as stack:
-        handles = {
-            e: stack.enter_context(open(partials[e], "a", encoding="utf-8")) for e in efforts
-        }
+        for journal in journals.values():
+            stack.enter_context(journal)
 
         def sink(rec: dict[str, Any]) -> None:
-            fh = handles[rec["effort"]]
-            fh.write(dumps_line(rec))
-            fh.flush()
-            os.fsync(fh.fileno())
+            journals[rec["effort"]].append([rec])
             done[rec["effort"]][rec["key"]] = rec
 
         asyncio.run(_drive(teacher, pending, p.seed, sink, log))
@@ -247,14 +214,13 @@ def run(
         if len(failed) > teacher.spec["max_failed_fraction"] * len(recs):
             raise TeacherError(
                 f"{len(failed)} of {len(recs)} samples failed for good (e.g. {failed[0]['key']}: "
-                f"{failed[0]['error']}); they stay in {partials[e]} and are retried on the next "
-                "run",
+                f"{failed[0]['error']}); they stay in {journals[e].partial} and are retried on "
+                "the next run",
                 failed[0]["attempts"],
             )
     per_effort = {}
-    for e, out in zip(efforts, outs, strict=True):
-        write_jsonl(out, records[e])
-        partials[e].unlink()
+    for e in efforts:
+        journals[e].finish(records[e])
         per_effort[e] = _summary(records[e], teacher.spec["price"])
         m = per_effort[e]
         log(

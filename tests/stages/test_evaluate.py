@@ -102,3 +102,135 @@ def test_evaluation_through_a_real_served_model(setup, tmp_path):
     )
     rows = read_jsonl(tmp_path / "forced.jsonl")
     assert all(r["forced"] and "</think>" in r["response"] for r in rows)
+
+
+def _bench(tmp_path, n):
+    path = tmp_path / "bench.jsonl"
+    write_jsonl(
+        path,
+        [{"prompt": f"What is {i} + {i % 3}?", "answer": str(i), "kind": "math"} for i in range(n)],
+    )
+    return path
+
+
+PARAMS = {
+    "model_name": "base",
+    "benchmark": "b",
+    "samples": 2,
+    "temperature": 0.7,
+    "top_p": 0.95,
+    "batch_size": 4,
+    "effort": None,
+    "effort_tag": "{reasoning effort: $effort}",
+    "seed": 3,
+    "max_new_tokens": 24,
+}
+
+
+def test_a_killed_evaluation_resumes_to_the_same_samples(setup, tmp_path):
+    """SIGKILL mid-run, twice: no output that looks complete is left, finished batches are not
+    sampled again, and the resumed file equals an uninterrupted run's byte for byte."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from stillroom.stages import evaluate
+
+    bench = _bench(tmp_path, 12)  # 6 batches of 2 problems x 2 samples
+    reference = tmp_path / "reference.jsonl"
+    evaluate.run(
+        model=str(setup / "base"),
+        problems=str(bench),
+        out_samples=str(reference),
+        params=PARAMS,
+        log=lambda _: None,
+    )
+    out = tmp_path / "killed.jsonl"
+    partial = tmp_path / "killed.jsonl.partial"
+    cmd = [sys.executable, "-m", "stillroom", "evaluate", "--model", str(setup / "base")]
+    cmd += ["--problems", str(bench), "--out-samples", str(out), "--params", json.dumps(PARAMS)]
+    lines_at_kill = []
+    for threshold in (1 + 4, 1 + 12, None):  # the fingerprint line, then 4 samples a batch
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        while threshold and proc.poll() is None:
+            if partial.exists() and partial.read_bytes().count(b"\n") >= threshold:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.002)
+        _, err = proc.communicate(timeout=300)
+        if threshold is None:
+            assert proc.returncode == 0, err[-2000:]
+            assert "resuming: " in err
+        else:
+            assert proc.returncode == -signal.SIGKILL, err[-2000:]
+            assert not out.exists()
+            lines_at_kill.append(partial.read_bytes().count(b"\n"))
+    assert lines_at_kill[0] >= 5 and lines_at_kill[1] >= 13
+    assert out.read_bytes() == reference.read_bytes()
+    assert not partial.exists()
+
+
+def test_a_partial_file_of_other_params_is_started_over(setup, tmp_path):
+    from stillroom.io import Journal
+    from stillroom.stages import evaluate
+
+    bench = _bench(tmp_path, 2)
+    out = tmp_path / "samples.jsonl"
+    with Journal(out, fingerprint={"params": "other"}) as journal:
+        journal.append([{"key": "stale", "response": "from another run"}])
+    lines = []
+    metrics = evaluate.run(
+        model=str(setup / "base"),
+        problems=str(bench),
+        out_samples=str(out),
+        params=PARAMS,
+        log=lines.append,
+    )
+    assert any("starting over" in line for line in lines) and "resumed" not in metrics
+    assert len(read_jsonl(out)) == 4 and "stale" not in out.read_text()
+
+
+def test_answers_are_clamped_to_the_checkpoint_context(setup, tmp_path):
+    import shutil
+
+    from stillroom.io import DataError
+    from stillroom.stages import evaluate
+
+    model = tmp_path / "short"
+    shutil.copytree(setup / "base", model)
+    config = json.loads((model / "config.json").read_text())
+    bench = _bench(tmp_path, 2)
+
+    def run(context, params=PARAMS):
+        config["max_position_embeddings"] = context
+        (model / "config.json").write_text(json.dumps(config))
+        out = tmp_path / f"ctx{context}.jsonl"
+        metrics = evaluate.run(
+            model=str(model),
+            problems=str(bench),
+            out_samples=str(out),
+            params=params,
+            log=lambda _: None,
+        )
+        return metrics, read_jsonl(out)
+
+    metrics, rows = run(10_000)
+    assert "context_clamped" not in metrics and all("context_limit" not in r for r in rows)
+    assert max(r["completion_tokens"] for r in rows) == 24  # a random model runs to the limit
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    messages = [[{"role": "user", "content": f"What is {i} + {i % 3}?"}] for i in range(2)]
+    texts = [
+        tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages
+    ]
+    longest = max(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts)
+    metrics, rows = run(longest + 10)
+    assert metrics["context_clamped"] == 4
+    assert all(r["context_limit"] == 10 and r["completion_tokens"] <= 10 for r in rows)
+    forced = {**PARAMS, "budget": 16, "answer_tokens": 4}
+    metrics, rows = run(longest + 20, forced)
+    assert all(r["context_limit"] == 20 and r["completion_tokens"] <= 20 for r in rows)
+    with pytest.raises(DataError, match=r"problem \w+ has a prompt of \d+ tokens.*context"):
+        run(longest - 1)
