@@ -34,7 +34,9 @@ if SELECT_ON:
         output:
             **tracked(selection=f"{R}/merge/selected.json"),
         params:
-            p=as_json(benchmark=SELECT_ON),
+            p=as_json(
+                benchmark=SELECT_ON, select_by=config["merge"]["select_by"], **config["tables"]
+            ),
             graded=named(DEV_GRADED),
             reported=named(REPORTED),
         log:

@@ -363,6 +363,12 @@ class Merge(Section):
         description="choose the ratio by accuracy on this benchmark, "
         "disjoint from every reported one",
     )
+    select_by: Literal["accuracy", "tokens"] = Field(
+        "accuracy",
+        description="accuracy: the most accurate merge; tokens: the fewest mean tokens among the "
+        "merges tied with the most accurate (paired bootstrap, the tables' resamples and "
+        "confidence)",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Merge:

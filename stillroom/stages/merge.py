@@ -8,12 +8,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
 from ..analysis.grids import score_matrix
-from ..config import Section, WeightHook
+from ..analysis.stats import paired_bootstrap
+from ..config import Section, Tables, WeightHook
 from ..ids import normalize_prompt
 from ..io import DataError, atomic_dir, iter_jsonl, write_json
 from ..runtime.hooks import WeightHooks
@@ -88,13 +89,27 @@ def choose(accuracy: Mapping[str, float], weights: Mapping[str, float]) -> str:
     return max(accuracy, key=lambda m: (accuracy[m], -weights[m]))
 
 
+def choose_by_tokens(grids: Mapping[str, tuple], weights: Mapping[str, float], p) -> str:
+    """The fewest mean tokens among the models whose accuracy ties the most accurate one's: the
+    paired bootstrap interval of their difference contains 0."""
+    best = choose({m: float(g[1].mean()) for m, g in grids.items()}, weights)
+    boot = {"n_resamples": p.n_resamples, "confidence": p.confidence, "seed": p.seed}
+    tied = [
+        m
+        for m, g in grids.items()
+        if m == best or paired_bootstrap(g[1], grids[best][1], **boot).verdict == "tie"
+    ]
+    return min(tied, key=lambda m: (float(grids[m][2].mean()), weights[m]))
+
+
 def _prompts(path: str) -> set[str]:
     return {normalize_prompt(r["prompt"]).lower() for r in iter_jsonl(path, required=("prompt",))}
 
 
-class SelectParams(Section):
+class SelectParams(Tables):
     seed: int = 0
     benchmark: str = Field(description="the dev split the ratio is chosen on")
+    select_by: Literal["accuracy", "tokens"] = "accuracy"
 
 
 def select(
@@ -124,19 +139,26 @@ def select(
         if prefix != "merge" or not ratio:
             raise DataError(f"select: '{name}' is not a merge-<ratio> model")
         weights[name] = float(ratio)
-    accuracy = {name: float(score_matrix(path)[1].mean()) for name, path in graded.items()}
-    chosen = choose(accuracy, weights)
+    grids = {name: score_matrix(path) for name, path in graded.items()}
+    accuracy = {name: float(g[1].mean()) for name, g in grids.items()}
+    tokens = {name: round(float(g[2].mean()), 3) for name, g in grids.items()}
+    if p.select_by == "tokens":
+        chosen = choose_by_tokens(grids, weights, p)
+    else:
+        chosen = choose(accuracy, weights)
     write_json(
         out_selection,
         {
             "selected": chosen,
             "tuned_weight": weights[chosen],
             "benchmark": p.benchmark,
+            "select_by": p.select_by,
             "accuracy": accuracy,
+            "mean_tokens": tokens,
         },
     )
     log(
-        f"selected {chosen} on {p.benchmark}: "
-        + ", ".join(f"{m} {a:.3f}" for m, a in sorted(accuracy.items()))
+        f"selected {chosen} on {p.benchmark} by {p.select_by}: "
+        + ", ".join(f"{m} {a:.3f} ({tokens[m]:.0f} tokens)" for m, a in sorted(accuracy.items()))
     )
-    return {"selected": chosen, "accuracy": accuracy}
+    return {"selected": chosen, "accuracy": accuracy, "mean_tokens": tokens}

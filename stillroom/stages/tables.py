@@ -31,6 +31,21 @@ def _fmt(c: Comparison | None) -> tuple[str, str]:
     return f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]", VERDICT[c.verdict]
 
 
+def _fmt_tokens(c: Comparison | None) -> tuple[str, str]:
+    """Δ mean tokens with its interval, and the token ratio (model / reference)."""
+    if c is None:
+        return "—", "—"
+    ratio = f"{c.mean_a / c.mean_b:.2f}×" if c.mean_b else "—"
+    return f"{c.delta:+.1f} [{c.low:+.1f}, {c.high:+.1f}]", ratio
+
+
+def _token_cells(c: Comparison | None) -> tuple[str, ...]:
+    if c is None:
+        return ("",) * 4
+    ratio = f"{c.mean_a / c.mean_b:.6f}" if c.mean_b else ""
+    return f"{c.delta:.3f}", f"{c.low:.3f}", f"{c.high:.3f}", ratio
+
+
 def _mirrored(c: Comparison) -> Comparison:
     """The same comparison seen from the other side."""
     return dataclasses.replace(
@@ -71,20 +86,24 @@ def _latex(rows: list[dict[str, Any]], refs: tuple[str, str], caption: str, labe
         bold = "\\textbf{%s}" if c.verdict != "tie" else "%s"
         return bold % f"${c.delta:+.3f}$ [${c.low:+.3f}$, ${c.high:+.3f}$]"
 
+    def ratio(c: Comparison | None) -> str:
+        return f"{c.mean_a / c.mean_b:.2f}" if c is not None and c.mean_b else "---"
+
     out = [
         "\\begin{table}[t]",
         "\\centering",
         "\\small",
-        "\\begin{tabular}{lrrrll}",
+        "\\begin{tabular}{lrrrrll}",
         "\\toprule",
-        "Model & Acc. & Tokens & Cap hit & "
+        f"Model & Acc. & Tokens & Tok. $\\times$ {esc(refs[0])} & Cap hit & "
         f"$\\Delta$ vs {esc(refs[0])} & $\\Delta$ vs {esc(refs[1])} \\\\",
         "\\midrule",
     ]
     for r in rows:
         out.append(
             f"{esc(r['label'])} & {r['accuracy']:.3f} & {r['mean_tokens']:.0f} & "
-            f"{r['cap_hit']:.3f} & {cell(r['vs'][refs[0]])} & {cell(r['vs'][refs[1]])} \\\\"
+            f"{ratio(r['tokens_vs'][refs[0]])} & {r['cap_hit']:.3f} & "
+            f"{cell(r['vs'][refs[0]])} & {cell(r['vs'][refs[1]])} \\\\"
         )
     out += [
         "\\bottomrule",
@@ -148,6 +167,14 @@ def run(
     raw = [paired_bootstrap(mats[name][1], mats[ref][1], **boot) for name, ref in pairs]
     corrected = dict(zip(pairs, holm_comparisons(raw), strict=True))
     corrected[(base, tuned)] = _mirrored(corrected[(tuned, base)])
+    # Token economy: the paired difference in mean tokens per answer (not part of Holm's family: it
+    # describes cost, it does not call a winner).
+    tokens_vs = {
+        (name, ref): paired_bootstrap(mats[name][2], mats[ref][2], **boot)
+        for name in mats
+        for ref in refs
+        if name != ref
+    }
     single = ref_shape[1] == 1
     rows = []
     for name, (_, score, tokens, capped, _) in mats.items():
@@ -164,6 +191,7 @@ def run(
                 "problems": score.shape[0],
                 "samples": score.shape[1],
                 "vs": {ref: corrected.get((name, ref)) for ref in refs},
+                "tokens_vs": {ref: tokens_vs.get((name, ref)) for ref in refs},
                 "mcnemar": {ref: mcnemar_exact(score, mats[ref][1]) for ref in refs if ref != name}
                 if single
                 else {},
@@ -207,6 +235,10 @@ def run(
             "p_holm",
             "verdict",
             "mcnemar_p",
+            "delta_tokens",
+            "tokens_ci_low",
+            "tokens_ci_high",
+            "token_ratio",
         ]
     )
     for r in rows:
@@ -240,8 +272,21 @@ def run(
                         )
                     ),
                     "" if mc is None else f"{mc.p_value:.6g}",
+                    *_token_cells(r["tokens_vs"][ref]),
                 ]
             )
+    lines += [
+        "",
+        f"Token economy: mean tokens per answer, Δ against each reference with its paired "
+        f"bootstrap {pct}% CI, and × the reference's mean.",
+        "",
+        f"| model | mean tokens | Δ tokens vs {base} [{pct}% CI] | × {base} | "
+        f"Δ tokens vs {tuned} [{pct}% CI] | × {tuned} |",
+        "|" + "---|" * 6,
+    ]
+    for r in rows:
+        (db, xb), (dt, xt) = (_fmt_tokens(r["tokens_vs"][ref]) for ref in refs)
+        lines.append(f"| {r['label']} | {r['mean_tokens']:.1f} | {db} | {xb} | {dt} | {xt} |")
     if chosen:
         lines += [
             "",
@@ -258,6 +303,7 @@ def run(
         "models": len(rows),
         "accuracy": {r["model"]: round(r["accuracy"], 4) for r in rows},
         "cap_hit_rate": {r["model"]: round(r["cap_hit"], 4) for r in rows},
+        "mean_tokens": {r["model"]: round(r["mean_tokens"], 3) for r in rows},
     }
 
 

@@ -83,3 +83,34 @@ def test_a_dev_split_overlapping_a_reported_benchmark_is_refused(splits):
             log=lambda _: None,
         )
     assert not (root / "s.json").exists()
+
+
+def test_select_by_tokens_takes_the_cheapest_of_the_merges_tied_with_the_best(tmp_path):
+    from stillroom.stages.merge import SelectParams, choose_by_tokens
+
+    def grid(correct, tokens):
+        rows = [
+            {
+                "prompt_id": f"p{i:03d}",
+                "sample_index": 0,
+                "grade": {"correct": bool(c)},
+                "completion_tokens": tokens,
+            }
+            for i, c in enumerate(correct)
+        ]
+        path = tmp_path / f"{sum(correct)}-{tokens}.jsonl"
+        write_jsonl(path, rows)
+        from stillroom.analysis.grids import score_matrix
+
+        return score_matrix(str(path))
+
+    n = 60
+    grids = {
+        "merge-0.7": grid([1] * 40 + [0] * 20, 100),  # the most accurate
+        "merge-0.5": grid([1] * 38 + [0] * 22, 60),  # tied with it, fewer tokens
+        "merge-0.3": grid([1] * 10 + [0] * (n - 10), 20),  # cheapest, clearly worse
+    }
+    weights = {"merge-0.3": 0.3, "merge-0.5": 0.5, "merge-0.7": 0.7}
+    p = SelectParams.parse({"benchmark": "dev", "select_by": "tokens", "n_resamples": 2000})
+    assert choose_by_tokens(grids, weights, p) == "merge-0.5"
+    assert choose({m: float(g[1].mean()) for m, g in grids.items()}, weights) == "merge-0.7"

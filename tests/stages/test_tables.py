@@ -163,3 +163,43 @@ def test_problems_with_an_unparseable_gold_are_excluded_not_wrong(tmp_path):
     md = open(out["md"]).read()
     assert "119 problems" in md and "1 problems with an unparseable gold answer excluded" in md
     assert m["models"] == 2
+
+
+def test_token_economy_reads_off_a_tie_at_fewer_tokens(tmp_path):
+    """A merge as accurate as the base at fewer tokens: the accuracy delta is a tie, the token
+    delta's interval excludes 0, and the ratio says how many times fewer."""
+    graded = {
+        "base": _graded(tmp_path / "b.jsonl", 0.5, seed=1, tokens=90),
+        "sft": _graded(tmp_path / "s.jsonl", 0.5, seed=2, tokens=60),
+        "merge-0.5": _graded(tmp_path / "m.jsonl", 0.5, seed=3, tokens=50),
+    }
+    # per-problem spread, so the token interval is not a point
+    rows = [json.loads(line) for line in open(graded["merge-0.5"])]
+    for r in rows:
+        r["completion_tokens"] += int(r["prompt_id"][1:]) % 7
+    write_jsonl(graded["merge-0.5"], rows)
+    out = {k: str(tmp_path / f"t.{k}") for k in ("md", "csv", "tex", "png")}
+    metrics = tables.run(
+        graded=graded,
+        out_markdown=out["md"],
+        out_csv=out["csv"],
+        out_latex=out["tex"],
+        out_plot=out["png"],
+        params=PARAMS,
+        log=lambda _: None,
+    )
+    md = open(out["md"]).read().splitlines()
+    start = next(i for i, line in enumerate(md) if line.startswith("Token economy"))
+    merge = next(line for line in md[start:] if line.startswith("| merge-0.5 |"))
+    cells = [c.strip() for c in merge.split("|")[1:-1]]
+    mean = metrics["mean_tokens"]["merge-0.5"]
+    assert cells[1] == f"{mean:.1f}" and cells[3] == f"{mean / 90:.2f}×"
+    low, high = (float(x) for x in cells[2].split("[")[1].rstrip("]").split(","))
+    assert low < mean - 90 < high < 0
+    csv_rows = open(out["csv"]).read().splitlines()
+    header = csv_rows[0].split(",")
+    line = next(r for r in csv_rows if r.startswith("heldout,merge-0.5,") and ",base," in r)
+    row = dict(zip(header, line.split(","), strict=True))
+    assert row["verdict"] == "tie" and float(row["tokens_ci_high"]) < 0
+    assert abs(float(row["token_ratio"]) - mean / 90) < 1e-6
+    assert "Tok. $\\times$ base" in open(out["tex"]).read()
