@@ -129,6 +129,13 @@ class Experiment(Section):
         sizes = {"heldout": self.heldout.size, "dev": self.heldout.dev_size}
         for i, name in enumerate(ev.benchmarks):
             problems += self._benchmark_problem(f"eval.benchmarks.{i}", name, sizes)
+        for i, stage in enumerate(self.train.stages):
+            for effort in stage.efforts or []:
+                if effort not in self.generation.efforts:
+                    problems.append(
+                        f"train.stages.{i}.efforts: '{effort}' is not one of generation.efforts "
+                        f"({', '.join(self.generation.efforts)})"
+                    )
         if ev.effort is not None and ev.effort not in self.generation.efforts:
             problems.append(
                 f"eval.effort: '{ev.effort}' is not one of generation.efforts "

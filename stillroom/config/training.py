@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from .base import PositiveInt, Regex, Section
+from .base import Effort, PositiveInt, Regex, Section
 
 # a MoE router: adapting it destabilises routing
 ROUTER = re.compile(r"(^|\.)mlp\.gate(\.weight)?$|^gate$")
@@ -189,6 +189,20 @@ class Distributed(Section):
         return Layout(self.nodes, self.gpus_per_node, fsdp, self.dp_replicate_size, world)
 
 
+class TrainStage(Section):
+    """One stage of a staged fine-tune: its rows of the dataset and its epochs, starting from the
+    previous stage's checkpoint."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.]+$")
+    epochs: float = Field(gt=0)
+    efforts: list[Effort] | None = Field(None, description="the rows of these efforts (all: null)")
+    tags: Literal["as_built", "none"] = Field(
+        "as_built",
+        description="as_built: rows tagged as the dataset tags them; none: every effort tag "
+        "dropped (the stage teaches the untagged default)",
+    )
+
+
 class Train(Section):
     """Supervised fine-tuning: full parameters, LoRA, or QLoRA; packed with document masks."""
 
@@ -240,6 +254,11 @@ class Train(Section):
         0, ge=0, description="checkpoint every N steps beside the output; a killed job resumes"
     )
     lora: Lora | None = None
+    stages: list[TrainStage] = Field(
+        [],
+        description="train in stages, each from the previous one's checkpoint and its own "
+        "artifact (the last is the fine-tune); empty: one stage on the whole dataset",
+    )
 
     @model_validator(mode="after")
     def _method(self) -> Train:
@@ -294,6 +313,9 @@ class Train(Section):
                 "cannot be FSDP-sharded here, QLoRA processes are data-parallel replicas "
                 "(or use device_map)"
             )
+        names = [st.name for st in self.stages]
+        if len(set(names)) != len(names):
+            problems.append(f"stages: each stage name may be used once, got {names}")
         if problems:
             raise ValueError("\n".join(problems))
         return self

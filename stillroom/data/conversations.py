@@ -25,7 +25,7 @@ MAX_IDS = 10
 
 def load_conversations(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Read and validate the SFT JSONL; return ``[{"id", "messages"}]`` with only template keys
-    kept.
+    kept (and a row's ``effort`` and ``tagged``, if it has them).
 
     Tool-call arguments given as JSON strings come back parsed into dicts (HF templates expect
     dicts). Raises one DataError listing every bad row (the first MAX_ERRORS) by ``file:line``.
@@ -79,7 +79,9 @@ def _parse_row(line: str, lineno: int, errors: list[str]) -> dict[str, Any] | No
             messages.append(out)
     if not any(m.get("role") == "assistant" for m in row["messages"] if isinstance(m, dict)):
         errors.append(f"{where}: no assistant turn to train on")
-    return {"id": str(row.get("id", f"line {lineno}")), "messages": messages}
+    # a dataset row's effort and tagging travel along: train stages select by them
+    kept = {k: row[k] for k in ("effort", "tagged") if k in row}
+    return {"id": str(row.get("id", f"line {lineno}")), "messages": messages, **kept}
 
 
 def _parse_message(msg: Any, calls: dict[str, str], error) -> dict[str, Any] | None:

@@ -12,12 +12,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from ..config import Train, WeightHook
-from ..config.training import hooks_problem
+from ..config.training import TrainStage, hooks_problem
 from ..data.conversations import check_renders, load_conversations
-from ..io import atomic_dir, write_json
+from ..io import DataError, atomic_dir, write_json
 from ..provenance import digest
 from ..runtime import launch
 from ..runtime.adapters import resolve_targets, trainable_breakdown
@@ -36,6 +36,7 @@ from ..runtime.templates import training_template
 class Params(Train):
     seed: int = 0
     weight_hooks: list[WeightHook] = []
+    stage: TrainStage | None = Field(None, description="this job's stage of train.stages")
 
     @model_validator(mode="after")
     def _hooks(self) -> Params:
@@ -43,6 +44,31 @@ class Params(Train):
         if problem:
             raise ValueError(f"weight_hooks: {problem}")
         return self
+
+
+def select_rows(examples: list[dict], stage: TrainStage | None, source: str) -> list[dict]:
+    """The rows a stage trains on: its efforts, with the effort tags dropped if it says so."""
+    if stage is None:
+        return examples
+    rows = []
+    for ex in examples:
+        if stage.efforts is not None:
+            if "effort" not in ex:
+                raise DataError(
+                    f"{source}: row {ex['id']} has no 'effort', but train stage '{stage.name}' "
+                    f"selects rows by effort ({', '.join(stage.efforts)})"
+                )
+            if ex["effort"] not in stage.efforts:
+                continue
+        if stage.tags == "none" and ex.get("tagged") and ex["messages"][0]["role"] == "system":
+            ex = {**ex, "messages": ex["messages"][1:], "tagged": False}
+        rows.append(ex)
+    if not rows:
+        raise DataError(
+            f"{source}: no rows for train stage '{stage.name}' (efforts {stage.efforts}; the "
+            f"dataset has {sorted({ex.get('effort') for ex in examples}, key=str)})"
+        )
+    return rows
 
 
 def run(
@@ -90,7 +116,7 @@ def train_sft(
         resolve_targets(base_dir, p.lora)
     main = launch.rank() == 0
     torch.set_num_threads(threads)
-    examples = load_conversations(dataset_path)
+    examples = select_rows(load_conversations(dataset_path), p.stage, str(dataset_path))
     tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
     template = training_template(tokenizer, chat_template, where=str(base_dir))
     check_renders(tokenizer, examples, source=str(dataset_path), chat_template=template.text)

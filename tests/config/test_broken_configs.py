@@ -596,6 +596,30 @@ BROKEN = [
         "train.lora.dropout: must be 0 with target_parameters",
     ),
     (
+        "training stages sharing a name",
+        DEFAULT,
+        _set("train.stages", [{"name": "a", "epochs": 1}, {"name": "a", "epochs": 2}]),
+        "train.stages: each stage name may be used once",
+    ),
+    (
+        "training stage of an effort never generated",
+        DEFAULT,
+        _set("train.stages", [{"name": "a", "epochs": 1, "efforts": ["xhigh"]}]),
+        "train.stages.0.efforts: 'xhigh' is not one of generation.efforts",
+    ),
+    (
+        "training stage without epochs",
+        DEFAULT,
+        _set("train.stages", [{"name": "a"}]),
+        "train.stages.0.epochs",
+    ),
+    (
+        "training stage with a typo",
+        DEFAULT,
+        _set("train.stages", [{"name": "a", "epochs": 1, "effort": ["low"]}]),
+        "train.stages.0: unknown key 'effort' (did you mean 'efforts'?)",
+    ),
+    (
         "training template missing",
         DEFAULT,
         _set("train.chat_template", "config/no-such-template.jinja"),

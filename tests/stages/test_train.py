@@ -199,3 +199,27 @@ def test_killed_training_resumes_to_the_same_weights(setup, tmp_path):
     )
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
     assert not (tmp_path / "killed.checkpoints").exists()  # cleaned once the model is in place
+
+
+def test_a_stage_selects_its_efforts_and_can_drop_the_tags():
+    from stillroom.config.training import TrainStage
+    from stillroom.stages.train import select_rows
+
+    def row(i, effort, tagged):
+        tag = [{"role": "system", "content": f"{{reasoning effort: {effort}}}"}] if tagged else []
+        turns = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+        return {"id": str(i), "effort": effort, "tagged": tagged, "messages": tag + turns}
+
+    rows = [row(0, "medium", True), row(1, "medium", False), row(2, "high", True)]
+    medium = TrainStage(name="medium", efforts=["medium"], tags="none", epochs=2)
+    picked = select_rows(rows, medium, "d.jsonl")
+    assert [r["id"] for r in picked] == ["0", "1"]
+    assert all(r["messages"][0]["role"] == "user" and not r["tagged"] for r in picked)
+    assert rows[0]["messages"][0]["role"] == "system"  # the caller's rows are left as they were
+    mixed = TrainStage(name="mixed", epochs=1)
+    assert select_rows(rows, mixed, "d.jsonl") == rows
+    with pytest.raises(DataError, match="no rows for train stage 'xhigh'"):
+        select_rows(rows, TrainStage(name="xhigh", efforts=["xhigh"], epochs=1), "d.jsonl")
+    untagged = [{"id": "9", "messages": rows[0]["messages"]}]
+    with pytest.raises(DataError, match="d.jsonl: row 9 has no 'effort'"):
+        select_rows(untagged, medium, "d.jsonl")

@@ -144,6 +144,25 @@ def test_changing_efforts_keeps_pool_and_tokenizer(done):
     assert jobs["train"] == 1 and jobs["evaluate"] == 7 and jobs["evaluate_budget"] == 2
 
 
+def test_a_later_training_stage_never_reruns_an_earlier_one(done):
+    """Staged training: each stage its own job and artifact, from the previous checkpoint."""
+    workdir, cfg, _ = done
+    cfg = copy.deepcopy(cfg)
+    cfg["train"]["stages"] = [
+        {"name": "medium", "efforts": ["medium"], "tags": "none", "epochs": 1},
+        {"name": "mixed", "epochs": 1},
+    ]
+    first = workdir / "results" / "small" / "ckpt" / "sft-medium"
+    run_snakemake(workdir, cfg, str(first.relative_to(workdir)))
+    prov = read_json(sidecar_path(first))
+    assert prov["params"]["stage"]["name"] == "medium" and prov["metrics"]["examples"] > 0
+    cfg["train"]["stages"][1]["epochs"] = 2
+    jobs = scheduled(run_snakemake(workdir, cfg, "-n"))
+    assert jobs["train_mixed"] == 1 and "train_medium" not in jobs and "dataset" not in jobs
+    plan = run_snakemake(workdir, cfg, "-n", "-p", "results/small/ckpt/sft").stdout
+    assert "--base results/small/ckpt/sft-medium" in plan
+
+
 def test_provenance_walks_from_the_table_to_the_teacher_records(done):
     """The sidecar links are enough for an audit: every input re-hashes to what its consumer
     recorded, and following them from the table reaches the raw generation shards and the
