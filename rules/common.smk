@@ -126,7 +126,7 @@ wildcard_constraints:
     ratio=r"[0-9.]+",
     bench=r"[^/]+",
     budget=r"\d+",
-    run=r"[^/]+/[^/]+(/budget-\d+)?",
+    run=r"[^/]+/[^/]+(/budget-\d+|/effort-[^/]+)?",
 
 
 def repo_path(path):
@@ -224,10 +224,15 @@ BUDGETS = FORCE.get("budgets", [])
 BUDGET_MODELS = FORCE.get("models") or MODELS
 BUDGET_BENCHMARKS = FORCE.get("benchmarks") or config["eval"]["benchmarks"]
 
+PER_EFFORT = config["eval"]["per_effort"] or {}
+EFFORT_MODELS = PER_EFFORT.get("models", [])
+EFFORT_BENCHMARKS = (PER_EFFORT["benchmarks"] or config["eval"]["benchmarks"]) if PER_EFFORT else []
+
 
 def all_tables():
     tables = [f"{R}/tables/{b}.md" for b in config["eval"]["benchmarks"]]
     tables += [f"{R}/tables/{b}-budgets.md" for b in BUDGET_BENCHMARKS if BUDGETS]
+    tables += [f"{R}/tables/{b}-efforts.md" for b in EFFORT_BENCHMARKS]
     tables += [f"{R}/tables/{b}-kernels.md" for b in KERNEL_BENCHMARKS]
     return tables + [f"{R}/cost/ledger.md"]
 
@@ -283,6 +288,32 @@ def budget_params(wildcards):
     )
 
 
+def effort_params(wildcards):
+    return as_json(
+        model_name=wildcards.model,
+        benchmark=wildcards.bench,
+        effort_tag=config["student"]["effort_tag"],
+        **{**DECODING, "effort": wildcards.effort},
+    )
+
+
+def effort_graded(wildcards):
+    return {
+        f"{m}@{e}": f"{R}/eval/{m}/{wildcards.bench}/effort-{e}/graded.jsonl"
+        for m in EFFORT_MODELS
+        for e in EFFORTS
+    }
+
+
+def effort_tables_params(wildcards):
+    return as_json(
+        benchmark=wildcards.bench,
+        efforts=EFFORTS,
+        reference=PER_EFFORT["reference"],
+        **config["tables"],
+    )
+
+
 def graded_models(wildcards):
     return {m: f"{R}/eval/{m}/{wildcards.bench}/graded.jsonl" for m in MODELS}
 
@@ -320,8 +351,37 @@ def cost_artifacts():
     }
     merges = {f"merge-{r}": f"{R}/ckpt/merge-{r}" for r in RATIOS}
     grpo = {"grpo": f"{R}/ckpt/grpo"} if GRPO else {}
-    return {**gen, "train": f"{R}/ckpt/sft", **grpo, **merges, **evals, **budgets}
+    per_effort = {
+        f"effort-{m}-{b}-{e}": f"{R}/eval/{m}/{b}/effort-{e}/samples.jsonl"
+        for m in EFFORT_MODELS
+        for b in EFFORT_BENCHMARKS
+        for e in EFFORTS
+    }
+    train = {f"train{sfx}": f"{R}/ckpt/sft{sfx}" for sfx in STAGE_SUFFIX}  # every stage
+    return {**gen, **train, **grpo, **merges, **evals, **budgets, **per_effort}
 
 
 # GPUs per job follow the job shapes (stillroom/cluster.py); cost.gpus overrides them.
 COST_PARAMS = {**config["cost"], "gpus": {**stage_gpus(config), **config["cost"]["gpus"]}}
+
+
+# Training (rules/train.smk): the stages of train.stages, one job of rule train each.
+TRAIN_TEMPLATE = config["train"]["chat_template"]
+TRAIN_COMMON = {k: v for k, v in config["train"].items() if k != "stages"}
+TRAIN_STAGES = config["train"]["stages"]
+# the suffix of each stage's checkpoint ("" for the last, which is the fine-tune)
+STAGE_SUFFIX = [f"-{s['name']}" for s in TRAIN_STAGES[:-1]] + [""]
+
+
+def train_stage(wildcards):
+    """This job's stage (None without train.stages) and the checkpoint it starts from."""
+    if not TRAIN_STAGES:
+        return None, f"{R}/ckpt/base"
+    i = STAGE_SUFFIX.index(wildcards.stage)
+    return TRAIN_STAGES[i], f"{R}/ckpt/sft{STAGE_SUFFIX[i - 1]}" if i else f"{R}/ckpt/base"
+
+
+def train_params(wildcards):
+    stage, _ = train_stage(wildcards)
+    per_stage = {} if stage is None else {"epochs": stage["epochs"], "stage": stage}
+    return as_json(**{**TRAIN_COMMON, **per_stage}, weight_hooks=WEIGHT_HOOKS)

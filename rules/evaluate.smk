@@ -1,5 +1,6 @@
-# Evaluation: k samples per problem for every model on the same problems, and at each thinking
-# budget (stillroom/stages/evaluate.py); graded by rule grade_eval.
+# Evaluation: k samples per problem for every model on the same problems, at each thinking budget,
+# and at each effort the student was trained with (stillroom/stages/evaluate.py); graded by rule
+# grade_eval.
 
 EVAL_BACKEND = config["eval"]["backend"]
 EVAL_GPUS = backend_gpus(EVAL_BACKEND)  # an in-process model: 1
@@ -53,5 +54,31 @@ rule evaluate_budget:
         stillroom_cli(
             "evaluate",
             "evaluate_budget",
+            "--model {input.model} --problems {input.problems} --out-samples {output.samples}",
+        )
+
+
+rule evaluate_effort:
+    input:
+        model=f"{R}/ckpt/{{model}}",
+        problems=benchmark_file,
+    output:
+        **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/effort-{{effort}}/samples.jsonl"),
+    params:
+        p=effort_params,
+    threads: 2
+    resources:
+        gpu=EVAL_GPUS,
+        nodes=1,
+    log:
+        f"{R}/logs/evaluate/{{model}}-{{bench}}-effort-{{effort}}.log",
+    benchmark:
+        timing("evaluate_effort", "{model}-{bench}-{effort}")
+    conda:
+        conda_env(EVAL_BACKEND["backend"])
+    shell:
+        stillroom_cli(
+            "evaluate",
+            "evaluate_effort",
             "--model {input.model} --problems {input.problems} --out-samples {output.samples}",
         )

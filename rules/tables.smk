@@ -81,7 +81,42 @@ rule budget_tables:
         )
 
 
-ruleorder: budget_tables > tables  # "tables/{bench}.md" would also match "tables/<bench>-budgets.md"
+rule effort_tables:
+    input:
+        lambda wildcards: list(effort_graded(wildcards).values()),
+        list(graded_shards().values()),
+    output:
+        **tracked(
+            markdown=f"{R}/tables/{{bench}}-efforts.md",
+            csv=report(
+                f"{R}/tables/{{bench}}-efforts.csv",
+                caption="../report/efforts.rst",
+                category="Tables",
+                labels={"benchmark": "{bench}", "table": "per effort"},
+            ),
+        ),
+    params:
+        p=effort_tables_params,
+        graded=lambda wildcards: named(effort_graded(wildcards)),
+        teacher=named(graded_shards()),
+    log:
+        f"{R}/logs/effort-tables-{{bench}}.log",
+    benchmark:
+        timing("effort_tables", "{bench}")
+    conda:
+        ENV
+    shell:
+        stillroom_cli(
+            "effort_tables",
+            "effort_tables",
+            "--graded {params.graded} --teacher {params.teacher}"
+            " --out-markdown {output.markdown} --out-csv {output.csv}",
+        )
+
+
+# "tables/{bench}.md" would also match "tables/<bench>-budgets.md" and "tables/<bench>-efforts.md"
+ruleorder: budget_tables > tables
+ruleorder: effort_tables > tables
 
 
 rule kernel_tables:

@@ -140,6 +140,12 @@ STAGES: dict[str, Stage] = {
         ("markdown", "csv", "plot"),
         "accuracy against thinking budget (budget forcing), per model",
     ),
+    "effort_tables": Stage(
+        "tables:effort_run",
+        ("graded*", "teacher*"),
+        ("markdown", "csv"),
+        "each model at each effort it was trained with, against the reference effort",
+    ),
     "kernel_tables": Stage(
         "tables:kernel_tables",
         ("graded*",),

@@ -68,7 +68,6 @@ def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
         "evaluate_budget": evaluation,
     }
     gpus.update({f"generate_{'_'.join(g)}": teacher for g in config["generation"]["effort_groups"]})
-    gpus.update({f"train_{st['name']}": gpus["train"] for st in config["train"].get("stages", [])})
     if config.get("grpo"):
         grpo = _layout(config, "grpo")
         gpus["grpo"] = grpo.nodes * grpo.gpus_per_node

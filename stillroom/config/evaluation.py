@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from .base import Letters, PositiveInt, Section, tag
+from .base import Effort, Letters, PositiveInt, Section, tag
 from .generation import Server
 
 
@@ -136,10 +136,20 @@ class Decoding(Section):
     backend: Backend = HFBackend()
 
 
+class PerEffort(Section):
+    """Models evaluated at each effort of generation.efforts (the student's effort tag in a system
+    turn), compared with one reference effort."""
+
+    models: Annotated[list[str], Field(min_length=1)] = ["sft"]
+    benchmarks: list[str] | None = Field(None, description="default: eval.benchmarks")
+    reference: Effort = Field("medium", description="the effort every other is compared with")
+
+
 class Eval(Decoding):
     benchmarks: Annotated[list[str], Field(min_length=1)]
     letters: Letters
     budget_force: BudgetForce | None = None
+    per_effort: PerEffort | None = None
 
     @model_validator(mode="after")
     def _limits(self) -> Eval:

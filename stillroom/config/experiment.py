@@ -148,6 +148,18 @@ class Experiment(Section):
                     problems.append(
                         f"eval.budget_force.{key}.{i}: '{name}' is not one of {', '.join(known)}"
                     )
+        per = ev.per_effort
+        for key, known in (("models", self.models), ("benchmarks", ev.benchmarks)):
+            for i, name in enumerate((getattr(per, key) or []) if per else []):
+                if name not in known:
+                    problems.append(
+                        f"eval.per_effort.{key}.{i}: '{name}' is not one of {', '.join(known)}"
+                    )
+        if per and per.reference not in self.generation.efforts:
+            problems.append(
+                f"eval.per_effort.reference: '{per.reference}' is not one of generation.efforts "
+                f"({', '.join(self.generation.efforts)})"
+            )
         for i, name in enumerate((self.kernels.benchmarks or []) if self.kernels else []):
             if name not in ev.benchmarks:
                 problems.append(f"kernels.benchmarks.{i}: '{name}' is not one of eval.benchmarks")

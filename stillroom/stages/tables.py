@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
 from ..analysis.grids import score_matrix
 from ..analysis.stats import VERDICT, Comparison, holm_comparisons, mcnemar_exact, paired_bootstrap
-from ..config import PairedTables, Section
+from ..config import Effort, PairedTables, Section, Tables
 from ..io import DataError, atomic_path, iter_jsonl, read_json, write_text
 
 Params = PairedTables
@@ -446,6 +447,179 @@ def budget_run(
     plt.close(fig)
     log("\n" + "\n".join(lines))
     return {"rows": len(rows)}
+
+
+class EffortParams(Tables):
+    seed: int = 0
+    benchmark: str
+    efforts: list[Effort] = Field(min_length=2)
+    reference: Effort
+
+
+def _teacher_rows(teacher: Mapping[str, str], p: EffortParams) -> list[dict[str, Any]]:
+    """The teacher's own accuracy and length per effort, from its graded generation shards, on the
+    training prompts each effort shares with the reference effort."""
+    by_effort: dict[str, dict[str, list[tuple[float, float]]]] = {e: {} for e in p.efforts}
+    required = ("prompt_id", "effort", "grade", "completion_tokens")
+    for path in teacher.values():
+        for r in iter_jsonl(path, required=required):
+            if r["effort"] in by_effort and not r.get("error"):
+                cell = (float(bool(r["grade"].get("correct"))), float(r["completion_tokens"]))
+                by_effort[r["effort"]].setdefault(r["prompt_id"], []).append(cell)
+    ref = by_effort[p.reference]
+    rows = []
+    for effort in p.efforts:
+        shared = sorted(set(by_effort[effort]) & set(ref))
+        if not shared:
+            continue
+        mine = [c for pid in shared for c in by_effort[effort][pid]]
+        theirs = [c for pid in shared for c in ref[pid]]
+        tokens = float(np.mean([t for _, t in mine]))
+        rows.append(
+            {
+                "model": "teacher",
+                "effort": effort,
+                "problems": len(shared),
+                "samples": len(mine),
+                "accuracy": float(np.mean([a for a, _ in mine])),
+                "mean_tokens": tokens,
+                "token_ratio": tokens / float(np.mean([t for _, t in theirs])),
+                "cap_hit": None,
+                "vs": None,
+                "tokens_vs": None,
+            }
+        )
+    return rows
+
+
+def effort_run(
+    *,
+    graded: Mapping[str, str],
+    teacher: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    params: Mapping[str, Any] | EffortParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """The student at each effort it was trained with: ``graded`` names are ``<model>@<effort>``.
+    Per effort: accuracy with its paired bootstrap CI against the reference effort (same problems
+    and sample indices; the CI alone decides, no Holm), mean tokens and the token ratio against the
+    reference; the teacher's own rows (``teacher``: graded generation shards) for reference."""
+    p = EffortParams.parse(params, where="eval.per_effort")
+    boot = {
+        "n_resamples": p.n_resamples,
+        "confidence": p.confidence,
+        "seed": p.seed,
+        "two_level": p.two_level,
+    }
+    mats = {name: score_matrix(path) for name, path in graded.items()}
+    models = list(dict.fromkeys(name.rpartition("@")[0] for name in graded))
+    rows = []
+    for model in models:
+        ref_key = f"{model}@{p.reference}"
+        if ref_key not in mats:
+            raise DataError(f"tables: no graded samples of {model} at the reference effort")
+        ref = mats[ref_key]
+        for effort in p.efforts:
+            index, score, tokens, capped, _ = mats[f"{model}@{effort}"]
+            if index != ref[0] or score.shape != ref[1].shape:
+                raise DataError(
+                    f"tables: {model} at {effort} was not evaluated on the same problems and "
+                    f"sample indices as at {p.reference}; pairing is impossible"
+                )
+            other = effort != p.reference
+            rows.append(
+                {
+                    "model": model,
+                    "effort": effort,
+                    "problems": score.shape[0],
+                    "samples": score.size,
+                    "accuracy": float(score.mean()),
+                    "mean_tokens": float(tokens.mean()),
+                    "token_ratio": float(tokens.mean() / ref[2].mean()) if ref[2].mean() else None,
+                    "cap_hit": float(capped.mean()),
+                    "vs": paired_bootstrap(score, ref[1], **boot) if other else None,
+                    "tokens_vs": paired_bootstrap(tokens, ref[2], **boot) if other else None,
+                }
+            )
+    rows += _teacher_rows(teacher, p)
+    pct = round(100 * p.confidence)
+    ref_name = p.reference
+    lines = [
+        f"### {p.benchmark}: each model at each effort it was trained with (its effort tag). "
+        f"Δ against {ref_name}: paired bootstrap over problems ({p.n_resamples} resamples), "
+        f"{pct}% CI; × {ref_name}: mean tokens relative to {ref_name}. Teacher rows: its graded "
+        f"generation shards, on the training prompts each effort shares with {ref_name}.",
+        "",
+        f"| model | effort | samples | accuracy | Δ vs {ref_name} [{pct}% CI] | vs {ref_name} | "
+        f"mean tokens | Δ tokens [{pct}% CI] | × {ref_name} | cap hit |",
+        "|" + "---|" * 10,
+    ]
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(
+        [
+            "benchmark",
+            "model",
+            "effort",
+            "problems",
+            "samples",
+            "accuracy",
+            "reference",
+            "delta",
+            "ci_low",
+            "ci_high",
+            "verdict",
+            "mean_tokens",
+            "delta_tokens",
+            "tokens_ci_low",
+            "tokens_ci_high",
+            "token_ratio",
+            "cap_hit_rate",
+        ]
+    )
+    for r in rows:
+        delta, verdict = _fmt(r["vs"])
+        tokens_delta, _ = _fmt_tokens(r["tokens_vs"])
+        ratio = "—" if r["token_ratio"] is None else f"{r['token_ratio']:.2f}×"
+        cap = "—" if r["cap_hit"] is None else f"{r['cap_hit']:.3f}"
+        lines.append(
+            f"| {r['model']} | {r['effort']} | {r['samples']} | {r['accuracy']:.3f} | {delta} | "
+            f"{verdict} | {r['mean_tokens']:.1f} | {tokens_delta} | {ratio} | {cap} |"
+        )
+        c = r["vs"]
+        writer.writerow(
+            [
+                p.benchmark,
+                r["model"],
+                r["effort"],
+                r["problems"],
+                r["samples"],
+                f"{r['accuracy']:.6f}",
+                ref_name,
+                *(
+                    ("",) * 4
+                    if c is None
+                    else (f"{c.delta:.6f}", f"{c.low:.6f}", f"{c.high:.6f}", VERDICT[c.verdict])
+                ),
+                f"{r['mean_tokens']:.3f}",
+                *_token_cells(r["tokens_vs"])[:3],
+                "" if r["token_ratio"] is None else f"{r['token_ratio']:.6f}",
+                "" if r["cap_hit"] is None else f"{r['cap_hit']:.6f}",
+            ]
+        )
+    write_text(out_markdown, "\n".join(lines) + "\n")
+    write_text(out_csv, buf.getvalue())
+    log("\n" + "\n".join(lines))
+    return {
+        "rows": len(rows),
+        "token_ratio": {
+            f"{r['model']}@{r['effort']}": round(r["token_ratio"], 4)
+            for r in rows
+            if r["token_ratio"] is not None
+        },
+    }
 
 
 def kernel_tables(**kwargs: Any) -> dict[str, Any]:

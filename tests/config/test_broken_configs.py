@@ -620,6 +620,24 @@ BROKEN = [
         "train.stages.0: unknown key 'effort' (did you mean 'efforts'?)",
     ),
     (
+        "per-effort reference never generated",
+        DEFAULT,
+        _set("eval.per_effort.reference", "xhigh"),
+        "eval.per_effort.reference: 'xhigh' is not one of generation.efforts",
+    ),
+    (
+        "per-effort model unknown",
+        DEFAULT,
+        _set("eval.per_effort.models", ["sft", "merge-0.9"]),
+        "eval.per_effort.models.1: 'merge-0.9' is not one of",
+    ),
+    (
+        "per-effort benchmark not reported",
+        DEFAULT,
+        _set("eval.per_effort.benchmarks", ["dev"]),
+        "eval.per_effort.benchmarks.0: 'dev' is not one of",
+    ),
+    (
         "training template missing",
         DEFAULT,
         _set("train.chat_template", "config/no-such-template.jinja"),

@@ -203,3 +203,64 @@ def test_token_economy_reads_off_a_tie_at_fewer_tokens(tmp_path):
     assert row["verdict"] == "tie" and float(row["tokens_ci_high"]) < 0
     assert abs(float(row["token_ratio"]) - mean / 90) < 1e-6
     assert "Tok. $\\times$ base" in open(out["tex"]).read()
+
+
+def test_per_effort_table_compares_each_effort_with_the_reference(tmp_path):
+    graded = {
+        f"sft@{e}": _graded(tmp_path / f"{e}.jsonl", acc, seed=i, tokens=tok)
+        for i, (e, acc, tok) in enumerate(
+            [("low", 0.3, 13), ("medium", 0.5, 20), ("high", 0.9, 27)]
+        )
+    }
+    teacher = tmp_path / "teacher.jsonl"
+    write_jsonl(
+        teacher,
+        [
+            {
+                "prompt_id": f"t{i}",
+                "effort": e,
+                "grade": {"correct": (i + k) % 3 != 0},
+                "completion_tokens": tok,
+            }
+            for i in range(10)
+            for k, (e, tok) in enumerate([("low", 30), ("medium", 40), ("high", 60)])
+            if e == "medium" or i < 6  # other efforts on a subset of the prompts
+        ]
+        + [
+            {
+                "prompt_id": "t0",
+                "effort": "low",
+                "error": "timeout",
+                "grade": {},
+                "completion_tokens": 0,
+            }
+        ],
+    )
+    out = {k: str(tmp_path / f"e.{k}") for k in ("md", "csv")}
+    params = {**PARAMS, "efforts": ["low", "medium", "high"], "reference": "medium"}
+    params.pop("base"), params.pop("tuned")
+    metrics = tables.effort_run(
+        graded=graded,
+        teacher={"medium-00000": str(teacher)},
+        out_markdown=out["md"],
+        out_csv=out["csv"],
+        params=params,
+        log=lambda _: None,
+    )
+    assert metrics["token_ratio"] == {
+        "sft@low": 0.65,
+        "sft@medium": 1.0,
+        "sft@high": 1.35,
+        "teacher@low": 0.75,
+        "teacher@medium": 1.0,
+        "teacher@high": 1.5,
+    }
+    md = open(out["md"]).read().splitlines()
+    high = next(line for line in md if line.startswith("| sft | high |"))
+    assert "| better |" in high and "1.35×" in high
+    medium = next(line for line in md if line.startswith("| sft | medium |"))
+    assert "| — | — |" in medium  # the reference against itself
+    rows = open(out["csv"]).read().splitlines()
+    header = rows[0].split(",")
+    low = dict(zip(header, next(r for r in rows if ",teacher,low," in r).split(","), strict=True))
+    assert low["problems"] == "6" and low["samples"] == "6" and low["delta"] == ""

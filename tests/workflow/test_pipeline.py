@@ -52,6 +52,9 @@ def test_every_stage_produced_its_artifacts(done):
         "tables/heldout-budgets.png",
         "cost/ledger.md",
         "eval/sft/heldout/budget-16/graded.jsonl",
+        "eval/sft/heldout/effort-low/graded.jsonl",
+        "tables/heldout-efforts.md",
+        "tables/heldout-efforts.csv",
     ]:
         assert (r / rel).exists(), rel
         assert sidecar_path(r / rel).exists(), f"no provenance for {rel}"
@@ -157,10 +160,11 @@ def test_a_later_training_stage_never_reruns_an_earlier_one(done):
     prov = read_json(sidecar_path(first))
     assert prov["params"]["stage"]["name"] == "medium" and prov["metrics"]["examples"] > 0
     cfg["train"]["stages"][1]["epochs"] = 2
-    jobs = scheduled(run_snakemake(workdir, cfg, "-n"))
-    assert jobs["train_mixed"] == 1 and "train_medium" not in jobs and "dataset" not in jobs
-    plan = run_snakemake(workdir, cfg, "-n", "-p", "results/small/ckpt/sft").stdout
-    assert "--base results/small/ckpt/sft-medium" in plan
+    plan = run_snakemake(workdir, cfg, "-n", "-p")
+    jobs = scheduled(plan)
+    assert jobs["train"] == 1 and "dataset" not in jobs  # the second stage only
+    assert "--base results/small/ckpt/sft-medium " in plan.stdout
+    assert "--out-model results/small/ckpt/sft-medium " not in plan.stdout
 
 
 def test_provenance_walks_from_the_table_to_the_teacher_records(done):

@@ -34,7 +34,7 @@ def test_distillation_recipe_submissions(distill):
     assert (
         counts["grade_generation"] == 62 + 3 * 20
         and counts["evaluate"] == 3 * 5
-        and counts["train"] == 1
+        and counts["train"] == 2  # the seed's two stages
     )
 
     gen = opts(distill["generate"].sbatch)  # the SGLang teacher: server.tp 2 on one node, one task
