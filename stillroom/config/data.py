@@ -124,8 +124,22 @@ class Heldout(Section):
 
 class Decontam(Section):
     ngram: Annotated[int, Field(ge=3, le=50)] = 13
+    audit_ngram: Annotated[int, Field(ge=3, le=50)] | None = Field(
+        8,
+        description="a second, shorter n-gram detector that drops nothing: the report lists the "
+        "kept prompts it flags, with the matched item (null: off)",
+    )
     ignore_common: PositiveInt | None = Field(
         None,
         description="ignore n-grams shared by more than this many benchmark items: boilerplate "
         "(imports, class headers), not contamination",
     )
+
+    @model_validator(mode="after")
+    def _shorter(self) -> Decontam:
+        if self.audit_ngram is not None and self.audit_ngram >= self.ngram:
+            raise ValueError(
+                f"audit_ngram: {self.audit_ngram} should be shorter than ngram ({self.ngram}), "
+                "to flag what the dropping detector keeps"
+            )
+        return self

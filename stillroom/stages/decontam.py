@@ -1,5 +1,7 @@
 """Rule decontam: drop every pool prompt that shares an n-gram with a benchmark item or a split of
-the pool (data/decontam.py), and report each drop with the n-grams it shared."""
+the pool (data/decontam.py), and report each drop with the n-grams it shared. A second, shorter
+n-gram detector only reports: the kept prompts it flags, with the matched items, for a reader to
+judge."""
 
 from __future__ import annotations
 
@@ -30,29 +32,26 @@ def run(
 ) -> dict[str, Any]:
     p = Params.parse(params, where="decontam")
     items = {name: load_benchmark(path) for name, path in benchmarks.items()}
-    index = NgramIndex(
-        {name: [r["prompt"] for r in rows] for name, rows in items.items()},
-        n=p.ngram,
-        max_items=p.ignore_common,
-    )
+    prompts = {name: [r["prompt"] for r in rows] for name, rows in items.items()}
+    index = NgramIndex(prompts, n=p.ngram, max_items=p.ignore_common)
     rows = read_jsonl(pool, required=POOL_KEYS, types={"prompt": str})
     found = index.scan([r["prompt"] for r in rows])
     kept, dropped = [], []
     for row, matches in zip(rows, found, strict=True):
-        if not matches:
+        if matches:
+            dropped.append(_entry(row, matches, items))
+        else:
             kept.append(row)
-            continue
-        shared = [
-            {
-                "benchmark": m.benchmark,
-                "item": m.item,
-                "ngram": m.ngram,
-                "item_prompt": items[m.benchmark][m.item]["prompt"],
-            }
-            for m in matches
+    audit = None
+    if p.audit_ngram:
+        # audit only: what a shorter n-gram would flag among the kept prompts, for a reader to judge
+        second = NgramIndex(prompts, n=p.audit_ngram, max_items=p.ignore_common)
+        flagged = [
+            _entry(row, matches, items)
+            for row, matches in zip(kept, second.scan([r["prompt"] for r in kept]), strict=True)
+            if matches
         ]
-        which = {k: row[k] for k in ("prompt_id", "source", "prompt")}
-        dropped.append({**which, "matches": shared})
+        audit = {"ngram": p.audit_ngram, "flagged": len(flagged), "prompts": flagged}
     per_benchmark = Counter(b for d in dropped for b in {m["benchmark"] for m in d["matches"]})
     counts = {
         "pool": len(rows),
@@ -63,11 +62,27 @@ def run(
         "dropped_per_source": dict(Counter(d["source"] for d in dropped)),
         "ignored_common_ngrams": index.ignored,
         "benchmark_items": {name: len(v) for name, v in items.items()},
+        **({"audit_flagged": audit["flagged"]} if audit else {}),
     }
     write_jsonl(out_clean, kept)
-    write_json(out_report, {**counts, "dropped": dropped})
+    write_json(out_report, {**counts, "dropped": dropped, **({"audit": audit} if audit else {})})
     log(
         f"kept {len(kept)} of {len(rows)} prompts; dropped {len(dropped)} "
         f"(per benchmark {dict(per_benchmark)}, per source {counts['dropped_per_source']})"
+        + (f"; a {p.audit_ngram}-gram audit flags {audit['flagged']} kept ones" if audit else "")
     )
     return counts
+
+
+def _entry(row: Mapping[str, Any], matches, items: Mapping[str, list]) -> dict[str, Any]:
+    """A pool prompt with the benchmark items it shares n-grams with."""
+    shared = [
+        {
+            "benchmark": m.benchmark,
+            "item": m.item,
+            "ngram": m.ngram,
+            "item_prompt": items[m.benchmark][m.item]["prompt"],
+        }
+        for m in matches
+    ]
+    return {**{k: row[k] for k in ("prompt_id", "source", "prompt")}, "matches": shared}

@@ -56,3 +56,34 @@ def test_bad_params_are_refused_before_any_file_is_read(tmp_path):
             out_report=str(tmp_path / "r"),
             params={"ngram": 2},
         )
+
+
+def test_the_audit_detector_reports_what_the_dropping_one_kept_and_drops_nothing(tmp_path):
+    """An 8-word overlap (a paraphrased copy) escapes the 13-gram index; the 8-gram audit names it
+    with the matched item, and the prompt stays in the pool."""
+    near = "Yesterday a train leaves the station at noon and travels sixty miles; how fast?"
+    pool = [
+        record("web", "math", near, "2", {}),
+        record("gen", "math", "What is 2 + 2?", "4", {}),
+    ]
+    write_jsonl(tmp_path / "pool.jsonl", pool)
+    write_jsonl(tmp_path / "bench.jsonl", [{"prompt": ITEM, "answer": "x", "kind": "math"}])
+    common = dict(
+        pool=str(tmp_path / "pool.jsonl"),
+        benchmarks={"bench": str(tmp_path / "bench.jsonl")},
+        out_clean=str(tmp_path / "clean.jsonl"),
+        out_report=str(tmp_path / "report.json"),
+    )
+    metrics = run(**common, params={"ngram": 13, "audit_ngram": 8, "seed": 0})
+    assert len(read_jsonl(tmp_path / "clean.jsonl")) == 2 and metrics["dropped"] == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert metrics["audit_flagged"] == report["audit"]["flagged"] == 1
+    (flagged,) = report["audit"]["prompts"]
+    assert flagged["prompt_id"] == pool[0]["prompt_id"] and flagged["matches"][0]["item"] == 0
+    assert flagged["matches"][0]["item_prompt"] == ITEM
+    assert flagged["matches"][0]["ngram"] == "a train leaves the station at noon and"
+
+    run(**common, params={"ngram": 13, "audit_ngram": None, "seed": 0})
+    assert "audit" not in json.loads((tmp_path / "report.json").read_text())
+    with pytest.raises(ConfigError, match="decontam.audit_ngram: 13 should be shorter than ngram"):
+        run(**common, params={"ngram": 13, "audit_ngram": 13})
