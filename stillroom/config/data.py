@@ -10,7 +10,7 @@ from .base import Name, PositiveInt, Section, tag
 
 # Local files a dataset spec may name instead of a hub id: suffix -> the datasets loader.
 LOCAL_DATA = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
-AnswerKind = Literal["math", "choice", "kernel"]
+AnswerKind = Literal["math", "choice", "kernel", "ifeval"]
 
 
 class WhereRule(Section):
@@ -37,12 +37,29 @@ class DatasetSpec(Section):
     prompt: str = Field("prompt", description="field holding the prompt")
     answer: str = Field("answer", description="field holding the gold answer")
     answer_kind: AnswerKind = Field(
-        "math", description="kernel: prompt and answer are the problem file (KernelBench code)"
+        "math",
+        description="kernel: prompt and answer are the problem file (KernelBench code); ifeval: "
+        "google/IFEval rows (instruction_id_list, kwargs), graded as instructions",
     )
     where: dict[str, WhereRule] = Field(
         {}, description="row filters: field -> {min, max, equals, in}"
     )
     limit: PositiveInt | None = None
+    choices: list[str] | None = Field(
+        None,
+        min_length=2,
+        max_length=26,
+        description="multiple choice from option fields, the right one first (GPQA: Correct "
+        "Answer, Incorrect Answer 1-3): shuffled into letters per problem, the gold its letter",
+    )
+
+    @model_validator(mode="after")
+    def _choices(self) -> DatasetSpec:
+        if self.choices and self.answer_kind != "choice":
+            raise ValueError("choices: options are lettered for answer_kind: choice only")
+        if self.choices and len(set(self.choices)) != len(self.choices):
+            raise ValueError(f"choices: each field may be listed once, got {self.choices}")
+        return self
 
     @property
     def local(self) -> bool:
@@ -119,6 +136,11 @@ class Heldout(Section):
     size: int = Field(ge=0, description="0: no held-out split (evaluate on benchmarks instead)")
     dev_size: int = Field(
         0, ge=0, description="a dev split for choices (merge.select_on: dev), never reported"
+    )
+    sources: list[str] | None = Field(
+        None,
+        description="the sources both splits are carved from (by id hash); default: the "
+        "generated ones",
     )
 
 

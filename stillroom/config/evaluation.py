@@ -134,6 +134,11 @@ class Decoding(Section):
         None, description="tag eval prompts with this effort (null: untagged)"
     )
     backend: Backend = HFBackend()
+    context_length: PositiveInt | None = Field(
+        None,
+        description="prompt plus new tokens the evaluated model holds; default: the checkpoint's "
+        "max_position_embeddings (set it when the server extends the context, e.g. YaRN)",
+    )
 
 
 class PerEffort(Section):

@@ -115,12 +115,15 @@ class Experiment(Section):
                 problems.append(
                     f"sources.{i}.benchmark: '{s.benchmark}' is not a key of benchmarks"
                 )
-        if (self.heldout.size or self.heldout.dev_size) and not any(
-            s.kind in GENERATED for s in self.sources
+        if (
+            (self.heldout.size or self.heldout.dev_size)
+            and not self.heldout.sources
+            and not any(s.kind in GENERATED for s in self.sources)
         ):
             problems.append(
                 "heldout: the held-out splits are carved from generated sources "
-                f"({', '.join(GENERATED)}), and there are none"
+                f"({', '.join(GENERATED)}), and there are none: name the sources to carve them "
+                "from in heldout.sources"
             )
         return problems
 
@@ -148,6 +151,10 @@ class Experiment(Section):
                     problems.append(
                         f"eval.budget_force.{key}.{i}: '{name}' is not one of {', '.join(known)}"
                     )
+        names = [s.name for s in self.sources]
+        for i, name in enumerate(self.heldout.sources or []):
+            if name not in names:
+                problems.append(f"heldout.sources.{i}: '{name}' is not one of {', '.join(names)}")
         per = ev.per_effort
         for key, known in (("models", self.models), ("benchmarks", ev.benchmarks)):
             for i, name in enumerate((getattr(per, key) or []) if per else []):

@@ -10,7 +10,11 @@ benchmark items (``echo``), JSONL files, hub or local datasets, and the kernel p
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+import string
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,7 @@ from typing import Any
 from ..config import LOCAL_DATA, DatasetSpec, Source
 from ..config.data import WhereRule
 from ..grading.dispatch import KINDS
+from ..grading.instructions import from_ifeval
 from ..io import DataError, read_jsonl
 from .records import record
 
@@ -272,6 +277,20 @@ def iter_sources(
             yield from kernel_records(spec)
 
 
+def lettered(question: str, options: list[str]) -> tuple[str, str, dict[str, Any]]:
+    """A multiple-choice prompt from ``options`` (the right one first), shuffled into letters by a
+    seed taken from the question, so every run and every model sees the same order; the gold is
+    the right option's letter."""
+    order = list(range(len(options)))
+    random.Random(hashlib.sha256(question.encode()).hexdigest()).shuffle(order)
+    letters = string.ascii_uppercase[: len(options)]
+    listing = "\n".join(
+        f"({letter}) {options[j]}" for letter, j in zip(letters, order, strict=True)
+    )
+    right = letters[order.index(0)]
+    return f"{question.strip()}\n\n{listing}", right, {"options": letters, "order": order}
+
+
 def _passes(value: Any, rule: WhereRule) -> bool:
     return (
         (rule.min is None or value >= rule.min)
@@ -281,10 +300,16 @@ def _passes(value: Any, rule: WhereRule) -> bool:
     )
 
 
-def dataset_records(spec: DatasetSpec, name: str) -> Iterator[dict[str, Any]]:
+IFEVAL_FIELDS = ["instruction_id_list", "kwargs"]
+
+
+def dataset_records(
+    spec: DatasetSpec, name: str, skipped: Counter | None = None
+) -> Iterator[dict[str, Any]]:
     """Rows of a hub dataset (by id, loaded in the job, never while the DAG is built) or of a local
     parquet/JSONL/CSV file, as pool records of source ``name``: ``prompt`` and ``answer`` name the
-    fields, ``where`` filters rows, ``limit`` keeps the first N rows that pass."""
+    fields, ``where`` filters rows, ``limit`` keeps the first N rows that pass. IFEval rows with an
+    instruction no check implements are left out, their ids counted in ``skipped``."""
     import datasets
 
     path = spec.path
@@ -295,7 +320,9 @@ def dataset_records(spec: DatasetSpec, name: str) -> Iterator[dict[str, Any]]:
         ds = datasets.load_dataset(loader, data_files=path, split="train")
     else:
         ds = datasets.load_dataset(path, spec.subset, split=spec.split, revision=spec.revision)
-    for key in [spec.prompt, spec.answer, *spec.where]:
+    ifeval = spec.answer_kind == "ifeval"
+    answer_fields = IFEVAL_FIELDS if ifeval else spec.choices or [spec.answer]
+    for key in [spec.prompt, *answer_fields, *spec.where]:
         if key not in ds.column_names:
             raise DataError(
                 f"source '{name}': {path} has no field '{key}' "
@@ -305,20 +332,39 @@ def dataset_records(spec: DatasetSpec, name: str) -> Iterator[dict[str, Any]]:
     for i, row in enumerate(ds):
         if not all(_passes(row[k], rule) for k, rule in spec.where.items()):
             continue
-        prompt, answer = row[spec.prompt], row[spec.answer]
-        if (
-            not isinstance(prompt, str)
-            or not prompt.strip()
-            or answer is None
-            or not str(answer).strip()
-        ):
-            raise DataError(
-                f"source '{name}': {path} row {i}: field '{spec.prompt}' or '{spec.answer}' "
-                f"is empty or not text ({prompt!r:.40}, {answer!r:.40})"
-            )
+        prompt = row[spec.prompt]
+        for key in [spec.prompt, *answer_fields]:
+            value = row[key]
+            if (
+                value is None
+                or not str(value).strip()
+                or (key == spec.prompt and not isinstance(value, str))
+            ):
+                raise DataError(
+                    f"source '{name}': {path} row {i}: field '{key}' is empty or not text "
+                    f"({value!r:.40})"
+                )
         kind = spec.answer_kind
-        answer = str(answer) if kind == "kernel" else str(answer).strip()
-        yield record(name, kind, prompt, answer, {"row": i})
+        if ifeval:
+            try:
+                gold, unsupported = from_ifeval(row["instruction_id_list"], row["kwargs"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise DataError(
+                    f"source '{name}': {path} row {i}: instruction_id_list and kwargs do not "
+                    f"match IFEval's layout ({type(exc).__name__}: {exc})"
+                ) from None
+            if unsupported:
+                # not graded on part of its instructions, which would pass the rest as the whole
+                (skipped if skipped is not None else Counter()).update(unsupported)
+                continue
+            yield record(name, "instructions", prompt, json.dumps(gold), {"row": i})
+        elif spec.choices:
+            prompt, answer, meta = lettered(prompt, [str(row[k]).strip() for k in spec.choices])
+            yield record(name, kind, prompt, answer, {"row": i, **meta})
+        else:
+            answer = row[spec.answer]
+            answer = str(answer) if kind == "kernel" else str(answer).strip()
+            yield record(name, kind, prompt, answer, {"row": i})
         kept += 1
         if spec.limit and kept >= spec.limit:
             return

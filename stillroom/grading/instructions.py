@@ -17,7 +17,7 @@ import importlib.metadata
 import inspect
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,6 +224,44 @@ def parse_instructions(gold: str | Sequence[Any]) -> list[InstructionSpec]:
         _check_kwargs(inst, kwargs)
         specs.append(InstructionSpec(inst.id, dict(kwargs)))
     return specs
+
+
+# IFEval's instruction ids (google/IFEval) that one of the checks above implements, with the
+# kwargs renamed; "relation" picks the bound of a length. IFEval's "less than N" is at most N - 1.
+IFEVAL: dict[str, tuple[str, dict[str, str]]] = {
+    "punctuation:no_comma": ("no_commas", {}),
+    "change_case:english_lowercase": ("case_lowercase", {}),
+    "change_case:english_capital": ("case_uppercase", {}),
+    "detectable_format:json_format": ("format_json", {}),
+    "detectable_format:title": ("title", {}),
+    "detectable_format:number_bullet_lists": ("bullets_exact", {"n": "num_bullets"}),
+    "keywords:existence": ("keywords_include", {"keywords": "keywords"}),
+    "keywords:forbidden_words": ("keywords_forbidden", {"words": "forbidden_words"}),
+    "startend:end_checker": ("ends_with", {"phrase": "end_phrase"}),
+    "length_constraints:number_paragraphs": ("paragraphs_exact", {"n": "num_paragraphs"}),
+    "length_constraints:number_words": ("length_words", {"n": "num_words"}),
+    "length_constraints:number_sentences": ("length_sentences", {"n": "num_sentences"}),
+}
+
+
+def from_ifeval(
+    ids: Sequence[str], kwargs: Sequence[Mapping[str, Any] | None]
+) -> tuple[list, list]:
+    """(our instruction specs, IFEval ids no check here implements) of one IFEval row."""
+    specs, unsupported = [], []
+    for iid, kw in zip(ids, kwargs, strict=True):
+        kw = {k: v for k, v in (kw or {}).items() if v is not None}
+        if iid not in IFEVAL:
+            unsupported.append(iid)
+            continue
+        ours, names = IFEVAL[iid]
+        args = {mine: kw[theirs] for mine, theirs in names.items()}
+        if ours in ("length_words", "length_sentences"):
+            less = kw.get("relation") == "less than"
+            ours += "_max" if less else "_min"
+            args["n"] -= less
+        specs.append({"id": ours, **({"kwargs": args} if args else {})})
+    return specs, unsupported
 
 
 def loose_variants(response: str) -> list[str]:

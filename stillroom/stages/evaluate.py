@@ -98,7 +98,7 @@ def run(
         log(f"resuming: {len(done)} samples already done")
     with open_lm(model, p.backend, threads) as lm, journal:
         records, generated, seconds = _sample_all(
-            lm, rows, p, log, journal, done, context_length(model)
+            lm, rows, p, log, journal, done, p.context_length or context_length(model)
         )
     records.sort(key=lambda r: (r["prompt_id"], r["sample_index"]))
     journal.finish(records)

@@ -33,12 +33,18 @@ def fetch_benchmark(
     """A benchmark given as a dataset spec (hub id or file) as a JSONL of prompt/answer/kind."""
     p = BenchmarkParams.parse(params, where="benchmark")
     keys = ("prompt_id", "prompt", "answer", "kind")
-    rows = [{k: r[k] for k in keys} for r in dataset_records(p.spec, p.name)]
+    skipped: Counter[str] = Counter()
+    rows = [{k: r[k] for k in keys} for r in dataset_records(p.spec, p.name, skipped)]
     if not rows:
         raise DataError(f"benchmark '{p.name}': no rows from {p.spec.path}")
     write_jsonl(out_benchmark, rows)
     log(f"benchmark {p.name}: {len(rows)} items from {p.spec.path}")
-    return {"items": len(rows)}
+    if skipped:
+        log(
+            f"benchmark {p.name}: left out the rows with instructions no check implements: "
+            + ", ".join(f"{iid} ({n})" for iid, n in skipped.most_common())
+        )
+    return {"items": len(rows), **({"unsupported_instructions": dict(skipped)} if skipped else {})}
 
 
 class PoolParams(Section):
@@ -70,16 +76,16 @@ def build_pool(
             duplicates += 1
             continue
         records[rec["prompt_id"]] = rec
-    generated = {s.name for s in p.sources if s.kind in GENERATED}
+    carved = set(p.heldout.sources or (s.name for s in p.sources if s.kind in GENERATED))
     candidates = sorted(
-        (r for r in records.values() if r["source"] in generated),
+        (r for r in records.values() if r["source"] in carved),
         key=lambda r: (bucket(f"{seed}:{r['prompt_id']}", 1 << 62), r["prompt_id"]),
     )
     size, dev_size = p.heldout.size, p.heldout.dev_size
     if size + dev_size > len(candidates) // 2:
         raise DataError(
             f"heldout.size={size} + heldout.dev_size={dev_size} would take more than half of the "
-            f"{len(candidates)} generated problems"
+            f"{len(candidates)} problems of {', '.join(sorted(carved)) or 'no source'}"
         )
     heldout, dev = candidates[:size], candidates[size : size + dev_size]
     held_ids = {r["prompt_id"] for r in heldout + dev}

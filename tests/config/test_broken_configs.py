@@ -638,6 +638,18 @@ BROKEN = [
         "eval.per_effort.benchmarks.0: 'dev' is not one of",
     ),
     (
+        "splits carved from an unknown source",
+        DEFAULT,
+        _set("heldout.sources", ["arith", "deepmath"]),
+        "heldout.sources.1: 'deepmath' is not one of arith, mcq, scraped",
+    ),
+    (
+        "choices for a math answer",
+        DISTILL,
+        _set("benchmarks.gpqa.answer_kind", "math"),
+        "benchmarks.gpqa.choices: options are lettered for answer_kind: choice only",
+    ),
+    (
         "training template missing",
         DEFAULT,
         _set("train.chat_template", "config/no-such-template.jinja"),

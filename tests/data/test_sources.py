@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -91,7 +92,7 @@ def test_dataset_source_errors_name_the_field_and_row(tmp_path):
                 DatasetSpec.parse({"path": path, "prompt": "question", "answer": "a"}), "s"
             )
         )
-    with pytest.raises(DataError, match=r"row 1: field 'q' or 'a' is empty"):
+    with pytest.raises(DataError, match=r"row 1: field 'q' is empty"):
         list(
             sources.dataset_records(
                 DatasetSpec.parse({"path": path, "prompt": "q", "answer": "a"}), "s"
@@ -103,3 +104,72 @@ def test_dataset_source_errors_name_the_field_and_row(tmp_path):
                 DatasetSpec.parse({"path": str(tmp_path / "missing.parquet")}), "s"
             )
         )
+
+
+def test_multiple_choice_options_are_shuffled_into_letters_per_problem(tmp_path):
+    """GPQA-Diamond's layout: the right answer and three wrong ones in their own fields."""
+    fields = ["Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3"]
+    rows = [
+        {"Question": f"Which particle is number {i}?", **{f: f"{f} of {i}" for f in fields}}
+        for i in range(40)
+    ]
+    spec = DatasetSpec.parse(
+        {
+            "path": _write(tmp_path, rows),
+            "prompt": "Question",
+            "answer_kind": "choice",
+            "choices": fields,
+        }
+    )
+    out = list(sources.dataset_records(spec, "gpqa"))
+    assert out == list(sources.dataset_records(spec, "gpqa"))  # the same order every run
+    for i, r in enumerate(out):
+        listed = dict(re.findall(r"\(([A-Z])\) (.+?)(?= \([A-Z]\) |$)", r["prompt"]))
+        assert sorted(listed) == ["A", "B", "C", "D"] and r["kind"] == "choice"
+        assert listed[r["answer"]] == f"Correct Answer of {i}"
+    # the right letter is spread over the letters, not always A
+    assert len({r["answer"] for r in out}) == 4
+    with pytest.raises(ValueError, match="choices: options are lettered for answer_kind: choice"):
+        DatasetSpec.parse({"path": "x.jsonl", "choices": fields})
+
+
+def test_ifeval_rows_are_mapped_to_the_checks_and_unsupported_ones_left_out(tmp_path):
+    from collections import Counter
+
+    from stillroom.grading.instructions import grade_instructions
+
+    none = {"relation": None, "num_words": None, "end_phrase": None, "forbidden_words": None}
+    rows = [
+        {
+            "key": 1,
+            "prompt": "Describe the sea in fewer than 5 words, no commas.",
+            "instruction_id_list": ["length_constraints:number_words", "punctuation:no_comma"],
+            "kwargs": [{**none, "relation": "less than", "num_words": 5}, dict(none)],
+        },
+        {
+            "key": 2,
+            "prompt": "Write a haiku wrapped in double quotes.",
+            "instruction_id_list": ["startend:quotation", "punctuation:no_comma"],
+            "kwargs": [dict(none), dict(none)],
+        },
+        {
+            "key": 3,
+            "prompt": "End with 'Is there anything else?'",
+            "instruction_id_list": ["startend:end_checker"],
+            "kwargs": [{**none, "end_phrase": "Is there anything else?"}],
+        },
+    ]
+    spec = DatasetSpec.parse({"path": _write(tmp_path, rows), "answer_kind": "ifeval"})
+    skipped = Counter()
+    out = list(sources.dataset_records(spec, "ifeval", skipped))
+    assert skipped == {"startend:quotation": 1}  # listed and counted, never passed
+    assert [r["kind"] for r in out] == ["instructions", "instructions"]
+    gold = json.loads(out[0]["answer"])
+    assert gold == [{"id": "length_words_max", "kwargs": {"n": 4}}, {"id": "no_commas"}]
+    assert grade_instructions("calm blue endless water", out[0]["answer"]).prompt_strict
+    assert not grade_instructions("calm, blue, endless, deep water", out[0]["answer"]).prompt_strict
+    assert grade_instructions("Done. Is there anything else?", out[1]["answer"]).prompt_strict
+    bad = [{**rows[0], "kwargs": [dict(none), dict(none)]}]  # num_words missing
+    spec = DatasetSpec.parse({"path": _write(tmp_path, bad, "bad.jsonl"), "answer_kind": "ifeval"})
+    with pytest.raises(DataError, match=r"row 0: instruction_id_list and kwargs do not match"):
+        list(sources.dataset_records(spec, "ifeval"))

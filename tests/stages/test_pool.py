@@ -45,6 +45,29 @@ def test_pool_heldout_and_dev_are_disjoint(tmp_path):
         )
 
 
+def test_the_splits_can_be_carved_from_named_sources(tmp_path):
+    """A real recipe's dev split comes from its dataset sources, not from generated problems."""
+    rows = [{"question": f"What is {i} cubed?", "final": i**3} for i in range(40)]
+    params = _params(size=0)
+    params["sources"].append(
+        {
+            "name": "deepmath",
+            "kind": "dataset",
+            "path": _write(tmp_path, rows),
+            "prompt": "question",
+            "answer": "final",
+        }
+    )
+    params["heldout"] = {"size": 0, "dev_size": 8, "sources": ["deepmath"]}
+    paths = {k: str(tmp_path / f"{k}.jsonl") for k in ("out_pool", "out_heldout", "out_dev")}
+    pool.build_pool(benchmarks={"tinybench": TINYBENCH}, **paths, params=params, log=print)
+    dev = read_jsonl(paths["out_dev"])
+    assert len(dev) == 8 and {r["source"] for r in dev} == {"deepmath"}
+    params["heldout"]["dev_size"] = 30
+    with pytest.raises(DataError, match="more than half of the 40 problems of deepmath"):
+        pool.build_pool(benchmarks={"tinybench": TINYBENCH}, **paths, params=params, log=print)
+
+
 def test_shards_follow_prompt_id_not_row_order(tmp_path):
     rows = sources.generate("arithmetic", "a", 100, 1, max_operand=12)
     src = tmp_path / "pool.jsonl"

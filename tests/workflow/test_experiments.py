@@ -22,8 +22,13 @@ def test_beam_distill_dag_builds_offline(tmp_path):
     # shard
     assert jobs["generate"] == 62 and jobs["generate_low_high_xhigh"] == 20
     assert jobs["grade_generation"] == 62 + 3 * 20
-    assert jobs["benchmark"] == 3 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
-    assert jobs["evaluate"] == 5 * 3 and jobs["tables"] == 3
+    assert jobs["benchmark"] == 5 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
+    # 5 models on 5 benchmarks, the 3 merges on the dev split the ratio is chosen on
+    assert jobs["evaluate"] == 5 * 5 + 3 and jobs["tables"] == 5 and jobs["select_merge"] == 1
+    assert jobs["train"] == 2  # the seed's two stages
+    # sft and merge-0.5 at 4 efforts on 2 benchmarks; base, sft, merge-0.5 at 4 thinking budgets
+    assert jobs["evaluate_effort"] == 2 * 2 * 4 and jobs["effort_tables"] == 2
+    assert jobs["evaluate_budget"] == 3 * 2 * 4 and jobs["budget_tables"] == 2
     assert (
         "beam-sglang/xhigh/shard-00019" in proc.stdout
         and "beam-sglang/xhigh/shard-00020" not in proc.stdout
@@ -105,7 +110,7 @@ def test_seed_000_overlays_merge_onto_the_distill_recipe_and_pass_the_training_c
         "mlp.gate" in t for t in p.lora.target_modules + p.lora.target_parameters
     )
     jobs = scheduled(run_snakemake(tmp_path, cfg, "-n"))
-    assert jobs["train"] == 1 and jobs["pretrained"] == 1
+    assert jobs["train"] == 2 and jobs["pretrained"] == 1  # the recipe's two stages
 
 
 def test_autotriton_8b_dag_builds_offline(tmp_path):

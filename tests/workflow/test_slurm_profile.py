@@ -28,12 +28,12 @@ def distill():
 
 def test_distillation_recipe_submissions(distill):
     counts = {rule: p.jobs for rule, p in distill.items()}
-    # 62 medium shards; low/high/xhigh share one job per shard on 20 shards; 3 benchmarks x 5
-    # models.
+    # 62 medium shards; low/high/xhigh share one job per shard on 20 shards; 5 benchmarks x 5
+    # models, and the 3 merges on the dev split.
     assert counts["generate"] == 62 and counts["generate_low_high_xhigh"] == 20
     assert (
         counts["grade_generation"] == 62 + 3 * 20
-        and counts["evaluate"] == 3 * 5
+        and counts["evaluate"] == 5 * 5 + 3
         and counts["train"] == 2  # the seed's two stages
     )
 
@@ -63,8 +63,8 @@ def test_distillation_recipe_submissions(distill):
     )
     assert "--gres" not in train and "--ntasks-per-gpu" not in train
 
-    ev = opts(distill["evaluate"].sbatch)  # in-process model: one GPU
-    assert (ev["-p"], ev["--gpus"], ev["-t"], ev["--array"]) == ("gpu", "1", "720", "1-15")
+    ev = opts(distill["evaluate"].sbatch)  # an SGLang server of one GPU per checkpoint
+    assert (ev["-p"], ev["--gpus"], ev["-t"], ev["--array"]) == ("gpu", "1", "720", "1-28")
     for rule in (
         "pool",
         "decontam",
