@@ -144,24 +144,18 @@ class Experiment(Section):
                 f"eval.effort: '{ev.effort}' is not one of generation.efforts "
                 f"({', '.join(self.generation.efforts)}): the student never saw that tag"
             )
-        force = ev.budget_force
-        for key, known in (("models", self.models), ("benchmarks", ev.benchmarks)):
-            for i, name in enumerate((getattr(force, key) or []) if force else []):
-                if name not in known:
-                    problems.append(
-                        f"eval.budget_force.{key}.{i}: '{name}' is not one of {', '.join(known)}"
-                    )
+        per = ev.per_effort
+        for section, spec in (("budget_force", ev.budget_force), ("per_effort", per)):
+            for key, known in (("models", self.models), ("benchmarks", ev.benchmarks)):
+                for i, name in enumerate((getattr(spec, key) or []) if spec else []):
+                    if name not in known:
+                        problems.append(
+                            f"eval.{section}.{key}.{i}: '{name}' is not one of {', '.join(known)}"
+                        )
         names = [s.name for s in self.sources]
         for i, name in enumerate(self.heldout.sources or []):
             if name not in names:
                 problems.append(f"heldout.sources.{i}: '{name}' is not one of {', '.join(names)}")
-        per = ev.per_effort
-        for key, known in (("models", self.models), ("benchmarks", ev.benchmarks)):
-            for i, name in enumerate((getattr(per, key) or []) if per else []):
-                if name not in known:
-                    problems.append(
-                        f"eval.per_effort.{key}.{i}: '{name}' is not one of {', '.join(known)}"
-                    )
         if per and per.reference not in self.generation.efforts:
             problems.append(
                 f"eval.per_effort.reference: '{per.reference}' is not one of generation.efforts "
