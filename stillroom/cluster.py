@@ -66,6 +66,7 @@ def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
         "train": layout.nodes * layout.gpus_per_node,
         "evaluate": evaluation,
         "evaluate_budget": evaluation,
+        "evaluate_effort": evaluation,
     }
     gpus.update({f"generate_{'_'.join(g)}": teacher for g in config["generation"]["effort_groups"]})
     if config.get("grpo"):

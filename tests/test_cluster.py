@@ -36,4 +36,5 @@ def test_job_shapes_follow_the_config():
         "train": 4,
         "evaluate": 1,
         "evaluate_budget": 1,
+        "evaluate_effort": 1,
     }

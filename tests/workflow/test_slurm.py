@@ -32,7 +32,7 @@ FAST = (
 )
 # The procedural teacher needs no GPU, so its shards go to the CPU partition (rules/common.smk
 # partition_for).
-GPU_RULES = {"train", "evaluate", "evaluate_budget"}
+GPU_RULES = {"train", "evaluate", "evaluate_budget", "evaluate_effort"}
 
 
 def _run(*cmd: str) -> subprocess.CompletedProcess:
