@@ -88,7 +88,8 @@ def test_tables_compare_every_model_with_base_and_tuned(done):
     rows = (workdir / "results" / "small" / "tables" / "heldout.csv").read_text().splitlines()
     assert rows[0] == (
         "benchmark,model,problems,samples,accuracy,mean_tokens,cap_hit_rate,reference,delta,ci_low,"
-        "ci_high,p_value,p_holm,verdict,mcnemar_p"
+        "ci_high,p_value,p_holm,verdict,mcnemar_p,delta_tokens,tokens_ci_low,tokens_ci_high,"
+        "token_ratio"
     )
     assert len(rows) == 1 + 3 * 2
 
