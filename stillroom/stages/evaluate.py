@@ -48,11 +48,16 @@ def _generate(lm, prefixes: list[list[int]], p: Params, seed: int, room: int) ->
     while cut off."""
     common = {"temperature": p.temperature, "top_p": p.top_p, "seed": seed}
     if p.budget:
-        forced = len(lm.encode(END_THINK + p.answer_cue))
+        budget = min(p.budget, room - p.answer_tokens - len(lm.encode(END_THINK + p.answer_cue)))
+        if budget < 1:
+            raise DataError(
+                f"eval: the context leaves {room} new tokens, too few for any thinking before the "
+                f"forced close and the {p.answer_tokens}-token answer"
+            )
         return budget_force(
             lm,
             prefixes,
-            budget=min(p.budget, room - p.answer_tokens - forced),
+            budget=budget,
             answer_tokens=p.answer_tokens,
             cue=p.answer_cue,
             **common,

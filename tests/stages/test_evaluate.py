@@ -234,3 +234,5 @@ def test_answers_are_clamped_to_the_checkpoint_context(setup, tmp_path):
     assert all(r["context_limit"] == 20 and r["completion_tokens"] <= 20 for r in rows)
     with pytest.raises(DataError, match=r"problem \w+ has a prompt of \d+ tokens.*context"):
         run(longest - 1)
+    with pytest.raises(DataError, match="too few for any thinking before the forced close"):
+        run(longest + 4, forced)
