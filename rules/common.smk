@@ -35,8 +35,9 @@ except (stillroom.config.ConfigError, stillroom.io.DataError) as exc:
 config.clear()
 config.update(RESOLVED)
 
-# A student whose chat template cannot mark its assistant turns fails here, not after generation.
-TEMPLATE_PROBLEM = stillroom.runtime.templates.config_problem(
+# A student whose chat template cannot mark its assistant turns fails here, not after generation
+# (once, by the main process: a cluster job parses the workflow again).
+TEMPLATE_PROBLEM = workflow.is_main_process and stillroom.runtime.templates.config_problem(
     config["student"]["pretrained"], config["train"]["chat_template"], REPO
 )
 if TEMPLATE_PROBLEM:
