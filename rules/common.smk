@@ -135,6 +135,12 @@ def repo_path(path):
     return str(path if Path(path).is_absolute() else REPO / path)
 
 
+def model_source(name):
+    """A model directory of the repository, made absolute (a job may run in another working
+    directory); a hub id as it is, fetched by its job."""
+    return repo_path(name) if (REPO / name).is_dir() else name
+
+
 # A benchmark is a JSONL file, or a dataset spec (hub id or file) that rule `benchmark` materialises.
 BENCHMARKS = {
     name: (f"{R}/benchmarks/{name}.jsonl" if isinstance(b, dict) else repo_path(b))

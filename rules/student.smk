@@ -8,7 +8,7 @@ if config["student"]["pretrained"]:
         output:
             **tracked(model=directory(f"{R}/ckpt/base")),
         params:
-            p=as_json(pretrained=config["student"]["pretrained"]),
+            p=as_json(pretrained=model_source(config["student"]["pretrained"])),
         log:
             f"{R}/logs/base.log",
         benchmark:

@@ -293,6 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("paths", nargs="+", metavar="YAML")
     config.add_argument("--root", default=".", help="where relative paths start (the repository)")
     sub.add_parser("schema", help="print the JSON schema of an experiment config")
+    stand_ins = sub.add_parser(
+        "stand-ins",
+        help="build the tiny student and teacher a recipe's smoke twin names in place of hub "
+        "models (its student.pretrained and its served teacher's model_path)",
+    )
+    stand_ins.add_argument("paths", nargs="+", metavar="YAML")
+    stand_ins.add_argument("--root", default=".", help="where relative paths start")
     show = sub.add_parser(
         "show", help="print the result tables of an experiment and where its artifacts are"
     )
@@ -336,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
             from .config import schema
 
             print(json.dumps(schema(), indent=2))
+        elif args.command == "stand-ins":
+            from .runtime.stand_ins import build_for_config
+
+            build_for_config(args.paths, args.root)
         else:
             run_stage(args.command, args)
     except (DataError, ValueError, FileNotFoundError, TeacherError, BudgetExhausted) as exc:

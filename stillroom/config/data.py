@@ -10,7 +10,7 @@ from .base import Name, PositiveInt, Section, tag
 
 # Local files a dataset spec may name instead of a hub id: suffix -> the datasets loader.
 LOCAL_DATA = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
-AnswerKind = Literal["math", "choice", "kernel", "ifeval"]
+AnswerKind = Literal["math", "choice", "code", "kernel", "ifeval"]
 
 
 class WhereRule(Section):
@@ -38,8 +38,21 @@ class DatasetSpec(Section):
     answer: str = Field("answer", description="field holding the gold answer")
     answer_kind: AnswerKind = Field(
         "math",
-        description="kernel: prompt and answer are the problem file (KernelBench code); ifeval: "
-        "google/IFEval rows (instruction_id_list, kwargs), graded as instructions",
+        description="code: the answer field holds the tests (asserts, a list of them, or "
+        "HumanEval's check(candidate)), run against the program of a response; kernel: prompt "
+        "and answer are the problem file (KernelBench code); ifeval: google/IFEval rows "
+        "(instruction_id_list, kwargs), graded as instructions",
+    )
+    entry_point: str | None = Field(
+        None,
+        description="answer_kind code: the field naming the function the tests call "
+        "(HumanEval: entry_point)",
+    )
+    prompt_template: str | None = Field(
+        None,
+        pattern=r"\$prompt",
+        description="what the model is asked, $prompt replaced by the prompt field (e.g. an "
+        "instruction around HumanEval's function stub)",
     )
     where: dict[str, WhereRule] = Field(
         {}, description="row filters: field -> {min, max, equals, in}"
@@ -57,6 +70,8 @@ class DatasetSpec(Section):
     def _choices(self) -> DatasetSpec:
         if self.choices and self.answer_kind != "choice":
             raise ValueError("choices: options are lettered for answer_kind: choice only")
+        if self.entry_point and self.answer_kind != "code":
+            raise ValueError("entry_point: for answer_kind: code only")
         if self.choices and len(set(self.choices)) != len(self.choices):
             raise ValueError(f"choices: each field may be listed once, got {self.choices}")
         return self

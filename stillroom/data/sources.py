@@ -17,6 +17,7 @@ import string
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from string import Template
 from typing import Any
 
 from ..config import LOCAL_DATA, DatasetSpec, Source
@@ -322,7 +323,8 @@ def dataset_records(
         ds = datasets.load_dataset(path, spec.subset, split=spec.split, revision=spec.revision)
     ifeval = spec.answer_kind == "ifeval"
     answer_fields = IFEVAL_FIELDS if ifeval else spec.choices or [spec.answer]
-    for key in [spec.prompt, *answer_fields, *spec.where]:
+    extra = [spec.entry_point] if spec.entry_point else []
+    for key in [spec.prompt, *answer_fields, *extra, *spec.where]:
         if key not in ds.column_names:
             raise DataError(
                 f"source '{name}': {path} has no field '{key}' "
@@ -333,7 +335,7 @@ def dataset_records(
         if not all(_passes(row[k], rule) for k, rule in spec.where.items()):
             continue
         prompt = row[spec.prompt]
-        for key in [spec.prompt, *answer_fields]:
+        for key in [spec.prompt, *answer_fields, *extra]:
             value = row[key]
             if (
                 value is None
@@ -344,6 +346,8 @@ def dataset_records(
                     f"source '{name}': {path} row {i}: field '{key}' is empty or not text "
                     f"({value!r:.40})"
                 )
+        if spec.prompt_template:
+            prompt = Template(spec.prompt_template).substitute(prompt=prompt)
         kind = spec.answer_kind
         if ifeval:
             try:
@@ -361,6 +365,13 @@ def dataset_records(
         elif spec.choices:
             prompt, answer, meta = lettered(prompt, [str(row[k]).strip() for k in spec.choices])
             yield record(name, kind, prompt, answer, {"row": i, **meta})
+        elif kind == "code":
+            # the code grader's gold: the tests, and the function they call
+            tests = row[spec.answer]
+            gold = {"tests": list(tests) if isinstance(tests, list | tuple) else str(tests)}
+            if spec.entry_point:
+                gold["entry_point"] = str(row[spec.entry_point]).strip()
+            yield record(name, kind, prompt, json.dumps(gold), {"row": i})
         else:
             answer = row[spec.answer]
             answer = str(answer) if kind == "kernel" else str(answer).strip()

@@ -120,14 +120,24 @@ def last_checkpoint(checkpoints: Path, fingerprint: Mapping, log, main: bool = T
     return None
 
 
-def save_for_inference(model, tokenizer, base_dir, out_dir) -> None:
+def save_for_inference(model, tokenizer, base_dir, out_dir, end_of_turn: int | None = None) -> None:
     """A trained model as the stages after training load it: the KV cache back on, the base's
-    generation config (or a student's own), and the tokenizer beside the weights."""
+    generation config (or a student's own), and the tokenizer beside the weights.
+
+    ``end_of_turn`` (the token the model was trained to end its turn with) joins the generation
+    config's stop tokens: a base model's is end-of-text (Qwen3-Base's ``<|endoftext|>``), and a
+    server (SGLang, vLLM, transformers serve) stops only there, so a chat-tuned model would run
+    past its ``<|im_end|>`` to the token limit."""
     from .student import generation_config
 
     model.config.use_cache = True
     if not (Path(base_dir) / "generation_config.json").exists():
         model.generation_config = generation_config(tokenizer)
+    if end_of_turn is not None:
+        eos = model.generation_config.eos_token_id
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        if end_of_turn not in eos:
+            model.generation_config.eos_token_id = [*eos, end_of_turn]
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
 

@@ -118,6 +118,15 @@ def _dtype(params: Train, cuda: bool):
     return getattr(torch, name)
 
 
+def attention(params: Train, cuda: bool) -> str:
+    """The attention kernel to load the model with: FlashAttention exists only on GPU, so a GPU
+    recipe run on CPU (its smoke twin) packs with sdpa; on GPU a missing flash-attn is an error
+    (transformers names it), never a silent slowdown."""
+    if "flash" in params.attn_implementation and not cuda:
+        return "sdpa"
+    return params.attn_implementation
+
+
 def load_model(base_dir, params: Train):
     """The model to train, placed and sharded as ``params`` say: full precision, NF4 for QLoRA,
     FSDP2 shards across the processes of its layout, or a device map across one process's GPUs."""
@@ -134,7 +143,7 @@ def load_model(base_dir, params: Train):
             "device_map", {"": int(os.environ.get("LOCAL_RANK", "0"))} if cuda else "cpu"
         )
     model = AutoModelForCausalLM.from_pretrained(
-        Path(base_dir), attn_implementation=params.attn_implementation, dtype=dtype, **kwargs
+        Path(base_dir), attn_implementation=attention(params, cuda), dtype=dtype, **kwargs
     )
     # a cache disables the packed-document mask (module docstring)
     model.config.use_cache = False
@@ -211,7 +220,7 @@ def build_trainer(
     trainer.data_collator = functools.partial(
         collate_packed_rows,
         pad_token_id=tokenizer.pad_token_id,
-        flatten="flash" in params.attn_implementation,
+        flatten="flash" in attention(params, cuda),
     )
     # progress goes through our own log callable
     trainer.remove_callback(PrinterCallback)

@@ -76,6 +76,13 @@ class TrainingTemplate:
             start = end
         return {"input_ids": ids, "assistant_masks": mask}
 
+    def end_of_turn(self, tokenizer) -> int | None:
+        """The token that closes an assistant turn: the last supervised one of a probe reply."""
+        probe = [*PROBE, {"role": "assistant", "content": "y"}]
+        enc = self.encode(tokenizer, probe)
+        ids = [i for i, m in zip(enc["input_ids"], enc["assistant_masks"], strict=True) if m]
+        return ids[-1] if ids else None
+
     def _trim(self, text: str, offsets, mask: list[int], start: int, end: int) -> None:
         """Unmask the run [start, end)'s leading tokens when the run opens with the generation
         prompt, and its trailing whitespace-only tokens."""

@@ -179,7 +179,9 @@ def train_sft(
                 model = merge_adapter(base_dir, tmp / "adapter")
             elif state is not None:
                 model = launch.unsharded(model, state)
-            save_for_inference(model, tokenizer, base_dir, tmp)
+            save_for_inference(
+                model, tokenizer, base_dir, tmp, end_of_turn=template.end_of_turn(tokenizer)
+            )
     if main:
         shutil.rmtree(checkpoints, ignore_errors=True)
 

@@ -173,3 +173,49 @@ def test_ifeval_rows_are_mapped_to_the_checks_and_unsupported_ones_left_out(tmp_
     spec = DatasetSpec.parse({"path": _write(tmp_path, bad, "bad.jsonl"), "answer_kind": "ifeval"})
     with pytest.raises(DataError, match=r"row 0: instruction_id_list and kwargs do not match"):
         list(sources.dataset_records(spec, "ifeval"))
+
+
+def test_humaneval_rows_become_code_problems_graded_by_their_own_tests(tmp_path):
+    """openai_humaneval's layout: a function stub, its check(candidate) and the name it calls; the
+    stub keeps its lines and indentation, asked inside the configured instruction."""
+    from stillroom.grading.code import grade_code
+
+    stub = 'def add(a, b):\n    """Return a + b."""\n'
+    rows = [
+        {
+            "task_id": "HumanEval/0",
+            "prompt": stub,
+            "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
+            "entry_point": "add",
+        }
+    ]
+    spec = DatasetSpec.parse(
+        {
+            "path": _write(tmp_path, rows),
+            "answer": "test",
+            "answer_kind": "code",
+            "entry_point": "entry_point",
+            "prompt_template": "Complete this function.\n\n$prompt",
+        }
+    )
+    [rec] = sources.dataset_records(spec, "humaneval")
+    assert rec["kind"] == "code" and rec["prompt"] == f"Complete this function.\n\n{stub}"
+    right = f"```python\n{stub}    return a + b\n```"
+    assert grade_code(right, rec["answer"]).passed
+    assert not grade_code(right.replace("a + b\n", "a - b\n"), rec["answer"]).passed
+    # MBPP's layout: a list of asserts
+    mbpp = [{"text": "Write add(a, b).", "test_list": ["assert add(1, 1) == 2"]}]
+    spec = DatasetSpec.parse(
+        {
+            "path": _write(tmp_path, mbpp, "mbpp.jsonl"),
+            "prompt": "text",
+            "answer": "test_list",
+            "answer_kind": "code",
+        }
+    )
+    [rec] = sources.dataset_records(spec, "mbpp")
+    assert json.loads(rec["answer"]) == {"tests": ["assert add(1, 1) == 2"]}
+    with pytest.raises(ValueError, match="entry_point: for answer_kind: code only"):
+        DatasetSpec.parse({"path": "x.jsonl", "entry_point": "entry_point"})
+    with pytest.raises(ValueError, match="prompt_template"):
+        DatasetSpec.parse({"path": "x.jsonl", "prompt_template": "no placeholder"})

@@ -118,3 +118,12 @@ def test_trainer_batches_label_only_assistant_tokens(setup, tmp_path):
             documents += 1
         assert (labels[real:] == -100).all()
     assert documents > 4  # rows hold more than one document
+
+
+def test_a_gpu_recipe_on_cpu_packs_with_sdpa_and_a_gpu_keeps_flash_attention():
+    from stillroom.runtime.sft import attention
+
+    flash = Train.parse(dict(attn_implementation="flash_attention_2"), where="train")
+    assert attention(flash, cuda=False) == "sdpa"
+    assert attention(flash, cuda=True) == "flash_attention_2"
+    assert attention(Train.parse({}, where="train"), cuda=True) == "sdpa"

@@ -106,6 +106,8 @@ def test_supervised_tokens_are_what_the_model_writes(tmp_path, family):
         conversation()[:-1], tokenize=False, add_generation_prompt=True
     )
     assert (prompt + FAMILIES[family][4]).startswith(text.rstrip())
+    # the token a reply ends with is the one the model must stop at when served
+    assert template.end_of_turn(tok) == tok.convert_tokens_to_ids(FAMILIES[family][3])
 
 
 def test_deepseek_reasoning_is_trained_though_its_serving_template_drops_it(tmp_path):

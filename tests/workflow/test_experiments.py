@@ -5,6 +5,7 @@ import json
 
 import pytest
 import yaml
+from transformers import AutoTokenizer
 
 from stillroom.config import Train, resolve
 from stillroom.io import read_jsonl
@@ -22,9 +23,9 @@ def test_beam_distill_dag_builds_offline(tmp_path):
     # shard
     assert jobs["generate"] == 62 and jobs["generate_low_high_xhigh"] == 20
     assert jobs["grade_generation"] == 62 + 3 * 20
-    assert jobs["benchmark"] == 5 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
-    # 5 models on 5 benchmarks, the 3 merges on the dev split the ratio is chosen on
-    assert jobs["evaluate"] == 5 * 5 + 3 and jobs["tables"] == 5 and jobs["select_merge"] == 1
+    assert jobs["benchmark"] == 6 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
+    # 5 models on 6 benchmarks, the 3 merges on the dev split the ratio is chosen on
+    assert jobs["evaluate"] == 5 * 6 + 3 and jobs["tables"] == 6 and jobs["select_merge"] == 1
     assert jobs["train"] == 2  # the seed's two stages
     # sft and merge-0.5 at 4 efforts on 2 benchmarks; base, sft, merge-0.5 at 4 thinking budgets
     assert jobs["evaluate_effort"] == 2 * 2 * 4 and jobs["effort_tables"] == 2
@@ -178,3 +179,113 @@ def test_autotriton_tiny_runs_end_to_end(tmp_path):
     )  # back through GRPO, SFT and grading to the problem files
     assert report.ok, report.to_dict()
     assert any(n.path.endswith("grpo") for n in report.nodes())
+
+
+# What a smoke twin may change: names of things on this machine, never what the recipe does.
+# The server entries are its command line and the values filled into it (how a server starts here).
+IDENTITY = {"experiment", "path", "pretrained", "model", "model_path", "ledger", "base_url"}
+
+
+def structural_differences(recipe, twin, where: str = "") -> list[str]:
+    """Where ``twin`` differs from ``recipe`` in more than sizes (numbers, lists of numbers),
+    model ids, paths, URLs and server command lines."""
+    key = where.rsplit(".", 1)[-1]
+    if isinstance(recipe, dict) and isinstance(twin, dict):
+        if recipe.keys() != twin.keys():
+            return [f"{where or '<top>'}: keys {sorted(recipe.keys() ^ twin.keys())} differ"]
+        if key == "server":  # a command template and its values: how to start it here
+            return []
+        return [
+            d
+            for k in recipe
+            for d in structural_differences(recipe[k], twin[k], f"{where}.{k}".lstrip("."))
+        ]
+    number = (int, float)
+    if isinstance(recipe, list) and isinstance(twin, list):
+        if all(isinstance(v, number) and not isinstance(v, bool) for v in recipe + twin):
+            return []
+        if len(recipe) != len(twin):
+            return [f"{where}: {len(recipe)} entries against {len(twin)}"]
+        return [
+            d
+            for i, (a, b) in enumerate(zip(recipe, twin, strict=True))
+            for d in structural_differences(a, b, f"{where}.{i}")
+        ]
+    if recipe == twin or key in IDENTITY:
+        return []
+    if (
+        isinstance(recipe, number)
+        and isinstance(twin, number)
+        and not isinstance(recipe, bool)
+        and not isinstance(twin, bool)
+    ):
+        return []
+    return [f"{where}: {recipe!r} against {twin!r}"]
+
+
+def test_the_smoke_twin_differs_from_the_recipe_only_in_sizes_ids_paths_and_urls():
+    from stillroom.config import load_yaml
+
+    exp = REPO / "config" / "experiments"
+    recipe, twin = load_yaml(exp / "beam-distill.yaml"), load_yaml(exp / "beam-distill-smoke.yaml")
+    assert structural_differences(recipe, twin) == []
+    # the comparison itself catches what a twin must not change
+    changed = yaml.safe_load(yaml.safe_dump(twin))
+    changed["eval"]["backend"]["backend"] = "hf"
+    changed["train"]["stages"][0]["tags"] = "as_built"
+    del changed["merge"]["select_by"]
+    changed["generation"]["efforts"] = ["medium", "low"]
+    assert structural_differences(recipe, changed) == [
+        "generation.efforts: 4 entries against 2",
+        "train.stages.0.tags: 'none' against 'as_built'",
+        "merge: keys ['select_by'] differ",
+        "eval.backend.backend: 'sglang' against 'hf'",
+    ]
+
+
+@pytest.mark.slow
+def test_the_smoke_twin_runs_the_recipe_end_to_end(tmp_path):
+    """beam-distill-smoke through every path the recipe takes: hub-shaped local datasets, a Qwen3
+    student trained through TRL's template in two stages over 2 gloo ranks, the teacher and every
+    evaluated checkpoint served by a real OpenAI-compatible server started inside the job,
+    per-effort and budget-forced evaluation, the dev split choosing the merge by tokens, IFEval
+    and lettered multiple choice."""
+    from stillroom.cli import main
+    from stillroom.config import load_yaml
+
+    cfg = load_yaml(REPO / "config" / "experiments" / "beam-distill-smoke.yaml")
+    stand = tmp_path / "stand-ins"
+    cfg["student"]["pretrained"] = str(stand / "qwen3-tiny")
+    teacher = cfg["teachers"]["beam-sglang"]
+    teacher["model"] = teacher["server"]["model_path"] = str(stand / "beam-tiny")
+    (tmp_path / "twin.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert main(["stand-ins", str(tmp_path / "twin.yaml"), "--root", str(REPO)]) == 0
+    run_snakemake(tmp_path, cfg)
+
+    r = tmp_path / "results" / "beam-distill-smoke"
+    # the teacher's traces came through the served model, at every effort, and were graded
+    gen = read_jsonl(r / "gen" / "beam-sglang" / "xhigh" / "shard-00000.jsonl")
+    assert gen and {g["model"] for g in gen} == {str(stand / "beam-tiny")}
+    assert all(g["response"].startswith("<think>") for g in gen)
+    dataset = json.loads((r / "dataset" / "train.jsonl.prov.json").read_text())["metrics"]
+    assert set(dataset["samples_correct"]) == {"medium", "low", "high", "xhigh"}
+    # two training stages, the second from the first; TRL's Qwen3 training template; the
+    # checkpoint stops where it was trained to end its turn
+    for stage in ("sft-medium", "sft"):
+        metrics = json.loads((r / "ckpt" / f"{stage}.prov.json").read_text())["metrics"]
+        assert metrics["chat_template"] == "trl" and metrics["world_size"] == 2
+    tok = AutoTokenizer.from_pretrained(r / "ckpt" / "sft")
+    eos = json.loads((r / "ckpt" / "sft" / "generation_config.json").read_text())["eos_token_id"]
+    assert tok.convert_tokens_to_ids("<|im_end|>") in eos
+    # every table of the recipe
+    tables = r / "tables"
+    for name in ("aime24", "aime25", "math500", "gpqa", "ifeval", "humaneval"):
+        assert "| sft |" in (tables / f"{name}.md").read_text()
+    for name in ("aime24", "aime25"):
+        assert (tables / f"{name}-efforts.md").exists() and (tables / f"{name}-budget.md").exists()
+    assert (r / "cost" / "ledger.md").exists()
+    # served evaluation: long answers continued in request-sized segments
+    rows = read_jsonl(r / "eval" / "base" / "aime24" / "samples.jsonl")
+    assert any(len(row.get("segments", [])) == 2 for row in rows)
+    ifeval = json.loads((r / "benchmarks" / "ifeval.jsonl.prov.json").read_text())["metrics"]
+    assert ifeval["unsupported_instructions"] == {"detectable_content:postscript": 1}

@@ -33,7 +33,7 @@ def test_distillation_recipe_submissions(distill):
     assert counts["generate"] == 62 and counts["generate_low_high_xhigh"] == 20
     assert (
         counts["grade_generation"] == 62 + 3 * 20
-        and counts["evaluate"] == 5 * 5 + 3
+        and counts["evaluate"] == 5 * 6 + 3
         and counts["train"] == 2  # the seed's two stages
     )
 
