@@ -1,57 +1,72 @@
-# Teacher samples per (teacher, effort, shard), resumable (stillroom/stages/generate.py).
+# Teacher samples per (teacher, effort, shard), resumable (stillroom/stages/generate.py). Each effort
+# goes to its teacher (generation.effort_teachers, default generation.teacher), and each teacher to
+# rules of its own (GENERATION.rules()): every job of a rule has one shape, which a SLURM array takes
+# from its first job. A teacher's efforts outside effort_groups run one effort a job (rule `generate`
+# for generation.teacher, `generate_<teacher>` for another); efforts in one of effort_groups share a
+# job per shard, so one server start serves them all (rule `generate_<efforts>`).
 
+for gen_rule in GENERATION.rules():
 
-rule generate:
-    input:
-        shard=f"{R}/shards/shard-{{shard}}.jsonl",
-        teacher=TEACHER_FILES,
-    output:
-        **tracked(samples=f"{R}/gen/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
-    wildcard_constraints:
-        effort="|".join(e for e in EFFORTS if e not in GROUPED) or "^$",
-    params:
-        p=generation_params,
-    resources:
-        gpu=teacher_gpus,
-        nodes=1,
-        slurm_partition=lambda wildcards: partition_for(teacher_gpus(wildcards)),
-    log:
-        f"{R}/logs/generate/{{teacher}}-{{effort}}-{{shard}}.log",
-    benchmark:
-        timing("generate", "{teacher}-{effort}-{shard}")
-    conda:
-        conda_env(TEACHER_SPEC["backend"])
-    shell:
-        stillroom_cli("generate", "generate", "--shard {input.shard} --out-samples {output.samples}")
+    if not gen_rule.grouped:
 
+        rule:
+            name:
+                gen_rule.name
+            input:
+                shard=f"{R}/shards/shard-{{shard}}.jsonl",
+                teacher=teacher_files(gen_rule.teacher),
+            output:
+                **tracked(samples=f"{R}/gen/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
+            wildcard_constraints:
+                teacher=re.escape(gen_rule.teacher),
+                effort="|".join(gen_rule.efforts),
+            params:
+                p=generation_params,
+            resources:
+                gpu=teacher_gpus,
+                nodes=1,
+                slurm_partition=lambda wildcards: partition_for(teacher_gpus(wildcards)),
+            log:
+                f"{R}/logs/generate/{{teacher}}-{{effort}}-{{shard}}.log",
+            benchmark:
+                timing(gen_rule.name, "{teacher}-{effort}-{shard}")
+            conda:
+                conda_env(config["teachers"][gen_rule.teacher]["backend"])
+            shell:
+                stillroom_cli(
+                    "generate", gen_rule.name, "--shard {input.shard} --out-samples {output.samples}"
+                )
 
-# Efforts in one of generation.effort_groups share a job per shard: one server start serves them all.
-for group in config["generation"]["effort_groups"]:
-    group_outputs = " ".join(f"{{output.{e}}}" for e in group)
+    else:
+        group_outputs = " ".join(f"{{output.{e}}}" for e in gen_rule.efforts)
 
-    rule:
-        name:
-            f"generate_{'_'.join(group)}"
-        input:
-            shard=f"{R}/shards/shard-{{shard}}.jsonl",
-            teacher=TEACHER_FILES,
-        output:
-            **tracked(**{e: f"{R}/gen/{{teacher}}/{e}/shard-{{shard}}.jsonl" for e in group}),
-        params:
-            p=functools.partial(generation_params, efforts=group),
-        resources:
-            gpu=teacher_gpus,
-            nodes=1,
-            slurm_partition=lambda wildcards: partition_for(teacher_gpus(wildcards)),
-        log:
-            f"{R}/logs/generate/{{teacher}}-{'-'.join(group)}-{{shard}}.log",
-        benchmark:
-            timing(f"generate_{'_'.join(group)}", "{teacher}-{shard}")
-        conda:
-            conda_env(TEACHER_SPEC["backend"])
-        shell:
-            stillroom_cli(
-                "generate",
-                f"generate_{'_'.join(group)}",
-                f"--shard {{input.shard}} --out-samples {group_outputs}",
-            )
+        rule:
+            name:
+                gen_rule.name
+            input:
+                shard=f"{R}/shards/shard-{{shard}}.jsonl",
+                teacher=teacher_files(gen_rule.teacher),
+            output:
+                **tracked(
+                    **{e: f"{R}/gen/{{teacher}}/{e}/shard-{{shard}}.jsonl" for e in gen_rule.efforts}
+                ),
+            wildcard_constraints:
+                teacher=re.escape(gen_rule.teacher),
+            params:
+                p=functools.partial(generation_params, efforts=list(gen_rule.efforts)),
+            resources:
+                gpu=teacher_gpus,
+                nodes=1,
+                slurm_partition=lambda wildcards: partition_for(teacher_gpus(wildcards)),
+            log:
+                f"{R}/logs/generate/{{teacher}}-{'-'.join(gen_rule.efforts)}-{{shard}}.log",
+            benchmark:
+                timing(gen_rule.name, "{teacher}-{shard}")
+            conda:
+                conda_env(config["teachers"][gen_rule.teacher]["backend"])
+            shell:
+                stillroom_cli(
+                    "generate",
+                    gen_rule.name,
+                    f"--shard {{input.shard}} --out-samples {group_outputs}",
+                )

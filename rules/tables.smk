@@ -1,5 +1,6 @@
 # Tables per benchmark: paired bootstrap tables (against the base and the fine-tune) and the
-# accuracy/length plot; accuracy against thinking budget; the kernel track's rates
+# accuracy/length plot; accuracy against thinking budget; the kernel track's rates; and, when
+# generation.effort_teachers gives efforts to different teachers, their trace lengths compared
 # (stillroom/stages/tables.py).
 
 SELECTION = [f"{R}/merge/selected.json"] if SELECT_ON else []
@@ -150,3 +151,38 @@ rule kernel_tables:
 
 
 ruleorder: kernel_tables > tables  # "tables/{bench}.md" would also match "tables/<bench>-kernels.md"
+
+
+# Only a config whose efforts go to more than one teacher has this table (and the target in rule all).
+if GENERATION.mixed:
+
+    rule teacher_tables:
+        input:
+            list(graded_shards().values()),
+        output:
+            **tracked(
+                markdown=TEACHERS_MD,
+                csv=report(
+                    TEACHERS_MD.removesuffix(".md") + ".csv",
+                    caption="../report/teachers.rst",
+                    category="Tables",
+                    labels={"table": "teachers"},
+                ),
+            ),
+        params:
+            p=teacher_tables_params(),
+            graded=named(graded_shards()),
+        log:
+            f"{R}/logs/teacher-tables.log",
+        benchmark:
+            timing("teacher_tables")
+        conda:
+            ENV
+        shell:
+            stillroom_cli(
+                "teacher_tables",
+                "teacher_tables",
+                "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}",
+            )
+
+    ruleorder: teacher_tables > tables  # "tables/{bench}.md" would also match "tables/teachers.md"

@@ -146,6 +146,13 @@ STAGES: dict[str, Stage] = {
         ("markdown", "csv"),
         "each model at each effort it was trained with, against the reference effort",
     ),
+    "teacher_tables": Stage(
+        "tables:teacher_run",
+        ("graded*",),
+        ("markdown", "csv"),
+        "the teachers' trace lengths per effort on the prompts they share, against the reference "
+        "teacher",
+    ),
     "kernel_tables": Stage(
         "tables:kernel_tables",
         ("graded*",),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .config import Grpo, Server, Train
+from .config import Generation, Grpo, Server, Train
 
 
 def server_gpus(spec: Mapping[str, Any]) -> int:
@@ -58,17 +58,17 @@ def _layout(config: Mapping[str, Any], section: str):
 def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
     """GPUs per job of each GPU rule: what the cost ledger charges when SLURM accounting has no
     answer."""
-    teacher = backend_gpus(config["teachers"][config["generation"]["teacher"]])
     layout = _layout(config, "train")
     evaluation = backend_gpus(config["eval"]["backend"])
+    # one teacher per generation rule (generation.effort_teachers): its server's GPUs
+    generation = Generation.parse(config["generation"], where="generation").rules()
     gpus = {
-        "generate": teacher,
+        **{r.name: backend_gpus(config["teachers"][r.teacher]) for r in generation},
         "train": layout.nodes * layout.gpus_per_node,
         "evaluate": evaluation,
         "evaluate_budget": evaluation,
         "evaluate_effort": evaluation,
     }
-    gpus.update({f"generate_{'_'.join(g)}": teacher for g in config["generation"]["effort_groups"]})
     if config.get("grpo"):
         grpo = _layout(config, "grpo")
         gpus["grpo"] = grpo.nodes * grpo.gpus_per_node

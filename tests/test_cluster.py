@@ -38,3 +38,15 @@ def test_job_shapes_follow_the_config():
         "evaluate_budget": 1,
         "evaluate_effort": 1,
     }
+
+
+def test_each_teacher_rule_is_charged_its_own_teachers_gpus():
+    """The API answers medium, the self-hosted server the grouped efforts: the cost ledger's
+    fallback charges each generation rule its teacher's GPUs."""
+    cfg = yaml.safe_load(DISTILL.read_text())
+    cfg["generation"].update(
+        teacher="beam-api",
+        effort_teachers={"low": "beam-sglang", "high": "beam-sglang", "xhigh": "beam-sglang"},
+    )
+    gpus = stage_gpus(resolve(cfg, root=REPO))
+    assert gpus["generate"] == 0 and gpus["generate_low_high_xhigh"] == 2

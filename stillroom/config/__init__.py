@@ -30,11 +30,12 @@ from .evaluation import (
     Tables,
     ValidatorOptions,
 )
-from .experiment import SPLITS, Experiment
+from .experiment import SPLITS, TEACHERS_TABLE, Experiment
 from .generation import (
     PROCEDURAL_DETAIL,
     DatasetSelection,
     Generation,
+    GenerationRule,
     HFSpec,
     OpenAISpec,
     ProceduralSpec,
@@ -49,6 +50,7 @@ __all__ = [
     "LOCAL_DATA",
     "PROCEDURAL_DETAIL",
     "SPLITS",
+    "TEACHERS_TABLE",
     "Backend",
     "BudgetForce",
     "ConfigError",
@@ -63,6 +65,7 @@ __all__ = [
     "Experiment",
     "Forcing",
     "Generation",
+    "GenerationRule",
     "Grpo",
     "Heldout",
     "Kernels",

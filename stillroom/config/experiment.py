@@ -21,6 +21,8 @@ Benchmark = Annotated[
 tag("file", "dataset")
 # carved from the pool, evaluated like benchmarks
 SPLITS = ("heldout", "dev")
+# tables/<this>.{md,csv} compares the teachers of a config that mixes them across efforts
+TEACHERS_TABLE = "teachers"
 
 
 class Experiment(Section):
@@ -86,23 +88,38 @@ class Experiment(Section):
                 f"dataset.default_effort: '{self.dataset.default_effort}' "
                 "is not in generation.efforts"
             )
-        teacher = self.teachers.get(gen.teacher)
-        if isinstance(teacher, ProceduralSpec):
-            where = f"teachers.{gen.teacher}"
-            for effort in gen.efforts:
+        for effort, name in gen.effort_teachers.items():
+            if name not in self.teachers:
+                problems.append(
+                    f"generation.effort_teachers.{effort}: '{name}' is not a key of teachers "
+                    f"({sorted(self.teachers)})"
+                )
+        procedural = False
+        for name in gen.used_teachers:
+            teacher = self.teachers.get(name)
+            if not isinstance(teacher, ProceduralSpec):
+                continue
+            procedural = True
+            for effort in gen.efforts_of(name):
                 if effort not in teacher.levels:
                     problems.append(
-                        f"{where}.detail: no detail level for effort '{effort}' "
+                        f"teachers.{name}.detail: no detail level for effort '{effort}' "
                         f"(have {sorted(teacher.levels)})"
                     )
-            for i, s in enumerate(self.sources):
-                # JSONL rows may carry the structured form (meta) the teacher answers from
-                if s.kind == "dataset" or (isinstance(s, KernelSource) and s.dir):
-                    problems.append(
-                        f"sources.{i} ({s.name}): the procedural teacher answers generated "
-                        "problems, JSONL rows with their structured form (meta) and the project's "
-                        "own kernel problems"
-                    )
+        for i, s in enumerate(self.sources if procedural else []):
+            # JSONL rows may carry the structured form (meta) the teacher answers from
+            if s.kind == "dataset" or (isinstance(s, KernelSource) and s.dir):
+                problems.append(
+                    f"sources.{i} ({s.name}): the procedural teacher answers generated "
+                    "problems, JSONL rows with their structured form (meta) and the project's "
+                    "own kernel problems"
+                )
+        for i, name in enumerate(self.eval.benchmarks if gen.mixed else []):
+            if name == TEACHERS_TABLE:
+                problems.append(
+                    f"eval.benchmarks.{i}: '{name}' would write tables/{name}.md, the table "
+                    "comparing the teachers of generation.effort_teachers: rename the benchmark"
+                )
         return problems
 
     def _source_problems(self) -> list[str]:

@@ -3,6 +3,8 @@ how the SFT dataset is chosen from the graded answers."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from string import Template
 from typing import Annotated, Any, Literal
 
@@ -11,8 +13,24 @@ from pydantic import ConfigDict, Field, model_serializer, model_validator
 from .base import Effort, PositiveInt, Probability, Section, placeholders, tag
 
 
+@dataclass(frozen=True)
+class GenerationRule:
+    """One generation rule of the workflow: its teacher and efforts. Every job of a rule has the
+    same shape (a SLURM array takes its resources from its first job), so a teacher whose efforts
+    are not grouped gets a rule of its own: ``generate`` for generation.teacher,
+    ``generate_<teacher>`` for another one; a group keeps ``generate_<efforts>``."""
+
+    name: str
+    teacher: str
+    efforts: tuple[str, ...]
+    grouped: bool
+
+
 class Generation(Section):
-    teacher: str = Field(description="a key of teachers")
+    teacher: str = Field(
+        description="a key of teachers: the teacher of every effort not in effort_teachers, and "
+        "the reference the other teachers are compared with"
+    )
     efforts: Annotated[list[Effort], Field(min_length=1)]
     samples_per_prompt: Annotated[int, Field(ge=1, le=1024)]
     shards: Annotated[int, Field(ge=1, le=100_000)]
@@ -21,6 +39,11 @@ class Generation(Section):
     )
     effort_shards: dict[Effort, PositiveInt] = Field(
         {}, description="effort -> how many shards it runs on (a hash-random subset); unlisted: all"
+    )
+    effort_teachers: dict[Effort, str] = Field(
+        {},
+        description="effort -> a key of teachers that generates it; unlisted: teacher. Mixing "
+        "teachers across efforts mixes their styles and lengths into the effort levels",
     )
 
     @model_validator(mode="after")
@@ -45,12 +68,101 @@ class Generation(Section):
                 problems.append(
                     f"effort_groups.{i}: efforts of one group need the same effort_shards"
                 )
+            # One job serves a group through one server start, and a server is one teacher's:
+            # splitting the group per teacher would quietly undo the shared start it asks for.
+            by = {e: self.teacher_of(e) for e in group}
+            if len(set(by.values())) > 1:
+                problems.append(
+                    f"effort_groups.{i}: {group} mixes teachers "
+                    f"({', '.join(f'{e}: {t}' for e, t in by.items())}); a group shares one "
+                    "server start, so its efforts need one teacher: put the efforts of each "
+                    "teacher in a group of their own"
+                )
+        problems += self._teacher_problems()
         if problems:
             raise ValueError("\n".join(problems))
         return self
 
+    def _teacher_problems(self) -> list[str]:
+        problems = [
+            f"effort_teachers.{e}: '{e}' is not in efforts"
+            for e in self.effort_teachers
+            if e not in self.efforts
+        ]
+        if not problems and self.teacher not in self.used_teachers:
+            problems.append(
+                f"effort_teachers: every effort goes to another teacher, so teacher "
+                f"('{self.teacher}'), the reference the others are compared with, generates "
+                "nothing: make one of them teacher"
+            )
+        # a teacher's rule is named after it: it may clash with a group's or another teacher's
+        names: dict[str, str] = {}
+        for rule in sorted(self.rules(), key=lambda r: not r.grouped):
+            if rule.name in names:
+                problems.append(
+                    f"effort_teachers: the rule {rule.name} of teacher '{rule.teacher}' has the "
+                    f"name of the rule of {names[rule.name]}: rename the teacher"
+                )
+            names[rule.name] = (
+                f"effort group {list(rule.efforts)}"
+                if rule.grouped
+                else f"teacher '{rule.teacher}'"
+            )
+        return problems
+
     def shards_of(self, effort: str) -> int:
         return self.effort_shards.get(effort, self.shards)
+
+    def teacher_of(self, effort: str) -> str:
+        return self.effort_teachers.get(effort, self.teacher)
+
+    @property
+    def used_teachers(self) -> list[str]:
+        """The teachers that generate, generation.teacher first, then in the order of efforts."""
+        used = [self.teacher_of(e) for e in self.efforts]
+        return [t for t in dict.fromkeys([self.teacher, *used]) if t in used]
+
+    @property
+    def mixed(self) -> bool:
+        """More than one teacher generates: efforts mix their styles; the teachers table is
+        built."""
+        return len(self.used_teachers) > 1
+
+    def efforts_of(self, teacher: str) -> list[str]:
+        return [e for e in self.efforts if self.teacher_of(e) == teacher]
+
+    def rules(self) -> list[GenerationRule]:
+        """The generation rules: per teacher, its efforts outside effort_groups (one effort a job);
+        then each group (all its efforts in one job)."""
+        grouped = {e for g in self.effort_groups for e in g}
+        rules = []
+        for teacher in self.used_teachers:
+            single = tuple(e for e in self.efforts_of(teacher) if e not in grouped)
+            if single:
+                name = (
+                    "generate"
+                    if teacher == self.teacher
+                    else "generate_" + re.sub(r"[^A-Za-z0-9_]", "_", teacher)
+                )
+                rules.append(GenerationRule(name, teacher, single, grouped=False))
+        for group in self.effort_groups:
+            name = f"generate_{'_'.join(group)}"
+            rules.append(GenerationRule(name, self.teacher_of(group[0]), tuple(group), True))
+        return rules
+
+    def mixing_warning(self, table: str) -> str | None:
+        """What a config that mixes teachers across efforts is told when the workflow is built."""
+        if not self.mixed:
+            return None
+        who = "; ".join(f"{', '.join(self.efforts_of(t))} by {t}" for t in self.used_teachers)
+        return (
+            f"generation mixes teachers across efforts ({who}). A teacher's style and length go "
+            "into every trace it writes (the distillation seed's self-hosted Beam wrote ~35% "
+            "longer reasoning than its API at the same accuracy), so the student's effort levels "
+            "would also learn a change of teacher, and the length spacing between efforts shifts. "
+            f"{table} compares the teachers' trace lengths on the prompts they share; to avoid "
+            "the shift, generate every effort with one teacher (generation.effort_teachers)."
+        )
 
 
 class Price(Section):

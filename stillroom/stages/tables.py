@@ -1,6 +1,8 @@
-"""Rules tables, budget_tables and kernel_tables: per benchmark, paired bootstrap tables
-(Markdown, CSV, LaTeX) and the accuracy-against-length plot; accuracy against thinking budget; for
-the kernel track, compile / correct / launch / rule / reward rates (kernels/tables.py).
+"""Rules tables, budget_tables, effort_tables, kernel_tables and teacher_tables: per benchmark,
+paired bootstrap tables (Markdown, CSV, LaTeX) and the accuracy-against-length plot; accuracy
+against thinking budget; each trained effort against the reference effort; for the kernel track,
+compile / correct / launch / rule / reward rates (kernels/tables.py); and, when efforts go to
+different teachers, the teachers' trace lengths on the prompts they share.
 
 Every model is compared with the base and with the fine-tuned model on the same problems and
 sample indices; a difference whose confidence interval contains 0 is reported as a tie.
@@ -460,12 +462,16 @@ def _teacher_rows(teacher: Mapping[str, str], p: EffortParams) -> list[dict[str,
     """The teacher's own accuracy and length per effort, from its graded generation shards, on the
     training prompts each effort shares with the reference effort."""
     by_effort: dict[str, dict[str, list[tuple[float, float]]]] = {e: {} for e in p.efforts}
+    teachers: dict[str, str] = {}
     required = ("prompt_id", "effort", "grade", "completion_tokens")
     for path in teacher.values():
         for r in iter_jsonl(path, required=required):
             if r["effort"] in by_effort and not r.get("error"):
                 cell = (float(bool(r["grade"].get("correct"))), float(r["completion_tokens"]))
                 by_effort[r["effort"]].setdefault(r["prompt_id"], []).append(cell)
+                teachers[r["effort"]] = r.get("teacher", "")
+    # efforts of different teachers (generation.effort_teachers): each row names its teacher
+    mixed = len(set(teachers.values())) > 1
     ref = by_effort[p.reference]
     rows = []
     for effort in p.efforts:
@@ -477,7 +483,7 @@ def _teacher_rows(teacher: Mapping[str, str], p: EffortParams) -> list[dict[str,
         tokens = float(np.mean([t for _, t in mine]))
         rows.append(
             {
-                "model": "teacher",
+                "model": f"teacher ({teachers[effort]})" if mixed else "teacher",
                 "effort": effort,
                 "problems": len(shared),
                 "samples": len(mine),
@@ -505,7 +511,8 @@ def effort_run(
     """The student at each effort it was trained with: ``graded`` names are ``<model>@<effort>``.
     Per effort: accuracy with its paired bootstrap CI against the reference effort (same problems
     and sample indices; the CI alone decides, no Holm), mean tokens and the token ratio against the
-    reference; the teacher's own rows (``teacher``: graded generation shards) for reference."""
+    reference; the teacher's own rows (``teacher``: graded generation shards) for reference, each
+    naming its teacher when efforts have different ones."""
     p = EffortParams.parse(params, where="eval.per_effort")
     boot = {
         "n_resamples": p.n_resamples,
@@ -618,6 +625,165 @@ def effort_run(
             f"{r['model']}@{r['effort']}": round(r["token_ratio"], 4)
             for r in rows
             if r["token_ratio"] is not None
+        },
+    }
+
+
+class TeacherParams(Section):
+    """The teachers table: ``teachers`` is generation.efforts -> the teacher of each (in order),
+    ``reference`` generation.teacher. One-level bootstrap over prompts (two_level does not apply:
+    a prompt's failed samples leave it fewer, so samples per prompt may differ)."""
+
+    seed: int = 0
+    reference: str
+    teachers: dict[Effort, str] = Field(min_length=1)
+    # tables.n_resamples and tables.confidence, their bounds defined once (config.Tables)
+    n_resamples: int = Tables.model_fields["n_resamples"]
+    confidence: float = Tables.model_fields["confidence"]
+
+
+def teacher_run(
+    *,
+    graded: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    params: Mapping[str, Any] | TeacherParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """Trace lengths per (teacher, effort) on the prompts every one of them answered, from the
+    graded generation shards (``graded``): accuracy and mean completion tokens (per-prompt means,
+    averaged), and for each other teacher's row against the reference teacher at each of its
+    efforts, the paired mean-token difference with its bootstrap CI over the shared prompts and the
+    token ratio. Samples that failed or were skipped wrote no trace and are left out."""
+    p = TeacherParams.parse(params, where="tables")
+    ref = p.reference
+    if ref not in p.teachers.values():
+        raise DataError(
+            f"tables: the reference teacher '{ref}' generates none of {list(p.teachers)}"
+        )
+    cells: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {
+        (t, e): {} for e, t in p.teachers.items()
+    }
+    required = ("key", "prompt_id", "teacher", "effort", "grade", "completion_tokens")
+    for path in graded.values():
+        for r in iter_jsonl(path, required=required):
+            cell = (r["teacher"], r["effort"])
+            if cell not in cells:
+                owner = p.teachers.get(r["effort"])
+                why = f"gives that effort to '{owner}'" if owner else "generates no such effort"
+                raise DataError(
+                    f"{path}: {r['key']} was written by '{r['teacher']}' at effort "
+                    f"'{r['effort']}', but the config {why}"
+                )
+            if not (r.get("error") or r.get("skipped")):
+                sample = (float(bool(r["grade"].get("correct"))), float(r["completion_tokens"]))
+                cells[cell].setdefault(r["prompt_id"], []).append(sample)
+    for (teacher, effort), prompts in cells.items():
+        if not prompts:
+            raise DataError(f"tables: no traces of teacher '{teacher}' at effort '{effort}'")
+    shared = sorted(set.intersection(*(set(c) for c in cells.values())))
+    if not shared:
+        raise DataError(
+            "tables: no prompt was answered by every (teacher, effort): "
+            + ", ".join(f"{t}@{e} {len(c)}" for (t, e), c in cells.items())
+        )
+    # reference teacher first, then the others in the order they first generate
+    order = sorted(cells, key=lambda c: (c[0] != ref, list(p.teachers.values()).index(c[0])))
+    stats = {}
+    for cell in order:
+        per_prompt = np.array([np.mean(cells[cell][pid], axis=0) for pid in shared])
+        stats[cell] = {
+            "samples": sum(len(cells[cell][pid]) for pid in shared),
+            "prompts": len(cells[cell]),
+            "accuracy": per_prompt[:, 0],
+            "tokens": per_prompt[:, 1],
+        }
+    boot = {"n_resamples": p.n_resamples, "confidence": p.confidence, "seed": p.seed}
+    refs = [c for c in order if c[0] == ref]
+    rows = []
+    for cell in order:
+        mine = stats[cell]
+        for other in [None] if cell[0] == ref else refs:
+            c = (
+                None
+                if other is None
+                else paired_bootstrap(mine["tokens"], stats[other]["tokens"], **boot)
+            )
+            rows.append({"cell": cell, "vs": other, "tokens_vs": c, **mine})
+    pct = round(100 * p.confidence)
+    caption = (
+        f"Teacher traces on the {len(shared)} prompts every (teacher, effort) below answered. "
+        "Efforts limited to a subset of the shards (generation.effort_shards) share only that "
+        "subset, so an effort run on every prompt is cut down to it here (its own prompt count is "
+        "in the CSV). Accuracy and mean completion tokens: per-prompt means, averaged. Against "
+        f"the reference teacher {ref} (generation.teacher) at each of its efforts: Δ mean tokens "
+        f"with a paired bootstrap over the shared prompts ({p.n_resamples} resamples), {pct}% CI, "
+        f"and × {ref}, the ratio of mean tokens. Each effort has one teacher, so a difference "
+        "mixes the change of teacher with the change of effort: read × against the spacing one "
+        "teacher gives those efforts. Failed and skipped samples wrote no trace and are left out."
+    )
+    lines = [
+        f"### {caption}",
+        "",
+        f"| teacher | effort | samples | accuracy | mean tokens | vs {ref} at | "
+        f"Δ tokens [{pct}% CI] | × {ref} |",
+        "|" + "---|" * 8,
+    ]
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(
+        [
+            "teacher",
+            "effort",
+            "prompts",
+            "prompts_shared",
+            "samples",
+            "accuracy",
+            "mean_tokens",
+            "reference_teacher",
+            "reference_effort",
+            "delta_tokens",
+            "tokens_ci_low",
+            "tokens_ci_high",
+            "token_ratio",
+        ]
+    )
+    for r in rows:
+        (teacher, effort), c = r["cell"], r["tokens_vs"]
+        delta, ratio = _fmt_tokens(c)
+        accuracy, tokens = float(r["accuracy"].mean()), float(r["tokens"].mean())
+        lines.append(
+            f"| {teacher} | {effort} | {r['samples']} | {accuracy:.3f} | {tokens:.1f} | "
+            f"{'— (reference)' if r['vs'] is None else r['vs'][1]} | {delta} | {ratio} |"
+        )
+        writer.writerow(
+            [
+                teacher,
+                effort,
+                r["prompts"],
+                len(shared),
+                r["samples"],
+                f"{accuracy:.6f}",
+                f"{tokens:.3f}",
+                *(("", "") if r["vs"] is None else r["vs"]),
+                *_token_cells(c),
+            ]
+        )
+    write_text(out_markdown, "\n".join(lines) + "\n")
+    write_text(out_csv, buf.getvalue())
+    log("\n" + "\n".join(lines))
+    return {
+        "prompts_shared": len(shared),
+        "mean_tokens": {
+            f"{t}@{e}": round(float(stats[(t, e)]["tokens"].mean()), 3) for t, e in order
+        },
+        "token_ratio": {
+            "{}@{} vs {}@{}".format(*r["cell"], *r["vs"]): round(
+                r["tokens_vs"].mean_a / r["tokens_vs"].mean_b, 4
+            )
+            for r in rows
+            if r["vs"] is not None and r["tokens_vs"].mean_b
         },
     }
 

@@ -53,7 +53,17 @@ def _add_teacher(name: str, spec: dict):
     return mutate
 
 
+def _all(*mutations):
+    def mutate(config):
+        for m in mutations:
+            m(config)
+
+    return mutate
+
+
 API = {"backend": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"}
+# A second teacher for some efforts (generation.effort_teachers)
+VERBOSE = _add_teacher("verbose", {"backend": "procedural", "detail": {"high": 3}})
 SERVER = {"command": "python -m sglang.launch_server --model-path {model_path} --port {port}"}
 
 # (name, base config, mutation, what the message must say)
@@ -272,6 +282,87 @@ BROKEN = [
         DISTILL,
         _set("generation.effort_groups", [["low", "high"], ["high", "xhigh"]]),
         "generation.effort_groups.1",
+    ),
+    (
+        "effort teacher unknown",
+        DEFAULT,
+        _set("generation.effort_teachers", {"high": "nope"}),
+        "generation.effort_teachers.high: 'nope' is not a key of teachers (['procedural'])",
+    ),
+    (
+        "effort teacher of an effort not generated",
+        DEFAULT,
+        _all(VERBOSE, _set("generation.effort_teachers", {"xhigh": "verbose"})),
+        "generation.effort_teachers.xhigh: 'xhigh' is not in efforts",
+    ),
+    (
+        "effort group of two teachers",
+        DISTILL,
+        _set("generation.effort_teachers", {"low": "beam-api"}),
+        "generation.effort_groups.0: ['low', 'high', 'xhigh'] mixes teachers (low: beam-api, "
+        "high: beam-sglang, xhigh: beam-sglang); a group shares one server start",
+    ),
+    (
+        "effort group of another teacher",
+        DISTILL,
+        _set(
+            "generation.effort_teachers",
+            {"low": "beam-api", "high": "beam-api", "xhigh": "beam-api"},
+        ),
+        None,
+    ),
+    (
+        "default teacher generates nothing",
+        DEFAULT,
+        _all(
+            VERBOSE,
+            _set("generation.effort_teachers", {e: "verbose" for e in ("low", "medium", "high")}),
+        ),
+        "generation.effort_teachers: every effort goes to another teacher, so teacher "
+        "('procedural'), the reference the others are compared with, generates nothing",
+    ),
+    (
+        "effort teacher whose rule has a group's name",
+        DEFAULT,
+        _all(
+            _add_teacher("low-medium", {"backend": "procedural"}),
+            _set("generation.effort_teachers", {"high": "low-medium"}),
+            _set("generation.effort_groups", [["low", "medium"]]),
+        ),
+        "generation.effort_teachers: the rule generate_low_medium of teacher 'low-medium' has the "
+        "name of the rule of effort group ['low', 'medium']: rename the teacher",
+    ),
+    (
+        "benchmark named like the teachers table",
+        DEFAULT,
+        _all(
+            VERBOSE,
+            _set("generation.effort_teachers", {"high": "verbose"}),
+            _set("benchmarks.teachers", "config/benchmarks/tinybench.jsonl"),
+            _set("eval.benchmarks", ["heldout", "teachers"]),
+        ),
+        "eval.benchmarks.1: 'teachers' would write tables/teachers.md",
+    ),
+    (
+        "effort without detail at its own procedural teacher",
+        DEFAULT,
+        _all(
+            VERBOSE,
+            _set("generation.efforts", ["low", "medium", "high", "max"]),
+            _set("teachers.procedural.detail", {"max": 3}),
+            _set("generation.effort_teachers", {"max": "verbose"}),
+        ),
+        "teachers.verbose.detail: no detail level for effort 'max'",
+    ),
+    (
+        "effort with detail at its own procedural teacher only",
+        DEFAULT,
+        _all(
+            _add_teacher("verbose", {"backend": "procedural", "detail": {"max": 3}}),
+            _set("generation.efforts", ["low", "medium", "high", "max"]),
+            _set("generation.effort_teachers", {"max": "verbose"}),
+        ),
+        None,
     ),
     (
         "default effort unknown",

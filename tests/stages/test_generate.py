@@ -35,6 +35,8 @@ def test_generation_writes_one_record_per_sample_key(tmp_path):
     assert m["samples"] == len(rows) == 60 * 2
     assert len({r["key"] for r in rows}) == len(rows)
     assert {r["sample_index"] for r in rows} == {0, 1}
+    # each trace names the teacher that wrote it (generation.effort_teachers may differ per effort)
+    assert all(r["teacher"] == "proc" and "/proc/low/" in r["key"] for r in rows)
     assert all(r["finish_reason"] == "stop" and r["response"].startswith("<think>") for r in rows)
     assert not (tmp_path / "gen.jsonl.partial").exists()
 

@@ -264,3 +264,180 @@ def test_per_effort_table_compares_each_effort_with_the_reference(tmp_path):
     header = rows[0].split(",")
     low = dict(zip(header, next(r for r in rows if ",teacher,low," in r).split(","), strict=True))
     assert low["problems"] == "6" and low["samples"] == "6" and low["delta"] == ""
+
+
+def _traces(path, teacher, effort, prompts, tokens, k=2, correct=lambda i: i % 4 != 0):
+    """Graded generation records of one (teacher, effort): ``tokens(i, s)`` per sample."""
+    rows = [
+        {
+            "key": f"p{i:02d}/{teacher}/{effort}/{s}",
+            "prompt_id": f"p{i:02d}",
+            "teacher": teacher,
+            "effort": effort,
+            "sample_index": s,
+            "completion_tokens": tokens(i, s),
+            "grade": {"correct": correct(i)},
+            "error": None,
+            "skipped": None,
+        }
+        for i in prompts
+        for s in range(k)
+    ]
+    write_jsonl(path, rows)
+    return str(path)
+
+
+TEACHERS = {"medium": "api", "low": "selfhost", "high": "selfhost"}
+
+
+def _teacher_table(tmp_path, graded, teachers=TEACHERS):
+    out = {k: str(tmp_path / f"teachers.{k}") for k in ("md", "csv")}
+    metrics = tables.teacher_run(
+        graded=graded,
+        out_markdown=out["md"],
+        out_csv=out["csv"],
+        params={"reference": "api", "teachers": teachers, "n_resamples": 2000, "seed": 0},
+        log=lambda _: None,
+    )
+    return metrics, open(out["md"]).read(), open(out["csv"]).read().splitlines()
+
+
+def test_teachers_table_compares_lengths_on_the_prompts_every_teacher_answered(tmp_path):
+    """medium (the API) on 12 prompts, low and high (self-hosted) on 8 of them: the table covers
+    the 8; a failed and a skipped sample, and the API's prompts beyond the 8, change nothing."""
+    api = _traces(tmp_path / "api.jsonl", "api", "medium", range(12), lambda i, s: 100 + 10 * s)
+    with open(api, "a") as fh:  # traces of prompts the self-hosted efforts never saw
+        fh.write(
+            json.dumps(
+                {
+                    "key": "p00/api/medium/9",
+                    "prompt_id": "p00",
+                    "teacher": "api",
+                    "effort": "medium",
+                    "sample_index": 9,
+                    "completion_tokens": 0,
+                    "grade": {},
+                    "error": "HTTP 500",
+                }
+            )
+            + "\n"
+        )
+    graded = {
+        "medium-00000": api,
+        "low-00000": _traces(tmp_path / "low.jsonl", "selfhost", "low", range(8), lambda i, s: 70),
+        "high-00000": _traces(
+            tmp_path / "high.jsonl", "selfhost", "high", range(8), lambda i, s: 200 + i
+        ),
+    }
+    skipped = json.loads(open(graded["high-00000"]).readline())
+    skipped.update(key="p00/selfhost/high/7", sample_index=7, completion_tokens=0, skipped="ctx")
+    with open(graded["high-00000"], "a") as fh:
+        fh.write(json.dumps(skipped) + "\n")
+    metrics, md, csv_rows = _teacher_table(tmp_path, graded)
+    assert metrics["prompts_shared"] == 8
+    # the API's per-prompt mean is 105; self-hosted high averages 200 + 3.5 over prompts 0..7
+    assert metrics["mean_tokens"] == {
+        "api@medium": 105.0,
+        "selfhost@low": 70.0,
+        "selfhost@high": 203.5,
+    }
+    assert metrics["token_ratio"] == {
+        "selfhost@low vs api@medium": round(70 / 105, 4),
+        "selfhost@high vs api@medium": round(203.5 / 105, 4),
+    }
+    assert "on the 8 prompts every (teacher, effort) below answered" in md
+    assert "generation.effort_shards" in md and "mixes the change of teacher" in md
+    lines = md.splitlines()
+    assert lines[2].startswith("| teacher | effort | samples | accuracy | mean tokens | vs api at")
+    assert lines[4] == "| api | medium | 16 | 0.750 | 105.0 | — (reference) | — | — |"
+    high = lines[6]
+    assert high.startswith("| selfhost | high | 16 | 0.750 | 203.5 | medium | +98.5 [")
+    assert high.endswith("| 1.94× |")
+    header = csv_rows[0].split(",")
+    assert header == [
+        "teacher",
+        "effort",
+        "prompts",
+        "prompts_shared",
+        "samples",
+        "accuracy",
+        "mean_tokens",
+        "reference_teacher",
+        "reference_effort",
+        "delta_tokens",
+        "tokens_ci_low",
+        "tokens_ci_high",
+        "token_ratio",
+    ]
+    rows = [dict(zip(header, r.split(","), strict=True)) for r in csv_rows[1:]]
+    assert [(r["teacher"], r["effort"]) for r in rows] == [
+        ("api", "medium"),
+        ("selfhost", "low"),
+        ("selfhost", "high"),
+    ]
+    assert rows[0]["prompts"] == "12" and rows[0]["reference_teacher"] == ""
+    low = rows[1]
+    assert low["prompts"] == low["prompts_shared"] == "8" and low["reference_effort"] == "medium"
+    # every shared prompt: 70 against 105, so the interval is the difference itself
+    assert float(low["delta_tokens"]) == float(low["tokens_ci_low"]) == -35.0
+    assert float(rows[2]["tokens_ci_low"]) < 98.5 < float(rows[2]["tokens_ci_high"])
+
+
+def test_teachers_table_pairs_each_row_with_every_effort_of_the_reference(tmp_path):
+    graded = {
+        f"{e}-00000": _traces(tmp_path / f"{e}.jsonl", t, e, range(6), lambda i, s, n=n: n)
+        for e, t, n in [("low", "api", 50), ("medium", "api", 100), ("high", "selfhost", 300)]
+    }
+    teachers = {"low": "api", "medium": "api", "high": "selfhost"}
+    metrics, md, _ = _teacher_table(tmp_path, graded, teachers)
+    assert metrics["token_ratio"] == {
+        "selfhost@high vs api@low": 6.0,
+        "selfhost@high vs api@medium": 3.0,
+    }
+    assert "| selfhost | high | 12 | 0.667 | 300.0 | low | +250.0 [+250.0, +250.0] | 6.00× |" in md
+
+
+def test_teachers_table_refuses_traces_of_another_teacher_and_disjoint_prompts(tmp_path):
+    graded = {
+        "medium-00000": _traces(tmp_path / "m.jsonl", "api", "medium", range(4), lambda i, s: 9),
+        "low-00000": _traces(tmp_path / "l.jsonl", "api", "low", range(4), lambda i, s: 9),
+    }
+    with pytest.raises(
+        DataError,
+        match=r"l\.jsonl: p00/api/low/0 was written by 'api' at effort "
+        r"'low', but the config gives that effort to 'selfhost'",
+    ):
+        _teacher_table(tmp_path, graded, {"medium": "api", "low": "selfhost"})
+    graded["low-00000"] = _traces(
+        tmp_path / "l.jsonl", "selfhost", "low", range(4, 8), lambda i, s: 9
+    )
+    with pytest.raises(DataError, match=r"no prompt was answered by every \(teacher, effort\)"):
+        _teacher_table(tmp_path, graded, {"medium": "api", "low": "selfhost"})
+
+
+def test_effort_table_names_each_efforts_teacher_when_they_differ(tmp_path):
+    graded = {
+        f"sft@{e}": _graded(tmp_path / f"{e}.jsonl", 0.5, seed=i)
+        for i, e in enumerate(["low", "medium"])
+    }
+    teacher = {
+        "low-00000": _traces(tmp_path / "tl.jsonl", "selfhost", "low", range(6), lambda i, s: 9),
+        "medium-00000": _traces(tmp_path / "tm.jsonl", "api", "medium", range(6), lambda i, s: 9),
+    }
+    out = {k: str(tmp_path / f"e.{k}") for k in ("md", "csv")}
+    params = {
+        "benchmark": "heldout",
+        "efforts": ["low", "medium"],
+        "reference": "medium",
+        "n_resamples": 200,
+    }
+    tables.effort_run(
+        graded=graded,
+        teacher=teacher,
+        out_markdown=out["md"],
+        out_csv=out["csv"],
+        params=params,
+        log=lambda _: None,
+    )
+    md = open(out["md"]).read()
+    assert "| teacher (selfhost) | low |" in md and "| teacher (api) | medium |" in md
