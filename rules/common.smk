@@ -396,8 +396,21 @@ def cost_artifacts():
     return {**gen, **train, **grpo, **merges, **evals, **budgets, **per_effort}
 
 
-# GPUs per job follow the job shapes (stillroom/cluster.py); cost.gpus overrides them.
-COST_PARAMS = {**config["cost"], "gpus": {**stage_gpus(config), **config["cost"]["gpus"]}}
+# GPUs per job follow the job shapes (stillroom/cluster.py); cost.gpus overrides them. The ledger
+# sets the estimate made from the whole config (stillroom/estimate.py, run in the cost job, not
+# here) beside what was spent; local files it counts are resolved against the repository.
+COST_PARAMS = {
+    **config["cost"],
+    "gpus": {**stage_gpus(config), **config["cost"]["gpus"]},
+    "config": {
+        **config,
+        "sources": SOURCES,
+        "benchmarks": {
+            name: local_path(b) if isinstance(b, dict) else repo_path(b)
+            for name, b in config["benchmarks"].items()
+        },
+    },
+}
 
 
 # Training (rules/train.smk): the stages of train.stages, one job of rule train each.

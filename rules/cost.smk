@@ -16,7 +16,8 @@ rule cost:
             ),
         ),
     params:
-        p=as_json(**COST_PARAMS),
+        # a function: the config's server commands hold {placeholders}, not wildcards
+        p=lambda wildcards: as_json(**COST_PARAMS),
         artifacts=named(cost_artifacts()),
     log:
         f"{R}/logs/cost.log",

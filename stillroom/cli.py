@@ -256,6 +256,23 @@ def check_config(paths: list[str], root: str) -> None:
     print(json.dumps(resolve(merged, root), indent=2))
 
 
+def estimate(configfiles: list[str] | None, root: str, out_json: str | None) -> None:
+    """Print the bill before the run of ``configfiles`` (merged in order, as Snakemake merges
+    them; none: the embedded default), offline; optionally write it as JSON."""
+    from . import estimate as est
+    from .config import load_yaml, merge_configs, resolve
+    from .io import write_json
+
+    paths = configfiles or [str(Path(root) / "config" / "config.yaml")]
+    merged: dict[str, Any] = {}
+    for path in paths:
+        merged = merge_configs(merged, load_yaml(path))
+    plan = est.plan(resolve(merged, root), root)
+    print(est.markdown(plan), end="")
+    if out_json:
+        write_json(out_json, plan.to_json())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stillroom", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -307,6 +324,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stand_ins.add_argument("paths", nargs="+", metavar="YAML")
     stand_ins.add_argument("--root", default=".", help="where relative paths start")
+    bill = sub.add_parser(
+        "estimate",
+        help="predict tokens, GPU-hours, wall time and dollars per stage from the config alone "
+        "(offline; the figures are cost.estimate's)",
+    )
+    bill.add_argument(
+        "--configfile",
+        action="append",
+        metavar="YAML",
+        help="an experiment config; several are merged in order (default: config/config.yaml)",
+    )
+    bill.add_argument("--root", default=".", help="where relative paths start (the repository)")
+    bill.add_argument("--out-json", metavar="PATH", help="also write the estimate as JSON")
     show = sub.add_parser(
         "show", help="print the result tables of an experiment and where its artifacts are"
     )
@@ -346,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
             return run(args.path, root=args.root, as_json=args.json)
         elif args.command == "config":
             check_config(args.paths, args.root)
+        elif args.command == "estimate":
+            estimate(args.configfile, args.root, args.out_json)
         elif args.command == "schema":
             from .config import schema
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from .base import Effort, Letters, PositiveInt, Section, tag
+from .base import Effort, Letters, Name, PositiveInt, Probability, Section, tag
 from .generation import Server
 
 
@@ -196,6 +196,97 @@ class PairedTables(Tables):
     tuned: str = Field(description="the fine-tune, the second reference")
 
 
+PositiveFloat = Annotated[float, Field(gt=0)]
+Seconds = Annotated[float, Field(ge=0)]
+
+
+class Estimate(Section):
+    """The figures ``stillroom estimate`` (and the ledger's estimate columns) predict a run's bill
+    from: throughputs, lengths and sizes the rest of the config does not fix. Job counts, GPUs per
+    job, prompts, samples, epochs and prices come from the config itself (stillroom/estimate.py).
+    """
+
+    teacher_tokens_per_s: PositiveFloat = Field(
+        10_000.0,
+        description="output tokens per second of one generation job: the teacher's server (or "
+        "API) at the teacher's concurrency. Default: a self-hosted reasoning MoE on one node "
+        "(8-12k/s reported for NVFP4 Beam on 2 GPUs with SGLang)",
+    )
+    teacher_start_s: Seconds = Field(
+        600.0,
+        description="seconds from job start to the teacher's first token, paid by every generation "
+        "job of a teacher run in the job (a started server, sglang, or a model in process, hf; "
+        "none for an API or the procedural teacher); default: a large model's weights loaded "
+        "from a local cache",
+    )
+    teacher_output_tokens: PositiveInt | dict[Effort, PositiveInt] = Field(
+        2000,
+        description="mean output tokens of a teacher sample (reasoning and answer), for every "
+        "effort or per effort of generation.efforts (others left unused); capped at the "
+        "teacher's sampling.max_tokens",
+    )
+    prompt_tokens: PositiveInt = Field(
+        200,
+        description="mean tokens of a prompt with its chat template: the API's input tokens, and "
+        "part of every training example",
+    )
+    correct_fraction: Probability | dict[Effort, Probability] = Field(
+        0.8,
+        description="chance a teacher sample is graded correct, for every effort or per effort "
+        "(others left unused): a prompt enters the dataset at an effort when one of its samples "
+        "is",
+    )
+    train_tokens_per_gpu_s: PositiveFloat = Field(
+        5000.0,
+        description="tokens trained per second per GPU (packed rows, forward and backward); "
+        "default: full SFT of a few-billion-parameter student at long sequence length",
+    )
+    train_start_s: Seconds = Field(
+        120.0,
+        description="seconds from job start to a training job's first step (the model loaded, "
+        "sharded, the dataset packed)",
+    )
+    eval_tokens_per_s: PositiveFloat = Field(
+        5000.0,
+        description="output tokens per second of one evaluation job: its backend at "
+        "eval.backend.concurrency (served) or eval.batch_size (in process)",
+    )
+    eval_start_s: Seconds = Field(
+        120.0,
+        description="seconds from job start to the evaluated model's first token, paid by every "
+        "evaluation job whose model runs in the job (backend sglang or hf; none for openai)",
+    )
+    eval_output_tokens: PositiveInt | dict[str, PositiveInt] = Field(
+        2000,
+        description="mean output tokens of an evaluation sample, for every benchmark or per "
+        "benchmark evaluated (a split included; others left unused); capped at "
+        "eval.max_new_tokens, or under budget forcing at the thinking budget plus "
+        "answer_tokens, and scaled at each effort of "
+        "per_effort by teacher_output_tokens' ratio to the reference effort (the student inherits "
+        "the teacher's spacing)",
+    )
+    merge_s: Seconds = Field(120.0, description="seconds per merge job (two checkpoints read)")
+    grpo_step_s: PositiveFloat = Field(
+        60.0, description="seconds per GRPO step (generation, rewards and update)"
+    )
+    parallel_jobs: PositiveInt | None = Field(
+        None,
+        description="jobs of one phase (generation, merges, evaluation) running at once: the "
+        "nodes you can get; null: all of them",
+    )
+    benchmark_sizes: dict[Name, PositiveInt] = Field(
+        {},
+        description="problems of a benchmark before its limit: needed for a hub benchmark without "
+        "a limit, whose size is not known offline (a local file is counted, before any where "
+        "filter)",
+    )
+    source_rows: dict[Name, PositiveInt] = Field(
+        {},
+        description="rows a hub dataset source yields after its where filter: needed for one "
+        "without a limit (a local file is counted, before any where filter)",
+    )
+
+
 class Cost(Section):
     """The cost ledger's rates. GPU time is sacct's when a SLURM job id was recorded, else wall time
     x GPUs of the rule's job."""
@@ -203,4 +294,9 @@ class Cost(Section):
     gpu_hour_usd: float = Field(0.0, ge=0)
     gpus: dict[str, Annotated[int, Field(ge=0)]] = Field(
         {}, description="GPUs per job, by rule; default: the job shapes of stillroom/cluster.py"
+    )
+    estimate: Estimate = Field(
+        Estimate(),
+        description="figures of the bill before the run (stillroom estimate), which the ledger "
+        "compares with what was spent",
     )

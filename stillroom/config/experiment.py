@@ -71,6 +71,7 @@ class Experiment(Section):
             *self._source_problems(),
             *self._eval_problems(),
             *self._training_problems(),
+            *self._estimate_problems(),
         ]
         if problems:
             raise ValueError("\n".join(problems))
@@ -221,6 +222,49 @@ class Experiment(Section):
             problems.append(
                 "grpo: trains on the pool's kernel problems, but no source has kind 'kernels'"
             )
+        return problems
+
+    @property
+    def evaluated(self) -> list[str]:
+        """Every benchmark (or split) some model is evaluated on: the reported ones, then the split
+        the merge ratio is chosen on."""
+        select_on = self.merge.select_on
+        return [*self.eval.benchmarks, *([select_on] if select_on else [])]
+
+    def _estimate_problems(self) -> list[str]:
+        """A figure given per effort or per benchmark covers every one of this experiment (figures
+        for others are left unused, so that one block serves a recipe and configs derived from it
+        with fewer); the sizes name benchmarks and dataset sources that exist."""
+        est, problems = self.cost.estimate, []
+        where = "cost.estimate"
+        per = (
+            ("teacher_output_tokens", est.teacher_output_tokens, self.generation.efforts, "effort"),
+            ("correct_fraction", est.correct_fraction, self.generation.efforts, "effort"),
+            ("eval_output_tokens", est.eval_output_tokens, self.evaluated, "benchmark"),
+        )
+        for key, figure, wanted, what in per:
+            if not isinstance(figure, dict):
+                continue
+            missing = [w for w in wanted if w not in figure]
+            if missing:
+                problems.append(
+                    f"{where}.{key}: no figure for {what} {', '.join(missing)} "
+                    f"(give one number for all, or one per {what}; given for "
+                    f"{', '.join(figure) or 'none'})"
+                )
+        for name in est.benchmark_sizes:
+            if name not in self.benchmarks:
+                problems.append(
+                    f"{where}.benchmark_sizes.{name}: not a key of benchmarks "
+                    "(the splits' sizes are heldout.size and heldout.dev_size)"
+                )
+        datasets = [s.name for s in self.sources if s.kind == "dataset"]
+        for name in est.source_rows:
+            if name not in datasets:
+                problems.append(
+                    f"{where}.source_rows.{name}: not a dataset source "
+                    f"({', '.join(datasets) or 'there are none'})"
+                )
         return problems
 
     def file_problems(self, root: Path) -> list[str]:

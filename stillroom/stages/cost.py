@@ -1,7 +1,8 @@
 """Rule cost: the cost ledger, API tokens x price per teacher and effort, and GPU-hours per stage
-x a rate, with totals.
+x a rate, with totals; beside each, the estimate made from the config before the run
+(stillroom/estimate.py) and how far the run was off it.
 
-Everything comes from the provenance sidecars of the artifacts given. GPU time is SLURM's
+Everything spent comes from the provenance sidecars of the artifacts given. GPU time is SLURM's
 accounting when a job id was recorded and ``sacct`` answers (elapsed seconds x allocated GPUs),
 else the job's wall time x the GPUs configured for its rule.
 """
@@ -17,13 +18,32 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import Cost
-from ..io import write_text
+from pydantic import Field
+
+from .. import estimate
+from ..config import ConfigError, Cost
+from ..io import DataError, write_text
 from ..provenance import read_sidecar
 
 
 class Params(Cost):
     seed: int = 0
+    config: dict[str, Any] | None = Field(
+        None,
+        description="the resolved experiment config, local paths resolved: the estimate the "
+        "ledger is compared with (none: no estimate columns)",
+    )
+
+
+def job_tokens(prov: Mapping[str, Any]) -> float | None:
+    """A job's tokens as the estimate counts them: output tokens of generation and evaluation,
+    tokens trained (the dataset's, once per epoch) of training; None when it records neither."""
+    metrics, params = prov.get("metrics", {}), prov.get("params", {})
+    if prov["stage"] == "train" and "total_tokens" in metrics:
+        if params.get("max_steps", -1) == -1:
+            return metrics["total_tokens"] * params.get("epochs", 1)
+        return round(metrics.get("tokens_per_second", 0) * metrics.get("train_seconds", 0))
+    return metrics.get("completion_tokens")
 
 
 def parse_sacct(text: str) -> tuple[float, int] | None:
@@ -63,7 +83,7 @@ def ledger(
         lambda: {"prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0, "jobs": 0}
     )
     gpu: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"jobs": 0, "gpu_hours": 0.0, "source": set()}
+        lambda: {"jobs": 0, "gpu_hours": 0.0, "tokens": None, "source": set()}
     )
     seen = set()
     p = Params.parse(params, where="cost")
@@ -107,6 +127,9 @@ def ledger(
         g = gpu[prov["rule"]]
         g["jobs"] += 1
         g["gpu_hours"] += seconds * n_gpus / 3600
+        tokens = job_tokens(prov)
+        if tokens is not None:
+            g["tokens"] = (g["tokens"] or 0) + tokens
         g["source"].add(source)
     api_rows = [
         {"teacher": t, "effort": e, **{k: round(v, 4) for k, v in row.items()}}
@@ -116,6 +139,7 @@ def ledger(
         {
             "rule": rule,
             "jobs": g["jobs"],
+            "tokens": g["tokens"],
             "gpu_hours": round(g["gpu_hours"], 4),
             "cost_usd": round(g["gpu_hours"] * rate, 2),
             "source": "+".join(sorted(g["source"])),
@@ -123,6 +147,57 @@ def ledger(
         for rule, g in sorted(gpu.items())
     ]
     return {"api": api_rows, "gpu": gpu_rows}
+
+
+def off(actual: float | None, estimated: float | None) -> float | None:
+    """How far the run was off its estimate: (actual - estimated) / estimated."""
+    if actual is None or estimated is None or estimated == 0:
+        return None
+    return (actual - estimated) / estimated
+
+
+def _vs(estimated: float | None, actual: float | None, fmt: str) -> str:
+    """An estimate's cell: the estimated value and how far the actual one was off it."""
+    if estimated is None:
+        return "–"
+    error = off(actual, estimated)
+    if error is None:
+        return format(estimated, fmt)
+    return f"{format(estimated, fmt)} ({error:+.0%}, ×{1 + error:.2f})"
+
+
+def compared(
+    rows: Mapping[str, list[dict[str, Any]]], plan: estimate.Plan
+) -> dict[str, list[dict[str, Any]]]:
+    """The ledger's rows with the estimate of each beside them (None where it has none): output
+    tokens and API dollars per (teacher, effort), tokens, GPU-hours and GPU dollars per rule."""
+    api_est, rule_est = plan.by_teacher_effort(), plan.by_rule()
+
+    def rounded(value: float | None, digits: int | None = None) -> float | None:
+        return None if value is None else round(value, digits)
+
+    api = []
+    for r in rows["api"]:
+        e = api_est.get((r["teacher"], r["effort"]), {})
+        api.append(
+            {
+                **r,
+                "est_output_tokens": rounded(e.get("output_tokens")),
+                "est_cost_usd": rounded(e.get("api_usd"), 4),
+            }
+        )
+    gpu = []
+    for r in rows["gpu"]:
+        e = rule_est.get(r["rule"], {})
+        gpu.append(
+            {
+                **r,
+                "est_tokens": rounded(e.get("tokens")),
+                "est_gpu_hours": rounded(e.get("gpu_hours"), 4),
+                "est_cost_usd": rounded(e.get("gpu_usd"), 2),
+            }
+        )
+    return {"api": api, "gpu": gpu}
 
 
 def run(
@@ -136,33 +211,76 @@ def run(
 ) -> dict[str, Any]:
     p = Params.parse(params, where="cost")
     rows = ledger(artifacts, p)
+    plan, why_not = None, None
+    if p.config is not None:
+        # charged at the ledger's own rate and GPUs per rule
+        rates = {"gpu_hour_usd": p.gpu_hour_usd, "gpus": p.gpus}
+        config = {**p.config, "cost": {**p.config.get("cost", {}), **rates}}
+        try:
+            plan = estimate.plan(config)
+        except (ConfigError, DataError) as exc:  # a missing figure never costs the run its ledger
+            why_not = str(exc)
+    if plan:
+        rows = compared(rows, plan)
     api_total = sum(r["cost_usd"] for r in rows["api"])
     gpu_total = sum(r["cost_usd"] for r in rows["gpu"])
+    total = api_total + gpu_total
+    est_total = None
+    if plan:
+        # the estimate of the rules and teachers the ledger has rows for
+        est_total = sum(r["est_cost_usd"] or 0 for r in rows["api"] + rows["gpu"])
+    est_api = " est. output tokens | est. API $ |" if plan else ""
     lines = [
         "### Cost ledger",
         "",
-        "| teacher | effort | jobs | input tokens | output tokens | API $ |",
-        "|---|---|---|---|---|---|",
+        "| teacher | effort | jobs | input tokens | output tokens | API $ |" + est_api,
+        "|---|---|---|---|---|---|" + ("---|---|" if plan else ""),
     ]
-    lines += [
-        f"| {r['teacher']} | {r['effort']} | {r['jobs']} | {r['prompt_tokens']:,.0f} | "
-        f"{r['completion_tokens']:,.0f} | {r['cost_usd']:.2f} |"
-        for r in rows["api"]
-    ]
-    lines += [
-        "",
-        f"| stage | jobs | GPU-hours | GPU $ (at {p.gpu_hour_usd}/GPU-hour) | from |",
-        "|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {r['rule']} | {r['jobs']} | {r['gpu_hours']:.3f} | {r['cost_usd']:.2f} "
-        f"| {r['source']} |"
-        for r in rows["gpu"]
-    ]
+    for r in rows["api"]:
+        line = (
+            f"| {r['teacher']} | {r['effort']} | {r['jobs']} | {r['prompt_tokens']:,.0f} | "
+            f"{r['completion_tokens']:,.0f} | {r['cost_usd']:.2f} |"
+        )
+        if plan:
+            line += (
+                f" {_vs(r['est_output_tokens'], r['completion_tokens'], ',.0f')} |"
+                f" {_vs(r['est_cost_usd'], r['cost_usd'], ',.2f')} |"
+            )
+        lines.append(line)
+    est_gpu = " est. tokens | est. GPU-hours | est. GPU $ |" if plan else ""
     lines += [
         "",
-        f"**Total: ${api_total + gpu_total:,.2f}** (API ${api_total:,.2f} + GPU ${gpu_total:,.2f})",
+        f"| stage | jobs | tokens | GPU-hours | GPU $ (at {p.gpu_hour_usd}/GPU-hour) | from |"
+        + est_gpu,
+        "|---|---|---|---|---|---|" + ("---|---|---|" if plan else ""),
     ]
+    for r in rows["gpu"]:
+        tokens = "–" if r["tokens"] is None else f"{r['tokens']:,.0f}"
+        line = (
+            f"| {r['rule']} | {r['jobs']} | {tokens} | {r['gpu_hours']:.3f} | "
+            f"{r['cost_usd']:.2f} | {r['source']} |"
+        )
+        if plan:
+            line += (
+                f" {_vs(r['est_tokens'], r['tokens'], ',.0f')} |"
+                f" {_vs(r['est_gpu_hours'], r['gpu_hours'], '.3f')} |"
+                f" {_vs(r['est_cost_usd'], r['cost_usd'], '.2f')} |"
+            )
+        lines.append(line)
+    line = f"**Total: ${total:,.2f}** (API ${api_total:,.2f} + GPU ${gpu_total:,.2f})"
+    if est_total is not None:
+        line += f"; estimated before the run: ${_vs(est_total, total, ',.2f')}"
+    lines += ["", line]
+    if plan:
+        lines += [
+            "",
+            "est.: the estimate from the config before the run (`stillroom estimate`, figures "
+            "in cost.estimate), then how far the run was off it: (actual - estimated) / "
+            "estimated, and actual / estimated. Tokens: output tokens of generation and "
+            "evaluation, tokens trained of training.",
+        ]
+    elif why_not:
+        lines += ["", f"No estimate: {why_not}"]
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(
@@ -176,8 +294,16 @@ def run(
             "gpu_hours",
             "cost_usd",
             "source",
+            "tokens",
+            "est_tokens",
+            "est_gpu_hours",
+            "est_cost_usd",
         ]
     )
+
+    def blank(v: Any) -> Any:
+        return "" if v is None else v
+
     for r in rows["api"]:
         writer.writerow(
             [
@@ -190,14 +316,37 @@ def run(
                 "",
                 r["cost_usd"],
                 "provenance",
+                r["completion_tokens"],
+                blank(r.get("est_output_tokens")),
+                "",
+                blank(r.get("est_cost_usd")),
             ]
         )
     for r in rows["gpu"]:
         writer.writerow(
-            ["gpu", r["rule"], "", r["jobs"], "", "", r["gpu_hours"], r["cost_usd"], r["source"]]
+            [
+                "gpu",
+                r["rule"],
+                "",
+                r["jobs"],
+                "",
+                "",
+                r["gpu_hours"],
+                r["cost_usd"],
+                r["source"],
+                blank(r["tokens"]),
+                blank(r.get("est_tokens")),
+                blank(r.get("est_gpu_hours")),
+                blank(r.get("est_cost_usd")),
+            ]
         )
-    writer.writerow(["total", "", "", "", "", "", "", round(api_total + gpu_total, 2), ""])
+    writer.writerow(
+        ["total", "", "", "", "", "", "", round(total, 2), "", "", "", "", blank(est_total)]
+    )
     write_text(out_markdown, "\n".join(lines) + "\n")
     write_text(out_csv, buf.getvalue())
     log("\n" + "\n".join(lines))
-    return {"api_usd": round(api_total, 2), "gpu_usd": round(gpu_total, 2)}
+    metrics: dict[str, Any] = {"api_usd": round(api_total, 2), "gpu_usd": round(gpu_total, 2)}
+    if est_total is not None:
+        metrics["estimated_usd"] = round(est_total, 2)
+    return metrics

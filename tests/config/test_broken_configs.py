@@ -946,6 +946,49 @@ BROKEN = [
     ("too few resamples", DEFAULT, _set("tables.n_resamples", 10), "tables.n_resamples"),
     ("confidence of one", DEFAULT, _set("tables.confidence", 1), "tables.confidence"),
     ("negative rate", DEFAULT, _set("cost", {"gpu_hour_usd": -2}), "cost.gpu_hour_usd"),
+    (
+        "estimate throughput of zero",
+        DISTILL,
+        _set("cost.estimate.eval_tokens_per_s", 0),
+        "cost.estimate.eval_tokens_per_s: Input should be greater than 0",
+    ),
+    (
+        "estimate lengths missing an effort",
+        DEFAULT,
+        _set("cost.estimate.teacher_output_tokens", {"low": 10, "medium": 20}),
+        "cost.estimate.teacher_output_tokens: no figure for effort high",
+    ),
+    (
+        "estimate fraction of an effort not generated (a derived config's: left unused)",
+        DEFAULT,
+        _set("cost.estimate.correct_fraction", {"low": 1, "medium": 1, "high": 1, "max": 1}),
+        None,
+    ),
+    (
+        "estimate fraction misspelt",
+        DEFAULT,
+        _set("cost.estimate.correct_fraction", {"low": 1, "medum": 1, "high": 1}),
+        "cost.estimate.correct_fraction: no figure for effort medium (give one number for all, "
+        "or one per effort; given for low, medum, high)",
+    ),
+    (
+        "estimate lengths missing the dev split",
+        DISTILL,
+        _drop("cost.estimate.eval_output_tokens.dev"),
+        "cost.estimate.eval_output_tokens: no figure for benchmark dev",
+    ),
+    (
+        "estimate size of no benchmark",
+        DISTILL,
+        _set("cost.estimate.benchmark_sizes.aime26", 30),
+        "cost.estimate.benchmark_sizes.aime26: not a key of benchmarks",
+    ),
+    (
+        "estimate rows of a generated source",
+        DEFAULT,
+        _set("cost.estimate.source_rows", {"arith": 5}),
+        "cost.estimate.source_rows.arith: not a dataset source",
+    ),
 ]
 
 

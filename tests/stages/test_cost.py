@@ -1,8 +1,14 @@
 """The cost ledger from provenance: API tokens x price per teacher and effort, GPU-hours per
 rule."""
 
+import csv
+
+from stillroom.config import load_yaml, resolve
+from stillroom.estimate import plan
 from stillroom.provenance import Job, write_sidecars
 from stillroom.stages.cost import ledger, parse_sacct, run
+
+from ..conftest import REPO
 
 
 def artifact(tmp_path, name, *, stage, rule, params, metrics, monkeypatch, job=None):
@@ -121,3 +127,93 @@ def test_run_writes_markdown_and_csv_with_totals(tmp_path, monkeypatch):
     assert m == {"api_usd": 1.25, "gpu_usd": 3.0}
     assert "**Total: $4.25**" in (tmp_path / "c.md").read_text()
     assert (tmp_path / "c.csv").read_text().splitlines()[-1].startswith("total,")
+
+
+def _estimated_config():
+    """The embedded default resolved, its local benchmark files resolved as the rule passes them."""
+    config = resolve(load_yaml(REPO / "config" / "config.yaml"), REPO)
+    config["benchmarks"] = {k: str(REPO / v) for k, v in config["benchmarks"].items()}
+    return config
+
+
+def test_the_ledger_states_how_far_the_estimate_was_off(tmp_path, monkeypatch):
+    config = _estimated_config()
+    # charged at the ledger's rate and GPUs, as the rule passes them (from the same config)
+    config["cost"].update(gpu_hour_usd=100.0, gpus={"train": 1, "generate": 0})
+    bill = plan(config)
+    est_gen = bill.by_teacher_effort()[("procedural", "medium")]["output_tokens"]
+    est_train = bill.by_rule()["train"]
+    gen = artifact(
+        tmp_path,
+        "g1",
+        stage="generate",
+        rule="generate",
+        params={"teacher": "procedural", "effort": "medium"},
+        # 10% more output tokens than estimated
+        metrics={"completion_tokens": round(est_gen * 1.1), "cost_usd": 0.0, "wall_s": 1},
+        monkeypatch=monkeypatch,
+    )
+    train = artifact(
+        tmp_path,
+        "train",
+        stage="train",
+        rule="train",
+        params={"epochs": 2.0, "max_steps": -1},
+        # the dataset's tokens, trained twice: half the estimate; twice the estimated GPU time
+        metrics={
+            "total_tokens": round(est_train["tokens"] / 4),
+            "wall_s": est_train["gpu_hours"] * 3600 * 2,
+        },
+        monkeypatch=monkeypatch,
+    )
+    params = {**{k: config["cost"][k] for k in ("gpu_hour_usd", "gpus")}, "config": config}
+    m = run(
+        artifacts={"g": gen, "t": train},
+        out_markdown=str(tmp_path / "c.md"),
+        out_csv=str(tmp_path / "c.csv"),
+        params=params,
+        log=lambda _: None,
+    )
+    md = (tmp_path / "c.md").read_text()
+    assert "est. output tokens | est. API $ |" in md and "est. GPU-hours" in md
+    (gen_line,) = [line for line in md.splitlines() if line.startswith("| procedural | medium")]
+    assert f"{round(est_gen):,} (+10%, ×1.10)" in gen_line
+    (train_line,) = [line for line in md.splitlines() if line.startswith("| train |")]
+    assert "(-50%, ×0.50)" in train_line  # tokens
+    assert train_line.count("(+100%, ×2.00)") == 2  # GPU-hours and dollars
+    assert "No estimate" not in md
+    # the estimate of the rows the ledger has (the generation is the procedural teacher's: free)
+    assert m["estimated_usd"] == round(est_train["gpu_usd"], 2) > 0
+    assert f"estimated before the run: ${m['estimated_usd']:,.2f} (+100%, ×2.00)" in md
+    rows = list(csv.DictReader((tmp_path / "c.csv").open()))
+    by_name = {r["name"]: r for r in rows}
+    assert float(by_name["procedural"]["est_tokens"]) == round(est_gen)
+    assert float(by_name["train"]["tokens"]) == round(est_train["tokens"] / 4) * 2
+    assert float(by_name["train"]["est_gpu_hours"]) == round(est_train["gpu_hours"], 4)
+
+
+def test_the_ledger_without_the_figures_it_needs_says_why(tmp_path, monkeypatch):
+    config = _estimated_config()
+    config["benchmarks"]["hub"] = {"path": "org/bench"}
+    config["eval"]["benchmarks"] = ["hub"]
+    config["eval"]["budget_force"]["benchmarks"] = ["hub"]
+    config["eval"]["per_effort"]["benchmarks"] = ["hub"]
+    gen = artifact(
+        tmp_path,
+        "g1",
+        stage="generate",
+        rule="generate",
+        params={"teacher": "procedural", "effort": "medium"},
+        metrics={"completion_tokens": 10, "cost_usd": 0.0, "wall_s": 1},
+        monkeypatch=monkeypatch,
+    )
+    run(
+        artifacts={"g": gen},
+        out_markdown=str(tmp_path / "c.md"),
+        out_csv=str(tmp_path / "c.csv"),
+        params={"config": config},
+        log=lambda _: None,
+    )
+    md = (tmp_path / "c.md").read_text()
+    assert "No estimate: cannot estimate:" in md and "cost.estimate.benchmark_sizes.hub" in md
+    assert "est." not in md.split("No estimate")[0]  # the tables as without an estimate

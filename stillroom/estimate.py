@@ -1,0 +1,590 @@
+"""The bill before the run: output tokens, GPU-hours, wall time and dollars of every GPU stage,
+predicted from the config alone, offline, in milliseconds.
+
+Counts come from the config: pool prompts (source counts and limits, less the held-out splits),
+shards and effort_shards, samples per prompt, training stages and epochs, merge ratios, evaluated
+models x benchmarks x budgets x efforts. GPUs per job are the rules' job shapes
+(stillroom/cluster.py, over ``cost.gpus``), as the ledger charges them. Throughputs, lengths and the
+sizes of hub datasets are figures of ``cost.estimate`` (stillroom/config/evaluation.py). Dollars
+are GPU-hours x ``cost.gpu_hour_usd`` plus the teacher's tokens x its ``price``, as in the ledger.
+
+Wall time: the phases (generation, training, merges, evaluation) one after another; the jobs of a
+phase at once, or ``cost.estimate.parallel_jobs`` at a time (longest first); training stages one
+after another. ``stillroom estimate`` prints it; rule ``cost`` (stillroom/stages/cost.py) sets
+it beside what the run spent.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .cluster import backend_gpus, stage_gpus
+from .config import SPLITS, ConfigError, Experiment
+from .config.data import KernelSource
+from .io import DataError
+
+PHASES = ("generation", "training", "merge", "evaluation")
+
+
+class EstimateError(ConfigError):
+    """A figure the estimate needs is missing from the config; the message names its key."""
+
+
+@dataclass
+class Row:
+    """One line of the estimate: a set of jobs of one rule."""
+
+    phase: str
+    rule: str
+    label: str
+    jobs: int
+    gpus_per_job: int
+    tokens: float | None  # output tokens (generation, evaluation) or tokens trained (training)
+    tokens_kind: str  # "output", "trained" or "" (none estimated)
+    gpu_hours: float
+    job_hours: float  # wall time of the jobs, summed
+    wall_s: float  # these jobs alone, at the configured parallelism
+    gpu_usd: float
+    api_usd: float = 0.0
+    input_tokens: float = 0.0
+    teacher: str | None = None
+    effort: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def usd(self) -> float:
+        return self.gpu_usd + self.api_usd
+
+
+@dataclass
+class Plan:
+    experiment: str
+    inputs: dict[str, Any]
+    rows: list[Row]
+    phases: dict[str, dict[str, float]]  # jobs (a count), GPU- and job-hours, wall_s, dollars
+    total: dict[str, float]
+    notes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "experiment": self.experiment,
+            "inputs": self.inputs,
+            "rows": [{**asdict(r), "usd": r.usd} for r in self.rows],
+            "phases": self.phases,
+            "total": self.total,
+            "notes": self.notes,
+        }
+
+    def by_rule(self) -> dict[str, dict[str, float | None]]:
+        """Per rule, as the ledger's GPU rows: tokens, GPU-hours, job-hours and GPU dollars."""
+        out: dict[str, dict[str, float | None]] = {}
+        for r in self.rows:
+            agg = out.setdefault(
+                r.rule, {"tokens": None, "gpu_hours": 0.0, "job_hours": 0.0, "gpu_usd": 0.0}
+            )
+            if r.tokens is not None:
+                agg["tokens"] = (agg["tokens"] or 0.0) + r.tokens
+            for key in ("gpu_hours", "job_hours", "gpu_usd"):
+                agg[key] = (agg[key] or 0.0) + getattr(r, key)
+        return out
+
+    def by_teacher_effort(self) -> dict[tuple[str, str], dict[str, float]]:
+        """Per (teacher, effort), as the ledger's API rows: input and output tokens, API dollars."""
+        return {
+            (r.teacher, r.effort): {
+                "input_tokens": r.input_tokens,
+                "output_tokens": r.tokens or 0.0,
+                "api_usd": r.api_usd,
+            }
+            for r in self.rows
+            if r.teacher is not None and r.effort is not None
+        }
+
+
+def plan(config: Mapping[str, Any] | Experiment, root: str | Path = ".") -> Plan:
+    """The estimate of a resolved (or raw) experiment config; relative local paths start at
+    ``root`` (the repository). EstimateError names a missing figure's key."""
+    exp = config if isinstance(config, Experiment) else Experiment.parse(dict(config))
+    return _Planner(exp, Path(root)).run()
+
+
+def markdown(p: Plan) -> str:
+    """The estimate as a markdown report: what it rests on, one row per stage, phase totals."""
+    i = p.inputs
+    lines = [f"### Estimate: {p.experiment}", ""]
+    lines.append(
+        f"Pool {i['pool_prompts']:,} prompts in {i['shards']} shards; "
+        + "; ".join(f"{e}: {n:,} prompts" for e, n in i["prompts_per_effort"].items())
+        + f"; {_n(i['samples_per_prompt'], 'sample')} per prompt. Dataset rows: "
+        + ", ".join(f"{e} {n:,}" for e, n in i["dataset_rows"].items())
+        + "."
+    )
+    lines.append(
+        "Benchmarks (problems): "
+        + ", ".join(f"{b} {n:,}" for b, n in i["benchmark_problems"].items())
+        + f". Rate ${i['gpu_hour_usd']:g}/GPU-hour."
+    )
+    lines += [
+        "",
+        "| phase | rule | what | jobs | GPUs/job | tokens | GPU-hours | wall | GPU $ | API $ |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for phase in PHASES:
+        rows = [r for r in p.rows if r.phase == phase]
+        if not rows:
+            continue
+        for r in rows:
+            tokens = f"{_si(r.tokens)} {r.tokens_kind}" if r.tokens is not None else "–"
+            lines.append(
+                f"| {phase} | {r.rule} | {r.label} | {r.jobs} | {r.gpus_per_job} | {tokens} | "
+                f"{r.gpu_hours:,.2f} | {_duration(r.wall_s)} | {r.gpu_usd:,.2f} | "
+                f"{r.api_usd:,.2f} |"
+            )
+        t = p.phases[phase]
+        lines.append(
+            f"| **{phase}** | | | {t['jobs']} | | | **{t['gpu_hours']:,.2f}** | "
+            f"**{_duration(t['wall_s'])}** | **{t['gpu_usd']:,.2f}** | **{t['api_usd']:,.2f}** |"
+        )
+    t = p.total
+    lines += [
+        f"| **total** | | | {t['jobs']} | | | **{t['gpu_hours']:,.2f}** | "
+        f"**{_duration(t['wall_s'])}** | **{t['gpu_usd']:,.2f}** | **{t['api_usd']:,.2f}** |",
+        "",
+        f"**Estimated total: ${t['usd']:,.2f}** (GPU ${t['gpu_usd']:,.2f} + API "
+        f"${t['api_usd']:,.2f}); generation and training ${t['generation_training_usd']:,.2f}; "
+        f"wall {_duration(t['wall_s'])} with the phases one after another.",
+    ]
+    if p.notes:
+        lines += ["", *(f"- {n}" for n in p.notes)]
+    return "\n".join(lines) + "\n"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _si(n: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.1f}{suffix}"
+    return f"{n:.0f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def makespan(durations: list[float], slots: int | None) -> float:
+    """Wall time of jobs on ``slots`` workers, longest first (all at once when None)."""
+    if not durations:
+        return 0.0
+    if slots is None or slots >= len(durations):
+        return max(durations)
+    loads = [0.0] * slots
+    for d in sorted(durations, reverse=True):
+        heapq.heappush(loads, heapq.heappop(loads) + d)
+    return max(loads)
+
+
+def count_rows(path: Path) -> int:
+    """Rows of a local data file (JSONL, JSON, CSV, parquet), read offline; parquet from its
+    footer only."""
+    suffix = path.suffix
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(path).metadata.num_rows
+        with open(path, encoding="utf-8") as fh:
+            if suffix == ".csv":
+                return max(0, sum(1 for _ in csv.reader(fh)) - 1)
+            if suffix == ".json":
+                text = fh.read()
+                try:
+                    data = json.loads(text)
+                except json.JSONDecodeError:  # JSON lines under a .json name, as datasets reads
+                    return sum(1 for line in text.splitlines() if line.strip())
+                return len(data) if isinstance(data, list) else 1
+            return sum(1 for line in fh if line.strip())
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+class _Planner:
+    def __init__(self, exp: Experiment, root: Path):
+        self.exp, self.root = exp, root
+        self.est = exp.cost.estimate
+        self.rate = exp.cost.gpu_hour_usd
+        self.gpus = {**stage_gpus(exp.dump()), **exp.cost.gpus}
+        self.slots = self.est.parallel_jobs
+        self.notes: list[str] = []
+        self.rows: list[Row] = []
+        self.durations: dict[str, list[float]] = {p: [] for p in PHASES}
+        self.at_least: dict[str, float] = dict.fromkeys(PHASES, 0.0)  # e.g. a daily API budget
+
+    # --- figures -----------------------------------------------------------------------------
+
+    def _per(self, figure: Any, key: str) -> Any:
+        # a figure for every effort/benchmark, or one per key (the config checks coverage)
+        return figure[key] if isinstance(figure, dict) else figure
+
+    def teacher_tokens(self, effort: str) -> float:
+        spec = self.exp.teachers[self.exp.generation.teacher]
+        tokens = self._per(self.est.teacher_output_tokens, effort)
+        cap = getattr(getattr(spec, "sampling", None), "max_tokens", None)
+        return float(min(tokens, cap) if cap else tokens)
+
+    def _path(self, path: str) -> Path:
+        return Path(path) if Path(path).is_absolute() else self.root / path
+
+    # --- counts ------------------------------------------------------------------------------
+
+    def pool_prompts(self) -> int:
+        """Prompts of the pool: each source's rows (its limit, count, local file or configured
+        rows), less the held-out splits carved from them. Echo sources are contamination that
+        decontamination drops, by design."""
+        total = 0
+        for i, s in enumerate(self.exp.sources):
+            if s.kind in ("arithmetic", "choice"):
+                total += s.count
+            elif s.kind == "jsonl":
+                total += count_rows(self._path(s.path))
+            elif s.kind == "kernels":
+                total += self._kernel_problems(s)
+            elif s.kind == "dataset":
+                rows = self.est.source_rows.get(s.name)
+                if rows is None and s.local:
+                    rows = count_rows(self._path(s.path))
+                if rows is None and s.limit is None:
+                    raise EstimateError(
+                        f"cost.estimate.source_rows.{s.name}: sources.{i} ({s.path}) is a hub "
+                        "dataset without a limit, whose size is not known offline: give the rows "
+                        "it yields (after its where filter), or a limit"
+                    )
+                total += min(x for x in (rows, s.limit) if x is not None)
+        pool = total - self.exp.heldout.size - self.exp.heldout.dev_size
+        if pool <= 0:
+            raise EstimateError(
+                f"sources: {total} prompts, all taken by the held-out splits (heldout.size "
+                f"{self.exp.heldout.size} + dev_size {self.exp.heldout.dev_size}): no pool left"
+            )
+        return pool
+
+    def _kernel_problems(self, source: KernelSource) -> int:
+        if source.problems:
+            return len(source.problems)
+        from .kernels.problemset import kernel_files  # the project's set, or the files of dir
+
+        spec = source.dump()
+        if source.dir:
+            spec["dir"] = str(self._path(source.dir))
+        return len(kernel_files(spec))
+
+    def benchmark_problems(self, name: str) -> int:
+        if name in SPLITS:
+            return self.exp.heldout.size if name == "heldout" else self.exp.heldout.dev_size
+        bench = self.exp.benchmarks[name]
+        rows = self.est.benchmark_sizes.get(name)
+        if isinstance(bench, str):
+            return rows or count_rows(self._path(bench))
+        if rows is None and bench.local:
+            rows = count_rows(self._path(bench.path))
+        if rows is not None or bench.limit:
+            return min(x for x in (rows, bench.limit) if x is not None)
+        raise EstimateError(
+            f"cost.estimate.benchmark_sizes.{name}: benchmarks.{name} ({bench.path}) is a hub "
+            "dataset, whose size is not known offline: give its number of problems"
+        )
+
+    # --- phases ------------------------------------------------------------------------------
+
+    def counts(self) -> tuple[int, dict[str, int]]:
+        """The pool's prompts and each evaluated benchmark's problems; every missing size named at
+        once."""
+        missing, problems = [], {}
+        pool = 0
+        try:
+            pool = self.pool_prompts()
+        except EstimateError as exc:
+            missing.append(str(exc))
+        for b in self.exp.evaluated:
+            try:
+                problems[b] = self.benchmark_problems(b)
+            except EstimateError as exc:
+                missing.append(str(exc))
+        if missing:
+            raise EstimateError("cannot estimate:\n  " + "\n  ".join(missing))
+        return pool, problems
+
+    def run(self) -> Plan:
+        gen, exp = self.exp.generation, self.exp
+        pool, problems = self.counts()
+        prompts = {e: pool * gen.shards_of(e) / gen.shards for e in gen.efforts}
+        k = gen.samples_per_prompt
+        rows = {
+            e: prompts[e] * (1 - (1 - self._per(self.est.correct_fraction, e)) ** k)
+            for e in gen.efforts
+        }
+        self.generation(prompts)
+        self.training(rows)
+        self.merges()
+        self.evaluation(problems)
+        inputs = {
+            "pool_prompts": pool,
+            "shards": gen.shards,
+            "samples_per_prompt": k,
+            "prompts_per_effort": {e: round(n) for e, n in prompts.items()},
+            "dataset_rows": {e: round(n) for e, n in rows.items()},
+            "benchmark_problems": problems,
+            "gpu_hour_usd": self.rate,
+            "gpus": self.gpus,
+            "figures": self.est.dump(),
+        }
+        phases = {}
+        for phase in PHASES:
+            rs = [r for r in self.rows if r.phase == phase]
+            if not rs:
+                continue
+            phases[phase] = {
+                "jobs": len(self.durations[phase]),
+                "gpu_hours": sum(r.gpu_hours for r in rs),
+                "job_hours": sum(r.job_hours for r in rs),
+                "wall_s": self.wall[phase],
+                "gpu_usd": sum(r.gpu_usd for r in rs),
+                "api_usd": sum(r.api_usd for r in rs),
+                "usd": sum(r.usd for r in rs),
+            }
+        total = {
+            key: sum(ph[key] for ph in phases.values())
+            for key in ("jobs", "gpu_hours", "job_hours", "wall_s", "gpu_usd", "api_usd", "usd")
+        }
+        total["generation_training_usd"] = sum(
+            phases.get(ph, {}).get("usd", 0.0) for ph in ("generation", "training")
+        )
+        return Plan(exp.experiment, inputs, self.rows, phases, total, self.notes)
+
+    @property
+    def wall(self) -> dict[str, float]:
+        # training stages run one after another; the other phases' jobs at once (up to slots)
+        return {
+            p: max(self.at_least[p], sum(d) if p == "training" else makespan(d, self.slots))
+            for p, d in self.durations.items()
+        }
+
+    def _gpu_row(self, phase: str, rule: str, label: str, seconds: list[float], **kw: Any) -> Row:
+        gpus = self.gpus.get(rule, 0)
+        job_hours = sum(seconds) / 3600
+        return Row(
+            phase=phase,
+            rule=rule,
+            label=label,
+            jobs=len(seconds),
+            gpus_per_job=gpus,
+            gpu_hours=job_hours * gpus,
+            job_hours=job_hours,
+            wall_s=sum(seconds) if phase == "training" else makespan(seconds, self.slots),
+            gpu_usd=job_hours * gpus * self.rate,
+            **kw,
+        )
+
+    def generation(self, prompts: dict[str, float]) -> None:
+        gen, est = self.exp.generation, self.est
+        name = gen.teacher
+        spec = self.exp.teachers[name]
+        # a model started in the job (server or in process) loads first; an API or the
+        # procedural stand-in answers at once
+        start = est.teacher_start_s if spec.backend in ("sglang", "hf") else 0.0
+        groups = [list(g) for g in gen.effort_groups]
+        grouped = {e for g in groups for e in g}
+        # one job per shard serves one effort, or every effort of its group (one server start)
+        units = [([e], "generate") for e in gen.efforts if e not in grouped]
+        units += [(g, f"generate_{'_'.join(g)}") for g in groups]
+        price = spec.price
+        all_tokens = 0.0
+        for efforts, rule in units:
+            shards = gen.shards_of(efforts[0])
+            per_job = {
+                e: prompts[e] / shards * gen.samples_per_prompt * self.teacher_tokens(e)
+                for e in efforts
+            }
+            job_s = start + sum(per_job.values()) / est.teacher_tokens_per_s
+            self.durations["generation"] += [job_s] * shards
+            for e in efforts:
+                share = per_job[e] / sum(per_job.values())
+                out = per_job[e] * shards
+                inp = prompts[e] * gen.samples_per_prompt * est.prompt_tokens
+                all_tokens += out
+                others = [o for o in efforts if o != e]
+                row = self._gpu_row(
+                    "generation",
+                    rule,
+                    f"{name} · {e}" + (f" (one job with {', '.join(others)})" if others else ""),
+                    [job_s] * shards,
+                    tokens=out,
+                    tokens_kind="output",
+                    api_usd=(inp * price.input_per_mtok + out * price.output_per_mtok) / 1e6,
+                    input_tokens=inp,
+                    teacher=name,
+                    effort=e,
+                    detail={"prompts": round(prompts[e]), "share_of_job": round(share, 4)},
+                )
+                # a job serving a group is shared: each effort carries its share of the job
+                row.gpu_hours *= share
+                row.job_hours *= share
+                row.gpu_usd *= share
+                self.rows.append(row)
+        if backend_gpus(spec.dump()) and (price.input_per_mtok or price.output_per_mtok):
+            self.notes.append(
+                f"teachers.{name}: runs on the job's own GPUs and has a price: the ledger charges "
+                "both its GPU-hours and its tokens (set the price to 0 for a self-hosted teacher)"
+            )
+        budget = getattr(spec, "budget", None)
+        if budget:
+            days = all_tokens / budget.daily_output_tokens
+            # the budget resets once a day: the last day's share can run at full speed
+            floor = max(0.0, math.ceil(days) - 1) * 86400
+            if floor > makespan(self.durations["generation"], self.slots):
+                self.at_least["generation"] = floor
+                self.notes.append(
+                    f"teachers.{name}.budget: {_si(all_tokens)} output tokens at "
+                    f"{_si(budget.daily_output_tokens)} a day take {math.ceil(days)} days"
+                )
+
+    def training(self, rows: dict[str, float]) -> None:
+        exp, est, train = self.exp, self.est, self.exp.train
+        efforts = exp.generation.efforts
+        example = {
+            e: min(est.prompt_tokens + self.teacher_tokens(e), train.max_length) for e in efforts
+        }
+        stages = train.stages or [None]
+        layout = train.layout
+        gpus = self.gpus.get("train", 0)
+        per_s = est.train_tokens_per_gpu_s * max(gpus, 1)
+        for stage in stages:
+            chosen = (stage.efforts if stage else None) or efforts
+            epochs = stage.epochs if stage else train.epochs
+            tokens = sum(rows[e] * example[e] for e in chosen) * epochs
+            n_rows = sum(rows[e] for e in chosen)
+            if train.max_steps > 0:
+                # a step takes batch_size x grad_accum packed rows on every data-parallel process
+                step = train.batch_size * train.grad_accum * layout.world_size * train.max_length
+                tokens = min(tokens, train.max_steps * step)
+            seconds = est.train_start_s + tokens / per_s
+            self.durations["training"].append(seconds)
+            label = (
+                (f"{stage.name}: " if stage else "")
+                + f"{epochs:g} epoch{'' if epochs == 1 else 's'} of {n_rows:,.0f} rows "
+                + f"({', '.join(chosen)})"
+            )
+            self.rows.append(
+                self._gpu_row(
+                    "training", "train", label, [seconds], tokens=tokens, tokens_kind="trained"
+                )
+            )
+        if exp.grpo:
+            seconds = exp.grpo.max_steps * est.grpo_step_s
+            self.durations["training"].append(seconds)
+            self.rows.append(
+                self._gpu_row(
+                    "training",
+                    "grpo",
+                    f"{exp.grpo.max_steps} steps of {exp.grpo.prompts_per_step} prompts x "
+                    f"{exp.grpo.group_size}",
+                    [seconds],
+                    tokens=None,
+                    tokens_kind="",
+                )
+            )
+
+    def merges(self) -> None:
+        ratios = self.exp.merge.ratios
+        if not ratios:
+            return
+        seconds = [self.est.merge_s] * len(ratios)
+        self.durations["merge"] += seconds
+        self.rows.append(
+            self._gpu_row(
+                "merge",
+                "merge",
+                f"ratios {', '.join(f'{r:g}' for r in ratios)}",
+                seconds,
+                tokens=None,
+                tokens_kind="",
+            )
+        )
+
+    def evaluation(self, problems: dict[str, int]) -> None:
+        exp, est, ev = self.exp, self.est, self.exp.eval
+        force = ev.budget_force
+        start = est.eval_start_s if ev.backend.backend in ("sglang", "hf") else 0.0
+        models = exp.models
+        merges = [m for m in models if m.startswith("merge-")]
+
+        def tokens(bench: str, scale: float = 1.0, budget: int | None = None) -> float:
+            t = self._per(est.eval_output_tokens, bench) * scale
+            if budget is not None:
+                # thinking closed at the budget, then the answer (past max_new_tokens if need be)
+                return float(min(t, budget + force.answer_tokens))
+            return float(min(t, ev.max_new_tokens))
+
+        def add(rule: str, label: str, jobs: list[tuple[str, float]]) -> None:
+            # jobs: (benchmark, output tokens per sample) of one model each
+            out = [problems[b] * ev.samples * t for b, t in jobs]
+            seconds = [start + o / est.eval_tokens_per_s for o in out]
+            self.durations["evaluation"] += seconds
+            self.rows.append(
+                self._gpu_row(
+                    "evaluation", rule, label, seconds, tokens=sum(out), tokens_kind="output"
+                )
+            )
+
+        reported = [(b, tokens(b)) for _ in models for b in ev.benchmarks]
+        select_on = exp.merge.select_on
+        dev = [(select_on, tokens(select_on)) for _ in merges] if select_on else []
+        label = f"{_n(len(models), 'model')} x {_n(len(ev.benchmarks), 'benchmark')}"
+        if dev:
+            label += f" + {_n(len(merges), 'merge')} x {select_on}"
+        add("evaluate", label, reported + dev)
+        if force:
+            b_models = force.models or models
+            b_benches = force.benchmarks or ev.benchmarks
+            add(
+                "evaluate_budget",
+                f"{_n(len(b_models), 'model')} x {_n(len(b_benches), 'benchmark')} x "
+                f"{_n(len(force.budgets), 'budget')}",
+                [
+                    (b, tokens(b, budget=budget))
+                    for _ in b_models
+                    for b in b_benches
+                    for budget in force.budgets
+                ],
+            )
+        per = ev.per_effort
+        if per:
+            efforts = exp.generation.efforts
+            reference = self.teacher_tokens(per.reference)
+            benches = per.benchmarks or ev.benchmarks
+            add(
+                "evaluate_effort",
+                f"{_n(len(per.models), 'model')} x {_n(len(benches), 'benchmark')} x "
+                f"{_n(len(efforts), 'effort')}",
+                [
+                    (b, tokens(b, scale=self.teacher_tokens(e) / reference))
+                    for _ in per.models
+                    for b in benches
+                    for e in efforts
+                ],
+            )
