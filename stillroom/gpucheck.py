@@ -745,8 +745,9 @@ def build_fixture(workdir: Path, sizes: Sizes, seed: int = 0) -> dict[str, Any]:
     }
 
 
-def check_kwargs(name: str, device: str, sizes: Sizes, fixture: Mapping[str, Any]) -> dict:
-    s = sizes
+def check_kwargs(name: str, device: str, s: Sizes, fixture: Mapping[str, Any]) -> dict:
+    """The arguments of check ``name`` on ``device`` at sizes ``s``, on the model and data of
+    ``fixture`` (build_fixture)."""
     if name == "sft":
         return dict(
             base_dir=fixture["base"],

@@ -1,7 +1,9 @@
 """The one-shot GPU check: every check run on CPU at toy sizes (sdpa and float32, NF4 on CPU,
 Triton's interpreter), each check isolated and time-limited, and a skipped summary without a GPU.
-The CUDA path itself runs only under ``make gpu-check`` on a GPU machine."""
+On a machine with a GPU the checks also run on it here, at reduced sizes; ``make gpu-check`` runs
+them at full size."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -9,6 +11,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from stillroom import gpucheck
 from stillroom.gpucheck import SIZES, build_fixture, check_kwargs
@@ -16,6 +19,10 @@ from stillroom.gpucheck import SIZES, build_fixture, check_kwargs
 from .conftest import REPO
 
 CPU = SIZES["cpu"]
+# the GPU model (a leak must show through bf16 noise), fewer steps, two kernels
+GPU = dataclasses.replace(
+    SIZES["cuda"], conversations=256, steps=4, kernel_problems=("relu", "add")
+)
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +30,21 @@ def fixture(tmp_path_factory):
     return build_fixture(tmp_path_factory.mktemp("gpucheck"), CPU)
 
 
-def run(name, fixture):
+@pytest.fixture(scope="module")
+def gpu_fixture(tmp_path_factory):
+    return build_fixture(tmp_path_factory.mktemp("gpucheck-gpu"), GPU)
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    """The trainer, the NF4 loader and the hf backend take a GPU whenever they see one: hidden, so
+    that the CPU checks run on CPU on a GPU machine too."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def run(name, fixture, device="cpu", sizes=CPU):
     return getattr(gpucheck, f"check_{name}")(
-        **check_kwargs(name, "cpu", CPU, fixture), log=lambda _: None
+        **check_kwargs(name, device, sizes, fixture), log=lambda _: None
     )
 
 
@@ -49,7 +68,7 @@ def test_without_a_gpu_the_summary_says_skipped_and_exits_0(tmp_path):
     assert summary["versions"]["torch"]
 
 
-def test_packed_and_padded_rows_train_alike(fixture):
+def test_packed_and_padded_rows_train_alike(fixture, cpu_only):
     r = run("sft", fixture)
     assert r["status"] == "pass", r["failures"]
     assert r["attn_implementation"] == "sdpa" and r["precision"] == "float32"
@@ -61,7 +80,7 @@ def test_packed_and_padded_rows_train_alike(fixture):
     assert r["trainer"]["loss_decreased"] and r["trainer"]["on"] == "cpu"
 
 
-def test_qlora_trains_its_adapters_on_an_nf4_base(fixture):
+def test_qlora_trains_its_adapters_on_an_nf4_base(fixture, cpu_only):
     # bitsandbytes runs NF4 on CPU too (load_model keeps LoRA gradients alive there)
     r = run("qlora", fixture)
     assert r["status"] == "pass", r["failures"]
@@ -73,7 +92,7 @@ def test_qlora_trains_its_adapters_on_an_nf4_base(fixture):
     assert last["zero"] == 0 and r["trainable"]["other"] > 0
 
 
-def test_evaluate_writes_every_sample(fixture):
+def test_evaluate_writes_every_sample(fixture, cpu_only):
     r = run("evaluate", fixture)
     assert r["status"] == "pass", r["failures"]
     assert r["samples_written"] == CPU.eval_problems * CPU.eval_samples
@@ -91,21 +110,18 @@ def test_kernel_solutions_score_through_the_reward():
     assert r["speedup_geomean"] is None and r["per_problem"]["relu"]["reward"] == 1.0
 
 
-def passing(log):
-    return {"status": "pass", "failures": [], "value": 1}
-
-
-def failing(log):
-    raise RuntimeError("the GPU is on fire")
-
-
-def hanging(log):
-    log("about to hang")
-    time.sleep(120)
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA device (make gpu-check runs these checks at full size)",
+)
+@pytest.mark.parametrize("name", list(gpucheck.CHECKS))
+def test_the_checks_pass_on_a_gpu(name, gpu_fixture):
+    r = run(name, gpu_fixture, "cuda", GPU)
+    assert r["status"] == "pass", r["failures"]
 
 
 def test_each_check_is_isolated_time_limited_and_within_the_deadline():
-    here = "tests.test_gpucheck"
+    here = "tests.gpucheck_targets"
     plan = {
         "boom": (f"{here}:failing", {}, 30),
         "hang": (f"{here}:hanging", {}, 4),
