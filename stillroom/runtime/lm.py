@@ -44,7 +44,15 @@ class LocalLM(ChatTokens):
         torch.set_num_threads(max(1, threads))
         self.tok = AutoTokenizer.from_pretrained(path)
         self.tok.padding_side = "left"
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        # The job's GPU when there is one (the hf backend's job asks for one), in the checkpoint's
+        # own dtype; on CPU float32, where bf16 matmuls are slow and inexact.
+        cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else "cpu"
+        self.model = (
+            AutoModelForCausalLM.from_pretrained(path, dtype="auto" if cuda else torch.float32)
+            .to(self.device)
+            .eval()
+        )
         # MoE training turns router logits on for the auxiliary loss; sampling needs none of it, and
         # with padded batches transformers' load-balancing loss fails on mismatched shapes.
         if getattr(self.model.config, "output_router_logits", False):
@@ -95,8 +103,8 @@ class LocalLM(ChatTokens):
         torch.manual_seed(seed)
         with torch.no_grad():
             out = self.model.generate(
-                input_ids=ids,
-                attention_mask=mask,
+                input_ids=ids.to(self.device),
+                attention_mask=mask.to(self.device),
                 do_sample=temperature > 0,
                 temperature=temperature or None,
                 top_p=top_p,

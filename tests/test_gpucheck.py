@@ -1,0 +1,144 @@
+"""The one-shot GPU check: every check run on CPU at toy sizes (sdpa and float32, NF4 on CPU,
+Triton's interpreter), each check isolated and time-limited, and a skipped summary without a GPU.
+On a machine with a GPU the checks also run on it here, at reduced sizes; ``make gpu-check`` runs
+them at full size."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from stillroom import gpucheck
+from stillroom.gpucheck import SIZES, build_fixture, check_kwargs
+
+from .conftest import REPO
+
+CPU = SIZES["cpu"]
+# the GPU model (a leak must show through bf16 noise), fewer steps, two kernels
+GPU = dataclasses.replace(
+    SIZES["cuda"], conversations=256, steps=4, kernel_problems=("relu", "add")
+)
+
+
+@pytest.fixture(scope="module")
+def fixture(tmp_path_factory):
+    return build_fixture(tmp_path_factory.mktemp("gpucheck"), CPU)
+
+
+@pytest.fixture(scope="module")
+def gpu_fixture(tmp_path_factory):
+    return build_fixture(tmp_path_factory.mktemp("gpucheck-gpu"), GPU)
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    """The trainer, the NF4 loader and the hf backend take a GPU whenever they see one: hidden, so
+    that the CPU checks run on CPU on a GPU machine too."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def run(name, fixture, device="cpu", sizes=CPU):
+    return getattr(gpucheck, f"check_{name}")(
+        **check_kwargs(name, device, sizes, fixture), log=lambda _: None
+    )
+
+
+def test_without_a_gpu_the_summary_says_skipped_and_exits_0(tmp_path):
+    out = tmp_path / "gpu-check.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stillroom.gpucheck", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(out.read_text())
+    assert json.loads(proc.stdout) == summary
+    assert summary["status"] == "skipped" and summary["reason"].startswith("no CUDA device")
+    assert summary["checks"] == {
+        name: {"status": "skipped", "reason": "no CUDA device"} for name in gpucheck.CHECKS
+    }
+    assert summary["versions"]["torch"]
+
+
+def test_packed_and_padded_rows_train_alike(fixture, cpu_only):
+    r = run("sft", fixture)
+    assert r["status"] == "pass", r["failures"]
+    assert r["attn_implementation"] == "sdpa" and r["precision"] == "float32"
+    assert r["packed"]["documents_per_row"] > 1  # the comparison packs something
+    assert len(r["packed"]["losses"]) == len(r["padded"]["losses"]) == CPU.steps
+    assert r["step0_loss_abs_diff"] <= 1e-4 < r["step0_leaky_abs_diff"]
+    assert r["packed"]["loss_decreased"] and r["padded"]["loss_decreased"]
+    assert r["packed"]["tokens_per_s"] > 0 and r["padded"]["padding_share"] > 0
+    assert r["trainer"]["loss_decreased"] and r["trainer"]["on"] == "cpu"
+
+
+def test_qlora_trains_its_adapters_on_an_nf4_base(fixture, cpu_only):
+    # bitsandbytes runs NF4 on CPU too (load_model keeps LoRA gradients alive there)
+    r = run("qlora", fixture)
+    assert r["status"] == "pass", r["failures"]
+    assert r["nf4_layers"] == 7 * CPU.model["num_hidden_layers"] and r["nf4_on"] == ["cpu"]
+    assert r["memory_mib"]["nf4_weights"] < r["memory_mib"]["same_weights_in_bf16"]
+    first, last = r["grads_per_step"][0], r["grads_per_step"][-1]
+    # LoRA B starts at zero, so A gets no gradient at step 0; every tensor does after
+    assert first["none"] == 0 and first["zero"] == first["total"] / 2
+    assert last["zero"] == 0 and r["trainable"]["other"] > 0
+
+
+def test_evaluate_writes_every_sample(fixture, cpu_only):
+    r = run("evaluate", fixture)
+    assert r["status"] == "pass", r["failures"]
+    assert r["samples_written"] == CPU.eval_problems * CPU.eval_samples
+    assert r["completion_tokens"] > 0 and r["gpu_memory_mib"] is None
+
+
+def test_kernel_solutions_score_through_the_reward():
+    r = gpucheck.check_kernels(
+        **{**check_kwargs("kernels", "cpu", CPU, {}), "problems": ["relu", "add"]},
+        log=lambda _: None,
+    )
+    assert r["status"] == "pass", r["failures"]
+    assert (r["problems"], r["passed"], r["not_run"]) == (2, 2, 0)
+    # only a GPU times kernels
+    assert r["speedup_geomean"] is None and r["per_problem"]["relu"]["reward"] == 1.0
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA device (make gpu-check runs these checks at full size)",
+)
+@pytest.mark.parametrize("name", list(gpucheck.CHECKS))
+def test_the_checks_pass_on_a_gpu(name, gpu_fixture):
+    r = run(name, gpu_fixture, "cuda", GPU)
+    assert r["status"] == "pass", r["failures"]
+
+
+def test_each_check_is_isolated_time_limited_and_within_the_deadline():
+    here = "tests.gpucheck_targets"
+    plan = {
+        "boom": (f"{here}:failing", {}, 30),
+        "hang": (f"{here}:hanging", {}, 4),
+        "fine": (f"{here}:passing", {}, 30),
+    }
+    lines = []
+    env = {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    deadline = time.monotonic() + 300
+    results = gpucheck.run_checks(plan, deadline=deadline, env=env, log=lines.append)
+    assert results["boom"]["status"] == "error"
+    assert "RuntimeError: the GPU is on fire" in results["boom"]["error"]
+    assert results["hang"]["status"] == "timeout" and results["hang"]["wall_s"] < 10
+    assert "about to hang" in results["hang"]["log_tail"] and "[hang] about to hang" in lines
+    fine = results["fine"]
+    assert (fine["status"], fine["limit_s"], fine["value"]) == ("pass", 30, 1)
+    # no check starts with too little time left to finish
+    late = gpucheck.run_checks(
+        {"late": plan["fine"]}, deadline=time.monotonic() + gpucheck.MIN_START_S - 1, env=env
+    )
+    assert late["late"]["status"] == "skipped" and "deadline" in late["late"]["reason"]
