@@ -4,6 +4,9 @@
 
 EVAL_BACKEND = config["eval"]["backend"]
 EVAL_GPUS = backend_gpus(EVAL_BACKEND)  # an in-process model: 1
+# A served model computes in its server; the job's own work (the client, the tokenizer) needs one
+# core, so a CPU machine runs two served evaluations at once. (SLURM: profile's set-threads.)
+EVAL_THREADS = 2 if EVAL_BACKEND["backend"] == "hf" else 1
 
 
 rule evaluate:
@@ -14,7 +17,7 @@ rule evaluate:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/samples.jsonl"),
     params:
         p=eval_params,
-    threads: 2
+    threads: EVAL_THREADS
     resources:
         gpu=EVAL_GPUS,
         nodes=1,
@@ -40,7 +43,7 @@ rule evaluate_budget:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/budget-{{budget}}/samples.jsonl"),
     params:
         p=budget_params,
-    threads: 2
+    threads: EVAL_THREADS
     resources:
         gpu=EVAL_GPUS,
         nodes=1,
@@ -66,7 +69,7 @@ rule evaluate_effort:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/effort-{{effort}}/samples.jsonl"),
     params:
         p=effort_params,
-    threads: 2
+    threads: EVAL_THREADS
     resources:
         gpu=EVAL_GPUS,
         nodes=1,

@@ -22,6 +22,9 @@ for gen_rule in GENERATION.rules():
                 effort="|".join(gen_rule.efforts),
             params:
                 p=generation_params,
+                # the loop's values as params: a shell command is evaluated when its job runs,
+                # and would see the loop variable's last value
+                rule=gen_rule.name,
             resources:
                 gpu=teacher_gpus,
                 nodes=1,
@@ -34,11 +37,10 @@ for gen_rule in GENERATION.rules():
                 conda_env(config["teachers"][gen_rule.teacher]["backend"])
             shell:
                 stillroom_cli(
-                    "generate", gen_rule.name, "--shard {input.shard} --out-samples {output.samples}"
+                    "generate", "{params.rule}", "--shard {input.shard} --out-samples {output.samples}"
                 )
 
     else:
-        group_outputs = " ".join(f"{{output.{e}}}" for e in gen_rule.efforts)
 
         rule:
             name:
@@ -54,6 +56,10 @@ for gen_rule in GENERATION.rules():
                 teacher=re.escape(gen_rule.teacher),
             params:
                 p=functools.partial(generation_params, efforts=list(gen_rule.efforts)),
+                rule=gen_rule.name,
+                outs=" ".join(
+                    f"{R}/gen/{{teacher}}/{e}/shard-{{shard}}.jsonl" for e in gen_rule.efforts
+                ),
             resources:
                 gpu=teacher_gpus,
                 nodes=1,
@@ -67,6 +73,6 @@ for gen_rule in GENERATION.rules():
             shell:
                 stillroom_cli(
                     "generate",
-                    gen_rule.name,
-                    f"--shard {{input.shard}} --out-samples {group_outputs}",
+                    "{params.rule}",
+                    "--shard {input.shard} --out-samples {params.outs}",
                 )

@@ -43,6 +43,32 @@ class Params(Section):
         return self
 
 
+# Teacher settings that change how it is reached, not what it writes: a killed shard resumes with
+# its finished (maybe paid-for) records when only these changed since.
+OPERATIONAL = {
+    "concurrency",
+    "price",
+    "max_failed_fraction",
+    "base_url",
+    "api_key_env",
+    "timeout_s",
+    "max_attempts",
+    "backoff_base_s",
+    "backoff_max_s",
+    "budget",
+}
+SERVER_OPERATIONAL = {"startup_timeout_s", "stop_timeout_s", "health_path", "host", "env"}
+
+
+def fingerprint(p: Params) -> dict[str, Any]:
+    """What a shard's records depend on besides its prompts: a partial file written under anything
+    else (another model, sampling, effort wording, seed) is started over, never mixed in."""
+    spec = {k: v for k, v in p.spec.dump().items() if k not in OPERATIONAL}
+    if isinstance(spec.get("server"), dict):
+        spec["server"] = {k: v for k, v in spec["server"].items() if k not in SERVER_OPERATIONAL}
+    return {"teacher": p.teacher, "spec": spec, "seed": p.seed, "samples": p.samples}
+
+
 def sample_key(prompt_id: str, teacher: str, effort: str, index: int) -> str:
     return f"{prompt_id}/{teacher}/{effort}/{index}"
 
@@ -182,10 +208,21 @@ def run(
     teacher_name, k = p.teacher, p.samples
     teacher = make_teacher(teacher_name, p.spec.dump())
     problems = read_jsonl(shard, required=POOL_KEYS)
-    journals = {e: Journal(o, log) for e, o in zip(efforts, outs, strict=True)}
-    # records that failed for good are not done: they are retried
+    journals = {
+        e: Journal(o, log, {**fingerprint(p), "effort": e})
+        for e, o in zip(efforts, outs, strict=True)
+    }
+    # records that failed for good are not done: they are retried; records of prompts no longer in
+    # the shard (the pool changed) are dropped
+    keys = {
+        sample_key(problem["prompt_id"], teacher_name, e, i)
+        for e in efforts
+        for problem in problems
+        for i in range(k)
+    }
     done = {
-        e: {key: r for key, r in journals[e].load().items() if not r.get("error")} for e in efforts
+        e: {key: r for key, r in journals[e].load().items() if not r.get("error") and key in keys}
+        for e in efforts
     }
     if any(done.values()):
         log(f"resuming: {sum(map(len, done.values()))} samples already done")

@@ -7,6 +7,7 @@ from stillroom.io import read_jsonl, write_jsonl
 from stillroom.stages import generate
 
 SPEC = {"backend": "procedural", "error_rate": {"low": 0.4, "medium": 0.2}}
+PARAMS = {"teacher": "proc", "spec": SPEC, "effort": "low", "samples": 2, "seed": 5}
 
 
 def _shard(tmp_path, n=40):
@@ -45,17 +46,20 @@ def test_generation_resumes_after_a_torn_write(tmp_path):
     shard, out = _shard(tmp_path), str(tmp_path / "gen.jsonl")
     _generate(shard, out)
     full = read_jsonl(out)
-    # A killed run: 7 complete records and half of the 8th, and no final file.
+    # A killed run: its fingerprint, 7 complete records and half of the 8th, and no final file.
     partial = tmp_path / "gen.jsonl.partial"
-    lines = [json.dumps(r, sort_keys=True) for r in full[:8]]
-    partial.write_text("\n".join(lines[:7]) + "\n" + lines[7][: len(lines[7]) // 2])
+    params = generate.Params.parse(PARAMS)
+    lines = [json.dumps({"fingerprint": {**generate.fingerprint(params), "effort": "low"}})]
+    lines += [json.dumps(r, sort_keys=True) for r in full[:7]]
+    torn = json.dumps(full[7])
+    partial.write_text("\n".join(lines) + "\n" + torn[: len(torn) // 2])
     (tmp_path / "gen.jsonl").unlink()
     logs = []
     generate.run(
         shard=shard,
         out_samples=out,
         log=logs.append,
-        params={"teacher": "proc", "spec": SPEC, "effort": "low", "samples": 2, "seed": 5},
+        params=PARAMS,
     )
     resumed = read_jsonl(out)
     assert [r["key"] for r in resumed] == [r["key"] for r in full]
@@ -63,3 +67,31 @@ def test_generation_resumes_after_a_torn_write(tmp_path):
     assert any("torn" in line for line in logs) and any(
         "7 samples already done" in line for line in logs
     )
+
+
+def test_a_partial_shard_of_other_sampling_is_started_over_and_of_other_operations_resumed(
+    tmp_path,
+):
+    """A shard killed and rerun after its teacher's settings changed: what it writes changed
+    (error rate, seed) -> started over; only how it is reached (concurrency, retries) -> resumed."""
+    shard, out = _shard(tmp_path, 10), str(tmp_path / "gen.jsonl")
+    _generate(shard, out)
+    full = read_jsonl(out)
+    partial = tmp_path / "gen.jsonl.partial"
+
+    def killed(params):
+        fp = {**generate.fingerprint(generate.Params.parse(params)), "effort": "low"}
+        lines = [json.dumps({"fingerprint": fp})] + [json.dumps(r) for r in full[:5]]
+        partial.write_text("\n".join(lines) + "\n")
+        (tmp_path / "gen.jsonl").unlink(missing_ok=True)
+
+    for changed, resumed in [
+        ({"spec": {**SPEC, "concurrency": 8, "max_failed_fraction": 0.5}}, True),
+        ({"spec": {**SPEC, "error_rate": 0.0}}, False),
+        ({"seed": 6}, False),
+    ]:
+        killed(PARAMS)
+        logs = []
+        generate.run(shard=shard, out_samples=out, log=logs.append, params={**PARAMS, **changed})
+        assert any("5 samples already done" in line for line in logs) == resumed, changed
+        assert any("starting over" in line for line in logs) != resumed

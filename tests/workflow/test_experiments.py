@@ -282,7 +282,7 @@ def test_the_smoke_twin_runs_the_recipe_end_to_end(tmp_path):
     for name in ("aime24", "aime25", "math500", "gpqa", "ifeval", "humaneval"):
         assert "| sft |" in (tables / f"{name}.md").read_text()
     for name in ("aime24", "aime25"):
-        assert (tables / f"{name}-efforts.md").exists() and (tables / f"{name}-budget.md").exists()
+        assert (tables / f"{name}-efforts.md").exists() and (tables / f"{name}-budgets.md").exists()
     assert (r / "cost" / "ledger.md").exists()
     # served evaluation: long answers continued in request-sized segments
     rows = read_jsonl(r / "eval" / "base" / "aime24" / "samples.jsonl")

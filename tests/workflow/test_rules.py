@@ -197,7 +197,7 @@ def _mixed_config(tmp_path, config):
 def test_a_config_mixing_teachers_is_warned_once_and_gets_the_teachers_table(tmp_path):
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     mixed = _mixed_config(tmp_path, config)
-    dry = _snakemake("-n", "--cores", "2", cwd=tmp_path, configfiles=[mixed])
+    dry = _snakemake("-n", "-p", "--cores", "2", cwd=tmp_path, configfiles=[mixed])
     assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
     out = dry.stdout + dry.stderr
     warning = (
@@ -211,6 +211,11 @@ def test_a_config_mixing_teachers_is_warned_once_and_gets_the_teachers_table(tmp
     assert jobs["generate"] == "4" and jobs["generate_verbose"] == "2"
     assert jobs["teacher_tables"] == "1"
     assert "results/tiny/gen/verbose/high/shard-00001.jsonl" in dry.stdout
+    # each job's command names its own rule: the rules are defined in a loop, and a loop variable
+    # in a shell command would name the last rule for all of them
+    commands = re.findall(r"stillroom generate .*--out-samples (\S+) --rule (\w+)", dry.stdout)
+    assert len(commands) == 6
+    assert all((rule == "generate_verbose") == ("/verbose/" in out) for out, rule in commands)
     assert "results/tiny/tables/teachers.md" in re.search(r"rule all:\n\s+input: (.*)", out)[1]
     lint = _snakemake("--lint", cwd=tmp_path, configfiles=[mixed])
     assert "Congratulations, your workflow is in a good condition!" in lint.stdout + lint.stderr, (
