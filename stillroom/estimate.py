@@ -112,7 +112,30 @@ def plan(config: Mapping[str, Any] | Experiment, root: str | Path = ".") -> Plan
     """The estimate of a resolved (or raw) experiment config; relative local paths start at
     ``root`` (the repository). EstimateError names a missing figure's key."""
     exp = config if isinstance(config, Experiment) else Experiment.parse(dict(config))
+    missing = missing_figures(exp)
+    if missing:
+        raise EstimateError("cannot estimate:\n  " + "\n  ".join(missing))
     return _Planner(exp, Path(root)).run()
+
+
+def missing_figures(exp: Experiment) -> list[str]:
+    """A figure given per effort or per benchmark covers every one of the experiment (figures for
+    others are left unused, so that one block serves a recipe and configs derived from it)."""
+    est, problems = exp.cost.estimate, []
+    per = (
+        ("teacher_output_tokens", est.teacher_output_tokens, exp.generation.efforts, "effort"),
+        ("correct_fraction", est.correct_fraction, exp.generation.efforts, "effort"),
+        ("eval_output_tokens", est.eval_output_tokens, exp.evaluated, "benchmark"),
+    )
+    for key, figure, wanted, what in per:
+        missing = [w for w in wanted if isinstance(figure, dict) and w not in figure]
+        if missing:
+            problems.append(
+                f"cost.estimate.{key}: no figure for {what} {', '.join(missing)} "
+                f"(give one number for all, or one per {what}; given for "
+                f"{', '.join(figure) or 'none'})"
+            )
+    return problems
 
 
 def markdown(p: Plan) -> str:
@@ -238,7 +261,7 @@ class _Planner:
     # --- figures -----------------------------------------------------------------------------
 
     def _per(self, figure: Any, key: str) -> Any:
-        # a figure for every effort/benchmark, or one per key (the config checks coverage)
+        # a figure for every effort/benchmark, or one per key (plan() checks coverage)
         return figure[key] if isinstance(figure, dict) else figure
 
     def teacher_tokens(self, effort: str) -> float:

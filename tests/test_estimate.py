@@ -55,7 +55,7 @@ def test_the_real_recipe_lands_near_the_reported_bill():
         "efforts",
     ]
     assert jobs["merge"] == 3
-    assert jobs["evaluate"] == 5 * 5 + 3
+    assert jobs["evaluate"] == 5 * 6 + 3
     assert jobs["evaluate_budget"] == 3 * 2 * 4 and jobs["evaluate_effort"] == 2 * 2 * 4
     assert p.phases["generation"]["jobs"] == 62 + 20
     assert set(p.phases) == {"generation", "training", "merge", "evaluation"}
@@ -106,7 +106,7 @@ def test_missing_sizes_of_hub_datasets_are_named_all_at_once():
         plan(resolve(config, REPO), REPO)
     msg = str(err.value)
     assert "cost.estimate.source_rows.openscience: sources.1" in msg
-    for name in ("aime24", "aime25", "math500", "gpqa", "ifeval"):
+    for name in ("aime24", "aime25", "math500", "gpqa", "ifeval", "humaneval"):
         assert f"cost.estimate.benchmark_sizes.{name}: benchmarks.{name}" in msg
     # given, they are used, and a limit caps them
     config["cost"]["estimate"]["source_rows"] = {"openscience": 5000}
@@ -116,6 +116,7 @@ def test_missing_sizes_of_hub_datasets_are_named_all_at_once():
         "math500": 500,
         "gpqa": 198,
         "ifeval": 541,
+        "humaneval": 164,
     }
     config["benchmarks"]["math500"]["limit"] = 100
     p = plan(resolve(config, REPO), REPO)

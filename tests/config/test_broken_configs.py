@@ -953,29 +953,10 @@ BROKEN = [
         "cost.estimate.eval_tokens_per_s: Input should be greater than 0",
     ),
     (
-        "estimate lengths missing an effort",
-        DEFAULT,
-        _set("cost.estimate.teacher_output_tokens", {"low": 10, "medium": 20}),
-        "cost.estimate.teacher_output_tokens: no figure for effort high",
-    ),
-    (
         "estimate fraction of an effort not generated (a derived config's: left unused)",
         DEFAULT,
         _set("cost.estimate.correct_fraction", {"low": 1, "medium": 1, "high": 1, "max": 1}),
         None,
-    ),
-    (
-        "estimate fraction misspelt",
-        DEFAULT,
-        _set("cost.estimate.correct_fraction", {"low": 1, "medum": 1, "high": 1}),
-        "cost.estimate.correct_fraction: no figure for effort medium (give one number for all, "
-        "or one per effort; given for low, medum, high)",
-    ),
-    (
-        "estimate lengths missing the dev split",
-        DISTILL,
-        _drop("cost.estimate.eval_output_tokens.dev"),
-        "cost.estimate.eval_output_tokens: no figure for benchmark dev",
     ),
     (
         "estimate size of no benchmark",

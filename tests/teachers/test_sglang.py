@@ -125,7 +125,11 @@ def test_sigterm_to_the_job_stops_the_server(tmp_path):
     job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     partial = tmp_path / "gen.jsonl.partial"
     deadline = time.monotonic() + 60
-    while not (partial.exists() and partial.stat().st_size) and time.monotonic() < deadline:
+    # a record after the fingerprint line: the server is up and answering
+    while (
+        not (partial.exists() and partial.read_bytes().count(b"\n") >= 2)
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     servers = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     assert servers, "the stand-in server should be running while the job generates"
