@@ -24,7 +24,7 @@ for gen_rule in GENERATION.rules():
                 p=generation_params,
                 # the loop's values as params: a shell command is evaluated when its job runs,
                 # and would see the loop variable's last value
-                rule=gen_rule.name,
+                rule_name=gen_rule.name,
             resources:
                 gpu=teacher_gpus,
                 nodes=1,
@@ -37,7 +37,9 @@ for gen_rule in GENERATION.rules():
                 conda_env(config["teachers"][gen_rule.teacher]["backend"])
             shell:
                 stillroom_cli(
-                    "generate", "{params.rule}", "--shard {input.shard} --out-samples {output.samples}"
+                    "generate",
+                    "{params.rule_name}",
+                    "--shard {input.shard} --out-samples {output.samples}",
                 )
 
     else:
@@ -56,7 +58,7 @@ for gen_rule in GENERATION.rules():
                 teacher=re.escape(gen_rule.teacher),
             params:
                 p=functools.partial(generation_params, efforts=list(gen_rule.efforts)),
-                rule=gen_rule.name,
+                rule_name=gen_rule.name,
                 outs=" ".join(
                     f"{R}/gen/{{teacher}}/{e}/shard-{{shard}}.jsonl" for e in gen_rule.efforts
                 ),
@@ -73,6 +75,6 @@ for gen_rule in GENERATION.rules():
             shell:
                 stillroom_cli(
                     "generate",
-                    "{params.rule}",
+                    "{params.rule_name}",
                     "--shard {input.shard} --out-samples {params.outs}",
                 )
