@@ -63,8 +63,8 @@ def test_distillation_recipe_submissions(distill):
     )
     assert "--gres" not in train and "--ntasks-per-gpu" not in train
 
-    ev = opts(distill["evaluate"].sbatch)  # an SGLang server of one GPU per checkpoint
-    assert (ev["-p"], ev["--gpus"], ev["-t"], ev["--array"]) == ("gpu", "1", "720", "1-28")
+    ev = opts(distill["evaluate"].sbatch)  # an SGLang server of one GPU per checkpoint (6 x 5 + 3)
+    assert (ev["-p"], ev["--gpus"], ev["-t"], ev["--array"]) == ("gpu", "1", "720", "1-33")
     for rule in (
         "pool",
         "decontam",
