@@ -20,7 +20,7 @@ from typing import Any
 
 from ..config import ModelShape
 from ..grading.formats import user_content
-from ..io import atomic_dir
+from ..io import DataError, atomic_dir
 
 QWEN3_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 THINK = ["<think>", "</think>"]
@@ -202,16 +202,29 @@ def build_for_config(paths: Sequence[str], root: str | os.PathLike = ".") -> dic
 
     def local(key: str, value: str | None) -> Path:
         if not value:
-            raise SystemExit(f"stand-ins: {key} must name a local directory to build into")
+            raise DataError(f"{key} must name a local directory to build the stand-in into")
         return Path(value) if Path(value).is_absolute() else root / value
 
     teacher = exp.teachers[exp.generation.teacher]
     server = getattr(teacher, "server", None)
     extra = (server.model_extra or {}) if server else {}
     if "model_path" not in extra:
-        raise SystemExit(
-            f"stand-ins: teachers.{exp.generation.teacher} must be served from a command with a "
+        raise DataError(
+            f"teachers.{exp.generation.teacher} must be served from a command with a "
             "server.model_path to build the teacher stand-in into"
+        )
+    student_dir = local("student.pretrained", exp.student.pretrained)
+    teacher_dir = local(f"teachers.{exp.generation.teacher}.server.model_path", extra["model_path"])
+    # the teacher memorises the sources' prompts: they must be files here, never a hub download
+    hub = [
+        f"sources.{i}.path ({s.path})"
+        for i, s in enumerate(exp.sources)
+        if s.kind == "dataset" and not s.local
+    ]
+    if hub:
+        raise DataError(
+            f"stand-ins are for configs whose sources are local files; {', '.join(hub)} "
+            "name hub datasets (a smoke twin points them at small local copies)"
         )
     sources = [
         s.model_copy(update={"path": str(root / s.path)})
@@ -222,9 +235,7 @@ def build_for_config(paths: Sequence[str], root: str | os.PathLike = ".") -> dic
     records = list(iter_sources(sources, {}, exp.seed))
     return build(
         records,
-        student_dir=local("student.pretrained", exp.student.pretrained),
-        teacher_dir=local(
-            f"teachers.{exp.generation.teacher}.server.model_path", extra["model_path"]
-        ),
+        student_dir=student_dir,
+        teacher_dir=teacher_dir,
         seed=exp.seed,
     )

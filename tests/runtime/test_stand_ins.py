@@ -63,3 +63,21 @@ def test_the_teacher_answers_every_prompt_it_stands_in_for(stand_ins):
         out = model.generate(ids, max_new_tokens=80, do_sample=False)
     text = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
     assert text == answer_for(rec)  # stopped at <|im_end|>, its generation config's end
+
+
+@pytest.mark.parametrize(
+    ("recipe", "expected"),
+    [
+        ("config/config.yaml", "teachers.procedural must be served from a command"),
+        ("config/experiments/beam-distill.yaml", "sources.0.path (zwhe99/DeepMath-103K)"),
+    ],
+)
+def test_a_config_without_a_served_teacher_or_local_sources_is_refused_by_name(
+    recipe, expected, capsys
+):
+    from stillroom.cli import main
+
+    from ..conftest import REPO
+
+    assert main(["stand-ins", str(REPO / recipe), "--root", str(REPO)]) == 2
+    assert expected in capsys.readouterr().err
