@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import sys
 from collections.abc import Callable
 
@@ -163,3 +164,96 @@ def guard(
     _posixsubprocess.fork_exec = checked_fork_exec
     os.mkfifo, os.mknod = guarded(os.mkfifo), guarded(os.mknod)
     sys.addaudithook(hook)
+
+
+# The OS-level sandbox around the whole process: bubblewrap. The audit hook above stays on top.
+_BWRAP_WARNED: list[bool] = []
+_BWRAP_OK: dict[bool, bool] = {}
+
+
+def _bwrap_base(gpu: bool) -> list[str]:
+    """Namespaces and mounts shared by every sandboxed process: new user (no capabilities), PID,
+    network, IPC, UTS and mount namespaces; a read-only root; a private /tmp; the caller's home
+    hidden (API keys, tokens); a cleared environment; killed when its parent dies."""
+    # bwrap itself is started with an empty environment: it is PID 1 inside, and its
+    # /proc/1/environ would show the caller's
+    cmd = [
+        "env",
+        "-i",
+        shutil.which("bwrap") or "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+    ]
+    cmd += ["--dev-bind", "/dev", "/dev"] if gpu else ["--dev", "/dev"]
+    home = os.path.realpath(os.path.expanduser("~"))
+    if home not in ("/", "") and os.path.isdir(home):
+        cmd += ["--tmpfs", home]
+        # what Python needs from under the home (a pyenv interpreter, a venv, this package)
+        package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+        needed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, package)}
+        for path in sorted(needed):
+            if path.startswith(home + os.sep):
+                cmd += ["--ro-bind", path, path]
+    return cmd
+
+
+def bwrap_available(gpu: bool = False) -> bool:
+    """Whether bubblewrap can start a sandbox here (installed, and user namespaces allowed); if
+    not, one loud warning: untrusted code then runs under the audit hook and limits alone."""
+    if gpu not in _BWRAP_OK:
+        import subprocess
+
+        ok = shutil.which("bwrap") is not None
+        why = "bwrap is not installed (Debian: apt-get install bubblewrap)"
+        if ok:
+            probe = subprocess.run(
+                [*_bwrap_base(gpu), "--", "/bin/true"], capture_output=True, text=True
+            )
+            ok = probe.returncode == 0
+            why = f"bwrap cannot start a sandbox here: {probe.stderr.strip()[-300:]}"
+        _BWRAP_OK[gpu] = ok
+        if not ok and not _BWRAP_WARNED:
+            _BWRAP_WARNED.append(True)
+            import warnings
+
+            warnings.warn(
+                f"NO OS SANDBOX: {why}. Untrusted candidates run with the audit hook and "
+                "resource limits only, which a determined candidate can escape.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            print(f"stillroom: WARNING: NO OS SANDBOX: {why}", file=sys.stderr)
+    return _BWRAP_OK[gpu]
+
+
+def bwrap(
+    argv: list[str],
+    *,
+    cwd: str,
+    writable: list[str] = (),
+    env: dict[str, str] | None = None,
+    gpu: bool = False,
+) -> list[str]:
+    """``argv`` inside bubblewrap: only the directories in ``writable`` may be written (the first
+    of them, or ``cwd``, is the working directory), ``env`` is the whole environment, ``gpu``
+    exposes the host's device nodes (CUDA needs /dev/nvidia*)."""
+    cmd = _bwrap_base(gpu)
+    for path in writable:
+        real = os.path.realpath(path)
+        cmd += ["--bind", real, real]
+    for key, value in (env or {}).items():
+        cmd += ["--setenv", key, value]
+    return [*cmd, "--chdir", os.path.realpath(cwd), "--", *argv]

@@ -34,7 +34,7 @@ class Kernels(ValidatorOptions):
 
     @property
     def validator(self) -> ValidatorOptions:
-        return ValidatorOptions(device=self.device, trials=self.trials, timeout_s=self.timeout_s)
+        return ValidatorOptions(**{k: getattr(self, k) for k in ValidatorOptions.model_fields})
 
 
 class HFBackend(Section):
