@@ -18,7 +18,7 @@ import stillroom.io
 import stillroom.provenance
 import stillroom.runtime.templates
 from stillroom.cluster import backend_gpus, stage_gpus, train_resources
-from stillroom.kernels.problemset import kernel_files, solution_files
+from stillroom.kernels.problemset import FAMILY_FILE, kernel_files, solution_files
 
 REPO = Path(workflow.basedir)
 
@@ -173,9 +173,13 @@ SOURCES = [local_path(s) for s in config["sources"]]
 KERNEL_SOURCES = [s for s in SOURCES if s["kind"] == "kernels"]
 # Kernel problem files are pool inputs: editing one rebuilds everything downstream of it. The
 # procedural teacher answers with the reference solutions: they are its generation jobs' inputs.
+# A generated family's problems and solutions both come from its generator.
 try:
-    KERNEL_FILES = [str(f) for s in KERNEL_SOURCES for f in kernel_files(s).values()]
-    SOLUTION_FILES = [str(f) for s in KERNEL_SOURCES for f in solution_files(s).values()]
+    FAMILY_FILES = [str(FAMILY_FILE)] if any(s.get("family") for s in KERNEL_SOURCES) else []
+    KERNEL_FILES = [str(f) for s in KERNEL_SOURCES for f in kernel_files(s).values()] + FAMILY_FILES
+    SOLUTION_FILES = [
+        str(f) for s in KERNEL_SOURCES for f in solution_files(s).values()
+    ] + FAMILY_FILES
 except stillroom.io.DataError as exc:
     raise WorkflowError(f"sources: {exc}") from None
 
@@ -185,6 +189,9 @@ def teacher_files(teacher):
     return SOLUTION_FILES if config["teachers"][teacher]["backend"] == "procedural" else []
 
 SPLITS = {"heldout": f"{R}/pool/heldout.jsonl", "dev": f"{R}/pool/dev.jsonl"}  # carved from the pool
+# Evaluated like benchmarks: the splits, and "train", the pool the models trained on (never a
+# decontamination target: it is what decontamination leaves).
+EVAL_SPLITS = {**SPLITS, "train": f"{R}/pool/decontaminated.jsonl"}
 
 
 def shards_of(effort):
@@ -229,7 +236,7 @@ def timing(rule, wildcards=""):
 
 def benchmark_file(wildcards):
     """The problems of an evaluation benchmark: a split of the pool, or a configured benchmark file."""
-    return SPLITS.get(wildcards.bench) or BENCHMARKS[wildcards.bench]
+    return EVAL_SPLITS.get(wildcards.bench) or BENCHMARKS[wildcards.bench]
 
 
 # Kernel answers are graded by the validator with the options of the kernels: section.

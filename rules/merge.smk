@@ -24,7 +24,7 @@ rule merge:
 
 if SELECT_ON:
     DEV_GRADED = {f"merge-{r}": f"{R}/eval/merge-{r}/{SELECT_ON}/graded.jsonl" for r in RATIOS}
-    REPORTED = {b: SPLITS.get(b) or BENCHMARKS[b] for b in config["eval"]["benchmarks"]}
+    REPORTED = {b: EVAL_SPLITS.get(b) or BENCHMARKS[b] for b in config["eval"]["benchmarks"]}
 
     rule select_merge:
         input:

@@ -22,7 +22,8 @@ else:
 
     rule tokenizer:
         input:
-            f"{R}/pool/decontaminated.jsonl",
+            pool=f"{R}/pool/decontaminated.jsonl",
+            solutions=SOLUTION_FILES,  # a kernel problem's reference solution is tokenizer text
         output:
             **tracked(tokenizer=directory(f"{R}/student/tokenizer")),
         params:
@@ -35,7 +36,7 @@ else:
             ENV
         shell:
             stillroom_cli(
-                "tokenizer", "tokenizer", "--pool {input} --out-tokenizer {output.tokenizer}"
+                "tokenizer", "tokenizer", "--pool {input.pool} --out-tokenizer {output.tokenizer}"
             )
 
     rule base:

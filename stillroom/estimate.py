@@ -309,14 +309,17 @@ class _Planner:
     def _kernel_problems(self, source: KernelSource) -> int:
         if source.problems:
             return len(source.problems)
-        from .kernels.problemset import kernel_files  # the project's set, or the files of dir
+        # the project's set, the files of dir, or a generated family
+        from .kernels.problemset import problem_count
 
         spec = source.dump()
         if source.dir:
             spec["dir"] = str(self._path(source.dir))
-        return len(kernel_files(spec))
+        return problem_count(spec)
 
     def benchmark_problems(self, name: str) -> int:
+        if name == "train":
+            return self.pool_prompts()
         if name in SPLITS:
             return self.exp.heldout.size if name == "heldout" else self.exp.heldout.dev_size
         bench = self.exp.benchmarks[name]

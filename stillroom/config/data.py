@@ -121,7 +121,8 @@ class DatasetSource(DatasetSpec):
 
 
 class KernelSource(_Source):
-    """KernelBench-style problem files: the project's own set, or those in ``dir``."""
+    """KernelBench-style problem files: the project's own set, those in ``dir``, or a generated
+    ``family`` (stillroom/kernels/family.py)."""
 
     kind: Literal["kernels"]
     problems: Annotated[list[str], Field(min_length=1)] | None = Field(
@@ -130,11 +131,18 @@ class KernelSource(_Source):
     dir: str | None = Field(
         None, description="a directory of problem files (default: the project's)"
     )
+    family: Literal["elementwise"] | None = Field(
+        None,
+        description="a generated family instead of files: elementwise, unary and binary "
+        "elementwise ops over a few shapes, each with a templated reference solution",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> KernelSource:
         if self.problems and len(set(self.problems)) != len(self.problems):
             raise ValueError("problems: each problem may be listed once")
+        if self.family and self.dir:
+            raise ValueError("family: a generated family has no dir; give one of them")
         return self
 
 

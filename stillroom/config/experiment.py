@@ -19,8 +19,9 @@ Benchmark = Annotated[
     Discriminator(lambda v: "file" if isinstance(v, str) else "dataset"),
 ]
 tag("file", "dataset")
-# carved from the pool, evaluated like benchmarks
-SPLITS = ("heldout", "dev")
+# carved from the pool, evaluated like benchmarks; "train" is the rest of the pool, the problems
+# SFT and GRPO train on (what training did on its own problems, beside what it did on held-out ones)
+SPLITS = ("heldout", "dev", "train")
 # tables/<this>.{md,csv} compares the teachers of a config that mixes them across efforts
 TEACHERS_TABLE = "teachers"
 
@@ -184,7 +185,12 @@ class Experiment(Section):
                 problems.append(f"kernels.benchmarks.{i}: '{name}' is not one of eval.benchmarks")
         select_on = self.merge.select_on
         if select_on is not None:
-            if select_on in ev.benchmarks:
+            if select_on == "train":
+                problems.append(
+                    "merge.select_on: 'train' is what the models trained on; choose the ratio on "
+                    "a held-out split"
+                )
+            elif select_on in ev.benchmarks:
                 problems.append(
                     f"merge.select_on: '{select_on}' is also a reported benchmark "
                     "(eval.benchmarks); choose the ratio on a split no table reports"
@@ -195,6 +201,8 @@ class Experiment(Section):
         return problems
 
     def _benchmark_problem(self, key: str, name: str, sizes: dict[str, int]) -> list[str]:
+        if name == "train":
+            return []
         if name in sizes:
             size_key = "size" if name == "heldout" else "dev_size"
             return [f"{key}: '{name}' needs heldout.{size_key} > 0"] if not sizes[name] else []

@@ -21,6 +21,11 @@ class Tokenizer(Section):
 
     vocab_size: Annotated[int, Field(ge=300, le=300_000)]
     min_frequency: PositiveInt = 2
+    pretokenize: Literal["words", "lines"] = Field(
+        "words",
+        description="words: GPT-2's split, no token crosses a word; lines: merges run along a "
+        "line, so a line of code seen often becomes one token (short kernels)",
+    )
 
 
 MOE_KEYS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size")

@@ -8,16 +8,21 @@ import ast
 import re
 
 from ..data.sources import by_detail
-from .problemset import SOLUTIONS_DIR
+from .problemset import reference_solution
 
 
 def kernel_solution(
-    problem_src: str, solution: str, detail: int, slip: str | None = None
+    problem_src: str,
+    solution: str,
+    detail: int,
+    slip: str | None = None,
+    *,
+    family: str | None = None,
 ) -> tuple[str, str]:
-    """(reasoning, code block) for one of the project's kernel problems; ``slip`` "torch" answers
-    with the reference's own torch code (correct, but not Triton), "wrong" scales the first stored
-    value."""
-    code = (SOLUTIONS_DIR / f"{solution}.py").read_text(encoding="utf-8")
+    """(reasoning, code block) for one of the project's kernel problems (or of a generated
+    ``family``); ``slip`` "torch" answers with the reference's own torch code (correct, but not
+    Triton), "wrong" scales the first stored value."""
+    code = reference_solution(solution, family)
     problem = ast.parse(problem_src)
     doc = (ast.get_docstring(problem) or "the reference computation").rstrip(".")
     tree = ast.parse(code)

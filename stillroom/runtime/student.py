@@ -52,9 +52,16 @@ def train_tokenizer(
     vocab_size: int,
     min_frequency: int,
     model_max_length: int = 2048,
+    pretokenize: str = "words",
 ):
-    """Train a byte-level BPE on ``texts`` and save it (with the chat template) to ``out_dir``."""
+    """Train a byte-level BPE on ``texts`` and save it (with the chat template) to ``out_dir``.
+
+    ``pretokenize`` "words" splits as GPT-2 does (words, numbers, runs of punctuation), so no token
+    crosses a word; "lines" lets merges run along a whole line (newline included), so a line of
+    code repeated across the corpus becomes one token and a kernel a few dozen.
+    """
     from tokenizers import (
+        Regex,
         Tokenizer,
         decoders,
         models,
@@ -65,7 +72,17 @@ def train_tokenizer(
     from transformers import AddedToken, PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if pretokenize == "lines":
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(r"[^\n]*\n|[^\n]+"), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    elif pretokenize == "words":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        raise ValueError(f"pretokenize: '{pretokenize}' is neither 'words' nor 'lines'")
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -11,9 +11,10 @@ reward would pay a cheat half the credit instead of zeroing it.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,10 @@ class KernelReward:
     """TRL reward function: the kernel reward (execution x rules) of each completion.
 
     A batch's completions are evaluated concurrently on ``workers`` threads (each candidate runs in
-    its own process, forked from the validator's warm server). Every scored completion is kept in
-    ``records``.
+    its own process, forked from the validator's warm server). The validator's inputs come from
+    ``seed``, so a completion is scored once per problem: a small policy repeats itself often, in a
+    group and across steps, and each repeat would cost a validator run for the same reward. Every
+    scored completion is kept in ``records``.
     """
 
     __name__ = "kernel_reward"  # TRL logs rewards/<name>/mean
@@ -45,8 +48,26 @@ class KernelReward:
     def __init__(self, options: ValidatorOptions, *, workers: int = 1, seed: int = 0):
         self.options, self.workers, self.seed = options, workers, seed
         self.records: list[dict[str, Any]] = []
+        self.validator_runs = 0
+        # (problem, completion) -> Future of its score; a repeat waits for the first one's run
+        self._scored: dict[tuple[str, str], Future] = {}
+        self._lock = threading.Lock()
 
     def _score(self, problem: str, text: str) -> dict[str, Any]:
+        with self._lock:
+            future = self._scored.get((problem, text))
+            first = future is None
+            if first:
+                future = self._scored[(problem, text)] = Future()
+                self.validator_runs += 1
+        if first:
+            try:
+                future.set_result(self._validate(problem, text))
+            except BaseException as exc:
+                future.set_exception(exc)
+        return future.result()
+
+    def _validate(self, problem: str, text: str) -> dict[str, Any]:
         r = score(problem, text, self.options, seed=self.seed)
         return {
             "exec_reward": r.exec_reward,
@@ -244,6 +265,7 @@ def train_grpo(
         "seconds": round(seconds, 3),
         "world_size": layout.world_size,
         "completions": n,
+        "validator_runs": reward.validator_runs,  # distinct completions of a problem (rank 0's)
         "reward_mean": sum(r["reward"] for r in records) / n if n else None,
         "exec_mean": sum(r["exec_reward"] for r in records) / n if n else None,
         "rule_mean": sum(r["rule_reward"] for r in records) / n if n else None,
@@ -252,8 +274,8 @@ def train_grpo(
         "trl_version": trl.__version__,
     }
     log(
-        f"GRPO: {metrics['steps']} steps in {seconds:.1f} s, {n} completions scored, "
-        f"mean reward {metrics['reward_mean']}"
+        f"GRPO: {metrics['steps']} steps in {seconds:.1f} s, {n} completions scored "
+        f"({reward.validator_runs} validator runs), mean reward {metrics['reward_mean']}"
     )
     return metrics
 

@@ -12,7 +12,16 @@ from ..config import ModelShape, Section
 from ..config.training import Tokenizer
 from ..grading.formats import user_content
 from ..io import atomic_dir, iter_jsonl
+from ..kernels.problemset import reference_solution
 from ..runtime.student import build_model, build_tiny_like, train_tokenizer
+
+
+def _solution(rec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The reference solution a kernel record's meta names, if it has one."""
+    meta = rec.get("meta") or {}
+    if not meta.get("solution"):
+        return ()
+    return (reference_solution(meta["solution"], meta.get("family")),)
 
 
 class TokenizerParams(Tokenizer):
@@ -28,19 +37,25 @@ def run_tokenizer(
     **_: Any,
 ) -> dict[str, Any]:
     p = TokenizerParams.parse(params, where="student.tokenizer")
-    # Prompts as asked and boxed gold answers (a kernel's gold is its prompt): the pool's own text,
-    # independent of any teacher or effort setting.
+    # Prompts as asked and boxed gold answers: the pool's own text, independent of any teacher or
+    # effort setting. A kernel's gold is its prompt; the code the student is to write is the
+    # reference solution of a training problem that has one, so Triton's idioms get tokens of
+    # their own (held-out problems are not in the pool).
     texts = [
         text
         for rec in iter_jsonl(pool, required=("prompt", "answer"), types={"prompt": str})
         for text in (
-            (user_content(rec),)
+            (user_content(rec), *_solution(rec))
             if rec.get("kind") == "kernel"
             else (rec["prompt"], f"The answer is \\boxed{{{rec['answer']}}}.")
         )
     ]
     tok = train_tokenizer(
-        texts, out_tokenizer, vocab_size=p.vocab_size, min_frequency=p.min_frequency
+        texts,
+        out_tokenizer,
+        vocab_size=p.vocab_size,
+        min_frequency=p.min_frequency,
+        pretokenize=p.pretokenize,
     )
     log(f"tokenizer: {len(tok)} tokens trained on {len(texts)} prompts")
     return {"texts": len(texts), "vocab": len(tok)}

@@ -53,6 +53,7 @@ class ProceduralTeacher(Teacher):
                 meta["solution"],
                 detail[effort],
                 rng.choice(["torch", "wrong"]) if slip else None,
+                family=meta.get("family"),
             )
         else:
             result: int | str = problem["answer"]

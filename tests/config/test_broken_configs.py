@@ -185,9 +185,16 @@ BROKEN = [
     (
         "procedural teacher on own kernel dir",
         KERNELS,
-        _set("sources.0.dir", "stillroom/kernels/problems"),
-        "sources.0 (kernelbench): the procedural teacher answers generated problems",
+        _set("sources.0", {"name": "own", "kind": "kernels", "dir": "stillroom/kernels/problems"}),
+        "sources.0 (own): the procedural teacher answers generated problems",
     ),
+    (
+        "kernel family with a dir",
+        KERNELS,
+        _set("sources.0.dir", "stillroom/kernels/problems"),
+        "family: a generated family has no dir",
+    ),
+    ("unknown kernel family", KERNELS, _set("sources.0.family", "matmul"), "sources.0.family"),
     (
         "kernel problems twice",
         KERNELS,
@@ -851,6 +858,12 @@ BROKEN = [
         "merge.select_on: 'valid' is neither heldout nor dev",
     ),
     (
+        "select on the training problems",
+        DEFAULT,
+        _set("merge.select_on", "train"),
+        "merge.select_on: 'train' is what the models trained on",
+    ),
+    (
         "select without ratios",
         DEFAULT,
         _set("merge.ratios", []),
@@ -861,7 +874,7 @@ BROKEN = [
         "unknown eval benchmark",
         DEFAULT,
         _set("eval.benchmarks", ["heldout", "nope"]),
-        "eval.benchmarks.1: 'nope' is neither heldout nor dev nor a key of benchmarks",
+        "eval.benchmarks.1: 'nope' is neither heldout nor dev nor train nor a key of benchmarks",
     ),
     (
         "dev without a dev split",

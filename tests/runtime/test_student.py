@@ -72,6 +72,29 @@ def test_encode_decode_round_trip(tok, text):
     assert tok.decode(ids, skip_special_tokens=True) == text  # <think> is not special: it survives
 
 
+def test_line_merges_make_repeated_code_short(tmp_path):
+    """pretokenize: lines lets a merge run along a line: a kernel seen in the corpus is a token or
+    so a line, where GPT-2's word split leaves it hundreds; text round-trips either way."""
+    from stillroom.kernels.family import problem_names, solution_source
+
+    code = [solution_source(n) for n in problem_names("elementwise")]
+    sizes = {}
+    for mode in ("words", "lines"):
+        train_tokenizer(code, tmp_path / mode, vocab_size=2048, min_frequency=2, pretokenize=mode)
+        t = AutoTokenizer.from_pretrained(tmp_path / mode)
+        ids = t.encode(code[0], add_special_tokens=False)
+        assert t.decode(ids) == code[0]
+        unseen = "def f(a, b):\n    return a ** b  # π\n"
+        assert t.decode(t.encode(unseen, add_special_tokens=False)) == unseen
+        assert t.convert_tokens_to_ids("<think>") != t.unk_token_id
+        sizes[mode] = len(ids)
+    assert sizes["lines"] <= code[0].count("\n") + 2 < 100 < sizes["words"], sizes
+    with pytest.raises(ValueError, match="pretokenize: 'chars' is neither"):
+        train_tokenizer(
+            code, tmp_path / "chars", vocab_size=400, min_frequency=2, pretokenize="chars"
+        )
+
+
 def test_think_tags_are_single_tokens(tok):
     for tag in ("<think>", "</think>"):
         assert tok.tokenize(tag) == [tag]

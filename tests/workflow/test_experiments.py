@@ -137,18 +137,18 @@ def test_autotriton_8b_dag_builds_offline(tmp_path):
 
 @pytest.mark.slow
 def test_autotriton_tiny_runs_end_to_end(tmp_path):
-    """Seed 002 in miniature, on a subset of the problems: teacher answers graded by the validator,
-    SFT on instruction + reasoning + code, GRPO with the dual reward, kernel tables for base, sft
-    and grpo."""
+    """Seed 002 in miniature, on a subset of the elementwise family: teacher answers graded by the
+    validator, SFT on instruction + reasoning + code, GRPO with the dual reward, kernel tables for
+    base, sft and grpo on the training problems and on held-out ones."""
     cfg = yaml.safe_load((REPO / "config" / "experiments" / "autotriton-tiny.yaml").read_text())
-    names = sorted(p.stem for p in (REPO / "stillroom" / "kernels" / "problems").glob("[!_]*.py"))[
-        ::3
-    ]
-    cfg["sources"][0]["problems"] = names
+    from stillroom.kernels.family import problem_names
+
+    cfg["sources"][0]["problems"] = problem_names("elementwise")[::3]
     cfg["heldout"]["size"] = 4
     cfg["generation"]["samples_per_prompt"] = 1
     cfg["train"]["epochs"] = 2
-    cfg["eval"]["max_new_tokens"] = 384
+    cfg["eval"]["samples"] = 2
+    cfg["grpo"].update(max_steps=2, prompts_per_step=2, group_size=2)
     run_snakemake(tmp_path, cfg)
     r = tmp_path / "results" / "autotriton-tiny"
     graded = read_jsonl(next((r / "graded" / "procedural").glob("*/shard-*.jsonl")))
@@ -158,6 +158,10 @@ def test_autotriton_tiny_runs_end_to_end(tmp_path):
     assert all(d["reward"] == 0.0 for d in slipped)
     rows = read_jsonl(r / "dataset" / "train.jsonl")
     assert rows and all("```python" in row["messages"][-1]["content"] for row in rows)
+    # the tokenizer learnt the code: a reference kernel is a few dozen tokens
+    tok = AutoTokenizer.from_pretrained(r / "ckpt" / "base")
+    code = rows[0]["messages"][-1]["content"].split("</think>")[1]
+    assert len(tok(code)["input_ids"]) < 80
     rewards = read_jsonl(r / "ckpt" / "grpo" / "rewards.jsonl")
     grpo_cfg = cfg["grpo"]
     assert (
@@ -168,15 +172,17 @@ def test_autotriton_tiny_runs_end_to_end(tmp_path):
     assert (
         prov["metrics"]["steps"] == grpo_cfg["max_steps"] and len(prov["metrics"]["per_step"]) == 2
     )
-    table = (r / "tables" / "heldout-kernels.md").read_text()
-    for row in ("| base |", "| sft |", "| grpo |", "| grpo vs base |"):
-        assert row in table
-    assert "4 kernel problems × 2 samples" in table
+    pool = read_jsonl(r / "pool" / "decontaminated.jsonl")
+    for bench, problems in (("heldout", 4), ("train", len(pool))):
+        table = (r / "tables" / f"{bench}-kernels.md").read_text()
+        for row in ("| base |", "| sft |", "| grpo |", "| grpo vs base |", "| grpo vs sft |"):
+            assert row in table
+        assert f"{problems} kernel problems × 2 samples" in table
     from stillroom.audit import audit
 
     report = audit(
         r / "tables" / "heldout-kernels.md"
-    )  # back through GRPO, SFT and grading to the problem files
+    )  # back through GRPO, SFT and grading to the problem generator
     assert report.ok, report.to_dict()
     assert any(n.path.endswith("grpo") for n in report.nodes())
 
