@@ -3,9 +3,10 @@ unary and binary elementwise ops over a few tensor shapes, each with a reference
 built from one template.
 
 The family exists so that a tiny student can learn the kernel track in minutes: every solution is
-the same masked, flat kernel with one expression changed, so SFT gets a student part of the way and
-GRPO has rewards to learn from. Every solution masks its last block and launches over ``numel()``,
-so it stays right for any shape and any value distribution the validator draws.
+the same masked, flat kernel (always named ``kernel``) with its arity and one expression changed, so
+SFT gets a student part of the way and GRPO has rewards to learn from. Every solution masks its
+last block and launches over ``numel()``, so it stays right for any shape and any value
+distribution the validator draws.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ import triton.language as tl
 
 
 @triton.jit
-def {op}_kernel({ptrs}, out_ptr, n, BLOCK: tl.constexpr):
+def kernel({ptrs}, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
 {loads}
@@ -79,7 +80,7 @@ class ModelNew(nn.Module):
         out = torch.empty_like({first})
         n = {first}.numel()
         BLOCK = 1024
-        {op}_kernel[(triton.cdiv(n, BLOCK),)]({args}, out, n, BLOCK=BLOCK)
+        kernel[(triton.cdiv(n, BLOCK),)]({args}, out, n, BLOCK=BLOCK)
         return out
 """
 
@@ -129,7 +130,6 @@ def solution_source(name: str) -> str:
     op, _ = _split(name)
     args, _, triton_expr = _parts(op)
     return SOLUTION.format(
-        op=op,
         ptrs=", ".join(f"{a}_ptr" for a in args),
         loads="\n".join(f"    {a} = tl.load({a}_ptr + offs, mask=mask)" for a in args),
         triton_expr=triton_expr,

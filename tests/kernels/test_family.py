@@ -84,6 +84,6 @@ def test_family_source_gives_pool_records_the_teacher_answers():
         kernel_files({**spec, "problems": ["add_1000", "nope_1000"]})
     rec = chosen[0]
     reasoning, block = kernel_solution(rec["prompt"], "add_1000", 0, family="elementwise")
-    assert "`add_kernel`" in reasoning and block == f"```python\n{solution_source('add_1000')}```"
+    assert "`kernel`" in reasoning and block == f"```python\n{solution_source('add_1000')}```"
     _, wrong = kernel_solution(rec["prompt"], "add_1000", 0, "wrong", family="elementwise")
     assert "tl.store(out_ptr + offs, 0.5 * y" in wrong

@@ -102,6 +102,11 @@ def test_reward_is_execution_times_rules():
         "kernel/rule_reward": 2 / 6,
         "kernel/launched_triton": 2 / 6,
     }
+    # the validator's inputs come from the seed: a repeated completion is scored once, the same
+    assert reward.validator_runs == 6
+    again = reward(completions[::-1], answers[::-1], ids[::-1])
+    assert again == expected[::-1] and reward.validator_runs == 6
+    assert reward.records[6:] == [{**r, "step": None} for r in rows[5::-1]]
 
 
 def test_grpo_smoke_run_saves_a_loadable_model(kernel_setup, tmp_path, monkeypatch):
