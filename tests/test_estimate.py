@@ -91,6 +91,13 @@ def test_the_default_config_is_estimated_from_its_local_files():
     assert p.total["usd"] == 0  # no rate configured
 
 
+def test_the_kernel_miniature_counts_its_generated_family_and_training_split():
+    p = estimate(load_yaml(REPO / "config" / "experiments" / "autotriton-tiny.yaml"))
+    # 13 ops at 3 shapes, 9 held out; the train split is the pool the models trained on
+    assert p.inputs["pool_prompts"] == 39 - 9
+    assert p.inputs["benchmark_problems"] == {"train": 30, "heldout": 9}
+
+
 def test_a_derived_config_with_fewer_efforts_uses_the_figures_it_needs():
     p = estimate(small_config())  # efforts low and medium; the default's figures name high too
     assert [r.effort for r in rows(p, "generate")] == ["low", "medium"]

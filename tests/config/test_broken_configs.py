@@ -820,8 +820,8 @@ BROKEN = [
     (
         "grpo groups over processes",
         KERNELS,
-        _set("grpo.distributed", {"gpus_per_node": 4}),
-        "grpo.prompts_per_step: 2 must be a multiple of the 4 processes",
+        _set("grpo.distributed", {"gpus_per_node": 3}),
+        "grpo.prompts_per_step: 4 must be a multiple of the 3 processes",
     ),
     (
         "grpo layout",
