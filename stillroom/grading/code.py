@@ -107,17 +107,17 @@ def _remove(box: str) -> None:
 
 
 def _start(role: str, work: str, fds: tuple[int, int], **streams: Any) -> subprocess.Popen:
-    """One side of a run in ``work``, talking over ``fds`` (in, out) and reading its spec from
-    stdin. Only the candidate may write, in ``work``; under bubblewrap the judge sees no directory
-    of the host's but its own code."""
+    """One side of a run, talking over ``fds`` (in, out) and reading its spec from stdin. The
+    candidate works in ``work``, the one directory it may write; the judge writes nowhere, and
+    under bubblewrap sees no directory of the host's but the interpreter and its own code."""
     argv = [sys.executable, "-I", "-S", "-B", RUNNER, role, sandbox.__file__]
     argv += [str(fd) for fd in fds]
     candidate = role == "candidate"
-    env = {"PATH": os.defpath, "LANG": "C.UTF-8"}
-    if sandbox.bwrap_available():
-        if not candidate:
-            work = "/tmp"  # its private one
-        env.update(HOME=work, TMPDIR=work)
+    boxed = sandbox.bwrap_available()
+    if boxed and not candidate:
+        work = "/tmp"  # its private one
+    env = {"PATH": os.defpath, "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8"}
+    if boxed:
         argv = sandbox.bwrap(
             argv,
             cwd=work,
@@ -125,13 +125,10 @@ def _start(role: str, work: str, fds: tuple[int, int], **streams: Any) -> subpro
             env=env,
             readable=[RUNNER, sandbox.__file__],
         )
-        env = None  # bwrap sets it inside
-    else:
-        env.update(HOME=work, TMPDIR=work)
     return subprocess.Popen(
         argv,
-        cwd=work if env is not None else None,
-        env=env,
+        cwd=None if boxed else work,
+        env=None if boxed else env,  # bwrap is started with an empty one and sets env inside
         stdin=subprocess.PIPE,
         pass_fds=fds,
         start_new_session=True,
