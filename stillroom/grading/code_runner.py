@@ -7,8 +7,9 @@ data encoding with tags for what JSON lacks (tuples, sets, dicts with any keys, 
 numbers, infinite floats, ranges; iterators arrive as iterators over their items, materialised on
 the candidate's side); never pickle, so nothing but plain data crosses. The candidate can then
 choose its own return values and nothing else: the tests, the comparisons, the exception types
-and the verdict live in a process it cannot reach. Calls see copies: an argument the function
-mutates is not changed in the tests, and callables cannot be passed.
+and the verdict live in a process it cannot reach. Calls see copies: a list, dict, set or
+bytearray passed positionally and changed in place by the function is changed the same way in the
+tests after the call (other changes are not seen), and callables cannot be passed.
 
 Standard library only: both run this file in ``python -I -S -B``, where nothing else can be
 imported.
@@ -35,6 +36,7 @@ MAX_LINE = 16 << 20  # bytes of one message: a longer reply is a broken candidat
 MAX_TEXT = 2000  # characters of an exception's message or traceback carried over
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 2, 3
+MUTABLE = (list, dict, set, bytearray)  # arguments sent back after a call: changed in place
 
 
 # The encoding: JSON null, booleans, numbers, strings and arrays (lists) stand for themselves;
@@ -219,7 +221,9 @@ def candidate(sandbox_py: str, in_fd: int, out_fd: int) -> None:
             function = names[message["call"]]
             args = decode(message["args"])
             kwargs = {k: decode(v) for k, v in message["kwargs"]}
-            reply = {"return": encode(function(*args, **kwargs))}
+            value = function(*args, **kwargs)
+            changed = [encode(a) if isinstance(a, MUTABLE) else None for a in args]
+            reply = {"return": encode(value), "changed": changed}
         except BaseException as e:  # noqa: BLE001 - every failure of the program is an answer
             reply = {
                 "raise": {
@@ -271,6 +275,20 @@ def _rebuild(info) -> Exception:
     return exc
 
 
+def _refill(arg, new) -> None:
+    """``arg`` (the tests' own object) given the contents the candidate's function left in it."""
+    base = next((t for t in MUTABLE if isinstance(arg, t)), None)
+    if base is None or type(new) is not base:
+        raise ValueError(f"an argument came back as {type(new).__name__}")
+    if new == arg:
+        return
+    if base is dict or base is set:
+        arg.clear()
+        arg.update(new)
+    else:
+        arg[:] = new
+
+
 def _proxy(channel: Channel, name: str):
     def call(*args, **kwargs):
         request = {
@@ -287,11 +305,15 @@ def _proxy(channel: Channel, name: str):
             raise CandidateGone(f"protocol: {type(e).__name__}: {e}") from None
         if reply is None:
             raise CandidateGone(f"the candidate's process ended during a call of {name}")
-        if set(reply) == {"return"}:
+        if set(reply) == {"return", "changed"}:
             try:
-                return decode(reply["return"])
+                value = decode(reply["return"])
+                for arg, new in zip(args, _list(reply["changed"]), strict=True):
+                    if new is not None:
+                        _refill(arg, decode(new))
             except (ValueError, TypeError, RecursionError) as e:
                 raise CandidateGone(f"protocol: {type(e).__name__}: {e}") from None
+            return value
         if set(reply) == {"raise"}:
             raise _rebuild(reply["raise"])
         raise CandidateGone("protocol: a reply is neither a return nor a raise")

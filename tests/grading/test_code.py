@@ -232,6 +232,7 @@ PARSE = (
     "import math\n"
     "class BadToken(ValueError):\n    pass\n"
     "def half(x):\n    return x / 2\n"
+    "def sort_in_place(xs, seen):\n    xs.sort()\n    seen['sorted'] = True\n"
     "def parse(s, as_set=False, lazy=False):\n"
     "    if not s[0].isdigit():\n        raise BadToken('bad token ' + s)\n"
     "    items = (int(t) for t in s.split())\n"
@@ -241,14 +242,19 @@ PARSE = (
 
 def test_calls_cross_with_their_types_keywords_and_exceptions(root):
     """The tests see what they would see in-process: tuples stay tuples, sets sets, a generator
-    is iterable, a raised ValueError subclass is caught as a ValueError; modules the program
-    imported are there for the tests; a list where a tuple is expected fails."""
+    is iterable, a raised ValueError subclass is caught as a ValueError, a list sorted in place is
+    sorted; modules the program imported are there for the tests; a list where a tuple is
+    expected fails."""
     result = grade_code(fenced(PARSE), HUMANEVAL_STYLE, timeout_s=5, tmp_root=str(root))
     assert result.status == "passed", result.stderr_tail
     as_list = PARSE.replace("else tuple(items)", "else list(items)")
     result = grade_code(fenced(as_list), HUMANEVAL_STYLE, timeout_s=5, tmp_root=str(root))
     assert result.status == "failed"
-    mbpp_style = "assert parse('5 6') == (5, 6)\nassert math.isclose(half(1), 0.5)\n"
+    mbpp_style = (
+        "assert parse('5 6') == (5, 6)\nassert math.isclose(half(1), 0.5)\n"
+        "xs, seen = [3, 1, 2], {}\nassert sort_in_place(xs, seen) is None\n"
+        "assert xs == [1, 2, 3] and seen == {'sorted': True}\n"
+    )
     assert grade_code(fenced(PARSE), mbpp_style, timeout_s=5, tmp_root=str(root)).passed
 
 
@@ -316,7 +322,7 @@ def test_without_bubblewrap_one_loud_warning_and_the_same_verdicts(root, monkeyp
 
     monkeypatch.setattr(subprocess, "Popen", spy)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # warned once, never again
+        warnings.simplefilter("error", RuntimeWarning)  # warned once, never again
         assert grade_code(fenced(ADD), GOLD, timeout_s=5, tmp_root=str(root)).status == "passed"
         wrong = fenced(ADD.replace("+", "-"))
         assert grade_code(wrong, GOLD, timeout_s=5, tmp_root=str(root)).status == "failed"
