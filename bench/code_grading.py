@@ -3,9 +3,9 @@
 
     .venv/bin/python bench/code_grading.py --rounds 5
 
-The mix: the shipped tinycode benchmark's problems with a right and a wrong solution each, a
-HumanEval-style check() making many calls (the cost of a call crossing the pipes), and a program
-that crashes on import. The script asserts that both ways grade every program the same, never
+The mix: the shipped tinycode benchmark's problems with a wrong solution each (a right one for a
+few), a HumanEval-style check() making many calls (the cost of a call crossing the pipes), and a
+program that crashes on import. The script asserts that both ways grade every program the same, never
 anything about time.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -26,8 +26,7 @@ from stillroom.grading.code import grade_code, parse_code_gold
 from stillroom.io import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
-# one right answer per tinycode problem is not needed: a correct program for a few, a wrong one
-# (returning None) for every problem
+# right programs for a few tinycode problems (a wrong one, returning None, for each)
 RIGHT = {
     "count_vowels": "def count_vowels(s):\n    return sum(c in 'aeiouAEIOU' for c in s)\n",
     "reverse_words": "def reverse_words(s):\n    return ' '.join(reversed(s.split()))\n",
@@ -63,16 +62,9 @@ def programs() -> list[tuple[str, str, str]]:
     return items
 
 
-def cpu_s() -> float:
-    """CPU seconds of this process's finished children (the sandboxes), system time too."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def run(items, rounds: int) -> tuple[list[str], dict[str, list[float]], float]:
-    """Statuses of the first round, wall seconds per program by kind, children's CPU seconds per
-    program."""
-    statuses, seconds, cpu0 = [], {}, cpu_s()
+def run(items, rounds: int) -> tuple[list[str], dict[str, list[float]]]:
+    """Statuses of the first round, and wall seconds per program by kind."""
+    statuses, seconds = [], {}
     for r in range(rounds):
         for label, response, gold in items:
             t0 = time.perf_counter()
@@ -80,7 +72,16 @@ def run(items, rounds: int) -> tuple[list[str], dict[str, list[float]], float]:
             seconds.setdefault(label, []).append(time.perf_counter() - t0)
             if r == 0:
                 statuses.append(status)
-    return statuses, seconds, (cpu_s() - cpu0) / (rounds * len(items))
+    return statuses, seconds
+
+
+def median_ms(argv: list[str], n: int = 10) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True)
+        times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
 
 
 def main(argv=None) -> None:
@@ -98,7 +99,7 @@ def main(argv=None) -> None:
     base = results["bubblewrap"][0]
     print(f"statuses: {dict(Counter(base))}")
     print(f"\n{'mode':<14} {'program kind':<12} {'median ms':>10} {'mean ms':>9}")
-    for mode, (statuses, seconds, _) in results.items():
+    for mode, (statuses, seconds) in results.items():
         assert statuses == base, f"{mode}: statuses differ"
         for label, times in seconds.items():
             print(
@@ -110,9 +111,13 @@ def main(argv=None) -> None:
             f"{mode:<14} {'all':<12} {1000 * statistics.median(every):>10.0f}"
             f" {1000 * statistics.fmean(every):>9.0f}"
         )
-
-    for mode, (_, _, cpu) in results.items():
-        print(f"{mode:<14} CPU (both processes, user + system) per program: {1000 * cpu:.0f} ms")
+    # for scale: what each of the two processes pays to start, bare and in its sandbox
+    python = [sys.executable, "-I", "-S", "-B", "-c", "pass"]
+    print(
+        f"\nstart-up, median of 10: python -I -S -B {median_ms(python):.0f} ms, the same in bwrap"
+        f" {median_ms(sandbox.bwrap(python, cwd='/tmp', readable=[])):.0f} ms, bwrap alone"
+        f" {median_ms(sandbox.bwrap(['/bin/true'], cwd='/tmp', readable=[])):.0f} ms"
+    )
 
 
 if __name__ == "__main__":

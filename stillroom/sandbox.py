@@ -230,31 +230,37 @@ def _bwrap_base(gpu: bool, readable: list[str] | None = None) -> list[str]:
         "--new-session",
         "--clearenv",
     ]
-    # what Python needs: the interpreter (a pyenv one, a venv) and this package
-    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    python = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
     if readable is None:
         cmd += ["--ro-bind", "/", "/"]
-        home = os.path.realpath(os.path.expanduser("~"))
-        if home not in ("/", "") and os.path.isdir(home):
-            cmd += ["--tmpfs", home]
-            for path in sorted(python | {package}):
-                if path.startswith(home + os.sep):
-                    cmd += ["--ro-bind", path, path]
     else:
         for top in SYSTEM_DIRS:
             if os.path.islink(top):  # merged /usr: /bin -> usr/bin
                 cmd += ["--symlink", os.readlink(top), top]
             elif os.path.isdir(top):
                 cmd += ["--ro-bind", top, top]
-        for path in sorted(python | {os.path.realpath(p) for p in readable}):
-            cmd += ["--ro-bind", path, path]
     cmd += ["--proc", "/proc"]
     cmd += ["--dev-bind", "/dev", "/dev"] if gpu else ["--dev", "/dev"]
     if readable is not None:
         # memory, not disk: a private /tmp that cannot fill the host's RAM
         cmd += ["--size", str(TMP_BYTES)]
     cmd += ["--tmpfs", "/tmp"]
+    # What Python needs: the interpreter (a pyenv one, a venv) and this package. Bound after the
+    # mounts above, which would hide them (a checkout or a venv under /tmp, or the home).
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    python = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
+    if readable is None:
+        home = os.path.realpath(os.path.expanduser("~"))
+        if home not in ("/", "") and os.path.isdir(home):
+            cmd += ["--tmpfs", home]
+            for path in sorted(python | {package}):
+                if path.startswith(home + os.sep):
+                    cmd += ["--ro-bind", path, path]
+        for path in sorted(python | {package}):
+            if path == "/tmp" or path.startswith("/tmp/"):
+                cmd += ["--ro-bind", path, path]
+    else:
+        for path in sorted(python | {os.path.realpath(p) for p in readable}):
+            cmd += ["--ro-bind", path, path]
     return cmd
 
 

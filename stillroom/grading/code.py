@@ -41,7 +41,9 @@ MEMORY_MB = 1024
 FILE_SIZE_MB = 16
 _TAIL = 4000  # bytes of stderr kept in a result
 
-RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_runner.py")
+RUNNER = os.path.join(os.path.dirname(os.path.realpath(__file__)), "code_runner.py")
+# where the sandbox binds it (stdlib only, under -I -S: a venv's interpreter or its base, alike)
+PYTHON = os.path.realpath(sys.executable)
 EXIT_PASSED, EXIT_FAILED = 0, 2  # the judge's exit statuses (code_runner.py); others: an error
 # bwrap reports a command killed by a signal as 128 + the signal
 _CPU_KILLED = {-signal.SIGXCPU, 128 + signal.SIGXCPU}
@@ -110,7 +112,7 @@ def _start(role: str, work: str, fds: tuple[int, int], **streams: Any) -> subpro
     """One side of a run, talking over ``fds`` (in, out) and reading its spec from stdin. The
     candidate works in ``work``, the one directory it may write; the judge writes nowhere, and
     under bubblewrap sees no directory of the host's but the interpreter and its own code."""
-    argv = [sys.executable, "-I", "-S", "-B", RUNNER, role, sandbox.__file__]
+    argv = [PYTHON, "-I", "-S", "-B", RUNNER, role, sandbox.__file__]
     argv += [str(fd) for fd in fds]
     candidate = role == "candidate"
     boxed = sandbox.bwrap_available()
