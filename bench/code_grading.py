@@ -5,8 +5,8 @@
 
 The mix: the shipped tinycode benchmark's problems with a wrong solution each (a right one for a
 few), a HumanEval-style check() making many calls (the cost of a call crossing the pipes), and a
-program that crashes on import. The script asserts that both ways grade every program the same, never
-anything about time.
+program that crashes on import. The script asserts that both ways grade every program the same,
+never anything about time.
 """
 
 from __future__ import annotations

@@ -241,7 +241,7 @@ def _bwrap_base(gpu: bool, readable: list[str] | None = None) -> list[str]:
     cmd += ["--proc", "/proc"]
     cmd += ["--dev-bind", "/dev", "/dev"] if gpu else ["--dev", "/dev"]
     if readable is not None:
-        # memory, not disk: a private /tmp that cannot fill the host's RAM
+        # in memory: capped, so that writing to it cannot fill the host's RAM
         cmd += ["--size", str(TMP_BYTES)]
     cmd += ["--tmpfs", "/tmp"]
     # What Python needs: the interpreter (a pyenv one, a venv) and this package. Bound after the
