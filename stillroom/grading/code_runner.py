@@ -340,6 +340,7 @@ def judge(sandbox_py: str, in_fd: int, out_fd: int) -> None:
         callables, modules = hello.get("callables"), hello.get("modules")
         if type(callables) is not list or type(modules) is not list:
             raise CandidateGone("protocol: a malformed greeting")
+        sandbox.guard(box=None)  # before any import a candidate names
         tests: dict = {"__name__": "tests"}
         # modules the program imported, as the tests ran in its namespace before: this
         # process's own copies, and only the standard library's
@@ -353,7 +354,6 @@ def judge(sandbox_py: str, in_fd: int, out_fd: int) -> None:
         for name in map(_text, callables):
             if name.isidentifier() and name != "check":  # the tests' check(), not the program's
                 tests[name] = _proxy(channel, name)
-        sandbox.guard(box=None)
         if entry is not None and entry not in tests:
             raise NameError(f"entry point {entry!r} is not defined by the program")
         exec(compile(spec["tests"], "tests.py", "exec"), tests)
