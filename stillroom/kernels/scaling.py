@@ -28,7 +28,7 @@ from ..config.data import MIN_SCALED_SIZE
 from ..io import DataError
 
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
-# a literal-arithmetic constant this large is not a tensor size (and bounds ** in _literal_int)
+# literal arithmetic this large is not a tensor size
 _MAX_LITERAL = 2**62
 
 
@@ -95,11 +95,13 @@ def scale_problem(src: str, budget: int, where: str) -> Scaled:
     sizes = _sizes(tree)
     before = _elements(src, where)
     elements = before
-    # a forward that runs on the meta device guards each step against shapes that no longer fit
-    meta_forward = _runs_on_meta(src)
+    meta_forward = False
     if elements > budget:
+        # a forward that runs on the meta device guards each step against shapes that no longer
+        # fit together
+        meta_forward = _runs_on_meta(src)
         for size in sizes:
-            size.frozen = not _sizes_inputs(src, size, sizes, elements, where)
+            size.frozen = not _is_input_size(src, size, sizes, elements, where)
     while elements > budget:
         open_ = [s for s in sizes if not s.frozen and _halve(s.value) >= MIN_SCALED_SIZE]
         if not open_:
@@ -139,7 +141,7 @@ def scale_problem(src: str, budget: int, where: str) -> Scaled:
     return Scaled(scaled, (before, elements), constants)
 
 
-def _sizes_inputs(src: str, size: _Size, sizes: list[_Size], elements: int, where: str) -> bool:
+def _is_input_size(src: str, size: _Size, sizes: list[_Size], elements: int, where: str) -> bool:
     """Whether halving ``size`` alone changes the inputs' element count (or breaks get_inputs(),
     as when two sizes must stay equal): output channels, head counts and the like do not."""
     old, size.value = size.value, _halve(size.value)
@@ -263,7 +265,7 @@ def _halve(value: int) -> int:
 def _rewrite(src: str, sizes: list[_Size]) -> str:
     """``src`` with each changed size's expression replaced by its value, by position (UTF-8 byte
     columns, as ``ast`` gives them), so comments and layout stay as written."""
-    lines = src.splitlines(keepends=True)
+    lines = src.split("\n")  # ast counts lines by "\n"; str.splitlines also splits at \f and more
     changed = sorted(
         (s for s in sizes if s.value != s.original),
         key=lambda s: (s.node.lineno, s.node.col_offset),
@@ -275,7 +277,7 @@ def _rewrite(src: str, sizes: list[_Size]) -> str:
         head = lines[first].encode()[: n.col_offset]
         tail = lines[last].encode()[n.end_col_offset :]
         lines[first : last + 1] = [(head + str(s.value).encode() + tail).decode()]
-    return "".join(lines)
+    return "\n".join(lines)
 
 
 def _module(src: str, where: str) -> types.ModuleType:
@@ -321,23 +323,23 @@ def _runs_on_meta(src: str) -> bool:
 
 
 def _run(src: str, where: str) -> None:
-    """Build ``Model(*get_init_inputs())`` and run it on ``get_inputs()``: outputs must be
-    finite."""
+    """Build ``Model(*get_init_inputs())`` and run it on ``get_inputs()`` at the sizes kept (the
+    validator's first step): outputs must be finite. The caller's torch RNG is left as it was."""
     import torch
 
     try:
         module = _module(src, where)
-        torch.manual_seed(0)
-        model = module.Model(*module.get_init_inputs())
-        with torch.no_grad():
-            out = model(*module.get_inputs())
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(0)
+            out = module.Model(*module.get_init_inputs())(*module.get_inputs())
     except Exception as exc:  # noqa: BLE001 - any failure of the problem's own code is its error
         raise DataError(
-            f"{where}: the problem does not run at its scaled sizes ({type(exc).__name__}: {exc})"
+            f"{where}: Model(*get_init_inputs())(*get_inputs()) fails at the sizes kept "
+            f"({type(exc).__name__}: {exc})"
         ) from None
     for i, t in enumerate(_flatten(out)):
         if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(t.isfinite().all()):
             raise DataError(
-                f"{where}: output {i} of the scaled problem has non-finite values "
-                f"({(~t.isfinite()).sum().item()} of {t.numel()})"
+                f"{where}: output {i} has non-finite values at the sizes kept "
+                f"({(~t.isfinite()).sum().item()} of {t.numel()}): a reference must be finite"
             )

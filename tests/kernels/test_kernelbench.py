@@ -184,13 +184,14 @@ def test_a_problem_that_cannot_be_scaled_or_run_is_named(tmp_path):
     with pytest.raises(DataError, match="no module-level integer constant of it sizes the inputs"):
         records(dir=str(root), max_input_elements=BUDGET)
     (root / "literal.py").write_text(RELU.replace("torch.relu(x)", "torch.log(x - 100)"))
-    with pytest.raises(DataError, match=r"literal.py: output 0 of the scaled problem has non-fin"):
+    with pytest.raises(DataError, match=r"literal.py: output 0 has non-finite values"):
         records(dir=str(root), max_input_elements=BUDGET)
     # sizes are measured on the meta device; the scaled problem still has to run for real
     fails = RELU.replace("return torch.relu(x)", "assert x.is_meta, 'boom'\n        return x")
     (root / "literal.py").write_text(fails)
     with pytest.raises(
-        DataError, match=r"literal.py: the problem does not run at its scaled sizes"
+        DataError,
+        match=r"literal.py: Model\(\*get_init_inputs\(\)\)\(\*get_inputs\(\)\) fails at the",
     ):
         records(dir=str(root), max_input_elements=BUDGET)
 
@@ -205,32 +206,41 @@ class Model(nn.Module):
         return x + y.sum()
 
 
-rows: int = 2048  # the batch
+σ = 1.0; rows = 2048  # the batch
 height = width = 2**9
 h2, w2 = 64, 1 << 6
-channels = 3
+channels: int = 3
+depth: int = (
+    16 * 3
+)
 area = height * width
 
 
 def get_inputs():
-    return [torch.randn(rows, channels, height, width), torch.randn(h2, w2)]
+    return [torch.randn(rows, channels, height, width), torch.randn(h2, w2, depth)]
 
 
 def get_init_inputs():
     return []
 """
     out = scale_problem(src, 2**15, "mine.py")
-    # the largest first, equal ones together: rows and height = width from 512, h2 and w2 from 64
+    # the largest first, equal ones together: rows and height = width from 512, then h2, w2, depth
     assert out.constants == {
         "rows": [2048, 16],
         "height": [512, 16],
         "width": [512, 16],
         "h2": [64, 16],
         "w2": [64, 16],
+        "depth": [48, 24],
     }
-    assert out.elements == (2048 * 3 * 512 * 512 + 64 * 64, 16 * 3 * 16 * 16 + 16 * 16)
-    assert "rows: int = 16  # the batch\n" in out.src and "height = width = 16\n" in out.src
-    assert "h2, w2 = 16, 16\n" in out.src and "channels = 3\n" in out.src
+    assert out.elements == (2048 * 3 * 512 * 512 + 64 * 64 * 48, 16 * 3 * 16 * 16 + 16 * 16 * 24)
+    # by UTF-8 byte columns (σ is two bytes), across lines, every other character as written
+    assert out.src == (
+        src.replace("rows = 2048", "rows = 16")
+        .replace("width = 2**9", "width = 16")
+        .replace("64, 1 << 6", "16, 16")
+        .replace("16 * 3\n", "24\n")
+    )
     assert "area = height * width\n" in out.src  # a computed constant follows its parts
 
 
