@@ -309,6 +309,8 @@ class _Planner:
     def _kernel_problems(self, source: KernelSource) -> int:
         if source.problems:
             return len(source.problems)
+        if source.path:  # JSONL rows, one problem each
+            return count_rows(self._path(source.path))
         from .kernels.problemset import kernel_files  # the project's set, or the files of dir
 
         spec = source.dump()

@@ -189,6 +189,24 @@ BROKEN = [
         "sources.0 (kernelbench): the procedural teacher answers generated problems",
     ),
     (
+        "kernel problems file missing",
+        KERNELS_8B,
+        _set("sources.0.path", "no.jsonl"),
+        "sources.0.path: no.jsonl does not exist",
+    ),
+    (
+        "kernel problems from a dir and a file",
+        KERNELS_8B,
+        _set("sources.0", {"name": "k", "kind": "kernels", "dir": "d", "path": "p.jsonl"}),
+        "dir and path: give one",
+    ),
+    (
+        "kernel scaling to no elements",
+        KERNELS,
+        _set("sources.0.max_input_elements", 0),
+        "sources.0.max_input_elements",
+    ),
+    (
         "kernel problems twice",
         KERNELS,
         _set("sources.0.problems", ["relu", "relu"]),
