@@ -16,6 +16,7 @@ else can be imported.
 
 from __future__ import annotations
 
+import glob
 import os
 import resource
 import shutil
@@ -153,7 +154,7 @@ def guard(
         return wrapper
 
     import _posixsubprocess
-    import subprocess  # noqa: F401 - imported first, so that "import subprocess" still works
+    import subprocess  # imported first, so that "import subprocess" still works
 
     fork_exec = _posixsubprocess.fork_exec
 
@@ -161,7 +162,8 @@ def guard(
         refuse("_posixsubprocess.fork_exec", args, "_posixsubprocess.fork_exec")
         return fork_exec(*args, **kwargs)
 
-    _posixsubprocess.fork_exec = checked_fork_exec
+    # subprocess holds its own reference, taken at its import
+    _posixsubprocess.fork_exec = subprocess._fork_exec = checked_fork_exec
     os.mkfifo, os.mknod = guarded(os.mkfifo), guarded(os.mknod)
     sys.addaudithook(hook)
 
@@ -197,7 +199,12 @@ def _bwrap_base(gpu: bool) -> list[str]:
         "--tmpfs",
         "/tmp",
     ]
-    cmd += ["--dev-bind", "/dev", "/dev"] if gpu else ["--dev", "/dev"]
+    cmd += ["--dev", "/dev"]
+    if gpu:
+        # the GPU's nodes alone: all of the host's /dev would open its disks to a sandbox whose
+        # user owns them (root)
+        for node in sorted(glob.glob("/dev/nvidia*")):
+            cmd += ["--dev-bind", node, node]
     home = os.path.realpath(os.path.expanduser("~"))
     if home not in ("/", "") and os.path.isdir(home):
         cmd += ["--tmpfs", home]
@@ -246,11 +253,16 @@ def bwrap(
     writable: list[str] = (),
     env: dict[str, str] | None = None,
     gpu: bool = False,
+    as_pid_1: bool = False,
 ) -> list[str]:
-    """``argv`` inside bubblewrap: only the directories in ``writable`` may be written (the first
-    of them, or ``cwd``, is the working directory), ``env`` is the whole environment, ``gpu``
-    exposes the host's device nodes (CUDA needs /dev/nvidia*)."""
-    cmd = _bwrap_base(gpu)
+    """``argv`` inside bubblewrap, started in ``cwd``: only the directories in ``writable`` may be
+    written, ``env`` is the whole environment (no secret: the sandbox may see bwrap's command
+    line as /proc/1/cmdline), ``gpu`` exposes the host's NVIDIA device nodes
+    (/dev/nvidia*). ``as_pid_1``: ``argv`` is PID 1 of the sandbox instead of bwrap's reaper, whose
+    descriptors (``argv``'s stdin, stdout and stderr) anything inside could open through
+    /proc/1/fd; PID 1 must then reap orphans, and ignores the signals sent from inside that it has
+    no handler for, SIGKILL and SIGSTOP included."""
+    cmd = _bwrap_base(gpu) + (["--as-pid-1"] if as_pid_1 else [])
     for path in writable:
         real = os.path.realpath(path)
         cmd += ["--bind", real, real]
