@@ -8,7 +8,8 @@ namespaces, a read-only root, a private /tmp, the caller's home hidden, an envir
 what Python, Triton and CUDA need (never the caller's secrets), dying with the caller. The one
 writable place is the job directories' root (``jobs_root``) for a fork server, the job's own
 directory for a fresh process. Where bubblewrap cannot run, one loud warning, and the audit hook
-and resource limits of worker.py stand alone, as they do inside it.
+and resource limits of worker.py stand alone (on top of it, they stay); the environment is
+cleared all the same.
 """
 
 from __future__ import annotations
