@@ -17,6 +17,7 @@ else can be imported.
 
 from __future__ import annotations
 
+import glob
 import os
 import resource
 import shutil
@@ -238,8 +239,12 @@ def _bwrap_base(gpu: bool, readable: list[str] | None = None) -> list[str]:
                 cmd += ["--symlink", os.readlink(top), top]
             elif os.path.isdir(top):
                 cmd += ["--ro-bind", top, top]
-    cmd += ["--proc", "/proc"]
-    cmd += ["--dev-bind", "/dev", "/dev"] if gpu else ["--dev", "/dev"]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    if gpu:
+        # the GPU's nodes alone: all of the host's /dev would open its disks to a sandbox whose
+        # user owns them (root)
+        for node in sorted(glob.glob("/dev/nvidia*")):
+            cmd += ["--dev-bind", node, node]
     if readable is not None:
         # in memory: capped, so that writing to it cannot fill the host's RAM
         cmd += ["--size", str(TMP_BYTES)]
@@ -306,13 +311,18 @@ def bwrap(
     env: dict[str, str] | None = None,
     gpu: bool = False,
     readable: list[str] | None = None,
+    as_pid_1: bool = False,
 ) -> list[str]:
-    """``argv`` inside bubblewrap: only the directories in ``writable`` may be written (the first
-    of them, or ``cwd``, is the working directory), ``env`` is the whole environment, ``gpu``
-    exposes the host's device nodes (CUDA needs /dev/nvidia*). ``readable``: None shows the
-    host's whole root (read-only); a list of paths shows only the system directories, this
-    Python and those paths (files or directories): ``cwd`` must be among them or ``writable``."""
-    cmd = _bwrap_base(gpu, readable)
+    """``argv`` inside bubblewrap, started in ``cwd``: only the directories in ``writable`` may be
+    written, ``env`` is the whole environment (no secret: the sandbox may see bwrap's command
+    line as /proc/1/cmdline), ``gpu`` exposes the host's NVIDIA device nodes (/dev/nvidia*).
+    ``readable``: None shows the host's whole root (read-only); a list of paths shows only the
+    system directories, this Python and those paths (files or directories): ``cwd`` must be among
+    them or ``writable``. ``as_pid_1``: ``argv`` is PID 1 of the sandbox instead of bwrap's
+    reaper, whose descriptors (``argv``'s stdin, stdout and stderr) anything inside could open
+    through /proc/1/fd; PID 1 must then reap orphans, and ignores the signals sent from inside
+    that it has no handler for, SIGKILL and SIGSTOP included."""
+    cmd = _bwrap_base(gpu, readable) + (["--as-pid-1"] if as_pid_1 else [])
     for path in writable:
         real = os.path.realpath(path)
         cmd += ["--bind", real, real]

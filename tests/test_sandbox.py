@@ -78,6 +78,7 @@ def test_writes_inside_the_sandbox_are_allowed(root):
         "import os\nif os.fork() == 0:\n    open({marker!r}, 'w')\n",
         "import os\nos.execv('/bin/touch', ['touch', {marker!r}])\n",
         "import _posixsubprocess\n_posixsubprocess.fork_exec()\n",
+        "import subprocess\nsubprocess._fork_exec()\n",  # its own reference to fork_exec
         "import multiprocessing as mp\nmp.get_context('spawn').Process(target=print).start()\n",
         "import ctypes\n",
     ],

@@ -5,11 +5,11 @@
 trial and computes the reference outputs here. The candidate runs in a separate process
 (worker.py) that sees only its own source, the init inputs, the weights and the inputs: with a hard
 timeout, an address-space limit on CPU, no sockets, subprocesses or file writes, in a scratch
-directory (the sandbox, sandbox.py). That process is forked by a warm server that has imported
-torch and triton once (``isolation="fork"``) or is a fresh interpreter (``isolation="process"``,
-~2 s more per candidate): isolation.py. Its outputs come back as tensors
-(``torch.load(weights_only=True)``: data, never code) and are compared here, where the candidate
-cannot reach, with dtype-aware tolerances; the inputs must come back unmodified.
+directory (the sandbox, sandbox.py), inside bubblewrap where it runs. That process is forked by a
+warm server that has imported torch and triton once (``isolation="fork"``) or is a fresh
+interpreter (``isolation="process"``, ~2 s more per candidate): isolation.py. Its outputs come
+back as tensors (``torch.load(weights_only=True)``: data, never code) and are compared here, where
+the candidate cannot reach, with dtype-aware tolerances; the inputs must come back unmodified.
 
 Rule reward: the static rules (rules.py) and, at run time, at least one Triton launch and no torch
 compute outside launches. A rule failure zeroes the reward, however correct the outputs.
@@ -20,13 +20,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ValidatorOptions
 from . import rules
-from .isolation import ISOLATIONS
+from .isolation import ISOLATIONS, job_dir
 
 # (rtol, atol) per dtype. On GPU, tl.dot computes fp32 in TF32 by default, hence the looser fp32
 # there.
@@ -120,8 +119,8 @@ def evaluate(
 
     reasons = rules.check(candidate_src)
     static_ok = not reasons
-    with tempfile.TemporaryDirectory(prefix="kernel-") as tmp:
-        work = Path(tmp)
+    # under the root that the candidate's sandbox may write, not a bare temporary directory
+    with job_dir() as work:
         problem = load_problem(problem_src, work)
         torch.manual_seed(seed)
         init_inputs = problem.get_init_inputs()
