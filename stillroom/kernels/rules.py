@@ -420,6 +420,26 @@ def _module_reached(path: str) -> str | None:
     return None
 
 
+def _torch_compute(path: str) -> bool:
+    """Whether ``path`` (torch.relu, torch.nn.functional.gelu) names a torch function other than
+    ALLOWED_TORCH_CALLS: handed on rather than called (``f = torch.relu``, ``map(G.gelu, xs)``),
+    it computes where the call checks do not look. Read on the real module, as _module_reached."""
+    root, *rest = path.split(".")
+    if root != "torch" or not rest or rest[-1] in ALLOWED_TORCH_CALLS:
+        return False
+    value = importlib.import_module("torch")
+    for part in rest:
+        if not isinstance(value, types.ModuleType):
+            return False
+        try:
+            value = getattr(value, part)
+        except Exception:  # noqa: BLE001 - a missing or lazy attribute: nothing named
+            return False
+    return isinstance(value, (types.FunctionType, types.BuiltinFunctionType)) or (
+        callable(value) and not isinstance(value, (type, types.ModuleType))
+    )
+
+
 def check(candidate_src: str) -> list[str]:
     """Every rule the candidate breaks, as reasons; an empty list means it passes the static
     rules."""
@@ -519,6 +539,15 @@ def check(candidate_src: str) -> list[str]:
                 continue  # scalar math on Python numbers; on a tensor the run-time audit sees it
             elif (
                 isinstance(func, ast.Attribute)
+                and _dotted(func.value) == "self"
+                and func.attr not in src.methods
+            ):
+                reasons.append(
+                    f"{fn.name}, line {call.lineno}: calls {callee} (a submodule or stored "
+                    "callable: torch compute outside Triton)"
+                )
+            elif (
+                isinstance(func, ast.Attribute)
                 and not callee.startswith("self.")
                 and callee not in src.functions
             ):
@@ -531,7 +560,15 @@ def check(candidate_src: str) -> list[str]:
                 reasons.append(
                     f"{fn.name}, line {call.lineno}: calls kernel {func.id} without a launch grid"
                 )
+        callees = {id(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
         for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and id(node) not in callees:
+                path = src.resolve(node) or ""
+                if _torch_compute(path):
+                    reasons.append(
+                        f"{fn.name}, line {node.lineno}: refers to {_dotted(node)} ({path}: "
+                        "torch compute outside Triton, called elsewhere)"
+                    )
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
                 reasons.append(f"{fn.name}, line {node.lineno}: @ (a torch matmul outside Triton)")
     if not launched:

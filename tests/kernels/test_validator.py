@@ -253,6 +253,17 @@ CHEATS = {
         ),
         "calls relu (torch.relu)",
     ),
+    "torch function handed on, called under a local name": (
+        candidate("out = torch.empty_like(x)\nlaunch(x, out)\nact = torch.relu\nreturn act(x)"),
+        "refers to torch.relu",
+    ),
+    "a torch submodule called from forward": (
+        candidate(
+            "out = torch.empty_like(x)\nlaunch(x, out)\nreturn self.act(x)",
+            init="self.act = nn.ReLU()",
+        ),
+        "calls self.act (a submodule",
+    ),
     "math on a tensor (only the run-time audit sees it)": (
         candidate(
             "out = torch.empty_like(x)\nlaunch(x, out)\nc = math.fsum(x[0])\nreturn out",
@@ -311,10 +322,11 @@ CHEATS = {
         ),
         "num_warps=64 is 2048 threads per block, more than 1024",
     ),
-    "strided-only load": (
-        launching(
-            "    x = tl.load(x_ptr + offs * 2, mask=offs * 2 < n)",
-            "    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)",
+    # correct, but each program takes every P-th element: no lane reads next to its neighbour
+    "strided-only load and store": (
+        HONEST.replace(
+            "offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+            "offs = tl.arange(0, BLOCK) * tl.num_programs(0) + tl.program_id(0)",
         ),
         "tl.load has no unit-stride axis",
     ),
@@ -569,3 +581,16 @@ def test_launch_limits_come_from_the_options():
     assert r.exec_reward == 1 and r.rule_reward == 0, r
     assert "kernel relu_kernel: block size BLOCK=1024 exceeds 512" in r.reasons, r.reasons
     assert any(why.endswith("more than 5") for why in r.reasons), r.reasons
+
+
+def test_autotuned_launches_are_recorded_with_their_config():
+    source = HONEST.replace(
+        "@triton.jit",
+        "@triton.autotune(configs=[triton.Config({'BLOCK': 1024}, num_warps=64)], key=['n'])\n"
+        "@triton.jit",
+    ).replace(", BLOCK=1024)", ")")
+    r = evaluate(RELU, source, trials=1)
+    assert r.exec_reward == 1 and r.reward == 0, r
+    assert r.reasons == [
+        "kernel relu_kernel: num_warps=64 is 2048 threads per block, more than 1024"
+    ], r.reasons
