@@ -156,6 +156,17 @@ PATH_ATTRS = (
     "ag_frame",
     "tb_frame",
     "tb_next",
+    # the standard library (and numpy) re-exported under other names by torch's public modules
+    "np",
+    "mp",
+    "dill",
+    "copymodule",
+    "stdlib_re",
+    "reducer",
+    "reduction",
+    "itl",
+    "container_abcs",
+    "python_multiprocessing",
 }
 # Where a chain of attributes of an imported module may lead (checked on the real modules).
 ALLOWED_PACKAGES = {m.split(".")[0] for m in ALLOWED_IMPORTS}
@@ -429,7 +440,7 @@ def _torch_compute(path: str) -> bool:
         return False
     value = importlib.import_module("torch")
     for part in rest:
-        if not isinstance(value, types.ModuleType):
+        if not isinstance(value, (types.ModuleType, type)):  # torch.Tensor.relu too
             return False
         try:
             value = getattr(value, part)

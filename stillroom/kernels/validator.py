@@ -184,7 +184,10 @@ def evaluate(
     if not launched:
         reasons.append("no Triton kernel was launched at run time")
     if result["outside"]:
-        reasons.append(f"torch computed outside Triton kernels: {', '.join(result['outside'][:8])}")
+        reasons.append(
+            "torch computed outside Triton (called by the forward or a kernel body): "
+            + ", ".join(result["outside"][:8])
+        )
     aliased = sorted(set(result["aliased"]))
     reasons += aliased
     launch_reasons = rules.launch_rules(

@@ -292,7 +292,7 @@ CHEATS = {
             "launch(x, torch.empty_like(x))\nreturn torch.from_numpy(G.np.maximum(x, 0))",
             prelude="import torch.nn.functional as G",
         ),
-        "uses G.np (the module numpy, outside",
+        "uses G.np (.np leads to the interpreter",
     ),
     "walks a generator's frame to the caller's globals": (
         candidate(
@@ -594,3 +594,14 @@ def test_autotuned_launches_are_recorded_with_their_config():
     assert r.reasons == [
         "kernel relu_kernel: num_warps=64 is 2048 threads per block, more than 1024"
     ], r.reasons
+
+
+def test_attribute_chains_are_walked_on_the_real_modules():
+    """A module of another package reached from an allowed one is refused whatever its attribute
+    is called (the names of PATH_ATTRS are only the known ones)."""
+    from stillroom.kernels.rules import _module_reached
+
+    assert _module_reached("typing.sys") == "sys"
+    assert _module_reached("torch.nn.functional.np") == "numpy"
+    assert _module_reached("torch.nn.functional") is None
+    assert _module_reached("torch.relu") is None
