@@ -123,6 +123,7 @@ def _launch_record(kernel, args: tuple, kwargs: dict) -> dict:
     bound = inspect.signature(fn).bind_partial(
         *args[: len(params)], **{k: v for k, v in kwargs.items() if k in params}
     )
+    bound.apply_defaults()  # a default block size is a block size too
     plain = (bool, int, float, str)
     values = {k: v for k, v in bound.arguments.items() if isinstance(v, plain)}
     return {
@@ -167,6 +168,18 @@ def _wrap_launches() -> frozenset:
 
         cls.run = counted
         codes.add(counted.__code__)
+    # An autotuner times its configs (do_bench: torch.quantile, a cache's zero_) before it
+    # launches: Triton's own torch work too, so its run is a launch's extent for the audit.
+    from triton.runtime import autotuner
+
+    for cls in (autotuner.Autotuner, autotuner.Heuristics):
+        run = cls.run
+
+        def tuned(self, *args, _run=run, **kwargs):
+            return _run(self, *args, **kwargs)
+
+        cls.run = tuned
+        codes.add(tuned.__code__)
     return frozenset(codes)
 
 

@@ -605,3 +605,36 @@ def test_attribute_chains_are_walked_on_the_real_modules():
     assert _module_reached("torch.nn.functional.np") == "numpy"
     assert _module_reached("torch.nn.functional") is None
     assert _module_reached("torch.relu") is None
+
+
+def test_a_launch_record_holds_constexprs_defaults_ints_and_num_warps():
+    import torch
+    import triton
+    import triton.language as tl
+
+    from stillroom.kernels.worker import _launch_record
+
+    @triton.jit
+    def k(x_ptr, n, s, BLOCK: tl.constexpr, TILE: tl.constexpr = 4096):
+        pass
+
+    assert _launch_record(k, (torch.zeros(3), 3, 1), {"BLOCK": 64, "num_warps": 8}) == {
+        "kernel": "k",
+        "constexprs": {"BLOCK": 64, "TILE": 4096},
+        "ints": {"n": 3, "s": 1},
+        "num_warps": 8,
+    }
+    assert _launch_record(k, (torch.zeros(3), 3, 1, 32), {})["num_warps"] == 4
+
+
+def test_aliases_name_each_output_sharing_an_inputs_memory():
+    import torch
+
+    from stillroom.kernels.worker import _aliases
+
+    x, y = torch.zeros(4, 4), torch.zeros(4)
+    assert _aliases((x.t(), torch.zeros(2), y[1:]), [x, y]) == [
+        "output 0 shares memory with input 0",
+        "output 2 shares memory with input 1",
+    ]
+    assert _aliases(x.clone(), [x]) == []
