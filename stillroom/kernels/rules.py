@@ -173,14 +173,6 @@ ALLOWED_PACKAGES = {m.split(".")[0] for m in ALLOWED_IMPORTS}
 BLOCK_NAME = re.compile(r"(BLOCK|TILE)(_\w+)?|\w*_?(BLOCK|TILE)")
 
 
-def _decorator_names(fn: ast.FunctionDef) -> set[str]:
-    names = set()
-    for d in fn.decorator_list:
-        d = d.func if isinstance(d, ast.Call) else d
-        names.add(ast.unparse(d))
-    return names
-
-
 def _has_call(node: ast.AST) -> bool:
     """A call other than the allowed constants' constructors (tl.constexpr(...), torch.float32 is
     no call)."""
@@ -255,14 +247,11 @@ class _Source:
         return ".".join([self.aliases[node.id], *reversed(parts)])
 
     def _is_kernel(self, fn: ast.FunctionDef) -> bool:
-        for d in fn.decorator_list:
-            d = d.func if isinstance(d, ast.Call) else d
-            if self.resolve(d) in {"triton.jit", "triton.runtime.jit.jit"} or _dotted(d) in {
-                "triton.jit",
-                "jit",
-            }:
-                return True
-        return False
+        """Decorated with triton.jit, under whatever name it was imported."""
+        return any(
+            self.resolve(d.func if isinstance(d, ast.Call) else d) == "triton.jit"
+            for d in fn.decorator_list
+        )
 
     def forward_path(self) -> list[ast.FunctionDef]:
         """forward and every module function or ModelNew method it reaches by name (kernels
