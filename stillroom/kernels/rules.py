@@ -254,8 +254,8 @@ class _Source:
         )
 
     def forward_path(self) -> list[ast.FunctionDef]:
-        """forward and every module function or ModelNew method it reaches by name (kernels
-        excluded)."""
+        """forward and every module function or ModelNew method it reaches by name, called or
+        handed on (``act = helper; act(x)``), kernels excluded."""
         seen: dict[str, ast.FunctionDef] = {}
         todo = ["self.forward"]
         while todo:
@@ -268,10 +268,11 @@ class _Source:
             if fn is None or name in seen or name in self.kernels:
                 continue
             seen[name] = fn
-            for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
-                callee = _dotted(call.func)
-                if callee.startswith("self.") or callee in self.functions:
-                    todo.append(callee)
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Name, ast.Attribute)):
+                    ref = _dotted(node)
+                    if ref.startswith("self.") or ref in self.functions:
+                        todo.append(ref)
         return list(seen.values())
 
 

@@ -257,6 +257,13 @@ CHEATS = {
         candidate("out = torch.empty_like(x)\nlaunch(x, out)\nact = torch.relu\nreturn act(x)"),
         "refers to torch.relu",
     ),
+    "a helper handed on, then called": (
+        candidate(
+            "out = torch.empty_like(x)\nlaunch(x, out)\nact = helper\nreturn act(x)",
+            prelude="def helper(t):\n    return t.clamp(min=0)\n",
+        ),
+        "helper, line",
+    ),
     "a torch submodule called from forward": (
         candidate(
             "out = torch.empty_like(x)\nlaunch(x, out)\nreturn self.act(x)",
