@@ -20,6 +20,16 @@ class ValidatorOptions(Section):
     )
     trials: PositiveInt = Field(3, description="fresh random inputs per candidate")
     timeout_s: float = Field(60.0, gt=0, description="hard limit per candidate process")
+    # the rule reward's launch limits (AutoTriton's validate_syntax; stillroom.kernels.rules)
+    max_block_size: PositiveInt = Field(
+        2048, description="largest block size (a power of two) a launch may use"
+    )
+    max_threads_per_block: PositiveInt = Field(
+        1024, description="num_warps x 32 of a launch may not exceed it"
+    )
+    max_instructions: PositiveInt = Field(
+        2000, description="static estimate of a kernel's instructions (loops unrolled) at most"
+    )
 
 
 class Kernels(ValidatorOptions):

@@ -11,8 +11,11 @@ interpreter (``isolation="process"``, ~2 s more per candidate): isolation.py. It
 back as tensors (``torch.load(weights_only=True)``: data, never code) and are compared here, where
 the candidate cannot reach, with dtype-aware tolerances; the inputs must come back unmodified.
 
-Rule reward: the static rules (rules.py) and, at run time, at least one Triton launch and no torch
-compute outside launches. A rule failure zeroes the reward, however correct the outputs.
+Rule reward: the static rules (rules.py); at run time, at least one Triton launch, no torch compute
+but Triton's own (the interpreter's copies), no output sharing memory with an input; and the launch
+rules (rules.launch_rules: block sizes, num_warps, instruction estimate, coalescing), checked here
+on what the worker recorded of each launch. A rule failure zeroes the reward, however correct the
+outputs.
 """
 
 from __future__ import annotations
@@ -108,6 +111,9 @@ def evaluate(
     timeout_s: float = _DEFAULT.timeout_s,
     seed: int = 0,
     isolation: str = "fork",
+    max_block_size: int = _DEFAULT.max_block_size,
+    max_threads_per_block: int = _DEFAULT.max_threads_per_block,
+    max_instructions: int = _DEFAULT.max_instructions,
 ) -> KernelResult:
     if isolation not in ISOLATIONS:
         raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
@@ -177,7 +183,20 @@ def evaluate(
     if not launched:
         reasons.append("no Triton kernel was launched at run time")
     if result["outside"]:
-        reasons.append(f"torch computed outside Triton kernels: {', '.join(result['outside'][:8])}")
+        reasons.append(
+            "torch computed outside Triton (called by the forward or a kernel body): "
+            + ", ".join(result["outside"][:8])
+        )
+    aliased = sorted(set(result["aliased"]))
+    reasons += aliased
+    launch_reasons = rules.launch_rules(
+        candidate_src,
+        result["launch_records"],
+        max_block_size=max_block_size,
+        max_threads_per_block=max_threads_per_block,
+        max_instructions=max_instructions,
+    )
+    reasons += launch_reasons
     # built, and at least one forward ran
     compiled = result["stage"] == "done" or bool(result["outputs"])
     if result["error"]:
@@ -197,7 +216,8 @@ def evaluate(
     speedup = None
     if correct and result.get("seconds"):
         speedup = _reference_seconds(model, inputs[0], device) / result["seconds"]
-    rule_ok = static_ok and launched and not result["outside"]
+    rule_ok = static_ok and launched and not result["outside"] and not aliased
+    rule_ok = rule_ok and not launch_reasons
     out = _result(compiled, correct, rule_ok, reasons, launched, speedup)
     if not reasons:
         out.reasons = ["correct on every trial; Triton kernels did the work"]

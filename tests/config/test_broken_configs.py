@@ -842,6 +842,7 @@ BROKEN = [
     ),
     ("validator device", KERNELS, _set("kernels.device", "gpu"), "kernels.device"),
     ("validator trials", KERNELS, _set("kernels.trials", 0), "kernels.trials"),
+    ("validator block limit", KERNELS, _set("kernels.max_block_size", 0), "kernels.max_block_size"),
     (
         "kernel tables of an unknown benchmark",
         KERNELS,

@@ -29,5 +29,8 @@ def test_the_worker_waits_longer_than_the_validator_and_the_grader_is_named():
         "device": "cpu",
         "trials": 3,
         "timeout_s": 12.5,
+        "max_block_size": 2048,
+        "max_threads_per_block": 1024,
+        "max_instructions": 2000,
         "seed": 4,
     }
