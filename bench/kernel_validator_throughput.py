@@ -3,10 +3,11 @@
 Scores every reference solution of stillroom/kernels with ``stillroom.kernels.evaluate`` in both
 isolations: ``fork`` (a child of a warm server that has imported torch and triton; the server is
 started before the clock runs) and ``process`` (a fresh interpreter per candidate: start, import
-torch and triton, run, compare). Then runs the same check in this process (import the candidate
-from its file, run it on the same inputs, compare) as the baseline. Prints candidates per minute
-for each, their ratios to the baseline, and the bare costs of starting a worker process and the
-fork server.
+torch and triton, run, compare), both with every generated test case (cases.py); then ``fork`` on
+the trials alone (``cases=[]``), for the cost of the cases. Then runs the same check in this
+process (import the candidate from its file, run it on the trials' inputs, compare) as the
+baseline. Prints candidates per minute for each, their ratios to the baseline, and the bare costs
+of starting a worker process and the fork server.
 
     TRITON_INTERPRET=1 python bench/kernel_validator_throughput.py [--limit 48] [--trials 3]
         [--workers 2]
@@ -76,13 +77,14 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", "import torch, triton"], check=True, cwd=tmp)
         start_s = time.perf_counter() - t0
 
-    def isolated(how: str) -> tuple[float, int]:
+    def isolated(how: str, **cases) -> tuple[float, int]:
         def reward(p: Path) -> float:
             return evaluate(
                 p.read_text(),
                 (KERNELS / "solutions" / p.name).read_text(),
                 trials=args.trials,
                 isolation=how,
+                **cases,
             ).reward
 
         t0 = time.perf_counter()
@@ -95,6 +97,7 @@ def main() -> None:
     server_s = time.perf_counter() - t0
     fork_s, fork_ok = isolated("fork")
     process_s, process_ok = isolated("process")
+    bare_s, bare_ok = isolated("fork", cases=[])
 
     t0 = time.perf_counter()
     passed = sum(in_process(p, args.trials) for p in problems)
@@ -105,6 +108,7 @@ def main() -> None:
     for name, secs, ok in [
         (f"fork server ({args.workers} at once)", fork_s, f"reward 1: {fork_ok}"),
         (f"fresh process ({args.workers} at once)", process_s, f"reward 1: {process_ok}"),
+        (f"fork server, no cases ({args.workers} at once)", bare_s, f"reward 1: {bare_ok}"),
         ("in-process baseline (one at a time)", inproc_s, f"correct: {passed}"),
     ]:
         print(
@@ -112,6 +116,10 @@ def main() -> None:
             f"{inproc_s / secs:5.2f}x baseline  {ok}/{n}"
         )
     print(f"fork server vs fresh process: {process_s / fork_s:.2f}x the throughput")
+    print(
+        f"generated test cases: {(fork_s - bare_s) * args.workers / n:5.2f} s more per candidate "
+        f"(fork server, {fork_s / bare_s:.2f}x the time of the trials alone)"
+    )
     print(
         f"isolation cost per candidate: fork {fork_s * args.workers / n - inproc_s / n:5.2f} s, "
         f"process {process_s * args.workers / n - inproc_s / n:5.2f} s "

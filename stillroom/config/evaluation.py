@@ -11,6 +11,9 @@ from pydantic import Field, model_validator
 from .base import Effort, Letters, Name, PositiveInt, Probability, Section, tag
 from .generation import Server
 
+TEST_CASES = ("mixed_sign", "negative", "zero", "large", "odd_shape")
+TestCase = Literal["mixed_sign", "negative", "zero", "large", "odd_shape"]
+
 
 class ValidatorOptions(Section):
     """How the kernel validator runs a candidate (stillroom.kernels.evaluate)."""
@@ -20,6 +23,13 @@ class ValidatorOptions(Section):
     )
     trials: PositiveInt = Field(3, description="fresh random inputs per candidate")
     timeout_s: float = Field(60.0, gt=0, description="hard limit per candidate process")
+    cases: list[TestCase] = Field(
+        list(TEST_CASES),
+        description="generated test cases run beyond the trials (stillroom/kernels/cases.py), each "
+        "kept where the reference's outputs stay finite: mixed_sign, negative, zero and large "
+        "(x1e3, atol scaled by the outputs' magnitude) redraw the floating inputs; odd_shape "
+        "changes sizes to odd ones; [] runs the trials only",
+    )
 
 
 class Kernels(ValidatorOptions):

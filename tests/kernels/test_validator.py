@@ -1,13 +1,14 @@
 """The dual-reward validator: every reference solution earns 1; every cheat earns 0, with a
 reason."""
 
+import errno
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from stillroom.kernels import evaluate
+from stillroom.kernels import evaluate, validator
 from stillroom.kernels.rules import check
 
 KERNELS = Path(__file__).resolve().parents[2] / "stillroom" / "kernels"
@@ -192,13 +193,14 @@ def test_honest_candidate_earns_full_reward():
         1,
     )
     assert r.speedup is None  # timed on GPU only
+    assert r.status == "scored"
 
 
 @pytest.mark.parametrize("name", list(CHEATS))
 def test_cheat_earns_nothing(name):
     source, why = CHEATS[name]
     r = evaluate(RELU, source, timeout_s=20)
-    assert r.reward == 0, (name, r)
+    assert r.reward == 0 and r.status == ("timeout" if name == "hangs" else "scored"), (name, r)
     assert any(why in reason for reason in r.reasons), (name, r.reasons)
 
 
@@ -267,3 +269,32 @@ def test_a_process_ending_without_a_result_is_reported_with_its_stderr(isolation
 def test_an_unknown_isolation_is_refused():
     with pytest.raises(ValueError, match="isolation must be one of fork, process"):
         evaluate(RELU, HONEST, isolation="thread")
+
+
+def test_a_worker_lost_before_the_candidate_started_is_the_harness_not_the_candidate(monkeypatch):
+    """No "started" file: whatever ended the worker (killed while loading its job, a fork server
+    that died first, a timeout while loading) happened before any candidate code ran."""
+    for outcome, how in (
+        ((False, -9, ""), "killed by SIGKILL"),
+        ((False, None, ""), "the kernel fork server died"),
+        ((True, -9, ""), "timed out after 60 s"),
+    ):
+        monkeypatch.setitem(validator.ISOLATIONS, "fork", lambda *a, outcome=outcome: outcome)
+        r = evaluate(RELU, HONEST)
+        assert (r.status, r.reward) == ("harness", 0.0), r
+        assert r.reasons == [f"harness: the worker ended ({how}) before the candidate started"]
+
+
+def test_the_validator_out_of_memory_is_the_harness():
+    problem = RELU.replace("return [torch.randn(16, 256)]", "raise MemoryError('no room')")
+    r = evaluate(problem, HONEST)
+    assert r.status == "harness" and "out of memory building the inputs" in r.reasons[0], r
+
+
+def test_a_channel_that_cannot_be_created_is_the_harness(monkeypatch):
+    def full(path, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(validator.channel, "create", full)
+    r = evaluate(RELU, HONEST)
+    assert r.status == "harness" and "result channel could not be created" in r.reasons[0], r
