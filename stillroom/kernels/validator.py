@@ -159,7 +159,11 @@ def evaluate(
             },
             work / "job.pt",
         )
-        timed_out, returncode, stderr = ISOLATIONS[isolation](work, device, timeout_s)
+        try:
+            timed_out, returncode, stderr = ISOLATIONS[isolation](work, device, timeout_s)
+        # a fork server that failed to start, a process that could not be forked
+        except (RuntimeError, OSError) as exc:
+            return _harness(reasons, f"the worker could not be started ({exc})")
         how = _how(timed_out, returncode, timeout_s)
         if not (work / STARTED).exists():
             tail = _tail(stderr)

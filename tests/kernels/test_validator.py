@@ -284,6 +284,13 @@ def test_a_worker_lost_before_the_candidate_started_is_the_harness_not_the_candi
         assert (r.status, r.reward) == ("harness", 0.0), r
         assert r.reasons == [f"harness: the worker ended ({how}) before the candidate started"]
 
+    def no_server(*args):
+        raise RuntimeError("the kernel fork server for device 'cpu' failed to start (exit 1)")
+
+    monkeypatch.setitem(validator.ISOLATIONS, "fork", no_server)
+    r = evaluate(RELU, HONEST)
+    assert r.status == "harness" and "could not be started" in r.reasons[0], r
+
 
 def test_the_validator_out_of_memory_is_the_harness():
     problem = RELU.replace("return [torch.randn(16, 256)]", "raise MemoryError('no room')")
