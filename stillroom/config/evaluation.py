@@ -4,15 +4,16 @@ ledger charges."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
 from .base import Effort, Letters, Name, PositiveInt, Probability, Section, tag
 from .generation import Server
 
-TEST_CASES = ("mixed_sign", "negative", "zero", "large", "odd_shape")
-TestCase = Literal["mixed_sign", "negative", "zero", "large", "odd_shape"]
+# the kernel validator's generated test cases (stillroom/kernels/cases.py)
+GeneratedCase = Literal["mixed_sign", "negative", "zero", "large", "odd_shape"]
+TEST_CASES: tuple[str, ...] = get_args(GeneratedCase)
 
 
 class ValidatorOptions(Section):
@@ -23,7 +24,7 @@ class ValidatorOptions(Section):
     )
     trials: PositiveInt = Field(3, description="fresh random inputs per candidate")
     timeout_s: float = Field(60.0, gt=0, description="hard limit per candidate process")
-    cases: list[TestCase] = Field(
+    cases: list[GeneratedCase] = Field(
         list(TEST_CASES),
         description="generated test cases run beyond the trials (stillroom/kernels/cases.py), each "
         "kept where the reference's outputs stay finite: mixed_sign, negative, zero and large "

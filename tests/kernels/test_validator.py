@@ -305,3 +305,13 @@ def test_a_channel_that_cannot_be_created_is_the_harness(monkeypatch):
     monkeypatch.setattr(validator.channel, "create", full)
     r = evaluate(RELU, HONEST)
     assert r.status == "harness" and "result channel could not be created" in r.reasons[0], r
+
+
+def test_a_job_the_worker_cannot_load_is_the_harness(monkeypatch):
+    """A real worker, through the fork server, that fails before any candidate code runs."""
+    import torch
+
+    monkeypatch.setattr(torch, "save", lambda obj, path: Path(path).write_bytes(b"not a job"))
+    r = evaluate(RELU, HONEST)
+    assert r.status == "harness", r
+    assert r.reasons[0].startswith("harness: the worker ended (exit 1) before the candidate"), r
