@@ -55,7 +55,7 @@ def _resized(template: list, sizes: dict[int, int], gen) -> list:
     out = []
     for x in template:
         if not isinstance(x, torch.Tensor) or x.dim() == 0:
-            out.append(x.clone() if isinstance(x, torch.Tensor) else x)
+            out.append(_clone(x))
             continue
         shape = [sizes.get(d, d) for d in x.shape]
         if x.is_floating_point() or x.is_complex():
@@ -63,7 +63,7 @@ def _resized(template: list, sizes: dict[int, int], gen) -> list:
             pick = torch.randint(
                 0, max(1, flat.numel()), (int(torch.Size(shape).numel()),), generator=gen
             )
-            out.append(flat[pick].reshape(shape).clone() if flat.numel() else x.new_zeros(shape))
+            out.append(flat[pick].reshape(shape) if flat.numel() else x.new_zeros(shape))
         elif x.dtype == torch.bool:
             out.append(torch.randint(0, 2, shape, generator=gen).bool())
         else:
