@@ -148,7 +148,7 @@ def evaluate(
         try:
             layout = _write_channel(work, inputs, expected)
         except OSError as exc:
-            return _harness(reasons, f"the result channel could not be created ({exc})")
+            return _harness(reasons, f"the data channel could not be created ({exc})")
         torch.save(
             {
                 "init_inputs": init_inputs,
@@ -206,9 +206,13 @@ def evaluate(
         correct = result["stage"] == "done"
         if correct:
             # the worker reaches "done" only after every case's outputs went into the channel
-            correct = _check(
-                work, layout, labels, inputs, expected, scaled, result, device, reasons
-            )
+            try:
+                correct = _check(
+                    work, layout, labels, inputs, expected, scaled, result, device, reasons
+                )
+            # the validator's own failure to read or compare, not the candidate's
+            except (OSError, MemoryError) as exc:
+                return _harness(reasons, f"the outputs could not be read or compared ({exc!r})")
     speedup = None
     if correct and result.get("seconds"):
         speedup = _reference_seconds(model, inputs[0], device) / result["seconds"]

@@ -304,7 +304,7 @@ def test_a_channel_that_cannot_be_created_is_the_harness(monkeypatch):
 
     monkeypatch.setattr(validator.channel, "create", full)
     r = evaluate(RELU, HONEST)
-    assert r.status == "harness" and "result channel could not be created" in r.reasons[0], r
+    assert r.status == "harness" and "data channel could not be created" in r.reasons[0], r
 
 
 def test_a_job_the_worker_cannot_load_is_the_harness(monkeypatch):
