@@ -200,7 +200,9 @@ def test_honest_candidate_earns_full_reward():
 def test_cheat_earns_nothing(name):
     source, why = CHEATS[name]
     r = evaluate(RELU, source, timeout_s=20)
-    assert r.reward == 0 and r.status == ("timeout" if name == "hangs" else "scored"), (name, r)
+    # charged to the candidate, never to the harness (a loaded machine may time a slow one out)
+    assert r.reward == 0 and r.status != "harness", (name, r)
+    assert r.status == "timeout" or name != "hangs", r
     assert any(why in reason for reason in r.reasons), (name, r.reasons)
 
 
