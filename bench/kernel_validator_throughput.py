@@ -4,10 +4,11 @@ Scores every reference solution of stillroom/kernels with ``stillroom.kernels.ev
 isolations: ``fork`` (a child of a warm server that has imported torch and triton; the server is
 started before the clock runs) and ``process`` (a fresh interpreter per candidate: start, import
 torch and triton, run, compare), each with the OS sandbox (bubblewrap, isolation.py) and without
-(``--os-sandbox``). Then runs the same check in this process (import the candidate from its file,
-run it on the same inputs, compare) as the baseline. Prints candidates per minute for each, their
-ratios to the baseline, what the OS sandbox costs per candidate, and the bare costs of starting a
-worker process and the fork servers.
+(``--os-sandbox``), all with every generated test case (cases.py); then ``fork`` on the trials
+alone (``cases=[]``), for the cost of the cases. Then runs the same check in this process (import
+the candidate from its file, run it on the trials' inputs, compare) as the baseline. Prints
+candidates per minute for each, their ratios to the baseline, what the OS sandbox and the cases
+cost per candidate, and the bare costs of starting a worker process and the fork servers.
 
     TRITON_INTERPRET=1 python bench/kernel_validator_throughput.py [--limit 48] [--trials 3]
         [--workers 2] [--os-sandbox both|on|off]
@@ -87,13 +88,14 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", "import torch, triton"], check=True, cwd=tmp)
         start_s = time.perf_counter() - t0
 
-    def isolated(how: str) -> tuple[float, int]:
+    def isolated(how: str, **cases) -> tuple[float, int]:
         def reward(p: Path) -> float:
             return evaluate(
                 p.read_text(),
                 (KERNELS / "solutions" / p.name).read_text(),
                 trials=args.trials,
                 isolation=how,
+                **cases,
             ).reward
 
         t0 = time.perf_counter()
@@ -110,6 +112,8 @@ def main() -> None:
         server_s[sandboxed] = time.perf_counter() - t0
         for how in ("fork", "process"):
             runs[how, sandboxed] = isolated(how)
+    # the last sandbox setting's fork server, on the trials alone
+    bare_s, bare_ok = isolated("fork", cases=[])
 
     t0 = time.perf_counter()
     passed = sum(in_process(p, args.trials) for p in problems)
@@ -128,6 +132,7 @@ def main() -> None:
     ]
     for name, secs, ok in [
         *rows,
+        (f"fork server, no cases ({args.workers} at once)", bare_s, f"reward 1: {bare_ok}"),
         ("in-process baseline (one at a time)", inproc_s, f"correct: {passed}"),
     ]:
         print(
@@ -152,6 +157,11 @@ def main() -> None:
                 f"candidate, {off / on:.2f}x the throughput without it"
             )
     print(f"a bare `import torch, triton` process: {start_s:.2f} s")
+    fork_s = runs["fork", sandboxes[-1]][0]
+    print(
+        f"generated test cases: {(fork_s - bare_s) * args.workers / n:5.2f} s more per candidate "
+        f"(fork server, {fork_s / bare_s:.2f}x the time of the trials alone)"
+    )
 
 
 if __name__ == "__main__":

@@ -4,12 +4,16 @@ ledger charges."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
 from .base import Effort, Letters, Name, PositiveInt, Probability, Section, tag
 from .generation import Server
+
+# the kernel validator's generated test cases (stillroom/kernels/cases.py)
+GeneratedCase = Literal["mixed_sign", "negative", "zero", "large", "odd_shape"]
+TEST_CASES: tuple[str, ...] = get_args(GeneratedCase)
 
 
 class ValidatorOptions(Section):
@@ -29,6 +33,13 @@ class ValidatorOptions(Section):
     )
     max_instructions: PositiveInt = Field(
         2000, description="static estimate of a kernel's instructions (loops unrolled) at most"
+    )
+    cases: list[GeneratedCase] = Field(
+        list(TEST_CASES),
+        description="generated test cases run beyond the trials (stillroom/kernels/cases.py), each "
+        "kept where the reference's outputs stay finite: mixed_sign, negative, zero and large "
+        "(x1e3, atol scaled by the outputs' magnitude) redraw the floating inputs; odd_shape "
+        "changes sizes to odd ones; [] runs the trials only",
     )
 
 

@@ -3,14 +3,18 @@
 fork server (forkserver.py), which has imported torch and triton already. Both paths run ``main``
 unchanged.
 
-The parent (validator.py) writes ``candidate.py`` and ``job.pt`` (init inputs, the reference's
-state dict, the inputs of every trial) into a scratch directory and never lets this process see
-the reference. Here the candidate is imported from its file (Triton needs real source), built,
+The parent (validator.py) writes ``candidate.py``, ``job.pt`` (init inputs, the reference's
+state dict, the layout of every trial's and case's inputs and outputs) and the channel file with
+their inputs (channel.py) into a scratch directory and never lets this process see the
+reference. Here the candidate is imported from its file (Triton needs real source), built,
 loaded with the reference's weights and run on every trial. Recorded as it runs: each Triton kernel
 launch (the launch path is wrapped) and each torch operation made outside a launch (a
 TorchFunctionMode), so a forward that lets torch do the work, or defines a kernel it never
-launches, is caught at run time as well as in the AST. Outputs, the inputs as they came back, and
-the records go to ``result.pt``; the parent compares.
+launches, is caught at run time as well as in the AST. Each output is copied into its region of
+the channel once its shape and dtype match the layout (on CPU the inputs are their regions, so
+they come back as the candidate left them); the records go to ``result.pt``; the parent compares.
+The file ``started``, made just before candidate code runs, tells the parent that a later failure
+is the candidate's.
 
 Before any candidate code runs, the sandbox's audit hook (sandbox.py; Python code cannot remove it)
 refuses sockets, subprocesses, forks, signals to other processes and file writes (C-level writes
@@ -31,6 +35,7 @@ import traceback
 from pathlib import Path
 
 from .. import sandbox
+from . import channel
 
 # Torch operations the forward path may make outside kernels: allocation, shapes, views, metadata.
 ALLOCATIONS = {"torch.empty", "torch.empty_like", "torch.empty_strided", "torch.Tensor.new_empty"}
@@ -264,15 +269,26 @@ def _to(value, device):
 
 
 MEMORY_LIMIT_BYTES = 8 << 30  # address space of a CPU worker: torch and triton take ~3 GiB of it
-FILE_LIMIT_BYTES = 256 << 20
+FILE_LIMIT_BYTES = 256 << 20  # result.pt holds metadata only; the data goes through the channel
+STARTED = "started"  # created once the job is loaded, just before candidate code runs
+
+
+def _memory_limit(work: Path) -> int:
+    """The address space of a CPU worker: the fixed allowance, the job's mapped files, and as much
+    again as the channel for the candidate's outputs and working memory, so that the machine, not
+    the harness, bounds an honest kernel's size."""
+    data = (work / channel.FILE).stat().st_size
+    return MEMORY_LIMIT_BYTES + (work / "job.pt").stat().st_size + 2 * data
 
 
 def main(scratch: str, device: str) -> None:
     """Run the candidate in ``scratch`` (the current directory) and end the process: never
     returns."""
+    work = Path(scratch)
     # CUDA maps far more virtual memory than it uses: no address-space cap there.
     sandbox.limit(
-        memory_bytes=MEMORY_LIMIT_BYTES if device == "cpu" else None, file_bytes=FILE_LIMIT_BYTES
+        memory_bytes=_memory_limit(work) if device == "cpu" else None,
+        file_bytes=FILE_LIMIT_BYTES,
     )
     import torch
 
@@ -282,13 +298,13 @@ def main(scratch: str, device: str) -> None:
     # Triton launches on the current device: make it the job's GPU
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
-    work = Path(scratch)
-    job = torch.load(work / "job.pt", weights_only=True)
+    # the weights mapped, not read in; every case's data is in the channel
+    job = torch.load(work / "job.pt", weights_only=True, mmap=True)
+    data = channel.Mapping(work / channel.FILE, writable=True)
     result: dict = {
         "stage": "import",
         "error": None,
-        "outputs": [],
-        "inputs_after": [],
+        "outputs": [],  # per case run: None (its outputs are in the channel) or why not
         "seconds": None,
         "aliased": [],
     }
@@ -298,6 +314,9 @@ def main(scratch: str, device: str) -> None:
     (launch / "tmp").mkdir(parents=True, exist_ok=True)
     os.environ.update(TRITON_CACHE_DIR=str(launch / "triton-cache"), TMPDIR=str(launch / "tmp"))
     tempfile.tempdir = str(launch / "tmp")
+    # Up to here a failure is the harness's; the parent tells by this file (candidate code cannot
+    # delete it: the audit hook refuses).
+    (work / STARTED).touch()
     launch_codes = _wrap_launches()
     sandbox.guard(box=_writable, allow=_allow)
     _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -321,15 +340,21 @@ def main(scratch: str, device: str) -> None:
         model.load_state_dict(state)
         result["stage"] = "forward"
         audit = _audit_mode(str(work / "candidate.py"), launch_codes)
-        for inputs in job["trials"]:
-            inputs = _to(inputs, device)
+        for layout in job["trials"]:
+            # on CPU the inputs are their regions of the channel: a modification shows there
+            sent = data.inputs(layout)
+            inputs = _to(sent, device)
             with torch.no_grad(), audit:  # only the candidate's forward is audited
                 out = model(*inputs)
             result["aliased"] += _aliases(out, inputs)
-            result["outputs"].append(_to(out, "cpu"))
-            result["inputs_after"].append(_to(inputs, "cpu"))
+            result["outputs"].append(channel.put(data, layout, out))
+            if device != "cpu":  # the inputs as they came back, from the GPU
+                for s, x in zip(sent, inputs, strict=True):
+                    if isinstance(s, torch.Tensor):
+                        s.copy_(x)
         if device.startswith("cuda") and job.get("time_reps"):
-            result["seconds"] = _time(model, _to(job["trials"][0], device), job["time_reps"])
+            first = _to(data.inputs(job["trials"][0]), device)
+            result["seconds"] = _time(model, first, job["time_reps"])
         result["stage"] = "done"
     # any failure of candidate code is a result, SystemExit too
     except BaseException as exc:  # noqa: BLE001

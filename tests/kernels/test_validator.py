@@ -1,6 +1,7 @@
 """The dual-reward validator: every reference solution earns 1; every cheat earns 0, with a
 reason."""
 
+import errno
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -360,13 +361,16 @@ def test_honest_candidate_earns_full_reward():
         1,
     )
     assert r.speedup is None  # timed on GPU only
+    assert r.status == "scored"
 
 
 @pytest.mark.parametrize("name", list(CHEATS))
 def test_cheat_earns_nothing(name):
     source, why = CHEATS[name]
     r = evaluate(RELU, source, timeout_s=20)
-    assert r.reward == 0, (name, r)
+    # charged to the candidate, never to the harness (a loaded machine may time a slow one out)
+    assert r.reward == 0 and r.status != "harness", (name, r)
+    assert r.status == "timeout" or name != "hangs", r
     assert any(why in reason for reason in r.reasons), (name, r.reasons)
 
 
@@ -656,3 +660,49 @@ def test_aliases_name_each_output_sharing_an_inputs_memory():
         "output 2 shares memory with input 1",
     ]
     assert _aliases(x.clone(), [x]) == []
+
+
+def test_a_worker_lost_before_the_candidate_started_is_the_harness_not_the_candidate(monkeypatch):
+    """No "started" file: whatever ended the worker (killed while loading its job, a fork server
+    that died first, a timeout while loading) happened before any candidate code ran."""
+    for outcome, how in (
+        ((False, -9, ""), "killed by SIGKILL"),
+        ((False, None, ""), "the kernel fork server died"),
+        ((True, -9, ""), "timed out after 60 s"),
+    ):
+        monkeypatch.setitem(validator.ISOLATIONS, "fork", lambda *a, outcome=outcome: outcome)
+        r = evaluate(RELU, HONEST)
+        assert (r.status, r.reward) == ("harness", 0.0), r
+        assert r.reasons == [f"harness: the worker ended ({how}) before the candidate started"]
+
+    def no_server(*args):
+        raise RuntimeError("the kernel fork server for device 'cpu' failed to start (exit 1)")
+
+    monkeypatch.setitem(validator.ISOLATIONS, "fork", no_server)
+    r = evaluate(RELU, HONEST)
+    assert r.status == "harness" and "could not be started" in r.reasons[0], r
+
+
+def test_the_validator_out_of_memory_is_the_harness():
+    problem = RELU.replace("return [torch.randn(16, 256)]", "raise MemoryError('no room')")
+    r = evaluate(problem, HONEST)
+    assert r.status == "harness" and "out of memory building the inputs" in r.reasons[0], r
+
+
+def test_a_channel_that_cannot_be_created_is_the_harness(monkeypatch):
+    def full(path, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(validator.channel, "create", full)
+    r = evaluate(RELU, HONEST)
+    assert r.status == "harness" and "data channel could not be created" in r.reasons[0], r
+
+
+def test_a_job_the_worker_cannot_load_is_the_harness(monkeypatch):
+    """A real worker, through the fork server, that fails before any candidate code runs."""
+    import torch
+
+    monkeypatch.setattr(torch, "save", lambda obj, path: Path(path).write_bytes(b"not a job"))
+    r = evaluate(RELU, HONEST)
+    assert r.status == "harness", r
+    assert r.reasons[0].startswith("harness: the worker ended (exit 1) before the candidate"), r
