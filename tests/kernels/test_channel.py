@@ -53,7 +53,7 @@ BIG_RELU = textwrap.dedent('''
     def get_init_inputs():
         return []
     ''')
-# one program per 2^20 elements: few enough launches for Triton's interpreter
+# one program per 2^20 elements: few enough programs for Triton's interpreter
 BIG_BLOCK_RELU = textwrap.dedent("""
     import torch
     import torch.nn as nn
@@ -62,17 +62,23 @@ BIG_BLOCK_RELU = textwrap.dedent("""
 
 
     @triton.jit
-    def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+    def relu_kernel(x_ptr, out_ptr, n, per_program, BLOCK: tl.constexpr):
+        # each program walks its span block by block: few programs for Triton's interpreter, and a
+        # block within the rule reward's limit
+        start = tl.program_id(0) * per_program
+        for i in range(0, per_program, BLOCK):
+            offs = start + i + tl.arange(0, BLOCK)
+            mask = offs < n
+            x = tl.load(x_ptr + offs, mask=mask)
+            tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
 
 
     class ModelNew(nn.Module):
         def forward(self, x):
             x = x.contiguous()
             out = torch.empty_like(x)
-            relu_kernel[(triton.cdiv(x.numel(), 1 << 20),)](x, out, x.numel(), BLOCK=1 << 20)
+            span = 1 << 20
+            relu_kernel[(triton.cdiv(x.numel(), span),)](x, out, x.numel(), span, BLOCK=2048)
             return out
     """)
 

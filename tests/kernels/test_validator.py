@@ -446,7 +446,7 @@ def test_an_output_that_is_its_input_is_refused():
     and ``return x`` would match: the worker refuses outputs sharing memory with an input."""
     positive = RELU.replace("torch.randn(16, 256)", "torch.rand(16, 256)")
     source = candidate("launch(x, torch.empty_like(x))\nreturn x.view_as(x)")
-    r = evaluate(positive, source)
+    r = evaluate(positive, source, cases=[])  # the trials alone: the generated cases fail it too
     assert r.exec_reward == 1 and r.reward == 0, r
     assert "output 0 shares memory with input 0" in r.reasons, r.reasons
 
