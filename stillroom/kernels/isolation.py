@@ -4,7 +4,8 @@ shared by its threads, restarted if it dies), or a fresh interpreter (~2 s more 
 Either way it has a hard timeout, after which it and everything it started are killed.
 
 Both run inside bubblewrap (sandbox.bwrap) where it can run: new PID, network and mount
-namespaces, a read-only root, a private /tmp, the caller's home hidden, an environment holding only
+namespaces, a read-only root (on CPU only the system directories, this Python and this package; on
+a GPU the host's, for CUDA), a private /tmp, the caller's home hidden, an environment holding only
 what Python, Triton and CUDA need (never the caller's secrets), dying with the caller. The one
 writable place is the job directories' root (``jobs_root``) for a fork server, the job's own
 directory for a fresh process. Where bubblewrap cannot run, one loud warning, and the audit hook
@@ -39,6 +40,21 @@ PASSED_ENV_PREFIXES = ("TRITON_", "CUDA_")
 
 def _sandboxed(device: str) -> bool:
     return OS_SANDBOX and sandbox.bwrap_available(gpu=device != "cpu")
+
+
+def _readable(device: str) -> list[str] | None:
+    """What a sandbox on CPU may read beyond the system directories and this Python: this package
+    (from each PYTHONPATH entry that has one), never the repository, data or results around it.
+    On a GPU the host's whole root (CUDA's libraries, /etc/ld.so.cache, /sys), the home hidden."""
+    if device != "cpu":
+        return None
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    roots += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [
+        os.path.join(root, "stillroom") if os.path.isdir(os.path.join(root, "stillroom")) else root
+        for root in roots
+        if os.path.isdir(root)
+    ]
 
 
 def _environment(device: str, home: str) -> dict[str, str]:
@@ -98,7 +114,12 @@ def run_process(work: Path, device: str, timeout_s: float) -> tuple[bool, int | 
     env = _environment(device, str(work))
     if _sandboxed(device):
         argv = sandbox.bwrap(
-            argv, cwd=str(work), writable=[str(work)], env=env, gpu=device != "cpu"
+            argv,
+            cwd=str(work),
+            writable=[str(work)],
+            env=env,
+            gpu=device != "cpu",
+            readable=_readable(device),
         )
     proc = subprocess.Popen(
         argv,
@@ -189,6 +210,7 @@ class _ForkServer:
                 writable=[str(jobs_root())],
                 env=env,
                 gpu=self.device != "cpu",
+                readable=_readable(self.device),
                 as_pid_1=True,
             )
         try:
