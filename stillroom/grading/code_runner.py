@@ -183,13 +183,9 @@ def _fail(code: int):
     os._exit(code)
 
 
-# The candidate's side: everything here can be replaced by the program; it only ever answers.
-
-
-def candidate(sandbox_py: str, in_fd: int, out_fd: int) -> None:
-    sys.dont_write_bytecode = True
+def _start(sandbox_py: str, in_fd: int, out_fd: int):
+    """Either side's start: its spec (stdin), its channel, and its resource limits in force."""
     spec = json.loads(sys.stdin.buffer.read())
-    channel = Channel(in_fd, out_fd)
     sandbox = _load_sandbox(sandbox_py)
     sandbox.limit(
         cpu_s=spec["cpu_s"],
@@ -197,6 +193,15 @@ def candidate(sandbox_py: str, in_fd: int, out_fd: int) -> None:
         file_bytes=spec["file_bytes"],
         processes=0,
     )
+    return spec, Channel(in_fd, out_fd), sandbox
+
+
+# The candidate's side: everything here can be replaced by the program; it only ever answers.
+
+
+def candidate(sandbox_py: str, in_fd: int, out_fd: int) -> None:
+    sys.dont_write_bytecode = True
+    spec, channel, sandbox = _start(sandbox_py, in_fd, out_fd)
     sandbox.guard(box=os.getcwd())
     module = types.ModuleType("solution")  # not __main__: demo blocks reading stdin stay off
     sys.modules["solution"] = module
@@ -323,15 +328,7 @@ def _proxy(channel: Channel, name: str):
 
 
 def judge(sandbox_py: str, in_fd: int, out_fd: int) -> None:
-    spec = json.loads(sys.stdin.buffer.read())
-    channel = Channel(in_fd, out_fd)
-    sandbox = _load_sandbox(sandbox_py)
-    sandbox.limit(
-        cpu_s=spec["cpu_s"],
-        memory_bytes=spec["memory_bytes"],
-        file_bytes=spec["file_bytes"],
-        processes=0,
-    )
+    spec, channel, sandbox = _start(sandbox_py, in_fd, out_fd)
     entry = spec["entry_point"]
     try:
         hello = channel.receive()
