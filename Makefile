@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test venv clean gpu-check
+.PHONY: run test venv bwrap clean gpu-check
 
 $(BIN)/stillroom: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,16 @@ $(BIN)/stillroom: pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test]"
 	touch $@
 
-venv: $(BIN)/stillroom
+# bubblewrap, the OS sandbox of untrusted code (stillroom/sandbox.py): installed with apt-get when
+# missing and running as root; otherwise the sandbox warns loudly and runs without it
+bwrap:
+	@command -v bwrap >/dev/null || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || { \
+	  echo "installing bubblewrap"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends bubblewrap >/dev/null \
+	  || echo "WARNING: could not install bubblewrap: untrusted code runs without an OS sandbox" >&2; }
+
+venv: $(BIN)/stillroom bwrap
 
 run: venv
 	$(BIN)/snakemake --cores $(CORES)

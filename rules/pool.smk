@@ -22,7 +22,7 @@ rule benchmark:
 rule pool:
     input:
         benchmarks=list(BENCHMARKS.values()),
-        files=[s["path"] for s in SOURCES if s.get("path", "").endswith(LOCAL_DATA)],
+        files=[s["path"] for s in SOURCES if (s.get("path") or "").endswith(LOCAL_DATA)],
         kernels=KERNEL_FILES,
     output:
         **tracked(

@@ -309,6 +309,8 @@ class _Planner:
     def _kernel_problems(self, source: KernelSource) -> int:
         if source.problems:
             return len(source.problems)
+        if source.path:  # JSONL rows, one problem each
+            return count_rows(self._path(source.path))
         # the project's set, the files of dir, or a generated family
         from .kernels.problemset import problem_count
 

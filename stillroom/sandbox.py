@@ -3,8 +3,9 @@ process itself before any of that code runs (never in ``preexec_fn``, which is u
 parent has threads). The code grader's programs and the kernel validator's candidates both run
 under it.
 
-The hook refuses starting processes, signalling other processes, ctypes, sockets and DNS, and every
-write, delete, rename, link or mode change outside ``box`` (with no box: anywhere); reading stays
+The hook refuses starting processes, signalling other processes, ctypes, sockets and DNS, raising
+a resource limit above its value when the hook was installed, and every write, delete, rename, link
+or mode change outside ``box`` (with no box: anywhere), SQLite databases included; reading stays
 allowed (imports need it). A caller may let some events through, e.g. a compiler started inside a
 Triton launch. Python code cannot remove an audit hook, but a C extension or another path around it
 could escape: this guards against careless, runaway or reward-gaming code, not a determined
@@ -16,6 +17,7 @@ else can be imported.
 
 from __future__ import annotations
 
+import glob
 import os
 import resource
 import shutil
@@ -96,6 +98,12 @@ def guard(
     lets through an event that would be refused."""
     readlink, realpath = os.readlink, os.path.realpath
     fixed = realpath(box) if isinstance(box, str) else None
+    infinity = resource.RLIM_INFINITY
+    fixed_limits = {
+        getattr(resource, name): resource.getrlimit(getattr(resource, name))
+        for name in dir(resource)
+        if name.startswith("RLIMIT_")
+    }
 
     def current() -> str | None:
         if callable(box):
@@ -124,6 +132,12 @@ def guard(
             refuse(event, args, event)
         elif event == "import" and args[0] == "_posixsubprocess":
             refuse(event, args, "import _posixsubprocess")
+        elif event == "sqlite3.connect":
+            sqlite_target(args[0])
+        elif event == "resource.setrlimit" and raises_limit(*args):
+            refuse(event, args, "raising a resource limit")
+        elif event == "resource.prlimit" and raises_limit(args[1], args[2]):
+            refuse(event, args, "raising a resource limit")
         elif event == "open":
             path, mode, flags = args
             if path is None or isinstance(path, int):
@@ -144,6 +158,27 @@ def guard(
                 if not inside(target):
                     refuse(event, args, f"{event} on {target} outside the box")
 
+    def sqlite_target(database) -> None:
+        # sqlite3 creates and writes its files from C, unseen by the "open" event
+        if isinstance(database, (str, bytes, os.PathLike)):
+            name = os.fsdecode(os.fspath(database))
+            if name == ":memory:":
+                return
+            if not name.startswith("file:") and inside(where(name)):
+                return
+        refuse("sqlite3.connect", (database,), f"an SQLite database at {database!r}")
+
+    def raises_limit(res: int, limits) -> bool:
+        if limits is None:  # a query
+            return False
+        soft, hard = limits
+        old_soft, old_hard = fixed_limits.get(res, (infinity, infinity))
+
+        def above(new, old):
+            return old != infinity and (new == infinity or new > old)
+
+        return above(soft, old_soft) or above(hard, old_hard)
+
     def guarded(fn):  # os.mkfifo and os.mknod raise no audit event
         def wrapper(path, *a, dir_fd=None, **k):
             if not inside(where(path, dir_fd)):
@@ -153,7 +188,7 @@ def guard(
         return wrapper
 
     import _posixsubprocess
-    import subprocess  # noqa: F401 - imported first, so that "import subprocess" still works
+    import subprocess  # imported first, so that "import subprocess" still works
 
     fork_exec = _posixsubprocess.fork_exec
 
@@ -161,7 +196,8 @@ def guard(
         refuse("_posixsubprocess.fork_exec", args, "_posixsubprocess.fork_exec")
         return fork_exec(*args, **kwargs)
 
-    _posixsubprocess.fork_exec = checked_fork_exec
+    # subprocess keeps its own reference, taken at its import
+    _posixsubprocess.fork_exec = subprocess._fork_exec = checked_fork_exec
     os.mkfifo, os.mknod = guarded(os.mkfifo), guarded(os.mknod)
     sys.addaudithook(hook)
 
@@ -169,12 +205,17 @@ def guard(
 # The OS-level sandbox around the whole process: bubblewrap. The audit hook above stays on top.
 _BWRAP_WARNED: list[bool] = []
 _BWRAP_OK: dict[bool, bool] = {}
+# the host's directories a sandbox with a minimal root sees (read-only), where they exist
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+TMP_BYTES = 64 << 20  # the size of a minimal root's private /tmp
 
 
-def _bwrap_base(gpu: bool) -> list[str]:
+def _bwrap_base(gpu: bool, readable: list[str] | None = None) -> list[str]:
     """Namespaces and mounts shared by every sandboxed process: new user (no capabilities), PID,
-    network, IPC, UTS and mount namespaces; a read-only root; a private /tmp; the caller's home
-    hidden (API keys, tokens); a cleared environment; killed when its parent dies."""
+    network, IPC, UTS and mount namespaces; a read-only root; a private /tmp; a cleared
+    environment; killed when its parent dies. The root is the host's (the caller's home hidden:
+    API keys, tokens), or with ``readable`` only the system directories, this Python and those
+    paths (no repository, data, results or /etc to read, no host socket to connect to)."""
     # bwrap itself is started with an empty environment: it is PID 1 inside, and its
     # /proc/1/environ would show the caller's
     cmd = [
@@ -189,24 +230,42 @@ def _bwrap_base(gpu: bool) -> list[str]:
         "--die-with-parent",
         "--new-session",
         "--clearenv",
-        "--ro-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
     ]
-    cmd += ["--dev-bind", "/dev", "/dev"] if gpu else ["--dev", "/dev"]
-    home = os.path.realpath(os.path.expanduser("~"))
-    if home not in ("/", "") and os.path.isdir(home):
-        cmd += ["--tmpfs", home]
-        # what Python needs from under the home (a pyenv interpreter, a venv, this package)
-        package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-        needed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, package)}
-        for path in sorted(needed):
-            if path.startswith(home + os.sep):
+    if readable is None:
+        cmd += ["--ro-bind", "/", "/"]
+    else:
+        for top in SYSTEM_DIRS:
+            if os.path.islink(top):  # merged /usr: /bin -> usr/bin
+                cmd += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                cmd += ["--ro-bind", top, top]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    if gpu:
+        # the GPU's nodes alone: all of the host's /dev would open its disks to a sandbox whose
+        # user owns them (root)
+        for node in sorted(glob.glob("/dev/nvidia*")):
+            cmd += ["--dev-bind", node, node]
+    if readable is not None:
+        # in memory: capped, so that writing to it cannot fill the host's RAM
+        cmd += ["--size", str(TMP_BYTES)]
+    cmd += ["--tmpfs", "/tmp"]
+    # What Python needs: the interpreter (a pyenv one, a venv) and this package. Bound after the
+    # mounts above, which would hide them (a checkout or a venv under /tmp, or the home).
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    python = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
+    if readable is None:
+        home = os.path.realpath(os.path.expanduser("~"))
+        if home not in ("/", "") and os.path.isdir(home):
+            cmd += ["--tmpfs", home]
+            for path in sorted(python | {package}):
+                if path.startswith(home + os.sep):
+                    cmd += ["--ro-bind", path, path]
+        for path in sorted(python | {package}):
+            if path == "/tmp" or path.startswith("/tmp/"):
                 cmd += ["--ro-bind", path, path]
+    else:
+        for path in sorted(python | {os.path.realpath(p) for p in readable}):
+            cmd += ["--ro-bind", path, path]
     return cmd
 
 
@@ -218,9 +277,14 @@ def bwrap_available(gpu: bool = False) -> bool:
 
         ok = shutil.which("bwrap") is not None
         why = "bwrap is not installed (Debian: apt-get install bubblewrap)"
-        if ok:
+        # both roots: the minimal one needs a newer bwrap (--size)
+        for readable in (None, []):
+            if not ok:
+                break
             probe = subprocess.run(
-                [*_bwrap_base(gpu), "--", "/bin/true"], capture_output=True, text=True
+                bwrap(["/bin/true"], cwd="/", gpu=gpu, readable=readable),
+                capture_output=True,
+                text=True,
             )
             ok = probe.returncode == 0
             why = f"bwrap cannot start a sandbox here: {probe.stderr.strip()[-300:]}"
@@ -246,14 +310,24 @@ def bwrap(
     writable: list[str] = (),
     env: dict[str, str] | None = None,
     gpu: bool = False,
+    readable: list[str] | None = None,
+    as_pid_1: bool = False,
 ) -> list[str]:
-    """``argv`` inside bubblewrap: only the directories in ``writable`` may be written (the first
-    of them, or ``cwd``, is the working directory), ``env`` is the whole environment, ``gpu``
-    exposes the host's device nodes (CUDA needs /dev/nvidia*)."""
-    cmd = _bwrap_base(gpu)
+    """``argv`` inside bubblewrap, started in ``cwd``: only the directories in ``writable`` may be
+    written, ``env`` is the whole environment (no secret: the sandbox may see bwrap's command
+    line as /proc/1/cmdline), ``gpu`` exposes the host's NVIDIA device nodes (/dev/nvidia*).
+    ``readable``: None shows the host's whole root (read-only); a list of paths shows only the
+    system directories, this Python and those paths (files or directories): ``cwd`` must be among
+    them or ``writable``. ``as_pid_1``: ``argv`` is PID 1 of the sandbox instead of bwrap's
+    reaper, whose descriptors (``argv``'s stdin, stdout and stderr) anything inside could open
+    through /proc/1/fd; PID 1 must then reap orphans, and ignores the signals sent from inside
+    that it has no handler for, SIGKILL and SIGSTOP included."""
+    cmd = _bwrap_base(gpu, readable) + (["--as-pid-1"] if as_pid_1 else [])
     for path in writable:
         real = os.path.realpath(path)
         cmd += ["--bind", real, real]
+    if readable is not None:
+        cmd += ["--remount-ro", "/"]  # the empty root bwrap builds the minimal one on
     for key, value in (env or {}).items():
         cmd += ["--setenv", key, value]
     return [*cmd, "--chdir", os.path.realpath(cwd), "--", *argv]

@@ -250,3 +250,11 @@ def test_the_cli_names_a_missing_figure(tmp_path, capsys):
     path.write_text(yaml.safe_dump(config))
     assert cli.main(["estimate", "--configfile", str(path), "--root", str(REPO)]) == 2
     assert "cost.estimate.benchmark_sizes.gpqa" in capsys.readouterr().err
+
+
+def test_kernel_problems_of_a_jsonl_file_are_counted_by_row(tmp_path):
+    config = load_yaml(REPO / "config" / "experiments" / "autotriton-8b.yaml")
+    path = tmp_path / "level1.jsonl"
+    path.write_text('{"code": "..."}\n' * 7)
+    config["sources"] = [{"name": "kb", "kind": "kernels", "path": str(path)}]
+    assert estimate(config).inputs["pool_prompts"] == 7  # heldout.size 0: evaluation is KernelBench

@@ -11,6 +11,8 @@ from .base import Name, PositiveInt, Section, tag
 # Local files a dataset spec may name instead of a hub id: suffix -> the datasets loader.
 LOCAL_DATA = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 AnswerKind = Literal["math", "choice", "code", "kernel", "ifeval"]
+# kernels.max_input_elements halves no size below this (why 16: stillroom/kernels/scaling.py)
+MIN_SCALED_SIZE = 16
 
 
 class WhereRule(Section):
@@ -121,15 +123,33 @@ class DatasetSource(DatasetSpec):
 
 
 class KernelSource(_Source):
-    """KernelBench-style problem files: the project's own set, those in ``dir``, or a generated
-    ``family`` (stillroom/kernels/family.py)."""
+    """KernelBench-style problem files: the project's own set, those in ``dir``, the rows of a
+    JSONL ``path``, or a generated ``family`` (stillroom/kernels/family.py)."""
 
     kind: Literal["kernels"]
     problems: Annotated[list[str], Field(min_length=1)] | None = Field(
-        None, description="problem file stems (default: all)"
+        None, description="problem names: file stems, or the JSONL rows' name (default: all)"
     )
     dir: str | None = Field(
-        None, description="a directory of problem files (default: the project's)"
+        None,
+        description="a directory of problem files, KernelBench's layout (19_ReLU.py: Model, "
+        "get_inputs, get_init_inputs) (default: the project's)",
+    )
+    path: str | None = Field(
+        None,
+        pattern=r"\.jsonl$",
+        description="a JSONL file of problems, one a row, as KernelBench's dataset rows: code "
+        "(the problem file's text, required), name (default: row<line>); level and problem_id "
+        "are kept in meta",
+    )
+    max_input_elements: PositiveInt | None = Field(
+        None,
+        description="scale each problem down until get_inputs() holds at most this many "
+        "elements in all (KernelBench's sizes are a GPU's): the module-level integer constants "
+        "that size the inputs are halved, the largest first, none below "
+        f"{MIN_SCALED_SIZE}, and the file is "
+        "rewritten so prompt and reference are the scaled problem; meta.scaled keeps the "
+        "original and scaled constants (null: files as written)",
     )
     family: Literal["elementwise"] | None = Field(
         None,
@@ -141,8 +161,10 @@ class KernelSource(_Source):
     def _unique(self) -> KernelSource:
         if self.problems and len(set(self.problems)) != len(self.problems):
             raise ValueError("problems: each problem may be listed once")
-        if self.family and self.dir:
-            raise ValueError("family: a generated family has no dir; give one of them")
+        if self.dir and self.path:
+            raise ValueError("dir and path: give one (files of a directory, or JSONL rows)")
+        if self.family and (self.dir or self.path):
+            raise ValueError("family: a generated family has no dir or path; give one of them")
         return self
 
 

@@ -4,12 +4,16 @@ ledger charges."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
 from .base import Effort, Letters, Name, PositiveInt, Probability, Section, tag
 from .generation import Server
+
+# the kernel validator's generated test cases (stillroom/kernels/cases.py)
+GeneratedCase = Literal["mixed_sign", "negative", "zero", "large", "odd_shape"]
+TEST_CASES: tuple[str, ...] = get_args(GeneratedCase)
 
 
 class ValidatorOptions(Section):
@@ -20,6 +24,23 @@ class ValidatorOptions(Section):
     )
     trials: PositiveInt = Field(3, description="fresh random inputs per candidate")
     timeout_s: float = Field(60.0, gt=0, description="hard limit per candidate process")
+    # the rule reward's launch limits (AutoTriton's validate_syntax; stillroom.kernels.rules)
+    max_block_size: PositiveInt = Field(
+        2048, description="largest block size (a power of two) a launch may use"
+    )
+    max_threads_per_block: PositiveInt = Field(
+        1024, description="num_warps x 32 of a launch may not exceed it"
+    )
+    max_instructions: PositiveInt = Field(
+        2000, description="static estimate of a kernel's instructions (loops unrolled) at most"
+    )
+    cases: list[GeneratedCase] = Field(
+        list(TEST_CASES),
+        description="generated test cases run beyond the trials (stillroom/kernels/cases.py), each "
+        "kept where the reference's outputs stay finite: mixed_sign, negative, zero and large "
+        "(x1e3, atol scaled by the outputs' magnitude) redraw the floating inputs; odd_shape "
+        "changes sizes to odd ones; [] runs the trials only",
+    )
 
 
 class Kernels(ValidatorOptions):

@@ -110,7 +110,7 @@ class Experiment(Section):
                     )
         for i, s in enumerate(self.sources if procedural else []):
             # JSONL rows may carry the structured form (meta) the teacher answers from
-            if s.kind == "dataset" or (isinstance(s, KernelSource) and s.dir):
+            if s.kind == "dataset" or (isinstance(s, KernelSource) and (s.dir or s.path)):
                 problems.append(
                     f"sources.{i} ({s.name}): the procedural teacher answers generated "
                     "problems, JSONL rows with their structured form (meta) and the project's "
@@ -277,7 +277,11 @@ class Experiment(Section):
             elif bench.local:
                 check(f"benchmarks.{name}.path", bench.path)
         for i, s in enumerate(self.sources):
-            if s.kind == "jsonl" or (s.kind == "dataset" and s.local):
+            if (
+                s.kind == "jsonl"
+                or (s.kind == "dataset" and s.local)
+                or (isinstance(s, KernelSource) and s.path)
+            ):
                 check(f"sources.{i}.path", s.path)
             elif isinstance(s, KernelSource) and s.dir:
                 check(f"sources.{i}.dir", s.dir, want_dir=True)

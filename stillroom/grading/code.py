@@ -5,10 +5,16 @@ JSON ``{"tests": "<python>" or ["<line>", ...], "entry_point": "name"}``. With a
 name must be defined by the program, and tests that define HumanEval's ``check(candidate)`` get it
 called with it.
 
-The program (formats.extract_program) runs with the tests in ``python -I -S -B`` in a fresh
-temporary directory (cwd, HOME and TMPDIR), with a minimal environment, stdin on /dev/null, a
-wall-clock timeout that kills the whole process group, and the sandbox (sandbox.py: CPU, memory,
-file size and process limits, and an audit hook confining writes to that directory).
+Two processes (code_runner.py): the candidate runs the program (formats.extract_program) and then
+answers calls of its top-level functions over a pair of pipes; the judge runs the tests with those
+names bound to proxies, and its exit status alone is the verdict. The candidate never sees the
+tests and cannot reach the judge: whatever it prints, patches or forges, it only chooses its own
+return values, which cross as plain data. Each runs in ``python -I -S -B`` inside bubblewrap
+(sandbox.bwrap: own PID, network and mount namespaces, a minimal read-only root with a private
+/tmp, a cleared environment), the candidate with only its own fresh directory writable (cwd, HOME
+and TMPDIR), under the sandbox's resource limits and audit hook; stdin is /dev/null and a
+wall-clock timeout kills both. Without bubblewrap (sandbox.bwrap_available warns once, loudly) the
+same two processes run under the limits and the audit hook alone.
 """
 
 from __future__ import annotations
@@ -17,8 +23,6 @@ import importlib.metadata
 import json
 import math
 import os
-import re
-import secrets
 import shutil
 import signal
 import subprocess
@@ -37,51 +41,12 @@ MEMORY_MB = 1024
 FILE_SIZE_MB = 16
 _TAIL = 4000  # bytes of stderr kept in a result
 
-# The child's script. It sets up the sandbox (sandbox.py, loaded from its file: under -I -S nothing
-# else can be imported) before any model code runs. Placeholders are filled with repr()s of
-# values.
-_HARNESS = r"""
-import importlib.util, os, sys, traceback, types
-sys.dont_write_bytecode = True
-_TOKEN = os.environ.pop("STILLROOM_TOKEN", "")
-_spec = importlib.util.spec_from_file_location("stillroom_sandbox", __SANDBOX__)
-_sandbox = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_sandbox)
-_sandbox.limit(cpu_s=__CPU__, memory_bytes=__MEMORY__, file_bytes=__FSIZE__, processes=0)
-_exit, _write = os._exit, os.write
-_sandbox.guard(box=os.getcwd())
-
-def _fail(code):
-    traceback.print_exc()
-    sys.stderr.flush()
-    _exit(code)
-
-_ENTRY = __ENTRY__
-_mod = types.ModuleType("solution")  # not __main__: demo blocks reading stdin stay off
-sys.modules["solution"] = _mod
-try:
-    exec(compile(__PROGRAM__, "solution.py", "exec"), _mod.__dict__)
-except BaseException:
-    _fail(3)  # a program that does not run at all is an error, not a failed test
-_tests = dict(_mod.__dict__)
-_tests.pop("check", None)
-try:
-    if _ENTRY is not None and not callable(_tests.get(_ENTRY)):
-        raise NameError(f"entry point {_ENTRY!r} is not defined by the program")
-    exec(compile(__TESTS__, "tests.py", "exec"), _tests)
-    if _ENTRY is not None and callable(_tests.get("check")):
-        _tests["check"](_tests[_ENTRY])
-except AssertionError:
-    _fail(2)
-except BaseException:
-    _fail(3)
-try:
-    sys.stdout.flush()
-except BaseException:
-    pass
-_write(1, ("\n" + _TOKEN + "\n").encode())  # written last: only a run that got here can have passed
-_exit(0)
-"""
+RUNNER = os.path.join(os.path.dirname(os.path.realpath(__file__)), "code_runner.py")
+# where the sandbox binds it (stdlib only, under -I -S: a venv's interpreter or its base, alike)
+PYTHON = os.path.realpath(sys.executable)
+EXIT_PASSED, EXIT_FAILED = 0, 2  # the judge's exit statuses (code_runner.py); others: an error
+# bwrap reports a command killed by a signal as 128 + the signal
+_CPU_KILLED = {-signal.SIGXCPU, 128 + signal.SIGXCPU}
 
 
 @dataclass(frozen=True)
@@ -143,6 +108,54 @@ def _remove(box: str) -> None:
     shutil.rmtree(box, ignore_errors=True)
 
 
+def _start(role: str, work: str, fds: tuple[int, int], **streams: Any) -> subprocess.Popen:
+    """One side of a run, talking over ``fds`` (in, out) and reading its spec from stdin. The
+    candidate works in ``work``, the one directory it may write; the judge writes nowhere, and
+    under bubblewrap sees no directory of the host's but the interpreter and its own code."""
+    argv = [PYTHON, "-I", "-S", "-B", RUNNER, role, sandbox.__file__]
+    argv += [str(fd) for fd in fds]
+    candidate = role == "candidate"
+    boxed = sandbox.bwrap_available()
+    if boxed and not candidate:
+        work = "/tmp"  # its private one
+    env = {"PATH": os.defpath, "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8"}
+    if boxed:
+        argv = sandbox.bwrap(
+            argv,
+            cwd=work,
+            writable=[work] if candidate else [],
+            env=env,
+            readable=[RUNNER, sandbox.__file__],
+        )
+    return subprocess.Popen(
+        argv,
+        cwd=None if boxed else work,
+        env=None if boxed else env,  # bwrap is started with an empty one and sets env inside
+        stdin=subprocess.PIPE,
+        pass_fds=fds,
+        start_new_session=True,
+        **streams,
+    )
+
+
+def _send_spec(proc: subprocess.Popen, spec: dict) -> None:
+    """The spec on the process's stdin, which then stays at its end (a program reading stdin
+    reads nothing)."""
+    try:
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
+    except BrokenPipeError:  # it died before reading: its exit status tells
+        pass
+
+
+def _kill(proc: subprocess.Popen) -> int:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group: anything it started goes too
+    except ProcessLookupError:
+        pass
+    return proc.wait()
+
+
 def run_program(
     program: str,
     tests: str,
@@ -152,67 +165,77 @@ def run_program(
     memory_mb: int = MEMORY_MB,
     tmp_root: str | None = None,
 ) -> CodeResult:
-    """Run ``program`` then ``tests`` in a sandboxed child; ``tmp_root`` holds its temporary
-    directory."""
+    """Run ``program`` in a sandboxed candidate process and ``tests`` in a sandboxed judge process
+    calling it; ``tmp_root`` holds their temporary directory."""
     box = tempfile.mkdtemp(prefix="stillroom-code-", dir=tmp_root)
-    # printed by the harness after the tests: exit 0 alone proves nothing
-    token = secrets.token_hex(16)
     start = time.monotonic()
+    deadline = start + timeout_s
+
+    def left() -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    limits = {
+        "cpu_s": math.ceil(timeout_s) + 1,
+        "memory_bytes": memory_mb << 20,
+        "file_bytes": FILE_SIZE_MB << 20,
+    }
+    # the candidate's own directory, and the judge's working directory without bubblewrap
+    work = {side: os.path.join(box, side) for side in ("candidate", "judge")}
+    for path in work.values():
+        os.mkdir(path)
+    to_candidate, to_judge = os.pipe(), os.pipe()  # (read end, write end) each
+    procs: list[subprocess.Popen] = []
     try:
-        values = {
-            "SANDBOX": sandbox.__file__,
-            "CPU": math.ceil(timeout_s) + 1,
-            "MEMORY": memory_mb << 20,
-            "FSIZE": FILE_SIZE_MB << 20,
-            "PROGRAM": program,
-            "TESTS": tests,
-            "ENTRY": entry_point,
-        }
-        # One pass, so a program that happens to contain "__TESTS__" is not substituted into.
-        harness = re.sub(
-            r"__(SANDBOX|CPU|MEMORY|FSIZE|PROGRAM|TESTS|ENTRY)__",
-            lambda m: repr(values[m[1]]),
-            _HARNESS,
-        )
-        with open(os.path.join(box, "_run.py"), "w") as f:
-            f.write(harness)
-        env = {
-            "PATH": os.defpath,
-            "HOME": box,
-            "TMPDIR": box,
-            "LANG": "C.UTF-8",
-            "STILLROOM_TOKEN": token,
-        }
         with (
-            open(os.path.join(box, "_stdout"), "w+b") as out,
-            open(os.path.join(box, "_stderr"), "w+b") as err,
+            open(os.path.join(box, "candidate.out"), "w+b") as out,
+            open(os.path.join(box, "candidate.err"), "w+b") as err,
+            open(os.path.join(box, "judge.err"), "w+b") as judge_err,
         ):
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", "_run.py"],
-                cwd=box,
-                env=env,
-                stdin=subprocess.DEVNULL,
+            judge = _start(
+                "judge",
+                work["judge"],
+                (to_judge[0], to_candidate[1]),
+                stdout=subprocess.DEVNULL,
+                stderr=judge_err,
+            )
+            procs.append(judge)
+            candidate = _start(
+                "candidate",
+                work["candidate"],
+                (to_candidate[0], to_judge[1]),
                 stdout=out,
                 stderr=err,
-                start_new_session=True,
             )
+            procs.append(candidate)
+            for fd in (*to_candidate, *to_judge):  # theirs now: an exit is seen as an end of file
+                os.close(fd)
+            to_candidate = to_judge = ()
+            _send_spec(judge, {"tests": tests, "entry_point": entry_point, **limits})
+            _send_spec(candidate, {"program": program, **limits})
             try:
-                rc, timed_out = proc.wait(timeout=timeout_s), False
+                judge_rc, timed_out = judge.wait(timeout=left()), False
             except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # the group: anything it started goes too
-                except ProcessLookupError:
-                    pass
-                rc, timed_out = proc.wait(), True
-            stdout, stderr = _tail(out, 200), _tail(err)
+                judge_rc, timed_out = _kill(judge), True
+            # The verdict is in; a candidate still running is killed (it ends on its own at the
+            # judge's end of file, but need not).
+            try:
+                candidate_rc = candidate.wait(timeout=min(0.5, left()))
+            except subprocess.TimeoutExpired:
+                candidate_rc = _kill(candidate)
+            procs.clear()
+            stderr = (_tail(err) + _tail(judge_err))[-_TAIL:]
     finally:
+        for proc in procs:
+            _kill(proc)
+        for fd in (*to_candidate, *to_judge):
+            os.close(fd)
         _remove(box)
-    if timed_out or rc == -signal.SIGXCPU:
+    if timed_out or {judge_rc, candidate_rc} & _CPU_KILLED:
         status = "timeout"
-    elif rc == 0 and stdout.rstrip().endswith(token):
+    elif judge_rc == EXIT_PASSED:
         status = "passed"
     else:
-        status = "failed" if rc == 2 else "error"
+        status = "failed" if judge_rc == EXIT_FAILED else "error"
     return CodeResult(
         status == "passed", status, stderr, program, round(time.monotonic() - start, 3)
     )
@@ -254,5 +277,9 @@ def info(options: Options) -> dict[str, Any]:
     return {
         "name": "code-sandbox",
         "version": importlib.metadata.version("stillroom"),
-        "options": {"sandbox_timeout_s": TIMEOUT_S, "python": "-I -S -B, audit hook"},
+        "options": {
+            "sandbox_timeout_s": TIMEOUT_S,
+            "python": "-I -S -B, audit hook, tests in a separate judge process",
+            "bwrap": sandbox.bwrap_available(),
+        },
     }

@@ -1,5 +1,6 @@
 """Kernel answers: the kernel track's reward (kernels/reward.py); correct means reward 1, and the
-grade's details keep every flag and reason of the validator."""
+grade's details keep every flag and reason of the validator. A failure of the validator itself
+grades "harness", never a wrong answer (the kernel tables leave it out)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import importlib.metadata
 from dataclasses import asdict
 from typing import Any
 
-from ..kernels.reward import score, timed_out
+from ..kernels.reward import harness_failed, score, timed_out
 from .result import Grade, Options
 
 MARGIN_S = 60.0  # over the candidate's limit: process start, the reference's run, the comparison
@@ -16,7 +17,15 @@ MARGIN_S = 60.0  # over the candidate's limit: process start, the reference's ru
 def grade(response: str, gold: str, options: Options) -> Grade:
     """``gold`` is the problem's source: the validator runs it as the reference."""
     result = score(gold, response, options.kernel, seed=options.seed)
-    status = "no_answer" if not result.answered else "timeout" if timed_out(result) else "ok"
+    status = (
+        "no_answer"
+        if not result.answered
+        else "timeout"
+        if timed_out(result)
+        else "harness"
+        if harness_failed(result)
+        else "ok"
+    )
     return Grade(result.reward == 1.0, None, status, details=asdict(result))
 
 

@@ -15,7 +15,8 @@ class Grade:
     correct: bool
     extracted: str | None
     # "ok" (right or wrong), "no_answer", "gold_unparseable" (a benchmark problem, not a wrong
-    # answer), "timeout", or "crashed" (the worker died on this item, e.g. killed for memory)
+    # answer), "timeout", "crashed" (the worker died on this item, e.g. killed for memory), or
+    # "harness" (the kernel validator itself failed: not the answer's fault)
     status: str
     details: dict[str, Any] | None = None  # per-kind extras: instruction scores, the run's status
 

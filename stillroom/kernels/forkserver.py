@@ -7,12 +7,18 @@ in a session of its own. The server is a fresh interpreter started by isolation.
 the caller (which may have threads, CUDA or a trainer), and it never initialises CUDA itself, so
 that each child can.
 
-Protocol, one JSON object a line. In, on stdin: ``{"id": n, "dir": job dir}``. Out, on stdout:
-``{"ready": pid}`` once the imports are done; ``{"id": n, "pid": pid}`` when a child has started
-(the caller may ``killpg`` it); ``{"id": n, "exit": code, "stderr": tail}`` when it has ended and
-been reaped (``code`` as ``Popen.returncode``: negative for a signal; ``tail``: its last 4 KiB of
-stderr). The server exits on EOF of stdin, or when the thread that started it ends
-(PR_SET_PDEATHSIG); a child dies with the server.
+Protocol, one JSON object a line. In, on stdin: ``{"id": n, "dir": job dir}``, and
+``{"id": n, "kill": true}`` to kill job n's process group if it has not been reaped yet (the
+server runs in a PID namespace of its own under bubblewrap, so the caller cannot signal by pid).
+Out, on stdout: ``{"ready": pid}`` once the imports are done; ``{"id": n, "pid": pid}`` when a
+child has started (pids as the server sees them); ``{"id": n, "exit": code, "stderr": tail}`` when
+it has ended and been reaped (``code`` as ``Popen.returncode``: negative for a signal; ``tail``:
+its last 4 KiB of stderr). The server exits on EOF of stdin, or when the thread that started it
+ends (PR_SET_PDEATHSIG); a child dies with the server. Under bubblewrap the server is PID 1 of
+its namespace: it reaps the orphans of its children too.
+
+The server and its children are not dumpable: a candidate cannot read another's or the server's
+/proc entries (its working directory, its open pipes, its memory), nor trace them.
 """
 
 from __future__ import annotations
@@ -29,13 +35,15 @@ from . import worker
 
 STDERR_TAIL = 4096
 _PR_SET_PDEATHSIG = 1
-# loaded here: a child's audit hook refuses ctypes.dlopen
-_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_DUMPABLE = 4
 
 
-def _die_with_parent(sig: int) -> None:
+def _prctl(option: int, value: int) -> None:
+    """prctl(2), through a libc handle that lives only for the call: none stays where candidate
+    code could reach it (a child calls this before its audit hook refuses ctypes.dlopen)."""
     if sys.platform.startswith("linux"):  # elsewhere the server ends on EOF only
-        _libc.prctl(_PR_SET_PDEATHSIG, sig)
+        if ctypes.CDLL(None, use_errno=True).prctl(option, value) != 0:
+            raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
 
 
 class _Child:
@@ -60,9 +68,9 @@ class _Child:
 def _run_child(job_dir: str, device: str, err: int, inherited: list[int], server: int) -> None:
     """In the forked child: become the candidate's worker. Never returns."""
     try:
-        # its own process group: the caller kills it, and anything it starts, with killpg
+        # its own process group: the server kills it, and anything it starts, with killpg
         os.setsid()
-        _die_with_parent(signal.SIGKILL)
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != server:  # the server died before prctl
             os._exit(1)
         signal.set_wakeup_fd(-1)
@@ -86,7 +94,8 @@ def _run_child(job_dir: str, device: str, err: int, inherited: list[int], server
 
 
 def serve(device: str) -> None:
-    _die_with_parent(signal.SIGKILL)  # also ends the children: they die with this process
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # also ends the children: they die with this process
+    _prctl(_PR_SET_DUMPABLE, 0)  # inherited by every child (until an exec)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's; it closes our stdin
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # read when triton is imported
@@ -123,6 +132,15 @@ def serve(device: str) -> None:
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
                     job = json.loads(line)
+                    if job.get("kill"):
+                        # only a child not reaped yet: a reaped one's pid may be reused
+                        for pid, child in children.items():
+                            if child.id == job["id"]:
+                                try:
+                                    os.killpg(pid, signal.SIGKILL)
+                                except ProcessLookupError:  # before its setsid
+                                    os.kill(pid, signal.SIGKILL)
+                        continue
                     err_r, err_w = os.pipe()
                     inherited = [err_r, wake_r, wake_w, out.fileno(), sel.fileno()]
                     pid = os.fork()
@@ -145,11 +163,16 @@ def serve(device: str) -> None:
                         pass
                 except BlockingIOError:
                     pass
-                while children:
-                    pid, status = os.waitpid(-1, os.WNOHANG)
+                while True:
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
                     if not pid:
                         break
-                    child = children.pop(pid)
+                    child = children.pop(pid, None)
+                    if child is None:  # an orphan of a candidate: PID 1 inherits them
+                        continue
                     child.read(sel)
                     if child.err is not None:  # held open by a descendant: what came so far
                         sel.unregister(child.err)

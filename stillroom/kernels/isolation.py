@@ -1,29 +1,131 @@
 """How a kernel candidate's worker process is run (worker.py): forked from a warm fork server that
 has imported torch and triton once (forkserver.py; one server per calling process and device,
 shared by its threads, restarted if it dies), or a fresh interpreter (~2 s more per candidate).
-Either way it has a hard timeout, after which its whole process group is killed."""
+Either way it has a hard timeout, after which it and everything it started are killed.
+
+Both run inside bubblewrap (sandbox.bwrap) where it can run: new PID, network and mount
+namespaces, a read-only root (on CPU only the system directories, this Python and this package; on
+a GPU the host's, for CUDA), a private /tmp, the caller's home hidden, an environment holding only
+what Python, Triton and CUDA need (never the caller's secrets), dying with the caller. The one
+writable place is the job directories' root (``jobs_root``) for a fork server, the job's own
+directory for a fresh process. Where bubblewrap cannot run, one loud warning, and the audit hook
+and resource limits of worker.py stand alone (on top of it, they stay); the environment is
+cleared all the same.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+
+from .. import sandbox
+
+OS_SANDBOX = True  # False: never bubblewrap, even where it runs (bench: its cost)
+KILL_GRACE_S = 10.0  # a server that has not reported a killed job's end by then is killed whole
+# what the sandboxed process may see of the caller's environment: nothing else reaches it
+PASSED_ENV = ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "CC")
+PASSED_ENV_PREFIXES = ("TRITON_", "CUDA_")
+
+
+def _sandboxed(device: str) -> bool:
+    return OS_SANDBOX and sandbox.bwrap_available(gpu=device != "cpu")
+
+
+def _readable(device: str) -> list[str] | None:
+    """What a sandbox on CPU may read beyond the system directories and this Python: this package
+    (from each PYTHONPATH entry that has one), never the repository, data or results around it.
+    On a GPU the host's whole root (CUDA's libraries, /etc/ld.so.cache, /sys), the home hidden."""
+    if device != "cpu":
+        return None
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    roots += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [
+        os.path.join(root, "stillroom") if os.path.isdir(os.path.join(root, "stillroom")) else root
+        for root in roots
+        if os.path.isdir(root)
+    ]
+
+
+def _environment(device: str, home: str) -> dict[str, str]:
+    """The whole environment of a worker or fork server: HOME and TMPDIR in its writable area."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key in PASSED_ENV or key.startswith(PASSED_ENV_PREFIXES)
+    }
+    env.update(PYTHONDONTWRITEBYTECODE="1", HOME=home, TMPDIR=home)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+_root: dict[str, object] = {}
+_root_lock = threading.Lock()
+
+
+def jobs_root() -> Path:
+    """This process's directory of job directories, created on first use and removed at exit.
+    Mode 0o300: entries can be made and entered, not listed, so that one job cannot find
+    another's (randomly named) directory by listing."""
+    with _root_lock:
+        if _root.get("pid") != os.getpid():  # a forked child makes its own
+            path = Path(tempfile.mkdtemp(prefix="stillroom-kernel-jobs-"))
+            (path / "home").mkdir()  # the fork servers' HOME and TMPDIR
+            path.chmod(0o300)
+            _root.update(pid=os.getpid(), path=path)
+            atexit.register(_remove_root, path, os.getpid())
+        return _root["path"]
+
+
+def _remove_root(path: Path, owner: int) -> None:
+    if os.getpid() == owner:
+        with contextlib.suppress(OSError):
+            path.chmod(0o700)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def job_dir() -> Iterator[Path]:
+    """A fresh job directory under ``jobs_root()`` (mode 0o700), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="job-", dir=jobs_root()))
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            path.chmod(0o700)  # the candidate may have changed it
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def run_process(work: Path, device: str, timeout_s: float) -> tuple[bool, int | None, str]:
     """A fresh interpreter runs the worker: (timed out, exit code, stderr)."""
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
+    # -P: neither the working directory nor the script's is put on sys.path
+    argv = [sys.executable, "-P", "-m", "stillroom.kernels.worker", str(work), device]
+    env = _environment(device, str(work))
+    if _sandboxed(device):
+        argv = sandbox.bwrap(
+            argv,
+            cwd=str(work),
+            writable=[str(work)],
+            env=env,
+            gpu=device != "cpu",
+            readable=_readable(device),
+        )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "stillroom.kernels.worker", str(work), device],
+        argv,
         cwd=work,
         env=env,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -32,7 +134,9 @@ def run_process(work: Path, device: str, timeout_s: float) -> tuple[bool, int | 
     try:
         _, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it started
+        # the worker and anything it started; under bubblewrap, killing bwrap (the group's
+        # leader, a process of ours) ends its PID namespace with everything in it
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return True, proc.returncode, ""
     return False, proc.returncode, stderr
@@ -47,7 +151,9 @@ def run_forked(work: Path, device: str, timeout_s: float) -> tuple[bool, int | N
         job = server.submit(work)
         if not job.done.wait(timeout_s):
             server.kill(job)
-            job.done.wait()  # the server reports the exit, or dies
+            if not job.done.wait(KILL_GRACE_S):  # a stopped or wedged server
+                server.proc.kill()
+                job.done.wait()
             return True, job.exit, ""
         if job.pid is not None:
             break
@@ -57,8 +163,8 @@ def run_forked(work: Path, device: str, timeout_s: float) -> tuple[bool, int | N
 class _Job:
     def __init__(self, work: Path):
         self.id, self.dir = next(_job_ids), work
-        self.pid: int | None = None  # the candidate's process, once the server has forked it
-        self.killed = False  # timed out before its pid arrived: killed when it does
+        # the candidate's pid in the server's PID namespace, once forked: never signalled here
+        self.pid: int | None = None
         self.exit: int | None = None
         self.stderr = ""
         self.done = threading.Event()
@@ -66,7 +172,8 @@ class _Job:
 
 class _ForkServer:
     """This process's side of one fork server (forkserver.py). Requests go to its stdin under a
-    lock; a thread reads its replies and matches them to their jobs by id."""
+    lock; a thread reads its replies and matches them to their jobs by id. The server kills its
+    own children on request: under bubblewrap the pids it sees are not this process's."""
 
     def __init__(self, device: str):
         self.device = device
@@ -88,17 +195,30 @@ class _ForkServer:
             )
 
     def _serve(self) -> None:
-        # This thread starts the server and lives as long as it does: PR_SET_PDEATHSIG fires when
-        # the *thread* that started a process ends, and evaluate often runs on pool threads that
-        # come and go.
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-        if self.device == "cpu":
-            env["TRITON_INTERPRET"] = "1"
+        # This thread starts the server and lives as long as it does: PR_SET_PDEATHSIG (and
+        # bwrap's --die-with-parent) fires when the *thread* that started a process ends, and
+        # evaluate often runs on pool threads that come and go.
+        home = jobs_root() / "home"
+        env = _environment(self.device, str(home))
+        argv = [sys.executable, "-P", "-m", "stillroom.kernels.forkserver", self.device]
+        if _sandboxed(self.device):
+            # PID 1 itself, not bwrap's reaper: that would hold the protocol's pipes where a
+            # candidate could open them (/proc/1/fd); nor can a candidate stop or kill PID 1
+            argv = sandbox.bwrap(
+                argv,
+                cwd=str(home),
+                writable=[str(jobs_root())],
+                env=env,
+                gpu=self.device != "cpu",
+                readable=_readable(self.device),
+                as_pid_1=True,
+            )
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "stillroom.kernels.forkserver", self.device],
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                cwd=home,
                 env=env,
                 text=True,
                 bufsize=1,
@@ -112,8 +232,6 @@ class _ForkServer:
                     job = self.jobs[msg["id"]]
                     if "pid" in msg:
                         job.pid = msg["pid"]
-                        if job.killed:
-                            _killpg(job.pid)
                     else:
                         job.exit, job.stderr = msg["exit"], msg["stderr"]
                         del self.jobs[job.id]
@@ -129,6 +247,16 @@ class _ForkServer:
                 self.proc.kill()
                 self.proc.wait()
 
+    def _send(self, msg: dict) -> bool:
+        """False if the server has died."""
+        try:
+            with self.write_lock:
+                self.proc.stdin.write(json.dumps(msg) + "\n")
+                self.proc.stdin.flush()
+            return True
+        except (OSError, ValueError):
+            return False
+
     def submit(self, work: Path) -> _Job:
         job = _Job(work)
         with self.lock:
@@ -136,56 +264,43 @@ class _ForkServer:
             if alive:
                 self.jobs[job.id] = job
         if alive:
-            try:
-                with self.write_lock:
-                    self.proc.stdin.write(json.dumps({"id": job.id, "dir": str(work)}) + "\n")
-                    self.proc.stdin.flush()
+            if self._send({"id": job.id, "dir": str(work)}):
                 return job
-            except (OSError, ValueError):  # the server has died
-                with self.lock:
-                    self.jobs.pop(job.id, None)
+            with self.lock:
+                self.jobs.pop(job.id, None)
         job.done.set()  # never started: no pid
         return job
 
     def kill(self, job: _Job) -> None:
-        """Kill the job's process group (its candidate and anything it started), now or once it has
-        one."""
-        with self.lock:
-            job.killed = True
-            # Not once its exit is reported: the server has reaped it, and its pid may belong to
-            # another.
-            if job.pid is not None and not job.done.is_set():
-                _killpg(job.pid)
-
-
-def _killpg(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:  # already gone
-        pass
+        """Have the server kill the job's process group (its candidate and anything it started).
+        Requests are served in order, so the job has been forked by then; one already reaped is
+        left alone (its pid may be another's)."""
+        self._send({"id": job.id, "kill": True})
 
 
 _job_ids = itertools.count()
-_servers: dict[str, _ForkServer] = {}
+_servers: dict[tuple[str, bool], _ForkServer] = {}
 _servers_lock = threading.Lock()
 
 
 def fork_server(device: str) -> _ForkServer:
     """This process's live fork server for ``device``: started on first use, restarted once
     dead."""
+    key = (device, _sandboxed(device))
     with _servers_lock:
-        server = _servers.get(device)
+        server = _servers.get(key)
         if server is None or not server.alive or server.proc.poll() is not None:
-            server = _servers[device] = _ForkServer(device)
+            server = _servers[key] = _ForkServer(device)
         return server
 
 
 def _forget_servers() -> None:
     """In a forked child of this process: the servers' reader threads did not come along; start
     anew."""
-    global _servers_lock
+    global _servers_lock, _root_lock
     _servers.clear()
     _servers_lock = threading.Lock()
+    _root_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_servers)

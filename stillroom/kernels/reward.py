@@ -22,4 +22,9 @@ def score(
 
 
 def timed_out(result: KernelResult) -> bool:
-    return any(reason.startswith("timed out") for reason in result.reasons)
+    return result.status == "timeout"
+
+
+def harness_failed(result: KernelResult) -> bool:
+    """The validator failed, not the candidate: its rewards say nothing of the answer."""
+    return result.status == "harness"

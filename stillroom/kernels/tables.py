@@ -4,7 +4,9 @@ rules), each compared with the base and the fine-tune by a paired bootstrap over
 ``fast_p`` where speedups were timed (GPU).
 
 Every rate is over all samples: an answer without a complete code block ("answers" 0) fails every
-metric.
+metric. A problem on which the validator itself failed for any sample of any model (grade status
+"harness": no score, not a wrong answer) is left out of every model's rates, so that the pairing
+holds, and counted in the caption.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import csv
 import io
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 from ..analysis.grids import grade_grid, scores
 from ..analysis.stats import VERDICT, holm_comparisons, paired_bootstrap
@@ -71,6 +75,17 @@ def run(
                 f"kernel tables: model '{name}' was not evaluated on the same problems and sample "
                 f"indices as '{base}' ({grades.shape} vs {shape}); pairing is impossible"
             )
+    # the validator's own failures are no one's score: their problems leave every model's grid
+    failed = np.zeros(shape[0], dtype=bool)
+    for _, grades, *_ in grids.values():
+        failed |= np.array([[g.get("status") == "harness" for g in row] for row in grades]).any(1)
+    if failed.all():
+        raise DataError(
+            f"kernel tables: the validator failed (grade status 'harness') on every one of the "
+            f"{shape[0]} problems; nothing to compare"
+        )
+    grids = {name: (idx, grades[~failed], *rest) for name, (idx, grades, *rest) in grids.items()}
+    shape = grids[base][1].shape
     metrics = dict(METRICS)
     timed = any(
         _details(g).get("speedup") is not None
@@ -104,8 +119,13 @@ def run(
             deltas[pair][metric] = c
     pct = round(100 * params.confidence)
     names = list(metrics)
+    left_out = (
+        f" ({int(failed.sum())} more left out: the validator failed on them, not the answers)"
+        if failed.any()
+        else ""
+    )
     caption = (
-        f"{params.benchmark}: {shape[0]} kernel problems × {shape[1]} samples. "
+        f"{params.benchmark}: {shape[0]} kernel problems × {shape[1]} samples{left_out}. "
         "Rates over all samples; "
         f"Δ: paired bootstrap over problems ({params.n_resamples} resamples), {pct}% CI, Holm's "
         "correction per metric; * marks a difference whose CI excludes 0 and survives Holm. "
@@ -180,5 +200,6 @@ def run(
     return {
         "models": len(graded),
         "timed": timed,
+        "harness_left_out": int(failed.sum()),
         "rates": {m: {k: round(v, 4) for k, v in r.items()} for m, r in rates.items()},
     }

@@ -55,12 +55,14 @@ def run(
         )
         for kind in sorted(kinds)
     }
-    # A wrong answer is a graded one that is not right; no answer, timeouts and unparseable golds
-    # are counted apart.
+    # A wrong answer is a graded one that is not right; no answer, timeouts, unparseable golds and
+    # failures of the kernel validator itself are counted apart.
     counts = {
         "correct": sum(g.correct for g in grades),
         "wrong": sum(g.status == "ok" and not g.correct for g in grades),
-        **{s: status[s] for s in ("no_answer", "timeout", "crashed", "gold_unparseable")},
+        **{
+            s: status[s] for s in ("no_answer", "timeout", "crashed", "gold_unparseable", "harness")
+        },
     }
     log(f"graded {len(rows)} samples: accuracy {accuracy}, status {dict(status)}")
     if counts["gold_unparseable"]:

@@ -5,7 +5,9 @@ Each step samples ``group_size`` completions for each of ``prompts_per_step`` pr
 completion's reward is execution x rules (kernels/reward.py), so a correct module that computes
 with torch instead of Triton earns 0. The reward is one function on purpose: TRL sums several
 reward functions before the group normalisation, and a separate rule reward added to the execution
-reward would pay a cheat half the credit instead of zeroing it.
+reward would pay a cheat half the credit instead of zeroing it. A completion the validator could not
+score (its own failure, KernelResult.status "harness") gets None: TRL leaves it out of its group's
+baseline and gives it no advantage, so the model is not trained on a 0 it did not earn.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from ..config import Grpo, ValidatorOptions
 from ..grading.formats import user_content
 from ..io import DataError, atomic_dir, read_jsonl, write_jsonl
-from ..kernels.reward import score
+from ..kernels.reward import harness_failed, score
 from ..runtime import launch
 from ..runtime.checkpoints import save_for_inference
 
@@ -40,7 +42,8 @@ class KernelReward:
     its own process, forked from the validator's warm server). The validator's inputs come from
     ``seed``, so a completion is scored once per problem: a small policy repeats itself often, in a
     group and across steps, and each repeat would cost a validator run for the same reward. Every
-    scored completion is kept in ``records``.
+    completion is kept in ``records``; one the validator failed on (status "harness") has rewards
+    None.
     """
 
     __name__ = "kernel_reward"  # TRL logs rewards/<name>/mean
@@ -62,17 +65,24 @@ class KernelReward:
                 self.validator_runs += 1
         if first:
             try:
-                future.set_result(self._validate(problem, text))
+                result = self._validate(problem, text)
+                future.set_result(result)
             except BaseException as exc:
                 future.set_exception(exc)
+                result = None
+            if result is None or result["status"] == "harness":  # the validator's failure: retry
+                with self._lock:
+                    self._scored.pop((problem, text), None)
         return future.result()
 
     def _validate(self, problem: str, text: str) -> dict[str, Any]:
         r = score(problem, text, self.options, seed=self.seed)
+        unscored = harness_failed(r)
         return {
-            "exec_reward": r.exec_reward,
-            "rule_reward": r.rule_reward,
-            "reward": r.reward,
+            "status": r.status,
+            "exec_reward": None if unscored else r.exec_reward,
+            "rule_reward": None if unscored else r.rule_reward,
+            "reward": None if unscored else r.reward,
             "compiled": r.compiled,
             "correct": r.correct,
             "launched_triton": r.launched_triton,
@@ -88,7 +98,7 @@ class KernelReward:
         trainer_state=None,
         log_metric: Callable[[str, float], Any] | None = None,
         **_,
-    ) -> list[float]:
+    ) -> list[float | None]:
         # Conversational completions arrive as [{"role": "assistant", "content": ...}]
         texts = [
             c if isinstance(c, str) else "".join(m["content"] or "" for m in c) for c in completions
@@ -101,8 +111,12 @@ class KernelReward:
             {"step": step, "prompt_id": pid, **s} for pid, s in zip(prompt_id, scored, strict=True)
         ]
         if log_metric is not None:
+            # over the completions the validator scored
+            ok = [s for s in scored if s["reward"] is not None]
             for key in ("exec_reward", "rule_reward", "launched_triton"):
-                log_metric(f"kernel/{key}", sum(float(s[key]) for s in scored) / len(scored))
+                if ok:
+                    log_metric(f"kernel/{key}", sum(float(s[key]) for s in ok) / len(ok))
+            log_metric("kernel/harness_failures", float(len(scored) - len(ok)))
         return [s["reward"] for s in scored]
 
 
@@ -255,6 +269,8 @@ def train_grpo(
         shutil.rmtree(tmp / "trainer", ignore_errors=True)
 
     n = len(records)
+    scored = [r for r in records if r["reward"] is not None]  # not the validator's failures
+    m = len(scored)
     per_step = [
         {"step": h["step"], **{k: h.get(k) for k in ("reward", "reward_std", "kl", "loss")}}
         for h in trainer.state.log_history
@@ -266,10 +282,11 @@ def train_grpo(
         "world_size": layout.world_size,
         "completions": n,
         "validator_runs": reward.validator_runs,  # distinct completions of a problem (rank 0's)
-        "reward_mean": sum(r["reward"] for r in records) / n if n else None,
-        "exec_mean": sum(r["exec_reward"] for r in records) / n if n else None,
-        "rule_mean": sum(r["rule_reward"] for r in records) / n if n else None,
-        "launch_rate": sum(r["launched_triton"] for r in records) / n if n else None,
+        "harness_failures": n - m,
+        "reward_mean": sum(r["reward"] for r in scored) / m if m else None,
+        "exec_mean": sum(r["exec_reward"] for r in scored) / m if m else None,
+        "rule_mean": sum(r["rule_reward"] for r in scored) / m if m else None,
+        "launch_rate": sum(r["launched_triton"] for r in scored) / m if m else None,
         "per_step": per_step,
         "trl_version": trl.__version__,
     }

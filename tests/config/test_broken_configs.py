@@ -196,6 +196,24 @@ BROKEN = [
     ),
     ("unknown kernel family", KERNELS, _set("sources.0.family", "matmul"), "sources.0.family"),
     (
+        "kernel problems file missing",
+        KERNELS_8B,
+        _set("sources.0.path", "no.jsonl"),
+        "sources.0.path: no.jsonl does not exist",
+    ),
+    (
+        "kernel problems from a dir and a file",
+        KERNELS_8B,
+        _set("sources.0", {"name": "k", "kind": "kernels", "dir": "d", "path": "p.jsonl"}),
+        "dir and path: give one",
+    ),
+    (
+        "kernel scaling to no elements",
+        KERNELS,
+        _set("sources.0.max_input_elements", 0),
+        "sources.0.max_input_elements",
+    ),
+    (
         "kernel problems twice",
         KERNELS,
         _set("sources.0.problems", ["relu", "relu"]),
@@ -831,6 +849,7 @@ BROKEN = [
     ),
     ("validator device", KERNELS, _set("kernels.device", "gpu"), "kernels.device"),
     ("validator trials", KERNELS, _set("kernels.trials", 0), "kernels.trials"),
+    ("validator block limit", KERNELS, _set("kernels.max_block_size", 0), "kernels.max_block_size"),
     (
         "kernel tables of an unknown benchmark",
         KERNELS,

@@ -1,15 +1,23 @@
-"""The code grader: gold formats, pass/fail, entry points, timeouts and clean-up."""
+"""The code grader: gold formats, pass/fail, entry points, timeouts and clean-up; the data that
+crosses between candidate and judge; candidates forging the verdict; running without bubblewrap."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from stillroom import sandbox
 from stillroom.grading.code import grade_code, parse_code_gold, run_program
+from stillroom.grading.code_runner import decode, encode
 from stillroom.io import read_jsonl
 
 from ..conftest import REPO
@@ -157,3 +165,167 @@ def test_shipped_benchmark_is_well_formed_and_solvable(root):
             ).status
             == "failed"
         ), entry
+
+
+def test_wire_format_round_trips_plain_data_and_refuses_the_rest():
+    values = [
+        None,
+        True,
+        -3,
+        10**40,
+        2.5,
+        float("inf"),
+        -float("inf"),
+        complex(1, -2),
+        "naïve",
+        b"\x00\xff",
+        bytearray(b"ab"),
+        [1, [2, (3, "x")]],
+        (),
+        {1, 2},
+        frozenset({(1, 2)}),
+        {(1, 2): {"a": [None]}, 3: 4.0, frozenset(): b""},
+        range(1, 10, 3),
+    ]
+    for value in values:
+        back = decode(json.loads(json.dumps(encode(value), allow_nan=False)))
+        assert back == value and type(back) is type(value), value
+    nan = decode(encode(float("nan")))
+    assert nan != nan
+    assert list(decode(encode(x * x for x in range(3)))) == [0, 1, 4]  # an iterator, as sent
+    # subclasses cross as their built-in base: an __eq__ of the candidate's never does
+    Always = type("Always", (int,), {"__eq__": lambda self, other: True, "__hash__": int.__hash__})
+    assert type(decode(encode(Always(7)))) is int and decode(encode(Always(7))) != 8
+    for bad in [object(), print, type, ..., Always.__eq__]:
+        with pytest.raises(TypeError, match="not plain data"):
+            encode(bad)
+    for bad in [
+        {"pickle": "x"},
+        {"tuple": 1},
+        {"float": "1e999"},
+        {"a": 1, "b": 2},
+        {"dict": [[1]]},
+    ]:
+        with pytest.raises(ValueError):
+            decode(bad)
+    with pytest.raises(TypeError):  # an unhashable key
+        decode({"dict": [[[1], 2]]})
+
+
+HUMANEVAL_STYLE = json.dumps(
+    {
+        "entry_point": "parse",
+        "tests": "import math\n"
+        "def check(candidate):\n"
+        "    assert candidate('1 2') == (1, 2)\n"
+        "    assert candidate('1 2', as_set=True) == {1, 2}\n"
+        "    assert list(candidate('3 4', lazy=True)) == [3, 4]\n"
+        "    assert math.isclose(half(3), 1.5)\n"
+        "    try:\n"
+        "        candidate('x')\n"
+        "    except ValueError as e:\n"
+        "        assert 'bad token' in str(e)\n"
+        "    else:\n"
+        "        raise AssertionError('no error')\n",
+    }
+)
+PARSE = (
+    "import math\n"
+    "class BadToken(ValueError):\n    pass\n"
+    "def half(x):\n    return x / 2\n"
+    "def sort_in_place(xs, seen):\n    xs.sort()\n    seen['sorted'] = True\n"
+    "def parse(s, as_set=False, lazy=False):\n"
+    "    if not s[0].isdigit():\n        raise BadToken('bad token ' + s)\n"
+    "    items = (int(t) for t in s.split())\n"
+    "    return items if lazy else set(items) if as_set else tuple(items)\n"
+)
+
+
+def test_calls_cross_with_their_types_keywords_and_exceptions(root):
+    """The tests see what they would see in-process: tuples stay tuples, sets sets, a generator
+    is iterable, a raised ValueError subclass is caught as a ValueError, a list sorted in place is
+    sorted; modules the program imported are there for the tests; a list where a tuple is
+    expected fails."""
+    result = grade_code(fenced(PARSE), HUMANEVAL_STYLE, timeout_s=5, tmp_root=str(root))
+    assert result.status == "passed", result.stderr_tail
+    as_list = PARSE.replace("else tuple(items)", "else list(items)")
+    result = grade_code(fenced(as_list), HUMANEVAL_STYLE, timeout_s=5, tmp_root=str(root))
+    assert result.status == "failed"
+    mbpp_style = (
+        "assert parse('5 6') == (5, 6)\nassert math.isclose(half(1), 0.5)\n"
+        "xs, seen = [3, 1, 2], {}\nassert sort_in_place(xs, seen) is None\n"
+        "assert xs == [1, 2, 3] and seen == {'sorted': True}\n"
+    )
+    assert grade_code(fenced(PARSE), mbpp_style, timeout_s=5, tmp_root=str(root)).passed
+
+
+# Candidates that try to forge the verdict instead of computing the answer. Each must earn
+# "failed" or "error": the tests and the verdict are in the judge's process.
+FORGERIES = {
+    # the old scheme: a pass token printed last, read from the initial environment
+    "token": "import os, sys\n"
+    "env = open('/proc/self/environ', 'rb').read().split(b'\\0')\n"
+    "for v in env:\n    print(v.decode(errors='replace').split('=')[-1])\n"
+    "print('passed')\nsys.stdout.flush()\n"
+    "def add(a, b):\n    return 0\n",
+    "exit before the tests": "import os\ndef add(a, b):\n    return 0\nos._exit(0)\n",
+    "patched builtins": "import builtins\n"
+    "builtins.AssertionError = type('Never', (Exception,), {})\n"
+    "builtins.__dict__['assert'] = None\n"
+    "def add(a, b):\n    return 0\n",
+    "always equal": "class Any:\n    def __eq__(self, other):\n        return True\n"
+    "def add(a, b):\n    return Any()\n",
+    "always equal int": "class Any(int):\n    def __eq__(self, other):\n        return True\n"
+    "    __hash__ = int.__hash__\n"
+    "def add(a, b):\n    return Any(0)\n",
+    # the candidate's own harness (code_runner.py runs as __main__) made to answer anything
+    "patched harness": "import sys\nmain = sys.modules['__main__']\n"
+    "main.encode = lambda value: True\n"
+    'forged = b\'{"verdict": "passed"}\\n\'\n'
+    "main.Channel.send = lambda self, message: main.os.write(self.out_fd, forged)\n"
+    "def add(a, b):\n    return 0\n",
+    # a greeting of its own on the judge's pipe, then gone
+    "forged greeting": "import os, sys\n"
+    "out = int(sys.argv[-1])\n"
+    'os.write(out, b\'{"callables": [], "modules": []}\\n{"return": 3}\\n\')\n'
+    "os._exit(0)\n",
+    # looking for the tests to answer from them: they are never in this process or its files
+    "read the tests": "import gc, glob, os\n"
+    "seen = [o for o in gc.get_objects() if isinstance(o, str) and 'MARKER' in o]\n"
+    "for path in glob.glob('../**', recursive=True) + glob.glob('/proc/*/cmdline'):\n"
+    "    try:\n        seen.append(open(path).read(10000))\n    except Exception:\n        pass\n"
+    "ANSWER = 3 if any('== 3' in s for s in seen) else 0\n"
+    "def add(a, b):\n    return ANSWER\n",
+}
+
+
+@pytest.mark.parametrize("name", FORGERIES)
+def test_forging_the_verdict_never_passes(root, name):
+    tests = "assert add(1, 2) == 3  # MARKER\nassert add(2, 2) == 4\n"
+    result = run_program(FORGERIES[name], tests, "add", timeout_s=5, tmp_root=str(root))
+    assert result.status in ("failed", "error"), (name, result.status, result.stderr_tail)
+
+
+def test_without_bubblewrap_one_loud_warning_and_the_same_verdicts(root, monkeypatch, capsys):
+    monkeypatch.setattr(sandbox, "_BWRAP_OK", {})
+    monkeypatch.setattr(sandbox, "_BWRAP_WARNED", [])
+    which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "bwrap" else which(name))
+    with pytest.warns(RuntimeWarning, match="NO OS SANDBOX: bwrap is not installed"):
+        assert not sandbox.bwrap_available()
+    assert "WARNING: NO OS SANDBOX" in capsys.readouterr().err
+    started = []
+    popen = subprocess.Popen
+
+    def spy(argv, **kwargs):
+        started.append(argv[0])
+        return popen(argv, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # warned once, never again
+        assert grade_code(fenced(ADD), GOLD, timeout_s=5, tmp_root=str(root)).status == "passed"
+        wrong = fenced(ADD.replace("+", "-"))
+        assert grade_code(wrong, GOLD, timeout_s=5, tmp_root=str(root)).status == "failed"
+    assert started == [os.path.realpath(sys.executable)] * 4  # no bwrap in front
+    assert capsys.readouterr().err == ""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from stillroom.grading import kernel
 from stillroom.grading.kernel import grade, info, item_limit
 from stillroom.grading.result import Options
+from stillroom.kernels import KernelResult
 from stillroom.teachers.procedural import ProceduralTeacher
 
 from ..conftest import kernel_records
@@ -29,5 +31,17 @@ def test_the_worker_waits_longer_than_the_validator_and_the_grader_is_named():
         "device": "cpu",
         "trials": 3,
         "timeout_s": 12.5,
+        "max_block_size": 2048,
+        "max_threads_per_block": 1024,
+        "max_instructions": 2000,
+        "cases": ["mixed_sign", "negative", "zero", "large", "odd_shape"],
         "seed": 4,
     }
+
+
+def test_a_failure_of_the_validator_itself_is_not_a_wrong_answer(monkeypatch):
+    harness = KernelResult(0.0, 0.0, 0.0, False, False, False, reasons=["harness: x"])
+    harness.status = "harness"
+    monkeypatch.setattr(kernel, "score", lambda *a, **k: harness)
+    g = grade("```python\nanything\n```", "gold", Options.parse({}))
+    assert (g.correct, g.status, g.details["status"]) == (False, "harness", "harness")

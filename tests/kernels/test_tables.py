@@ -1,6 +1,8 @@
 """The kernel track's tables: compile, correct, launch, rule and reward rates with paired CIs, and
 fast_p on timed speedups."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -99,3 +101,24 @@ def test_kernel_tables_rates_paired_cis_and_fast_p(tmp_path):
         kernel_tables.run(
             graded={"base": graded["base"]}, out_markdown=md, out_csv=csv_path, params=PARAMS
         )
+
+
+def test_a_problem_the_validator_failed_on_is_left_out_of_every_model(tmp_path):
+    graded = {
+        "base": _graded(tmp_path / "b.jsonl", 0.2, 0.5, n=10, seed=1),
+        "sft": _graded(tmp_path / "s.jsonl", 0.6, 0.9, n=10, seed=2),
+    }
+    rows = [json.loads(line) for line in open(graded["sft"])]
+    rows[3]["grade"] = {"correct": False, "status": "harness", "details": {"status": "harness"}}
+    write_jsonl(graded["sft"], rows)  # p01's second sample: the validator failed, not the answer
+    md, csv_path = str(tmp_path / "k.md"), str(tmp_path / "k.csv")
+    out = kernel_tables.run(
+        graded=graded, out_markdown=md, out_csv=csv_path, params=PARAMS, log=lambda _: None
+    )
+    assert out["harness_left_out"] == 1
+    assert "10 kernel problems" not in open(md).read()
+    assert "9 kernel problems × 2 samples (1 more left out" in open(md).read()
+    kept = [r for r in rows if r["prompt_id"] != "p01"]
+    assert out["rates"]["sft"]["reward"] == round(
+        sum(r["grade"]["details"]["reward"] for r in kept) / len(kept), 4
+    )

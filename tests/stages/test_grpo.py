@@ -12,8 +12,10 @@ from stillroom.cli import build_parser
 from stillroom.config import ConfigError, ValidatorOptions
 from stillroom.grading.formats import user_content
 from stillroom.io import DataError, read_jsonl, write_jsonl
+from stillroom.kernels import KernelResult
 from stillroom.kernels.reward import NO_CODE
 from stillroom.runtime.student import build_model, train_tokenizer
+from stillroom.stages import grpo
 from stillroom.stages.grpo import KernelReward, Params, load_problems, run
 
 KERNELS = Path(__file__).resolve().parents[2] / "stillroom" / "kernels"
@@ -101,12 +103,27 @@ def test_reward_is_execution_times_rules():
         "kernel/exec_reward": 4 / 6,
         "kernel/rule_reward": 2 / 6,
         "kernel/launched_triton": 2 / 6,
+        "kernel/harness_failures": 0.0,
     }
     # the validator's inputs come from the seed: a repeated completion is scored once, the same
     assert reward.validator_runs == 6
     again = reward(completions[::-1], answers[::-1], ids[::-1])
     assert again == expected[::-1] and reward.validator_runs == 6
     assert reward.records[6:] == [{**r, "step": None} for r in rows[5::-1]]
+
+
+def test_a_completion_the_validator_failed_on_gets_no_reward(monkeypatch):
+    """None, not 0: TRL leaves it out of its group's baseline and gives it no advantage."""
+    scored = KernelResult(1.0, 1.0, 1.0, True, True, True)
+    failed = KernelResult(0.0, 0.0, 0.0, False, False, False, reasons=["harness: lost"])
+    failed.status = "harness"
+    results = iter([scored, failed])
+    monkeypatch.setattr(grpo, "score", lambda *a, **k: next(results))
+    reward, logged = KernelReward(ValidatorOptions()), {}
+    scores = reward(["a", "b"], ["p", "p"], ["kb-x", "kb-x"], log_metric=logged.__setitem__)
+    assert scores == [1.0, None]
+    assert reward.records[1]["status"] == "harness" and reward.records[1]["exec_reward"] is None
+    assert logged["kernel/exec_reward"] == 1.0 and logged["kernel/harness_failures"] == 1.0
 
 
 def test_grpo_smoke_run_saves_a_loadable_model(kernel_setup, tmp_path, monkeypatch):
