@@ -349,6 +349,15 @@ class Grpo(Section):
     beta: float = Field(0.04, ge=0, description="KL coefficient")
     loss_type: LossType = "dapo"
     lr: float = Field(1e-6, gt=0)
+    optim: Literal["adamw_torch", "sgd"] = Field(
+        "adamw_torch",
+        description="the optimizer (a transformers optim name). sgd moves a weight in proportion "
+        "to its gradient; Adam moves every weight with any gradient by about lr, which on a tiny "
+        "model turns reward noise into damage (measured on autotriton-tiny)",
+    )
+    num_iterations: PositiveInt = Field(
+        1, description="gradient steps on each generation batch (TRL num_iterations; clipped by epsilon)"
+    )
     max_steps: PositiveInt = 100
     max_completion_length: PositiveInt = 1024
     temperature: float = Field(1.0, gt=0)

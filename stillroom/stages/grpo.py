@@ -148,9 +148,11 @@ def progress_callback(log: Callable[[str], Any]):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
                 kl = logs.get("kl")
+                norm = logs.get("grad_norm")
                 log(
                     f"step {state.global_step}/{state.max_steps} reward {logs['reward']:.3f} "
                     f"std {logs.get('reward_std', 0.0):.3f} kl {'-' if kl is None else f'{kl:.4g}'}"
+                    f" grad norm {'-' if norm is None else f'{norm:.3g}'}"
                 )
 
     return Progress()
@@ -209,6 +211,8 @@ def train_grpo(
         config = GRPOConfig(
             output_dir=str(tmp / "trainer"),
             learning_rate=p.lr,
+            optim=p.optim,
+            num_iterations=p.num_iterations,
             max_steps=p.max_steps,
             # One generation batch (prompts_per_step groups, over all processes) per optimizer step,
             # one group per micro-batch: TRL generates anew every gradient_accumulation_steps
@@ -272,7 +276,7 @@ def train_grpo(
     scored = [r for r in records if r["reward"] is not None]  # not the validator's failures
     m = len(scored)
     per_step = [
-        {"step": h["step"], **{k: h.get(k) for k in ("reward", "reward_std", "kl", "loss")}}
+        {"step": h["step"], **{k: h.get(k) for k in ("reward", "reward_std", "kl", "loss", "grad_norm")}}
         for h in trainer.state.log_history
         if "reward" in h
     ]

@@ -80,8 +80,8 @@ def test_family_source_gives_pool_records_the_teacher_answers():
     assert kernel_files(spec) == {}  # generated: nothing on disk but the generator
     chosen = list(kernel_records({**spec, "problems": ["add_1000", "neg_16x256"]}))
     assert [r["meta"]["problem"] for r in chosen] == ["add_1000", "neg_16x256"]
-    with pytest.raises(DataError, match=r"source 'ew': no problem file for \['nope_1000'\]"):
-        kernel_files({**spec, "problems": ["add_1000", "nope_1000"]})
+    with pytest.raises(DataError, match=r"source 'ew': no problem for \['nope_1000'\]"):
+        problem_count({**spec, "problems": ["add_1000", "nope_1000"]})
     rec = chosen[0]
     reasoning, block = kernel_solution(rec["prompt"], "add_1000", 0, family="elementwise")
     assert "`kernel`" in reasoning and block == f"```python\n{solution_source('add_1000')}```"
