@@ -213,15 +213,21 @@ def run(
         for e, o in zip(efforts, outs, strict=True)
     }
     # records that failed for good are not done: they are retried; records of prompts no longer in
-    # the shard (the pool changed) are dropped
-    keys = {
-        sample_key(problem["prompt_id"], teacher_name, e, i)
+    # the shard, or whose problem changed under the same id (a corrected answer), are dropped
+    problem_of = {
+        sample_key(problem["prompt_id"], teacher_name, e, i): problem
         for e in efforts
         for problem in problems
         for i in range(k)
     }
     done = {
-        e: {key: r for key, r in journals[e].load().items() if not r.get("error") and key in keys}
+        e: {
+            key: r
+            for key, r in journals[e].load().items()
+            if not r.get("error")
+            and key in problem_of
+            and all(r.get(f) == problem_of[key][f] for f in POOL_KEYS)
+        }
         for e in efforts
     }
     if any(done.values()):
