@@ -268,8 +268,8 @@ class Journal:
             return parse_row(self.partial, lineno, raw, required)
         except DataError as exc:
             raise DataError(
-                f"{exc}; a corrupt record in the middle of the resume file (move the file "
-                "aside to start over)"
+                f"{exc}; a corrupt record, not one a kill leaves (move the resume file aside "
+                "to start over)"
             ) from None
 
     def _set_aside(self, written: Mapping[str, Any] | None) -> None:

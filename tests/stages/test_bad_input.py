@@ -153,7 +153,7 @@ CASES = {
     "generation resume, undecodable byte in the partial": (
         lambda t: _resume(t, b'{"key": "\xff"}\n'),
         r"^\S+gen\.jsonl\.partial:2: not UTF-8 text \(byte 0xff at column 10\); a corrupt "
-        r"record in the middle of the resume file \(move the file aside to start over\)$",
+        r"record, not one a kill leaves \(move the resume file aside to start over\)$",
     ),
     "generation resume, a record without key": (
         lambda t: _resume(t, b'{"response": "x"}\n'),
