@@ -148,7 +148,9 @@ def parse_row(
     try:
         rec = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        raise DataError(
+            f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+        ) from None
     if not isinstance(rec, dict):
         raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
     for key in required:

@@ -61,7 +61,10 @@ def test_a_last_record_without_its_newline_is_kept_and_the_next_append_starts_a_
 @pytest.mark.parametrize(
     ("middle", "expected"),
     [
-        (b"not json", r"out.jsonl.partial:2: not valid JSON \(Expecting value\); a corrupt record"),
+        (
+            b"not json",
+            r"partial:2: not valid JSON \(Expecting value at column 1\); a corrupt record",
+        ),
         (b'{"key": "\xff"}', r"out.jsonl.partial:2: not UTF-8 text \(byte 0xff at column 10\)"),
         (b'{"response": "x"}', r"out.jsonl.partial:2: missing key 'key' \(row has: response\)"),
     ],

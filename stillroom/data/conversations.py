@@ -52,7 +52,7 @@ def _parse_row(line: str, lineno: int, errors: list[str]) -> dict[str, Any] | No
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
-        errors.append(f"not valid JSON ({exc.msg})")
+        errors.append(f"not valid JSON ({exc.msg} at column {exc.colno})")
         return None
     if not isinstance(row, dict):
         errors.append(f"expected a JSON object, got {type(row).__name__}")

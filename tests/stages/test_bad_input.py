@@ -112,7 +112,8 @@ CASES = {
     ),
     "dataset source, truncated JSONL": (
         lambda t: _dataset_source(t, LINE + LINE[:20]),
-        r"^source 'ds': \S+in\.jsonl:2: not valid JSON \(Unterminated string starting at\)$",
+        r"^source 'ds': \S+in\.jsonl:2: not valid JSON \(Unterminated string "
+        r"starting at at column 12\)$",
     ),
     "dataset source, empty JSONL": (
         lambda t: _dataset_source(t, b"\n"),
