@@ -54,13 +54,12 @@ SECRET = re.compile(
 )
 # Environment variables: stricter, any of these words anywhere in the name (MY_TOKEN_FILE too).
 SECRET_ENV = re.compile(r"key|token|secret|passw|credential|auth|cookie", re.I)
-# The environment variables recorded, by exact name: what locates and shapes a job (the project's
-# own, the GPUs it sees, its threads, its SLURM job) and whether the hub was reachable. Anything
-# else, credentials above all, is never written.
+# The environment variables recorded, by exact name: what shapes a job (the project's partitions,
+# the GPUs it sees, its threads, its SLURM job) and whether the hub was reachable. Anything else,
+# credentials above all, is never written. (STILLROOM_CONFIG and STILLROOM_WORKFLOW are recorded as
+# config_path, relative, and git.)
 ENV_ALLOWED = frozenset(
     {
-        "STILLROOM_CONFIG",
-        "STILLROOM_WORKFLOW",
         "STILLROOM_GPU_PARTITION",
         "STILLROOM_CPU_PARTITION",
         "CUDA_VISIBLE_DEVICES",

@@ -82,7 +82,7 @@ def test_the_environment_is_an_allowlist_and_no_key_value_is_written(tmp_path, m
         "STILLROOM_OPENAI_KEY": "sk-stillroom-openai-0001",
         "MY_TOKEN": "tok-my-token-0002",
         "STILLROOM_SECRET_THING": "s3cr3t-thing-0003",
-        "STILLROOM_CONFIG": "sk-stillroom-openai-0001",  # allowlisted, holding the key's value
+        "STILLROOM_GPU_PARTITION": "sk-stillroom-openai-0001",  # allowlisted, holding the key
     }
     for k, v in secrets.items():
         monkeypatch.setenv(k, v)
