@@ -18,9 +18,10 @@ longer matches the digest its job recorded, or an environment lock that no longe
 name. Where the environment the audit runs in differs from a recorded lock, a note says how (not a
 problem: the records are what they were).
 
-Paths in sidecars are relative to the Snakemake working directory (older sidecars: source files
-and config snapshots absolute), so the audit resolves them against ``root``; by default the root is
-inferred from the artifact's own sidecar.
+Paths in sidecars are relative to the Snakemake working directory (a file outside it, such as a
+source in the repository when the run is elsewhere, is absolute; so are an older sidecar's config
+snapshot and sources), so the audit resolves them against ``root``; by default the root is inferred
+from the artifact's own sidecar.
 """
 
 from __future__ import annotations
