@@ -204,7 +204,7 @@ def _logger(stage: str) -> Callable[[str], None]:
 
 
 def run_stage(name: str, args: argparse.Namespace) -> None:
-    from .provenance import Job, now, write_sidecars
+    from .provenance import Job, now, take_noted, write_sidecars
 
     stage = STAGES[name]
     inputs: dict[str, Any] = {}
@@ -218,6 +218,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
     log = _logger(name)
     module, func = stage.target.split(":")
     fn = getattr(importlib.import_module(f"stillroom.stages.{module}"), func)
+    take_noted()  # only what this stage reads
     started = now()
     t0 = time.monotonic()
     out_args = {f"out_{k}": v for k, v in outputs.items()}
@@ -242,6 +243,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
         started=started,
         metrics=metrics,
         job=job,
+        **take_noted(),
     )
     log(f"done in {metrics['wall_s']:.1f}s")
 

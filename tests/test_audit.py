@@ -8,9 +8,10 @@ import shutil
 
 import pytest
 
+from stillroom import envlock
 from stillroom.audit import audit, format_tree
 from stillroom.cli import main
-from stillroom.provenance import digest, now, sidecar_path, write_sidecars
+from stillroom.provenance import Job, digest, now, sidecar_path, write_sidecars
 
 TABLE = "results/small/tables/heldout.md"
 slow = pytest.mark.slow
@@ -63,6 +64,42 @@ def test_a_clean_run_audits_clean_down_to_the_teacher_records(run):
         first.startswith(TABLE) and "[tables]" in first and "config " in first and "git " in first
     )
     assert "torch " in first and "transformers " in first and "(see above)" in text
+
+
+@slow
+def test_a_moved_run_records_relative_paths_and_one_environment_lock(done, run):
+    """The copy audits clean (above) because nothing in a sidecar points into the original working
+    directory; every job references the run's one environment lock."""
+    workdir = str(done[0])
+    sidecars = list((run / "results").rglob("*.prov.json"))
+    # (env: the job's environment as it was, not a path the audit follows)
+    recorded = [json.dumps({**json.loads(s.read_text()), "env": None}) for s in sidecars]
+    assert sidecars and not [s for s in recorded if workdir in s]
+    (lock,) = (run / "results/small/env").iterdir()
+    refs = {json.loads(s.read_text())["env_lock"]["path"] for s in sidecars}
+    assert refs == {f"results/small/env/{lock.name}"}
+    prov = json.loads(sidecar_path(run / TABLE).read_text())
+    assert prov["config_path"].startswith("results/small/config/")
+    assert audit(run / TABLE).notes == []  # audited in the environment it ran in
+
+
+@slow
+def test_a_tampered_sibling_of_the_table_is_named(run):
+    """heldout.md's job also wrote heldout.png, .csv and .tex."""
+    png = run / "results/small/tables/heldout.png"
+    png.write_bytes(png.read_bytes() + b"\0")
+    assert problems(audit(run / TABLE)) == {("modified", "results/small/tables/heldout.png")}
+
+
+@slow
+def test_an_edited_sidecar_upstream_of_the_table_is_named(run):
+    """A field of a generation shard's sidecar rewritten: the graded shard built from it names the
+    sidecar."""
+    shard = min((run / "results/small/gen").rglob("shard-*.jsonl"))
+    side = sidecar_path(shard)
+    side.write_text(side.read_text().replace('"seed": 1234', '"seed": 1'))
+    rel = str(side.relative_to(run))
+    assert problems(audit(run / TABLE)) == {("modified", rel)}
 
 
 @slow
@@ -164,3 +201,59 @@ def test_an_artifact_without_provenance_and_an_unreadable_sidecar(chain):
     assert problems(audit("results/x/b.jsonl")) == {("no provenance", "results/x/b.jsonl")}
     sidecar_path(chain / "results/x/a.jsonl").write_text("{not json")
     assert problems(audit("results/x/a.jsonl")) == {("modified", "results/x/a.jsonl.prov.json")}
+
+
+def test_an_edited_upstream_sidecar_is_named(chain):
+    """The chain itself: a field of an input's sidecar edited after its consumer was built."""
+    side = sidecar_path(chain / "results/x/a.jsonl")
+    prov = json.loads(side.read_text())
+    side.write_text(json.dumps({**prov, "params": {"seed": 2}}))
+    report = audit("results/x/b.jsonl")
+    assert problems(report) == {("modified", "results/x/a.jsonl.prov.json")}
+    assert "differs from the sidecar results/x/b.jsonl was built with" in report.problems[0].detail
+
+
+def test_a_tampered_sibling_output_is_named(chain):
+    """Auditing one output of a job checks the others it wrote with it."""
+    for name in ("t.md", "t.png"):
+        (chain / "results/x" / name).write_text(name)
+    write_sidecars(
+        {"markdown": "results/x/t.md", "plot": "results/x/t.png"},
+        {"b": "results/x/b.jsonl"},
+        stage="tables",
+        params={"seed": 1},
+        started=now(),
+    )
+    assert audit("results/x/t.md").ok
+    (chain / "results/x/t.png").write_text("forged")
+    assert problems(audit("results/x/t.md")) == {("modified", "results/x/t.png")}
+    (chain / "results/x/t.png").unlink()
+    assert problems(audit("results/x/t.md")) == {("missing", "results/x/t.png")}
+
+
+def test_the_environment_lock_is_checked_and_differences_are_noted(chain, monkeypatch):
+    snapshot = chain / "results/x/config/c.json"
+    snapshot.parent.mkdir()
+    snapshot.write_text('{"seed": 1}')
+    (chain / "results/x/c.md").write_text("c")
+    write_sidecars(
+        {"markdown": "results/x/c.md"},
+        {"b": "results/x/b.jsonl"},
+        stage="tables",
+        params={"seed": 1},
+        started=now(),
+        job=Job(config_path=str(snapshot)),
+    )
+    lock_path = json.loads(sidecar_path(chain / "results/x/c.md").read_text())["env_lock"]["path"]
+    report = audit("results/x/c.md")
+    assert report.ok and report.notes == []
+    recorded = json.loads((chain / lock_path).read_text())
+    moved = {**recorded, "packages": {**recorded["packages"], "pytest": "0.0.1"}}
+    monkeypatch.setattr(envlock, "current", lambda: moved)
+    report = audit("results/x/c.md")
+    assert report.ok  # a note, not a failure
+    (note,) = report.notes
+    assert note.startswith(f"environment differs from {lock_path}: packages changed (1): pytest ")
+    assert f"note: {note}" in format_tree(report)
+    (chain / lock_path).write_text(json.dumps({**recorded, "python": "2.7"}))
+    assert problems(audit("results/x/c.md")) == {("modified", lock_path)}

@@ -25,6 +25,7 @@ from ..config.data import WhereRule
 from ..grading.dispatch import KINDS
 from ..grading.instructions import from_ifeval
 from ..io import DataError, iter_jsonl, iter_lines, parse_row
+from ..provenance import note_dataset, note_file
 from .records import record
 
 NAMES = ["Ava", "Ben", "Cara", "Dan", "Eli", "Fay", "Gus", "Hana", "Ivan", "Jade", "Kai", "Lena"]
@@ -294,14 +295,17 @@ def iter_sources(
                 )
             yield from echo(spec.name, benchmarks[spec.benchmark], spec.count, seed)
         elif spec.kind == "jsonl":
+            note_file(spec.path)
             for row in load_benchmark(spec.path, f"source '{spec.name}'"):
                 meta = row.get("meta", {})
                 yield record(spec.name, row["kind"], row["prompt"], row["answer"], meta)
         elif spec.kind == "dataset":
             yield from dataset_records(spec, spec.name)
         else:
-            from ..kernels.problemset import kernel_records
+            from ..kernels.problemset import kernel_files, kernel_records
 
+            for path in [spec.path] if spec.path else kernel_files(spec).values():
+                note_file(path)
             yield from kernel_records(spec)
 
 
@@ -361,6 +365,12 @@ def dataset_records(
         raise DataError(
             f"source '{name}': {path}: cannot load ({type(exc).__name__}: {exc})"
         ) from exc
+    if spec.local:
+        note_file(path)
+    else:
+        note_dataset(
+            path, f"source:{name}", subset=spec.subset, split=spec.split, revision=spec.revision
+        )
     ifeval = spec.answer_kind == "ifeval"
     answer_fields = IFEVAL_FIELDS if ifeval else spec.choices or [spec.answer]
     extra = [spec.entry_point] if spec.entry_point else []

@@ -8,6 +8,7 @@ import ast
 import re
 
 from ..data.sources import by_detail
+from ..provenance import note_file
 from .problemset import SOLUTIONS_DIR
 
 
@@ -17,7 +18,9 @@ def kernel_solution(
     """(reasoning, code block) for one of the project's kernel problems; ``slip`` "torch" answers
     with the reference's own torch code (correct, but not Triton), "wrong" scales the first stored
     value."""
-    code = (SOLUTIONS_DIR / f"{solution}.py").read_text(encoding="utf-8")
+    path = SOLUTIONS_DIR / f"{solution}.py"
+    code = path.read_text(encoding="utf-8")
+    note_file(path)  # an input of the generation job that answers with it
     problem = ast.parse(problem_src)
     doc = (ast.get_docstring(problem) or "the reference computation").rstrip(".")
     tree = ast.parse(code)

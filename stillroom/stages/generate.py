@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from ..config import Effort, Section, TeacherSpec
 from ..data.records import POOL_KEYS
 from ..io import DataError, Journal, read_jsonl
-from ..provenance import now
+from ..provenance import note_resolved, now
 from ..teachers import Completion, SkipSample, Teacher, TeacherError, make_teacher
 from ..teachers.budget import BudgetExhausted
 
@@ -261,6 +261,15 @@ def run(
                 "the next run",
                 failed[0]["attempts"],
             )
+    # the model the server answered as (a hosted API's dated snapshot behind an alias)
+    served = sorted({r["model"] for recs in records.values() for r in recs if r["model"]})
+    note_resolved(
+        {
+            "role": f"teacher:{teacher_name}",
+            "configured": p.spec.dump().get("model"),
+            "served": served,
+        }
+    )
     per_effort = {}
     for e in efforts:
         journals[e].finish(records[e])
