@@ -229,11 +229,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
             flat_outputs.update({f"{key}[{i}]": v for i, v in enumerate(value)})
         else:
             flat_outputs[key] = value
-    flat_inputs = {
-        k: (list(v.values()) if isinstance(v, dict) else v)
-        for k, v in inputs.items()
-        if v is not None
-    }
+    flat_inputs = {k: v for k, v in inputs.items() if v is not None}
     write_sidecars(
         flat_outputs,
         flat_inputs,

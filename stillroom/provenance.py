@@ -169,7 +169,7 @@ def describe_input(path: str | os.PathLike) -> dict[str, Any]:
 
 def write_sidecars(
     outputs: Mapping[str, str | os.PathLike],
-    inputs: Mapping[str, str | os.PathLike | list],
+    inputs: Mapping[str, str | os.PathLike | list | Mapping[str, str]],
     *,
     stage: str,
     params: Mapping[str, Any],
@@ -178,8 +178,15 @@ def write_sidecars(
     job: Job = Job(),
 ) -> None:
     """One sidecar per output; each names its siblings so audit sees the whole job."""
+    # a named list (the tables' models) keeps each entry's name, so the table can be rebuilt
     described = {
-        name: ([describe_input(p) for p in v] if isinstance(v, list) else describe_input(v))
+        name: (
+            [{"name": n, **describe_input(p)} for n, p in v.items()]
+            if isinstance(v, Mapping)
+            else [describe_input(p) for p in v]
+            if isinstance(v, list)
+            else describe_input(v)
+        )
         for name, v in inputs.items()
     }
     common = {
