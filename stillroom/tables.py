@@ -107,8 +107,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "verdict": VERDICTS,
     },
 }
-# the column naming a table's row: what `audit --cell` takes
-ROW_KEY = {"teachers": "teacher"}
+# the columns that name a row, the first of them what `audit --cell` takes
+ROW_KEYS: dict[str, tuple[str, ...]] = {
+    "paired": ("model", "reference"),
+    "budgets": ("model", "budget"),
+    "efforts": ("model", "effort"),
+    "teachers": ("teacher", "effort", "reference_teacher", "reference_effort"),
+    "kernels": ("model", "metric", "reference"),
+}
 
 
 def frame(kind: str, rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
@@ -156,25 +162,21 @@ def load(path: str | os.PathLike) -> pd.DataFrame:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise DataError(f"{csv}: not a table: {exc}") from None
     schema = SCHEMAS[kind_of(header, str(csv))]
+    # verdicts read as text first, so that an unknown one is named rather than made NA
     text = {k: STR if v is VERDICTS else v for k, v in schema.items()}
     try:
         df = pd.read_csv(csv, dtype=text, keep_default_na=False, na_values=[""])
-        bad = (
-            ~df["verdict"].isna() & ~df["verdict"].isin(VERDICTS.categories)
-            if ("verdict" in df)
-            else None
-        )
-        if bad is not None and bad.any():
-            row = int(bad.idxmax())
-            raise DataError(
-                f"{csv}: row {row + 2}: verdict '{df['verdict'][row]}', expected one of "
-                f"{list(VERDICTS.categories)}"
-            )
-        return df.astype(schema)
-    except (ValueError, TypeError) as exc:
-        if isinstance(exc, DataError):
-            raise
+    except ValueError as exc:
         raise DataError(f"{csv}: a column does not have its type: {exc}") from None
+    if "verdict" in df:
+        bad = df["verdict"].notna() & ~df["verdict"].isin(VERDICTS.categories)
+        if bad.any():
+            row = int(bad.to_numpy().argmax())
+            raise DataError(
+                f"{csv}: line {row + 2}: verdict '{df['verdict'][row]}', expected one of "
+                f"{', '.join(VERDICTS.categories)} or empty"
+            )
+    return df.astype(schema)
 
 
 def fmt(value: Any, spec: str, missing: str = "—") -> str:

@@ -6,11 +6,15 @@ tampered with in place); the small tests build a three-file provenance chain by 
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from stillroom.audit import audit, format_tree
+from stillroom.audit_tables import recompute
 from stillroom.cli import main
+from stillroom.io import write_jsonl
 from stillroom.provenance import digest, now, sidecar_path, write_sidecars
+from stillroom.tables import load, write_csv
 
 TABLE = "results/small/tables/heldout.md"
 slow = pytest.mark.slow
@@ -164,3 +168,130 @@ def test_an_artifact_without_provenance_and_an_unreadable_sidecar(chain):
     assert problems(audit("results/x/b.jsonl")) == {("no provenance", "results/x/b.jsonl")}
     sidecar_path(chain / "results/x/a.jsonl").write_text("{not json")
     assert problems(audit("results/x/a.jsonl")) == {("modified", "results/x/a.jsonl.prov.json")}
+
+
+# --- a table's numbers against its graded records: --recompute and --cell ------------------------
+
+MODELS = {"base": 0.1, "sft": 0.6, "merge-0.5": 0.5}
+PAIRED = {
+    "benchmark": "heldout",
+    "base": "base",
+    "tuned": "sft",
+    "n_resamples": 500,
+    "confidence": 0.95,
+    "seed": 3,
+}
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch):
+    """A paired table built through the CLI, as the rule builds it, from three graded files (each
+    with a sidecar, so the provenance walk is clean)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results/x/eval").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name, p in MODELS.items():
+        path = f"results/x/eval/{name}.jsonl"
+        write_jsonl(
+            path,
+            [
+                {
+                    "key": f"p{i:02d}/{name}/{s}",
+                    "prompt_id": f"p{i:02d}",
+                    "sample_index": s,
+                    "completion_tokens": int(rng.integers(5, 40)),
+                    "grade": {"correct": bool(rng.random() < p), "status": "ok"},
+                    "grader": {"name": "choice", "version": "0.1.0"},
+                }
+                for i in range(30)
+                for s in range(2)
+            ],
+        )
+        write_sidecars({"graded": path}, {}, stage="grade", params={}, started=now())
+    out = {k: f"results/x/tables/heldout.{k}" for k in ("md", "csv", "tex", "png")}
+    args = ["tables", "--graded", *(f"{n}=results/x/eval/{n}.jsonl" for n in MODELS)]
+    args += ["--out-markdown", out["md"], "--out-csv", out["csv"], "--out-latex", out["tex"]]
+    assert main([*args, "--out-plot", out["png"], "--params", json.dumps(PAIRED)]) == 0
+    return tmp_path
+
+
+def _rewrite_hash(path):
+    """A forger's last step: the artifact's own sidecar made to match its new bytes."""
+    prov = json.loads(sidecar_path(path).read_text())
+    sidecar_path(path).write_text(json.dumps({**prov, **digest(path)}))
+
+
+def test_recompute_passes_an_untouched_table(built, capsys):
+    report = recompute("results/x/tables/heldout.md")
+    assert report.ok and report.params["seed"] == 3 and report.params["n_resamples"] == 500
+    assert sorted(report.compared) == [
+        f"results/x/tables/heldout.{k}" for k in ("csv", "md", "tex")
+    ]
+    assert main(["audit", "results/x/tables/heldout.csv", "--recompute"]) == 0
+    assert "match the graded records" in capsys.readouterr().out
+
+
+def test_a_forged_csv_cell_with_a_matching_hash_is_named_by_model_and_column(built, capsys):
+    csv = built / "results/x/tables/heldout.csv"
+    df = load(csv)
+    row = df.index[(df["model"] == "merge-0.5") & (df["reference"] == "base")][0]
+    df.loc[row, "ci_high"] = df.loc[row, "ci_high"] + 0.01
+    write_csv(df, csv)
+    _rewrite_hash(csv)
+    assert audit(csv).ok  # the hashes alone say nothing is wrong
+    assert main(["audit", str(csv), "--recompute"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "differs: results/x/tables/heldout.csv: model=merge-0.5 reference=base: ci_high: written "
+        in err
+    )
+    assert err.count("differs:") == 1
+
+
+def test_a_forged_markdown_cell_is_named_by_its_row_and_header(built):
+    md = built / "results/x/tables/heldout.md"
+    lines = md.read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("| sft |"))
+    cells = lines[i].split(" | ")
+    assert cells[1] == f"{load(md)['accuracy'][2]:.3f}"
+    cells[1] = "0.999"
+    lines[i] = " | ".join(cells)
+    md.write_text("\n".join(lines) + "\n")
+    _rewrite_hash(md)
+    assert audit(md).ok
+    report = recompute(md)
+    assert [(d.file, d.row, d.column, d.written) for d in report.differences] == [
+        ("results/x/tables/heldout.md", "sft", "accuracy", "0.999")
+    ]
+
+
+def test_a_changed_seed_in_the_sidecar_is_a_changed_table(built):
+    """The recorded params are what the recompute uses: a sidecar claiming another seed than the
+    one the numbers were drawn with does not pass."""
+    csv = built / "results/x/tables/heldout.csv"
+    prov = json.loads(sidecar_path(csv).read_text())
+    prov["params"]["seed"] = 4
+    sidecar_path(csv).write_text(json.dumps(prov))
+    diffs = recompute(csv).differences
+    columns = {d.column for d in diffs if d.file.endswith(".csv")}
+    intervals = {"ci_low", "ci_high", "p_value", "p_holm", "tokens_ci_low", "tokens_ci_high"}
+    assert columns and columns <= intervals  # the accuracies themselves do not depend on it
+
+
+def test_cell_lists_the_graded_records_of_one_model(built, capsys):
+    assert main(["audit", "results/x/tables/heldout", "--cell", "merge-0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["cell"]
+    assert len(out["records"]) == 60 and out["graders"] == {"choice 0.1.0": 60}
+    assert {r["file"] for r in out["records"]} == {"results/x/eval/merge-0.5.jsonl"}
+    accuracy = load("results/x/tables/heldout.csv").set_index("model")["accuracy"]["merge-0.5"]
+    assert out["verdicts"]["correct"] == round(accuracy.iloc[0] * 60)
+
+
+def test_bad_arguments_get_a_clear_error(built, capsys):
+    assert main(["audit", "results/x/tables/heldout.md", "--cell", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no model 'nope' in this table; it has base, sft, merge-0.5" in err
+    assert main(["audit", "results/x/eval/sft.jsonl", "--recompute"]) == 2
+    assert "results/x/eval/sft.jsonl: not a table" in capsys.readouterr().err
+    assert main(["audit", "results/x/tables/heldout.md", "--regrade"]) == 2
+    assert "give --cell MODEL" in capsys.readouterr().err
