@@ -133,20 +133,31 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def compare_frames(written: pd.DataFrame, recomputed: pd.DataFrame, where: str) -> list[Difference]:
-    """Every cell of ``written`` that the recomputed table does not have, named by row key and
-    column."""
+    """Every cell of ``written`` that the recomputed table does not have, rows matched by their
+    key (model, reference, ...) and named by it: the order of rows is presentation, not data."""
     kind = kind_of(recomputed.columns, where)
+    keys = list(ROW_KEYS[kind])
+
+    def by_key(df: pd.DataFrame) -> dict[tuple, pd.Series]:
+        return {tuple(_show(r[k]) for k in keys): r for _, r in df.iterrows()}
+
+    old, new = by_key(written), by_key(recomputed)
     out = []
-    if len(written) != len(recomputed):
-        out.append(
-            Difference(where, "(rows)", "row count", str(len(written)), str(len(recomputed)))
-        )
-    for (_, w), (_, r) in zip(written.iterrows(), recomputed.iterrows(), strict=False):
+    for key, r in new.items():
+        w = old.get(key)
+        if w is None:
+            out.append(Difference(where, _row_label(kind, r), "(row)", "absent", "present"))
+            continue
         for col in SCHEMAS[kind]:
             if not _same(w[col], r[col]):
                 out.append(
                     Difference(where, _row_label(kind, r), col, _show(w[col]), _show(r[col]))
                 )
+    out += [
+        Difference(where, _row_label(kind, w), "(row)", "present", "absent")
+        for key, w in old.items()
+        if key not in new
+    ]
     return out
 
 
@@ -164,28 +175,59 @@ def _cells(line: str) -> list[str] | None:
 
 
 def compare_text(written: str, recomputed: str, where: str) -> list[Difference]:
-    """A rendered table (Markdown or LaTeX) against its recomputed rendering: a differing cell is
-    named by its row's first cell and its column's header; any other differing line by number."""
-    out = []
+    """A rendered table (Markdown or LaTeX) against its recomputed rendering. Lines are matched
+    whole first (so rows in another order are no difference); a line left over is paired with the
+    recomputed line of the same row (first cell), and each differing cell named by that row and
+    its column's header; any other line by its number."""
     old, new = written.splitlines(), recomputed.splitlines()
-    header: list[str] | None = None
-    for i, (w, r) in enumerate(zip(old, new, strict=False)):
-        cells_w, cells_r = _cells(w), _cells(r)
-        if cells_r is not None and (
-            i + 1 < len(new) and new[i + 1].startswith(("|---", "\\midrule"))
+    headers: list[list[str] | None] = []  # the header row above each recomputed line
+    header = None
+    for i, line in enumerate(new):
+        if (
+            _cells(line) is not None
+            and new[i + 1 : i + 2]
+            and new[i + 1].startswith(("|---", "\\midrule"))
         ):
-            header = cells_r
-        if w == r:
-            continue
-        if cells_w and cells_r and len(cells_w) == len(cells_r):
-            for j, (a, b) in enumerate(zip(cells_w, cells_r, strict=True)):
-                if a != b:
-                    column = header[j] if header and j < len(header) else f"column {j + 1}"
-                    out.append(Difference(where, cells_r[0], column, a, b))
+            header = _cells(line)
+        headers.append(header)
+    spare = Counter(new)
+    left_old = []
+    for n, line in enumerate(old):
+        if spare[line]:
+            spare[line] -= 1
         else:
-            out.append(Difference(where, f"line {i + 1}", "(text)", w, r))
-    if len(old) != len(new):
-        out.append(Difference(where, "(lines)", "line count", str(len(old)), str(len(new))))
+            left_old.append((n, line))
+    left_new = []
+    for i, line in enumerate(new):
+        if spare[line]:
+            spare[line] -= 1
+            left_new.append(i)
+    out = []
+    for n, w in left_old:
+        cells_w = _cells(w)
+        match = next(
+            (
+                i
+                for i in left_new
+                if cells_w
+                and (c := _cells(new[i]))
+                and c[0] == cells_w[0]
+                and len(c) == len(cells_w)
+            ),
+            None,
+        )
+        if match is None:
+            out.append(Difference(where, f"line {n + 1}", "(text)", w, "(no such line)"))
+            continue
+        left_new.remove(match)
+        head = headers[match]
+        for j, (a, b) in enumerate(zip(cells_w, _cells(new[match]), strict=True)):
+            if a != b:
+                column = head[j] if head and j < len(head) else f"column {j + 1}"
+                out.append(Difference(where, cells_w[0], column, a, b))
+    out += [
+        Difference(where, f"line {i + 1}", "(text)", "(no such line)", new[i]) for i in left_new
+    ]
     return out
 
 
