@@ -34,6 +34,8 @@ from .provenance import sidecar_path
 from .tables import ROW_KEYS, SCHEMAS, csv_path, kind_of, load
 
 SHOWN = 10  # records shown per list in the text report; --json has them all
+# the stages that write tables (their CLI names, as sidecars record them)
+TABLE_STAGES = ("tables", "budget_tables", "effort_tables", "teacher_tables", "kernel_tables")
 REL_TOL = 1e-9  # floats are written at full precision: only the last bits may differ
 
 
@@ -82,8 +84,6 @@ class Table:
 
 def open_table(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Table:
     """The table ``path`` names (its .csv, .md, .tex or .png, or its stem), or a clear error."""
-    from .cli import STAGES
-
     csv = csv_path(Path(root, path) if root and not Path(path).is_absolute() else path)
     side = sidecar_path(csv)
     if not csv.is_file() or not side.is_file():
@@ -91,15 +91,14 @@ def open_table(path: str | os.PathLike, root: str | os.PathLike | None = None) -
         raise DataError(f"{path}: not a table (no {missing}); give a table's .csv, .md or .tex")
     prov = read_json(side)
     stage = prov.get("stage")
-    if stage not in STAGES or "out_csv" not in _out_args(STAGES[stage]):
-        raise DataError(f"{path}: not a table: {csv} was written by stage '{stage}'")
+    if stage not in TABLE_STAGES:
+        raise DataError(
+            f"{path}: not a table: {csv} was written by stage '{stage}', not by one of "
+            f"{', '.join(TABLE_STAGES)}"
+        )
     kind_of(pd.read_csv(csv, nrows=0).columns, str(csv))
     base = Path(root).resolve() if root else infer_root(csv.resolve()) or Path.cwd()
     return Table(csv, prov, base)
-
-
-def _out_args(stage: Any) -> set[str]:
-    return {"out_" + spec.rstrip("*") for spec in stage.outputs}
 
 
 # -------------------------------------------------------------------------------- --recompute
@@ -280,7 +279,9 @@ def recompute(path: str | os.PathLike, root: str | os.PathLike | None = None) ->
         )
         for name, written in outputs.items():
             where = table.shown(written)
-            if written.suffix == ".csv":
+            if not written.is_file():
+                diffs = [Difference(where, "(file)", "(file)", "gone", "written")]
+            elif written.suffix == ".csv":
                 diffs = compare_frames(load(written), load(scratch[name]), where)
             elif written.suffix in (".md", ".tex"):
                 diffs = compare_text(written.read_text(), scratch[name].read_text(), where)

@@ -14,7 +14,7 @@ from stillroom.audit_tables import recompute
 from stillroom.cli import main
 from stillroom.io import write_jsonl
 from stillroom.provenance import digest, now, sidecar_path, write_sidecars
-from stillroom.tables import load, write_csv
+from stillroom.tables import kind_of, load, write_csv
 
 TABLE = "results/small/tables/heldout.md"
 slow = pytest.mark.slow
@@ -123,6 +123,66 @@ def test_missing_sidecars_artifacts_and_config_snapshots_are_named(run, capsys):
     assert main(["audit", str(run / TABLE), "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert not out["ok"] and {p["kind"] for p in out["problems"]} == {"missing", "modified"}
+
+
+@slow
+def test_every_table_of_the_run_loads_round_trips_and_recomputes(run, tmp_path):
+    tables = sorted((run / "results/small/tables").glob("*.csv"))
+    kinds = set()
+    for csv in tables:
+        df = load(csv)
+        kinds.add(kind_of(df.columns))
+        write_csv(df, tmp_path / "again.csv")  # typed and back: the same bytes
+        assert (tmp_path / "again.csv").read_bytes() == csv.read_bytes(), csv
+        assert load(csv.with_suffix(".md")).equals(df)
+        report = recompute(csv)
+        assert report.ok, report.text()
+    assert kinds == {"paired", "budgets", "efforts"}
+
+
+@slow
+def test_cell_walks_from_a_merge_to_the_training_rows_and_teacher_records(run, capsys):
+    assert main(["audit", str(run / TABLE), "--cell", "merge-0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["cell"]
+    row = load(run / TABLE).set_index("model").loc["merge-0.5"].iloc[0]
+    assert len(out["records"]) == row["problems"] * row["samples"]
+    assert out["verdicts"].get("correct", 0) == round(row["accuracy"] * len(out["records"]))
+    assert [(c["path"], c["stage"]) for c in out["checkpoints"]] == [
+        ("results/small/ckpt/merge-0.5", "merge"),
+        ("results/small/ckpt/sft", "train"),
+        ("results/small/ckpt/base", "base"),
+    ]
+    (ds,) = out["datasets"]
+    lines = (run / ds["path"]).read_text().splitlines()
+    assert ds["rows"] == len(lines) == len(ds["records"])
+    assert sum(c["rows"] for c in ds["by_teacher_effort"]) == ds["rows"]
+    assert {c["effort"] for c in ds["by_teacher_effort"]} == {"low", "medium"}
+    assert all(r["verdict"] == "correct" for r in ds["records"])  # only correct traces train
+    assert all(g.startswith("results/small/gen/") for r in ds["records"] for g in r["generated"])
+
+
+@slow
+def test_a_flipped_verdict_is_named_by_regrade_and_recompute(run, capsys):
+    """A graded record edited by hand: the file's hash names the file, --regrade the record and
+    --recompute the cells it moved."""
+    graded = run / "results/small/eval/sft/heldout/graded.jsonl"
+    assert main(["audit", str(run / TABLE), "--cell", "sft", "--regrade"]) == 0
+    capsys.readouterr()
+    records = [json.loads(line) for line in graded.read_text().splitlines()]
+    flipped = next(r for r in records if r["grade"]["status"] == "ok" and not r["grade"]["correct"])
+    flipped["grade"]["correct"] = True
+    write_jsonl(graded, records)
+    assert main(["audit", str(run / TABLE), "--cell", "sft", "--regrade"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "stillroom audit: verdict changed: results/small/eval/sft/heldout/graded.jsonl: "
+        f"{flipped['key']}: recorded correct, regraded wrong"
+    )
+    assert main(["audit", str(run / TABLE), "--recompute"]) == 1
+    err = capsys.readouterr().err
+    assert "modified: results/small/eval/sft/heldout/graded.jsonl" in err
+    assert "differs: results/small/tables/heldout.csv: model=sft reference=base: accuracy" in err
+    assert "differs: results/small/tables/heldout.md: sft: accuracy" in err
 
 
 # --- a hand-built chain: source -> results/x/a.jsonl -> results/x/b.jsonl -------------------------
