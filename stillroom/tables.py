@@ -126,6 +126,7 @@ def frame(kind: str, rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def kind_of(columns: Iterable[str], where: str = "table") -> str:
+    """The kind of table whose schema has exactly these columns, in this order."""
     columns = list(columns)
     for kind, schema in SCHEMAS.items():
         if columns == list(schema):
