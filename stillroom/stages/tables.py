@@ -294,14 +294,14 @@ def run(
     out_markdown: str,
     out_csv: str,
     out_latex: str,
-    out_plot: str,
+    out_plot: str | None,
     params: Mapping[str, Any] | Params,
     selection: str | None = None,
     log: Callable[[str], None] = print,
     **_: Any,
 ) -> dict[str, Any]:
     """The tables of one benchmark; ``selection`` (the select stage's JSON) marks the merge chosen
-    on dev.
+    on dev; no ``out_plot``, no plot (the audit's recompute compares the numbers only).
 
     Every model is compared with the base and with the fine-tune. Holm's correction runs across all
     those comparisons (they are one sweep): a difference is called only if its CI excludes 0 and its
@@ -313,7 +313,8 @@ def run(
     write_text(out_markdown, markdown)
     write_csv(table.df, out_csv)
     write_text(out_latex, table.latex())
-    _plot(table, out_plot)
+    if out_plot:
+        _plot(table, out_plot)
     log("\n" + markdown.rstrip("\n"))
     own = table.df.drop_duplicates("model").set_index("model")
     return {
@@ -424,14 +425,14 @@ def budget_run(
     graded: Mapping[str, str],
     out_markdown: str,
     out_csv: str,
-    out_plot: str,
+    out_plot: str | None,
     params: Mapping[str, Any] | BudgetParams,
     log: Callable[[str], None] = print,
     **_: Any,
 ) -> dict[str, Any]:
     """Accuracy against thinking budget: ``graded`` names are ``<model>@<budget>``. Every answer had
     its chance to answer (forced ones after the end-of-thinking cue), so no cut-off counts as a
-    wrong answer."""
+    wrong answer. No ``out_plot``, no plot."""
     df = budgets(graded, params)
     benchmark = BudgetParams.parse(params, where="tables").benchmark
     lines = [
@@ -448,7 +449,13 @@ def budget_run(
     ]
     write_text(out_markdown, "\n".join(lines) + "\n")
     write_csv(df, out_csv)
+    log("\n" + "\n".join(lines))
+    if out_plot:
+        _budget_plot(df, out_plot, benchmark)
+    return {"rows": len(df)}
 
+
+def _budget_plot(df: pd.DataFrame, path: str, benchmark: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -469,11 +476,9 @@ def budget_run(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(out_plot) as tmp:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)
-    log("\n" + "\n".join(lines))
-    return {"rows": len(df)}
 
 
 class EffortParams(Tables):
