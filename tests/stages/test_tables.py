@@ -479,3 +479,38 @@ def test_load_names_what_is_wrong_with_a_csv(tmp_path):
     (tmp_path / "b.csv").write_text(header + "h,sft,16,4,0.5,0,,2.0\n")
     df = load(tmp_path / "b")
     assert df["budget"].tolist() == [16] and pd.isna(df["thinking"][0])
+
+
+def test_budget_table_built_by_the_cli_loads_typed_and_recomputes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    graded = {}
+    for budget in (8, 32):
+        path = tmp_path / f"sft-{budget}.jsonl"
+        write_jsonl(
+            path,
+            [
+                {
+                    "prompt_id": f"p{i}",
+                    "sample_index": 0,
+                    "grade": {"correct": i % (2 if budget == 8 else 3) == 0},
+                    "completion_tokens": budget + i,
+                    "forced": budget == 8,
+                    "thinking_tokens": None if i == 0 else budget,
+                }
+                for i in range(12)
+            ],
+        )
+        graded[f"sft@{budget}"] = str(path)
+    args = ["budget_tables", "--graded", *(f"{n}={p}" for n, p in graded.items())]
+    args += ["--out-markdown", "b.md", "--out-csv", "b.csv", "--out-plot", "b.png"]
+    assert main([*args, "--params", json.dumps({"benchmark": "heldout"})]) == 0
+    df = load("b")
+    assert df["budget"].tolist() == [8, 32] and str(df["budget"].dtype) == "Int64"
+    assert df["forced"].tolist() == [1.0, 0.0] and df["thinking"].tolist() == [8.0, 32.0]
+    assert open("b.png", "rb").read(4) == b"\x89PNG"
+    assert recompute("b.md").ok
+    csv = open("b.csv").read()
+    open("b.csv", "w").write(csv.replace(",sft,32,12,", ",sft,32,13,"))
+    assert [(d.row, d.column) for d in recompute("b.md").differences] == [
+        ("model=sft budget=32", "samples")
+    ]
