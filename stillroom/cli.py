@@ -230,11 +230,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
             flat_outputs.update({f"{key}[{i}]": v for i, v in enumerate(value)})
         else:
             flat_outputs[key] = value
-    flat_inputs = {
-        k: (list(v.values()) if isinstance(v, dict) else v)
-        for k, v in inputs.items()
-        if v is not None
-    }
+    flat_inputs = {k: v for k, v in inputs.items() if v is not None}
     write_sidecars(
         flat_outputs,
         flat_inputs,
@@ -273,6 +269,27 @@ def estimate(configfiles: list[str] | None, root: str, out_json: str | None) -> 
     print(est.markdown(plan), end="")
     if out_json:
         write_json(out_json, plan.to_json())
+
+
+def _audit(args: argparse.Namespace) -> int:
+    """The provenance walk; with --recompute, the table also rebuilt and compared; with --cell,
+    the drill-down into one model's rows."""
+    if args.regrade and args.cell is None:
+        raise DataError("--regrade regrades the records of one model's rows: give --cell MODEL")
+    if args.cell is None and not args.recompute:
+        from .audit import run
+
+        return run(args.path, root=args.root, as_json=args.json)
+    from .audit_tables import run
+
+    return run(
+        args.path,
+        root=args.root,
+        as_json=args.json,
+        recompute_table=args.recompute,
+        model=args.cell,
+        regrade=args.regrade,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -357,6 +374,24 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument(
         "--json", action="store_true", help="print the report as JSON instead of a tree"
     )
+    audit.add_argument(
+        "--recompute",
+        action="store_true",
+        help="a table: also build it again from the graded records with its recorded inputs, seed "
+        "and params, and name every cell (row and column) that differs",
+    )
+    audit.add_argument(
+        "--cell",
+        metavar="MODEL",
+        help="a table: the graded records behind MODEL's rows, then its checkpoint, training rows "
+        "and the teacher records they came from",
+    )
+    audit.add_argument(
+        "--regrade",
+        action="store_true",
+        help="with --cell: grade those records again with their recorded grader; exit 1 if a "
+        "verdict changed",
+    )
     return parser
 
 
@@ -373,9 +408,7 @@ def main(argv: list[str] | None = None) -> int:
 
             show(args.experiment_dir)
         elif args.command == "audit":
-            from .audit import run
-
-            return run(args.path, root=args.root, as_json=args.json)
+            return _audit(args)
         elif args.command == "config":
             check_config(args.paths, args.root)
         elif args.command == "estimate":

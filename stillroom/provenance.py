@@ -400,7 +400,7 @@ def _env_lock(job: Job) -> dict[str, Any]:
 
 def write_sidecars(
     outputs: Mapping[str, str | os.PathLike],
-    inputs: Mapping[str, str | os.PathLike | list],
+    inputs: Mapping[str, str | os.PathLike | list | Mapping[str, str]],
     *,
     stage: str,
     params: Mapping[str, Any],
@@ -412,8 +412,15 @@ def write_sidecars(
 ) -> None:
     """One sidecar per output; each names its siblings and their digests so audit sees the whole
     job. ``read`` and ``resolved``: what the stage noted (``take_noted``)."""
+    # a named list (the tables' models) keeps each entry's name, so the table can be rebuilt
     described = {
-        name: ([describe_input(p) for p in v] if isinstance(v, list) else describe_input(v))
+        name: (
+            [{"name": n, **describe_input(p)} for n, p in v.items()]
+            if isinstance(v, Mapping)
+            else [describe_input(p) for p in v]
+            if isinstance(v, list)
+            else describe_input(v)
+        )
         for name, v in inputs.items()
     }
     if read:
