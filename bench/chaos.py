@@ -12,15 +12,17 @@ it completes; a dry run must then find nothing to do.
 
 The uninterrupted run is made first (in its own scratch directory) or reused with --baseline DIR
 (which may still be running beside the chaos run: the comparison waits for it), and every file
-under results/<experiment>/ is compared: outputs byte for byte, provenance sidecars
-as JSON. Excluded by design: the `logs/` and `timing/` folders (appended per attempt, and wall
-times), and in sidecars the timestamps, durations and throughputs (`started_at`, `ended_at`,
-`metrics` keys naming seconds or rates), evaluation's count of `resumed` samples and the run's own
-directory in paths. Every other
-difference is printed as a finding; the exit status is 1 when there is one.
+under results/<experiment>/ is compared: artifacts byte for byte, JSONL records and table cells
+where bytes differ, provenance sidecars key by key. What differs by design is counted, not
+reported: the `logs/` and `timing/` folders (appended per attempt, and wall times); clock readings,
+durations and rates in records and sidecars (`created_at`, `started_at`, `ended_at`, keys ending
+`_s`, `runtime`, `per_second`) and the cost ledger's GPU-hours; the digest and size of a file that
+differs only so; evaluation's count of `resumed` samples; the git commit where the workflow's code
+is the same in both; the runs' own directories in paths. Every other difference is printed; the
+exit status is 1 when there is one, or when a dry run after the chaos run finds work left.
 
     nice -n 15 python bench/chaos.py [--kills 10] [--seed 0] [--cores 2] [--keep]
-        [--baseline DIR] [--workdir DIR] [--configfile my.yaml]
+        [--baseline DIR] [--workdir DIR] [--configfile my.yaml] [--compare-only]
 """
 
 import argparse
@@ -50,9 +52,13 @@ POLL_S = 0.2
 EXCLUDED_DIRS = ("logs", "timing")
 # Table columns computed from wall times: the cost ledger's spent GPU-hours.
 WALL_TIME_COLUMNS = {"gpu_hours", "GPU-hours"}
-# Sidecar keys that differ by design: a clock reading, a duration or a rate, and how many records a
-# resumed job found already done (evaluation's `resumed`).
-BY_DESIGN_KEYS = re.compile(r"(^|_)(started_at|ended_at|s|runtime|seconds|per_second)$|^resumed$")
+# Record and sidecar keys that differ by design: a clock reading, a duration or a rate, and how many
+# records a resumed job found already done (evaluation's `resumed`).
+BY_DESIGN_KEYS = re.compile(
+    r"(^|_)(created_at|started_at|ended_at|s|runtime|seconds|per_second)$|^resumed$"
+)
+# What a run's records depend on, for sidecars that record two commits.
+WORKFLOW_PATHS = ("stillroom", "rules", "Snakefile", "config", "envs", "profiles", "pyproject.toml")
 
 
 def snakemake_cmd(workdir: Path, configfile: str | None, cores: int, *extra: str) -> list[str]:
@@ -323,24 +329,67 @@ def flatten(obj, prefix: str = "") -> dict[str, object]:
     return {prefix: obj}
 
 
-def sidecar_differences(a: Path, b: Path, dir_a: Path, dir_b: Path) -> tuple[list[str], list[str]]:
-    """Keys that differ between two sidecars: (time keys, anything else), the runs' own directories
-    replaced by one name first."""
+def same_workflow_code(commit_a: str, commit_b: str) -> bool:
+    """Two commits whose workflow (package, rules, configs, environments) is the same: a run that
+    spans a commit elsewhere (a benchmark script, the README) records both."""
+    proc = subprocess.run(
+        ["git", "-C", str(REPO), "diff", "--quiet", commit_a, commit_b, "--", *WORKFLOW_PATHS],
+        capture_output=True,
+    )
+    return proc.returncode == 0
+
+
+def sidecar_differences(
+    a: Path, b: Path, dir_a: Path, dir_b: Path, explained: set[tuple]
+) -> tuple[list[str], list[str]]:
+    """Keys that differ between two sidecars: (by design, anything else), the runs' own
+    directories replaced by one name first. A digest or size differs by design when it is that of
+    a file that differs only by design (``explained``: pairs of values)."""
     fa = flatten(json.loads(a.read_text().replace(str(dir_a), "<run>")))
     fb = flatten(json.loads(b.read_text().replace(str(dir_b), "<run>")))
     by_design, other = [], []
     for key in sorted(fa.keys() | fb.keys()):
-        if fa.get(key) != fb.get(key):
-            leaf = re.sub(r"\[\d+\]", "", key.rsplit(".", 1)[-1])
-            (by_design if BY_DESIGN_KEYS.search(leaf) else other).append(
-                f"{key}: {fa.get(key)!r} != {fb.get(key)!r}"
-            )
+        va, vb = fa.get(key), fb.get(key)
+        if va == vb:
+            continue
+        leaf = re.sub(r"\[\d+\]", "", key.rsplit(".", 1)[-1])
+        if (
+            BY_DESIGN_KEYS.search(leaf)
+            or (leaf in ("sha256", "bytes") and (va, vb) in explained)
+            or (key == "git.commit" and same_workflow_code(va, vb))
+        ):
+            by_design.append(key if leaf in ("sha256", "bytes", "commit") else leaf)
+        else:
+            other.append(f"{key}: {va!r} != {vb!r}")
     return by_design, other
 
 
+def records_differing_by_design(a: Path, b: Path) -> set[str] | None:
+    """The keys by which two JSONL files' records differ, line for line, when all are keys that
+    differ by design (timestamps, latencies); None when anything else differs."""
+    la, lb = a.read_bytes().splitlines(), b.read_bytes().splitlines()
+    if len(la) != len(lb):
+        return None
+    keys = set()
+    for ra, rb in zip(la, lb, strict=True):
+        if ra == rb:
+            continue
+        try:
+            da, db = json.loads(ra), json.loads(rb)
+        except ValueError:
+            return None
+        if not isinstance(da, dict) or not isinstance(db, dict):
+            return None
+        differing = {k for k in da.keys() | db.keys() if da.get(k) != db.get(k)}
+        if not all(BY_DESIGN_KEYS.search(k) for k in differing):
+            return None
+        keys |= differing
+    return keys
+
+
 def compare(base: Path, chaos: Path) -> tuple[int, Counter, list[str]]:
-    """Every file under two experiment folders: (files identical, time keys excluded by design,
-    differences)."""
+    """Every file under two experiment folders: (files identical, what differs by design and how
+    often, differences). Artifacts first, then the sidecars that hash them."""
 
     def files(root: Path) -> set[Path]:
         return {
@@ -352,20 +401,30 @@ def compare(base: Path, chaos: Path) -> tuple[int, Counter, list[str]]:
     fa, fb = files(base), files(chaos)
     findings = [f"only in the uninterrupted run: {p}" for p in sorted(fa - fb)]
     findings += [f"only in the chaos run: {p}" for p in sorted(fb - fa)]
-    same, by_design = 0, Counter()
-    for rel in sorted(fa & fb):
+    same, by_design, explained = 0, Counter(), set()
+    common = sorted(fa & fb, key=lambda rel: (rel.name.endswith(".prov.json"), rel))
+    for rel in common:
         a, b = base / rel, chaos / rel
         if rel.name.endswith(".prov.json"):
-            t, other = sidecar_differences(a, b, base.parent.parent, chaos.parent.parent)
-            by_design.update(k.split(":")[0].split(".")[-1] for k in t)
+            t, other = sidecar_differences(a, b, base.parent.parent, chaos.parent.parent, explained)
+            by_design.update(f"sidecar {k}" for k in t)
             findings += [f"{rel}: {d}" for d in other]
             same += not other
-        elif sha256(a) == sha256(b):
+            continue
+        if sha256(a) == sha256(b):
             same += 1
+            continue
+        if rel.suffix == ".jsonl":
+            differing = records_differing_by_design(a, b)
         elif (columns := table_columns_differing(a, b)) and columns <= WALL_TIME_COLUMNS:
-            by_design.update(f"{rel.name}: {c}" for c in columns)
+            differing = {f"column {c}" for c in columns}
         else:
+            differing = None
+        if differing is None:
             findings.append(f"{rel}: {describe(a, b)}")
+            continue
+        by_design.update(f"{rel.suffix} {k}" for k in differing)
+        explained |= {(sha256(a), sha256(b)), (a.stat().st_size, b.stat().st_size)}
     return same, by_design, findings
 
 
@@ -421,16 +480,47 @@ def describe(a: Path, b: Path) -> str:
     )
 
 
+def report_comparison(base_dir: Path, work: Path, configfile: str | None, cores: int) -> bool:
+    """Wait for the uninterrupted run if it is still running, compare, print; True when the chaos
+    run is complete and identical but for what differs by design."""
+    stale = not complete(work, configfile, cores)
+    while any((base_dir / ".snakemake" / "locks").glob("*")):
+        print(f"waiting for the uninterrupted run in {base_dir} to finish", flush=True)
+        time.sleep(30)
+    if not complete(base_dir, configfile, cores):
+        sys.exit(f"{base_dir}: the uninterrupted run is not complete")
+    same, by_design, findings = compare(experiment_dir(base_dir), experiment_dir(work))
+    print(f"stale after the run  {'yes' if stale else 'no'}")
+    print(f"files identical      {same} (sidecars: but for what differs by design)")
+    print("differing by design  (where: how many files)")
+    for key, n in sorted(by_design.items()):
+        print(f"  {key}: {n}")
+    print(f"differences          {len(findings)}")
+    for f in findings:
+        print(f"  {f}")
+    return not (findings or stale)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--configfile")
-    ap.add_argument("--baseline", help="a finished uninterrupted run's directory, reused")
+    ap.add_argument("--baseline", help="an uninterrupted run's directory, reused")
     ap.add_argument("--workdir", help="the chaos run's directory (empty or new); default scratch")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directories")
+    ap.add_argument(
+        "--compare-only",
+        action="store_true",
+        help="only compare the finished runs given by --baseline and --workdir",
+    )
     args = ap.parse_args()
+    if args.compare_only:
+        if not (args.baseline and args.workdir):
+            ap.error("--compare-only needs --baseline and --workdir")
+        base_dir, work = Path(args.baseline).resolve(), Path(args.workdir).resolve()
+        sys.exit(0 if report_comparison(base_dir, work, args.configfile, args.cores) else 1)
 
     scratch: list[Path] = []
     try:
@@ -451,17 +541,6 @@ def main() -> None:
         print(f"chaos run in {work}: {sum(jobs.values())} jobs, {args.kills} kills", flush=True)
         wall, reruns, notes = run_to_completion(work, args.configfile, args.cores, chaos)
 
-        stale = not complete(work, args.configfile, args.cores)
-        if base_wall is None:
-            while any((base_dir / ".snakemake" / "locks").glob("*")):
-                print(f"waiting for the uninterrupted run in {base_dir} to finish", flush=True)
-                time.sleep(30)
-            if not complete(base_dir, args.configfile, args.cores):
-                sys.exit(f"{base_dir}: the uninterrupted run is not complete")
-            base_wall = sidecar_span(experiment_dir(base_dir))
-            print(f"uninterrupted run {base_dir}: first job start to last end {base_wall:.1f} s")
-        same, by_design, findings = compare(experiment_dir(base_dir), experiment_dir(work))
-
         print(f"kills survived       {len(chaos.kills)} (targets redrawn: {chaos.escaped})")
         for k in chaos.kills:
             print(f"  attempt {k.attempt:>2}  {k.rule:<18} {k.stage:<10} at {k.age_s:>6.1f} s")
@@ -470,16 +549,13 @@ def main() -> None:
         print(f"reruns               {reruns}")
         for note in notes:
             print(f"  {note}")
-        print(f"stale after the run  {'yes' if stale else 'no'}")
-        print(f"files identical      {same}")
-        if by_design:
-            print(f"by design            sidecar keys differing: {dict(sorted(by_design.items()))}")
-        print(f"differences          {len(findings)}")
-        for f in findings:
-            print(f"  {f}")
-        print(f"chaos run wall       {wall:.1f} s")
-        print(f"uninterrupted wall   {base_wall:.1f} s   (cost x{wall / base_wall:.2f})")
-        if findings or stale:
+        ok = report_comparison(base_dir, work, args.configfile, args.cores)
+        if base_wall is None:
+            # a reused run's wall time was not measured here
+            base_wall = sidecar_span(experiment_dir(base_dir))
+            print(f"uninterrupted run    first job start to last end {base_wall:.1f} s")
+        print(f"chaos run wall       {wall:.1f} s (cost x{wall / base_wall:.2f})")
+        if not ok:
             sys.exit(1)
     finally:
         if not args.keep:
