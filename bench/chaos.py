@@ -358,7 +358,8 @@ def sidecar_differences(
             or (leaf in ("sha256", "bytes") and (va, vb) in explained)
             or (key == "git.commit" and same_workflow_code(va, vb))
         ):
-            by_design.append(key if leaf in ("sha256", "bytes", "commit") else leaf)
+            whole = re.sub(r"\[\d+\]", "[]", key)
+            by_design.append(whole if leaf in ("sha256", "bytes", "commit") else leaf)
         else:
             other.append(f"{key}: {va!r} != {vb!r}")
     return by_design, other
