@@ -122,7 +122,10 @@ def _manifest_diff(path: str, recorded: dict[str, str], current: dict[str, str])
     return out
 
 
-class _Auditor:
+class Auditor:
+    """One walk's state: each file hashed and each sidecar read once, the config snapshots and
+    environment locks checked once (``bundle`` checks a bundle's sidecars with it)."""
+
     def __init__(self, root: Path):
         self.root = root
         # each file hashed once, however often reached
@@ -371,7 +374,7 @@ def audit(artifact: str | os.PathLike, root: str | os.PathLike | None = None) ->
         path = Path(artifact).resolve()
         root = infer_root(path) or Path.cwd()
     shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-    auditor = _Auditor(root)
+    auditor = Auditor(root)
     tree = auditor.visit(shown)
     report = AuditReport(shown, str(root), tree, [], rehashed=len(auditor.hashes))
     seen: set[tuple[str, str, str | None]] = set()

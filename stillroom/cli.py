@@ -274,6 +274,17 @@ def estimate(configfiles: list[str] | None, root: str, out_json: str | None) -> 
 def _audit(args: argparse.Namespace) -> int:
     """The provenance walk; with --recompute, the table also rebuilt and compared; with --cell,
     the drill-down into one model's rows."""
+    if args.bundle is not None:
+        if args.path is not None or args.recompute or args.cell is not None or args.root:
+            raise DataError(
+                "--bundle checks an archive on its own: give no artifact, --root, --recompute "
+                "or --cell with it"
+            )
+        from .bundle import run_audit
+
+        return run_audit(args.bundle, as_json=args.json)
+    if args.path is None:
+        raise DataError("give an artifact to audit, or --bundle ARCHIVE")
     if args.regrade and args.cell is None:
         raise DataError("--regrade regrades the records of one model's rows: give --cell MODEL")
     if args.cell is None and not args.recompute:
@@ -366,7 +377,13 @@ def build_parser() -> argparse.ArgumentParser:
         "every file; exit 1 if anything is modified, missing or stale",
     )
     audit.add_argument(
-        "path", help="a table, plot, checkpoint or any other artifact with a .prov.json"
+        "path", nargs="?", help="a table, plot, checkpoint or any other artifact with a .prov.json"
+    )
+    audit.add_argument(
+        "--bundle",
+        metavar="ARCHIVE",
+        help="check a bundle written by `stillroom bundle` without the raw data: every file "
+        "against its manifest, sidecars and consumers, every table recomputed from its records",
     )
     audit.add_argument(
         "--root", help="the directory the pipeline ran in (default: inferred from the sidecar)"
@@ -392,6 +409,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --cell: grade those records again with their recorded grader; exit 1 if a "
         "verdict changed",
     )
+    bundle = sub.add_parser(
+        "bundle",
+        help="write one zip a reviewer can check without the raw data: tables, plots, config "
+        "snapshots, sidecars, environment locks, the tables' graded records, the snakemake "
+        "report and an audit transcript, with a manifest of hashes; exit 1 if the audit of the "
+        "run found a problem",
+    )
+    bundle.add_argument("experiment_dir", help="results/<experiment> of a run that made its tables")
+    bundle.add_argument(
+        "--out", metavar="ZIP", help="the archive to write (default: <experiment>-bundle.zip here)"
+    )
+    bundle.add_argument(
+        "--root", help="the directory the pipeline ran in (default: inferred from the sidecars)"
+    )
+    bundle.add_argument(
+        "--no-report",
+        dest="report",
+        action="store_false",
+        help="leave out the snakemake --report HTML (the manifest says so)",
+    )
     return parser
 
 
@@ -409,6 +446,10 @@ def main(argv: list[str] | None = None) -> int:
             show(args.experiment_dir)
         elif args.command == "audit":
             return _audit(args)
+        elif args.command == "bundle":
+            from .bundle import run_bundle
+
+            return run_bundle(args.experiment_dir, args.out, args.root, args.report)
         elif args.command == "config":
             check_config(args.paths, args.root)
         elif args.command == "estimate":
