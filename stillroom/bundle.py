@@ -42,7 +42,7 @@ from . import __version__
 from .audit import Auditor, Problem, audit, format_tree, infer_root
 from .audit_tables import SHOWN, TABLE_STAGES, Recomputed, recompute
 from .io import DataError, atomic_path
-from .provenance import IGNORED, SUFFIX, git_state, now, sha256_file
+from .provenance import IGNORED, SUFFIX, git_state, now, sha256_file, sidecar_path
 
 SCHEMA = "stillroom.bundle/1"
 MANIFEST = "MANIFEST.json"
@@ -151,8 +151,8 @@ def collect(exp: Path, root: Path) -> dict[str, str]:
                 continue
             kind = "graded records" if key in ("graded", "teacher") else "table input"
             files.update({rel(p): kind for p in _files(real)})
-            if (real.parent / (real.name + SUFFIX)).is_file():
-                files[rel(real.parent / (real.name + SUFFIX))] = "sidecar"
+            if sidecar_path(real).is_file():
+                files[rel(sidecar_path(real))] = "sidecar"
     return files
 
 

@@ -283,3 +283,29 @@ def test_bad_arguments_get_a_clear_error(experiment, capsys):
     assert "--bundle checks an archive on its own" in capsys.readouterr().err
     assert main(["audit"]) == 2
     assert "give an artifact to audit, or --bundle ARCHIVE" in capsys.readouterr().err
+
+
+TOY_SNAKEFILE = """
+rule table:
+    output:
+        report("results/x/tables/heldout.csv", category=config["experiment"] + " tables"),
+    shell:
+        "exit 1"
+"""
+
+
+def test_the_snakemake_report_of_the_experiments_config_is_bundled(experiment, monkeypatch):
+    """The report is made by Snakemake in the run's directory with the config snapshot the tables
+    name (a one-rule workflow stands in for the project's, which would take a pipeline's time)."""
+    (experiment / "wf").mkdir()
+    (experiment / "wf/Snakefile").write_text(TOY_SNAKEFILE)
+    monkeypatch.setattr(bundle, "SNAKEFILE", experiment / "wf/Snakefile")
+    path, manifest = bundle.write("results/x", experiment / "x.zip")
+    assert manifest["report"]["included"] is True, manifest["report"]
+    assert "--configfile " + str(experiment / "results/x/config") in manifest["report"]["command"]
+    html = members(path)[bundle.REPORT].decode()
+    assert "heldout.csv" in html and "x tables" in html
+    assert {"path": bundle.REPORT, "kind": "snakemake report"}.items() <= next(
+        e for e in manifest["files"] if e["path"] == bundle.REPORT
+    ).items()
+    assert audit_bundle(path).ok
