@@ -349,8 +349,9 @@ class BundleAudit:
         lines = [
             f"bundle {self.archive}: experiment {self.experiment}, {self.files} files",
             f"  {c['manifest']} files against the manifest, {c['sidecar']} artifacts against "
-            f"their sidecars, {c['input']} recorded inputs against their consumers' hashes, "
-            f"{c['config']} config snapshots, {c['lock']} environment locks",
+            f"their sidecars, {c['input']} recorded inputs and {c['input sidecar']} input "
+            f"sidecars against their consumers' records, {c['config']} config snapshots, "
+            f"{c['lock']} environment locks",
         ]
         lines += [r.text() for r in self.recomputed]
         if self.not_in_bundle:
@@ -416,77 +417,86 @@ def audit_bundle(archive: str | os.PathLike) -> BundleAudit:
 def _check(archive: str, root: Path, present: set[str], manifest: dict[str, Any]) -> BundleAudit:
     listed = {e["path"]: e for e in manifest.get("files") or []}
     report = BundleAudit(archive, str(manifest.get("experiment")), len(listed))
-    add = report.problems.append
+    _check_manifest(report, root, present, listed)
+    sidecars = _check_sidecars(report, root, present)
+    _recompute_tables(report, root, sidecars)
+    return report
+
+
+def _check_manifest(
+    report: BundleAudit, root: Path, present: set[str], listed: dict[str, dict[str, Any]]
+) -> None:
+    """Every listed file there with its bytes; nothing there that is not listed."""
     for path, e in sorted(listed.items()):
         if path not in present:
-            add(Problem(path, "missing", "listed in the manifest, not in the archive"))
+            report.problems.append(
+                Problem(path, "missing", "listed in the manifest, not in the archive")
+            )
             continue
         report.checked["manifest"] += 1
         sha = sha256_file(root / path)
         if sha != e.get("sha256"):
-            add(
-                Problem(
-                    path, "modified", f"manifest says {_short(e.get('sha256'))}, now {_short(sha)}"
-                )
-            )
+            detail = f"manifest says {_short(e.get('sha256'))}, now {_short(sha)}"
+            report.problems.append(Problem(path, "modified", detail))
     for path in sorted(present - listed.keys()):
-        add(Problem(path, "unlisted", "in the archive but not in its manifest"))
+        report.problems.append(Problem(path, "unlisted", "in the archive but not in its manifest"))
 
+
+def _check_sidecars(report: BundleAudit, root: Path, present: set[str]) -> dict[str, dict]:
+    """Each bundled artifact against its sidecar and the job's other outputs; every sidecar's
+    inputs in the bundle against the hashes it recorded, and their sidecars against the ones it was
+    built with (for a left-out artifact too: the chain of records holds without the data); config
+    snapshots and locks. The sidecars of the bundled artifacts, by artifact."""
+    add = report.problems.append
     auditor = Auditor(root)
-    sidecars: dict[str, dict[str, Any]] = {}
+    chain: dict[str, dict[str, Any]] = {}
     for side in sorted(p for p in present if p.endswith(SUFFIX)):
-        artifact = side[: -len(SUFFIX)]
-        if artifact not in present:
-            continue  # a checkpoint's or a shard's: its record is all the bundle keeps
         try:
-            sidecars[artifact] = json.loads((root / side).read_text())
+            chain[side[: -len(SUFFIX)]] = json.loads((root / side).read_text())
         except (OSError, ValueError) as exc:
             add(Problem(side, "modified", f"sidecar unreadable: {exc}"))
-    changed_inputs: set[str] = set()
-    for artifact, prov in sidecars.items():
-        report.checked["sidecar"] += 1
-        now_sha = auditor.digest(root / artifact)["sha256"]
-        if now_sha != prov.get("sha256"):
-            add(
-                Problem(
-                    artifact,
-                    "modified",
-                    f"its sidecar records {_short(prov.get('sha256'))}, now {_short(now_sha)}",
-                )
-            )
-        for name, sibling in (prov.get("outputs") or {}).items():
-            recorded = (prov.get("output_digests") or {}).get(name)
-            if sibling == artifact or recorded is None:
-                continue
-            if sibling not in present:
-                report.not_in_bundle.setdefault(sibling, artifact)
-            elif auditor.digest(root / sibling)["sha256"] != recorded:
-                add(
-                    Problem(
-                        sibling,
-                        "modified",
-                        f"written with {artifact} at {_short(recorded)}, "
-                        f"now {_short(auditor.digest(root / sibling)['sha256'])}",
-                    )
-                )
+    changed: set[str] = set()  # inputs already named, by their first consumer
+    for artifact, prov in chain.items():
+        bundled = artifact in present
+        if bundled:
+            report.checked["sidecar"] += 1
+            sha = auditor.digest(root / artifact)["sha256"]
+            if sha != prov.get("sha256"):
+                detail = f"its sidecar records {_short(prov.get('sha256'))}, now {_short(sha)}"
+                add(Problem(artifact, "modified", detail))
+            for name, sibling in (prov.get("outputs") or {}).items():
+                recorded = (prov.get("output_digests") or {}).get(name)
+                if sibling == artifact or recorded is None:
+                    continue
+                if sibling not in present:
+                    report.not_in_bundle.setdefault(sibling, artifact)
+                elif (sha := auditor.digest(root / sibling)["sha256"]) != recorded:
+                    detail = f"written with {artifact} at {_short(recorded)}, now {_short(sha)}"
+                    add(Problem(sibling, "modified", detail))
         for key, entry in _entries(prov):
             path = entry["path"]
             if Path(path).is_absolute() or (path not in present and not (root / path).is_dir()):
-                if key != "read":  # a source read through params: recorded, never bundled
+                # a source read through params is recorded, never bundled
+                if bundled and key != "read":
                     report.not_in_bundle.setdefault(path, artifact)
-                continue
-            report.checked["input"] += 1
-            now_sha = auditor.digest(root / path)["sha256"]
-            if now_sha != entry.get("sha256"):
-                if path not in changed_inputs:  # named once, by its first consumer
-                    changed_inputs.add(path)
-                    detail = (
-                        f"{artifact} was built from it at {_short(entry.get('sha256'))}, "
-                        f"now {_short(now_sha)}"
-                    )
-                    add(Problem(path, "modified", detail, input=path))
-            elif changed := auditor.sidecar_changed(artifact, entry):
-                add(changed)
+            else:
+                report.checked["input"] += 1
+                sha = auditor.digest(root / path)["sha256"]
+                if sha != entry.get("sha256"):
+                    if path not in changed:
+                        changed.add(path)
+                        detail = (
+                            f"{artifact} was built from it at {_short(entry.get('sha256'))}, "
+                            f"now {_short(sha)}"
+                        )
+                        add(Problem(path, "modified", detail, input=path))
+                    continue  # a changed input: its sidecar is judged on its own
+            side = entry.get("provenance")
+            # a sidecar outside the working directory was never bundled: nothing outside is read
+            if side and not Path(side).is_absolute() and (root / side).is_file():
+                report.checked["input sidecar"] += 1
+                if problem := auditor.sidecar_changed(artifact, entry):
+                    add(problem)
         for check in (auditor.check_config, auditor.check_lock):
             # each snapshot and lock is checked once: its problem comes back for every sidecar
             if (problem := check(prov)) and problem not in report.problems:
@@ -494,7 +504,11 @@ def _check(archive: str, root: Path, present: set[str], manifest: dict[str, Any]
     report.checked["config"] = len(auditor.configs)
     report.checked["lock"] = len(auditor.locks)
     report.notes = auditor.environment_notes()
+    return {a: p for a, p in chain.items() if a in present}
 
+
+def _recompute_tables(report: BundleAudit, root: Path, sidecars: dict[str, dict]) -> None:
+    """Every table built again from the bundled records; each cell that differs named."""
     tables = {a: p for a, p in sidecars.items() if p.get("stage") in TABLE_STAGES}
     for artifact in _jobs(tables):
         absent = [
@@ -503,20 +517,16 @@ def _check(archive: str, root: Path, present: set[str], manifest: dict[str, Any]
             if Path(e["path"]).is_absolute() or not (root / e["path"]).exists()
         ]
         if absent:
-            add(
-                Problem(
-                    artifact,
-                    "not recomputable",
-                    f"its input {absent[0]} is not in the bundle"
-                    + (f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""),
-                )
-            )
+            more = f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""
+            detail = f"its input {absent[0]} is not in the bundle{more}"
+            report.problems.append(Problem(artifact, "not recomputable", detail))
             continue
         try:
             rec = recompute(artifact, root)
         except DataError as exc:
             # the scratch directory means nothing to the reader: paths as the bundle holds them
-            add(Problem(artifact, "not recomputable", str(exc).replace(f"{root}/", "")))
+            detail = str(exc).replace(f"{root}/", "")
+            report.problems.append(Problem(artifact, "not recomputable", detail))
             continue
         report.recomputed.append(rec)
         report.problems += [
@@ -527,7 +537,6 @@ def _check(archive: str, root: Path, present: set[str], manifest: dict[str, Any]
             )
             for d in rec.differences
         ]
-    return report
 
 
 def run_audit(archive: str, as_json: bool = False) -> int:

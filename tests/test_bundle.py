@@ -309,3 +309,19 @@ def test_the_snakemake_report_of_the_experiments_config_is_bundled(experiment, m
         e for e in manifest["files"] if e["path"] == bundle.REPORT
     ).items()
     assert audit_bundle(path).ok
+
+
+def test_an_edited_sidecar_of_a_left_out_artifact_is_named(archive):
+    """The samples are not bundled, but their sidecar is, and the graded file's sidecar recorded
+    its hash: the chain of records is checked without the data."""
+    files = members(archive)
+    side = "results/x/eval/sft/samples.jsonl.prov.json"
+    prov = json.loads(files[side])
+    prov["params"] = {"temperature": 0.0}
+    files[side] = json.dumps(prov).encode()
+    rewrite(archive, files, reseal=[side])
+    report = audit_bundle(archive)
+    assert problems(report) == {("modified", side)}
+    assert report.problems[0].detail.startswith(
+        "differs from the sidecar results/x/eval/sft/graded.jsonl was built with"
+    )
