@@ -414,6 +414,23 @@ def audit_bundle(archive: str | os.PathLike) -> BundleAudit:
         return _check(str(archive), root, present, manifest)
 
 
+def _inside(recorded: str) -> bool:
+    """A recorded path that can name a file of the bundle: relative, never climbing out of it (a
+    forged sidecar must not make the audit read the reviewer's files)."""
+    return not Path(recorded).is_absolute() and ".." not in Path(recorded).parts
+
+
+def _held(root: Path, recorded: str) -> str:
+    """``recorded`` as a path of the bundle: itself when it is inside, else its longest tail that
+    is a file of the bundle, else that tail anyway (a file the checks then find missing)."""
+    if _inside(recorded):
+        return recorded
+    path = Path(recorded)
+    parts = [p for p in path.parts if p not in (path.anchor, "..")]
+    tails = [str(Path(*parts[i:])) for i in range(len(parts))]
+    return next((t for t in tails if (root / t).is_file()), tails[0] if tails else ".")
+
+
 def _check(archive: str, root: Path, present: set[str], manifest: dict[str, Any]) -> BundleAudit:
     listed = {e["path"]: e for e in manifest.get("files") or []}
     report = BundleAudit(archive, str(manifest.get("experiment")), len(listed))
@@ -475,7 +492,7 @@ def _check_sidecars(report: BundleAudit, root: Path, present: set[str]) -> dict[
                     add(Problem(sibling, "modified", detail))
         for key, entry in _entries(prov):
             path = entry["path"]
-            if Path(path).is_absolute() or (path not in present and not (root / path).is_dir()):
+            if not _inside(path) or (path not in present and not (root / path).is_dir()):
                 # a source read through params is recorded, never bundled
                 if bundled and key != "read":
                     report.not_in_bundle.setdefault(path, artifact)
@@ -493,13 +510,20 @@ def _check_sidecars(report: BundleAudit, root: Path, present: set[str]) -> dict[
                     continue  # a changed input: its sidecar is judged on its own
             side = entry.get("provenance")
             # a sidecar outside the working directory was never bundled: nothing outside is read
-            if side and not Path(side).is_absolute() and (root / side).is_file():
+            if side and _inside(side) and (root / side).is_file():
                 report.checked["input sidecar"] += 1
                 if problem := auditor.sidecar_changed(artifact, entry):
                     add(problem)
+        # the snapshot and lock as the bundle holds them (an older sidecar's absolute snapshot
+        # path by its tail), so nothing outside the bundle is read
+        held = dict(prov)
+        if prov.get("config_path"):
+            held["config_path"] = _held(root, prov["config_path"])
+        if (prov.get("env_lock") or {}).get("path"):
+            held["env_lock"] = {**prov["env_lock"], "path": _held(root, prov["env_lock"]["path"])}
         for check in (auditor.check_config, auditor.check_lock):
             # each snapshot and lock is checked once: its problem comes back for every sidecar
-            if (problem := check(prov)) and problem not in report.problems:
+            if (problem := check(held)) and problem not in report.problems:
                 add(problem)
     report.checked["config"] = len(auditor.configs)
     report.checked["lock"] = len(auditor.locks)
@@ -514,7 +538,7 @@ def _recompute_tables(report: BundleAudit, root: Path, sidecars: dict[str, dict]
         absent = [
             e["path"]
             for _, e in _entries(tables[artifact])
-            if Path(e["path"]).is_absolute() or not (root / e["path"]).exists()
+            if not _inside(e["path"]) or not (root / e["path"]).exists()
         ]
         if absent:
             more = f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""

@@ -325,3 +325,28 @@ def test_an_edited_sidecar_of_a_left_out_artifact_is_named(archive):
     assert report.problems[0].detail.startswith(
         "differs from the sidecar results/x/eval/sft/graded.jsonl was built with"
     )
+
+
+def test_a_sidecar_naming_files_outside_the_bundle_never_reads_them(archive):
+    """A forged sidecar pointing at the reviewer's own files: listed as not in the bundle, never
+    hashed (a hash that differs would be a problem)."""
+    outside = archive.parent / "outside.txt"
+    outside.write_text("the reviewer's file")
+    files = members(archive)
+    side = "results/x/eval/sft/graded.jsonl.prov.json"
+    prov = json.loads(files[side])
+    zeros = "0" * 64
+    prov["inputs"]["extra"] = {
+        "path": str(outside),
+        "sha256": zeros,
+        "provenance": str(outside),
+        "provenance_sha256": zeros,
+    }
+    prov["env_lock"]["path"] = "../../" + prov["env_lock"]["path"]
+    files[side] = json.dumps(prov).encode()
+    rewrite(archive, files, reseal=[side])
+    report = audit_bundle(archive)
+    # the edit itself is seen by the table that recorded this sidecar, nothing else
+    assert problems(report) == {("modified", side)}
+    assert report.not_in_bundle[str(outside)] == "results/x/eval/sft/graded.jsonl"
+    assert report.checked["lock"] == 1  # the climbing lock path is the bundle's own lock
