@@ -381,25 +381,30 @@ def _open(archive: Path) -> tuple[zipfile.ZipFile, str, dict[str, Any]]:
             f"{archive}: not a bundle: not a zip archive (`stillroom bundle` writes one)"
         )
     z = zipfile.ZipFile(archive)
-    names = [i.filename for i in z.infolist() if not i.is_dir()]
-    tops = {n.split("/", 1)[0] for n in names}
-    top = next(iter(tops)) if len(tops) == 1 else None
-    if top is None or f"{top}/{MANIFEST}" not in names:
-        z.close()
-        raise DataError(f"{archive}: not a bundle: no {MANIFEST} in one top-level folder")
-    for n in names:
-        parts = PurePosixPath(n).parts
-        if PurePosixPath(n).is_absolute() or ".." in parts or "\\" in n:
-            z.close()
-            raise DataError(f"{archive}: member {n} would land outside the bundle's folder")
     try:
-        manifest = json.loads(z.read(f"{top}/{MANIFEST}"))
-    except ValueError as exc:
+        names = [i.filename for i in z.infolist() if not i.is_dir()]
+        tops = {n.split("/", 1)[0] for n in names}
+        top = next(iter(tops)) if len(tops) == 1 else None
+        if top is None or f"{top}/{MANIFEST}" not in names:
+            raise DataError(f"{archive}: not a bundle: no {MANIFEST} in one top-level folder")
+        for n in names:
+            if PurePosixPath(n).is_absolute() or ".." in PurePosixPath(n).parts or "\\" in n:
+                raise DataError(f"{archive}: member {n} would land outside the bundle's folder")
+        where = f"{archive}: {top}/{MANIFEST}"
+        try:
+            manifest = json.loads(z.read(f"{top}/{MANIFEST}"))
+        except (ValueError, zipfile.BadZipFile) as exc:
+            raise DataError(f"{where}: unreadable ({exc})") from None
+        if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+            raise DataError(f"{where}: not a {SCHEMA} manifest")
+        files = manifest.get("files")
+        if not isinstance(files, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("path"), str) for e in files
+        ):
+            raise DataError(f"{where}: 'files' must be a list of entries with a 'path'")
+    except BaseException:
         z.close()
-        raise DataError(f"{archive}: {top}/{MANIFEST} is not JSON ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
-        z.close()
-        raise DataError(f"{archive}: {top}/{MANIFEST}: not a {SCHEMA} manifest")
+        raise
     return z, top, manifest
 
 
@@ -407,11 +412,20 @@ def audit_bundle(archive: str | os.PathLike) -> BundleAudit:
     """Extract ``archive`` into a scratch directory and check it as the module docstring says."""
     z, top, manifest = _open(Path(archive))
     with z, tempfile.TemporaryDirectory(prefix="stillroom-bundle-audit-") as tmp:
-        z.extractall(tmp)
-        root = Path(tmp) / top
-        present = {n.removeprefix(f"{top}/") for n in z.namelist() if not n.endswith("/")}
-        present.discard(MANIFEST)
-        return _check(str(archive), root, present, manifest)
+        present, damaged = set(), []
+        for info in z.infolist():
+            name = info.filename.removeprefix(f"{top}/")
+            if info.is_dir() or name == MANIFEST:
+                continue
+            try:
+                z.extract(info, tmp)
+            except (zipfile.BadZipFile, EOFError, OSError) as exc:
+                # bytes changed inside the archive (its CRC no longer matches): named, not used
+                (Path(tmp) / info.filename).unlink(missing_ok=True)
+                damaged.append(Problem(name, "modified", f"unreadable in the archive: {exc}"))
+                continue
+            present.add(name)
+        return _check(str(archive), Path(tmp) / top, present, manifest, damaged)
 
 
 def _inside(recorded: str) -> bool:
@@ -431,20 +445,30 @@ def _held(root: Path, recorded: str) -> str:
     return next((t for t in tails if (root / t).is_file()), tails[0] if tails else ".")
 
 
-def _check(archive: str, root: Path, present: set[str], manifest: dict[str, Any]) -> BundleAudit:
-    listed = {e["path"]: e for e in manifest.get("files") or []}
-    report = BundleAudit(archive, str(manifest.get("experiment")), len(listed))
-    _check_manifest(report, root, present, listed)
+def _check(
+    archive: str, root: Path, present: set[str], manifest: dict[str, Any], damaged: list[Problem]
+) -> BundleAudit:
+    listed = {e["path"]: e for e in manifest["files"]}
+    report = BundleAudit(archive, str(manifest.get("experiment")), len(listed), problems=damaged)
+    _check_manifest(report, root, present, listed, {p.path for p in damaged})
     sidecars = _check_sidecars(report, root, present)
+    # a listed file that is gone or damaged is a problem already, not a file left out by design
+    report.not_in_bundle = {p: by for p, by in report.not_in_bundle.items() if p not in listed}
     _recompute_tables(report, root, sidecars)
     return report
 
 
 def _check_manifest(
-    report: BundleAudit, root: Path, present: set[str], listed: dict[str, dict[str, Any]]
+    report: BundleAudit,
+    root: Path,
+    present: set[str],
+    listed: dict[str, dict[str, Any]],
+    damaged: set[str],
 ) -> None:
     """Every listed file there with its bytes; nothing there that is not listed."""
     for path, e in sorted(listed.items()):
+        if path in damaged:
+            continue
         if path not in present:
             report.problems.append(
                 Problem(path, "missing", "listed in the manifest, not in the archive")
@@ -455,7 +479,7 @@ def _check_manifest(
         if sha != e.get("sha256"):
             detail = f"manifest says {_short(e.get('sha256'))}, now {_short(sha)}"
             report.problems.append(Problem(path, "modified", detail))
-    for path in sorted(present - listed.keys()):
+    for path in sorted((present | damaged) - listed.keys()):
         report.problems.append(Problem(path, "unlisted", "in the archive but not in its manifest"))
 
 

@@ -350,3 +350,18 @@ def test_a_sidecar_naming_files_outside_the_bundle_never_reads_them(archive):
     assert problems(report) == {("modified", side)}
     assert report.not_in_bundle[str(outside)] == "results/x/eval/sft/graded.jsonl"
     assert report.checked["lock"] == 1  # the climbing lock path is the bundle's own lock
+
+
+def test_bytes_changed_inside_the_archive_itself_are_named(archive):
+    """A member whose bytes were edited in place no longer matches its CRC: named, not used."""
+    files = members(archive)
+    rewrite(archive, files)  # stored uncompressed, so the member's bytes can be found
+    raw = archive.read_bytes()
+    at = raw.index(files[f"{TABLE}.md"]) + files[f"{TABLE}.md"].index(b"| sft |") + 2
+    archive.write_bytes(raw[:at] + b"S" + raw[at + 1 :])
+    report = audit_bundle(archive)
+    damaged = [p for p in report.problems if p.path == f"{TABLE}.md"]
+    assert damaged[0].kind == "modified"
+    assert damaged[0].detail.startswith("unreadable in the archive: Bad CRC-32")
+    assert ("missing", f"{TABLE}.md") not in problems(report)
+    assert f"{TABLE}.md" not in report.not_in_bundle  # listed, so not left out by design
