@@ -14,7 +14,6 @@ the model's checkpoint to the training rows and the teacher records they came fr
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -34,8 +33,16 @@ from .provenance import sidecar_path
 from .tables import ROW_KEYS, SCHEMAS, csv_path, kind_of, load
 
 SHOWN = 10  # records shown per list in the text report; --json has them all
-# the stages that write tables (their CLI names, as sidecars record them)
-TABLE_STAGES = ("tables", "budget_tables", "effort_tables", "teacher_tables", "kernel_tables")
+# the stages that write tables (their CLI names, as sidecars record them) -> their functions in
+# stillroom.stages.tables, as cli.STAGES names them (a test holds the two equal; importing the CLI
+# here would make an import cycle)
+TABLE_STAGES = {
+    "tables": "run",
+    "budget_tables": "budget_run",
+    "effort_tables": "effort_run",
+    "teacher_tables": "teacher_run",
+    "kernel_tables": "kernel_tables",
+}
 REL_TOL = 1e-9  # floats are written at full precision: only the last bits may differ
 
 
@@ -261,12 +268,10 @@ class Recomputed:
 
 def recompute(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Recomputed:
     """Build the table again with the stage, inputs and params its sidecar recorded, and compare."""
-    from .cli import STAGES
+    from .stages import tables as stages
 
     table = open_table(path, root)
-    stage = STAGES[table.stage]
-    module, func = stage.target.split(":")
-    fn = getattr(importlib.import_module(f"stillroom.stages.{module}"), func)
+    fn = getattr(stages, TABLE_STAGES[table.stage])
     outputs = {name: table.path(p) for name, p in table.prov["outputs"].items()}
     report = Recomputed(str(path), table.stage, dict(table.prov.get("params") or {}), [])
     with tempfile.TemporaryDirectory(prefix="stillroom-recompute-") as tmp:

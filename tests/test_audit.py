@@ -11,8 +11,8 @@ import pytest
 
 from stillroom import envlock
 from stillroom.audit import audit, format_tree
-from stillroom.audit_tables import recompute
-from stillroom.cli import main
+from stillroom.audit_tables import TABLE_STAGES, recompute
+from stillroom.cli import STAGES, main
 from stillroom.io import write_jsonl
 from stillroom.provenance import Job, digest, now, sidecar_path, write_sidecars
 from stillroom.tables import kind_of, load, write_csv
@@ -448,3 +448,8 @@ def test_bad_arguments_get_a_clear_error(built, capsys):
     assert "results/x/eval/sft.jsonl: not a table" in capsys.readouterr().err
     assert main(["audit", "results/x/tables/heldout.md", "--regrade"]) == 2
     assert "give --cell MODEL" in capsys.readouterr().err
+
+
+def test_recompute_calls_the_functions_the_cli_runs():
+    for name, func in TABLE_STAGES.items():
+        assert STAGES[name].target == f"tables:{func}"
