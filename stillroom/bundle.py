@@ -172,8 +172,9 @@ def transcript(exp: Path, root: Path) -> tuple[str, list[str]]:
             try:
                 rec = recompute(artifact, root)
             except DataError as exc:
-                texts.append(f"$ stillroom audit {artifact} --recompute\nerror: {exc}")
-                problems.append(f"not recomputable: {exc}")
+                error = str(exc).replace(f"{root}/", "")  # paths as the sidecars write them
+                texts.append(f"$ stillroom audit {artifact} --recompute\nerror: {error}")
+                problems.append(f"not recomputable: {error}")
                 continue
             texts.append(f"$ stillroom audit {artifact} --recompute\n{rec.text()}")
             problems += [f"differs: {d}" for d in rec.differences]
