@@ -12,9 +12,16 @@ reports:
 * ``no provenance``: an input under ``results/`` that has no sidecar, so its origin cannot be
   checked.
 
-Paths in sidecars are relative to the Snakemake working directory (source files are absolute), so
-the audit resolves them against ``root``; by default the root is inferred from the artifact's own
-sidecar.
+An input's sidecar that differs from the one its consumer was built with is ``modified`` (the chain
+itself was edited), and so is a sibling output (``heldout.png`` beside ``heldout.md``) that no
+longer matches the digest its job recorded, or an environment lock that no longer hashes to its
+name. Where the environment the audit runs in differs from a recorded lock, a note says how (not a
+problem: the records are what they were).
+
+Paths in sidecars are relative to the Snakemake working directory (a file outside it, such as a
+source in the repository when the run is elsewhere, is absolute; so are an older sidecar's config
+snapshot and sources), so the audit resolves them against ``root``; by default the root is inferred
+from the artifact's own sidecar.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import envlock
 from .config import config_hash
 from .provenance import digest, sidecar_path
 
@@ -51,6 +59,7 @@ class Node:
     git: dict[str, Any] | None = None
     packages: dict[str, str | None] = field(default_factory=dict)
     files: int | None = None  # a directory's file count
+    resolved: list[dict[str, Any]] = field(default_factory=list)  # hub revisions, served models
     repeat: bool = False  # reached before: its subtree is printed once, above
     problems: list[Problem] = field(default_factory=list)
     inputs: list[Node] = field(default_factory=list)
@@ -63,6 +72,7 @@ class AuditReport:
     tree: Node
     problems: list[Problem]
     rehashed: int = 0  # distinct artifacts and source files hashed (each once)
+    notes: list[str] = field(default_factory=list)  # e.g. how this environment differs
 
     @property
     def ok(self) -> bool:
@@ -83,6 +93,7 @@ class AuditReport:
             "ok": self.ok,
             "rehashed": self.rehashed,
             "problems": [asdict(p) for p in self.problems],
+            "notes": self.notes,
             "tree": asdict(self.tree),
         }
 
@@ -111,7 +122,10 @@ def _manifest_diff(path: str, recorded: dict[str, str], current: dict[str, str])
     return out
 
 
-class _Auditor:
+class Auditor:
+    """One walk's state: each file hashed and each sidecar read once, the config snapshots and
+    environment locks checked once (``bundle`` checks a bundle's sidecars with it)."""
+
     def __init__(self, root: Path):
         self.root = root
         # each file hashed once, however often reached
@@ -120,6 +134,9 @@ class _Auditor:
         self.broken: dict[Path, str] = {}
         self.visited: set[Path] = set()
         self.configs: dict[str, Problem | None] = {}
+        # environment locks: recorded path -> (sha, the lock or None, its problem)
+        self.locks: dict[str, tuple[str, dict[str, Any] | None, Problem | None]] = {}
+        self.reported: set[tuple[str, str]] = set()  # (kind, path) already a problem
 
     def resolve(self, path: str) -> Path:
         return Path(path) if Path(path).is_absolute() else self.root / path
@@ -148,11 +165,14 @@ class _Auditor:
         if not sha or not recorded:
             return None  # run outside Snakemake: nothing was recorded to check
         if recorded not in self.configs:
-            # The snapshot path is absolute; if the tree was moved, find it by its tail under root.
+            # Relative to root; an older sidecar's absolute path, if the tree was moved, is found by
+            # its tail under root.
             parts = Path(recorded).parts
-            candidates = [self.root.joinpath(*parts[i:]) for i in range(1, len(parts))] + [
-                Path(recorded)
-            ]
+            candidates = (
+                [self.root.joinpath(*parts[i:]) for i in range(1, len(parts))] + [Path(recorded)]
+                if Path(recorded).is_absolute()
+                else [self.root / recorded]
+            )
             found = next((c for c in candidates if c.is_file()), None)
             if found is None:
                 self.configs[recorded] = Problem(recorded, "missing", "config snapshot gone")
@@ -164,9 +184,10 @@ class _Auditor:
                 self.configs[recorded] = None
         return self.configs[recorded]
 
-    def visit(self, path: str, recorded: dict[str, Any] | None = None) -> Node:
+    def visit(self, path: str, recorded: dict[str, Any] | None = None, read: bool = False) -> Node:
         """The node for ``path``; ``recorded`` is its entry in the consumer's sidecar (None at the
-        top)."""
+        top); ``read``: a file the stage read through its params (a source, a model directory),
+        which needs no sidecar even under ``results/``."""
         real = self.resolve(path)
         node = Node(path)
         if real in self.visited:
@@ -190,7 +211,7 @@ class _Auditor:
                 node.problems.append(Problem(path, "missing", "file gone"))
             if recorded and recorded.get("provenance"):
                 node.problems.append(Problem(recorded["provenance"], "missing", "sidecar gone"))
-            elif recorded is None or self.under_results(real):
+            elif recorded is None or (self.under_results(real) and not read):
                 node.problems.append(
                     Problem(path, "no provenance", "a pipeline artifact without a sidecar")
                 )
@@ -215,13 +236,97 @@ class _Auditor:
                 )
         if problem := self.check_config(prov):
             node.problems.append(problem)
-        for entry in (prov.get("inputs") or {}).values():
+        if problem := self.check_lock(prov):
+            node.problems.append(problem)
+        node.resolved = list(prov.get("resolved") or [])
+        node.problems += self.siblings(path, real, prov)
+        for key, entry in (prov.get("inputs") or {}).items():
             for item in entry if isinstance(entry, list) else [entry]:
-                child = self.visit(item["path"], item)
+                child = self.visit(item["path"], item, read=key == "read")
                 node.inputs.append(child)
                 if stale := self.stale(path, item):
                     node.problems.append(stale)
+                elif changed := self.sidecar_changed(path, item):
+                    node.problems.append(changed)
         return node
+
+    def siblings(self, path: str, real: Path, prov: dict[str, Any]) -> list[Problem]:
+        """The job's other outputs must still match the digests it recorded for them."""
+        out = []
+        recorded = prov.get("output_digests") or {}  # absent in older sidecars
+        for name, sibling in (prov.get("outputs") or {}).items():
+            where = self.resolve(sibling)
+            if name not in recorded or where == real:
+                continue
+            current = self.digest(where)
+            if current is None:
+                out.append(Problem(sibling, "missing", f"written with {path} by its job, gone now"))
+            elif current["sha256"] != recorded[name]:
+                out.append(
+                    Problem(
+                        sibling,
+                        "modified",
+                        f"written with {path} by its job at {_short(recorded[name])}, "
+                        f"now {_short(current['sha256'])}",
+                    )
+                )
+        return out
+
+    def sidecar_changed(self, consumer: str, item: dict[str, Any]) -> Problem | None:
+        """The input's sidecar must be the very one ``consumer`` was built with (its artifact being
+        unchanged: a changed artifact is ``stale``). Reported once per sidecar."""
+        side, recorded = item.get("provenance"), item.get("provenance_sha256")
+        if not side or not recorded:
+            return None  # no sidecar then, or an older consumer that did not hash it
+        real = self.resolve(side)
+        if not real.is_file() or ("modified", side) in self.reported:
+            return None  # a missing sidecar is reported on its own node
+        now = self.digest(real)["sha256"]
+        if now == recorded:
+            return None
+        self.reported.add(("modified", side))
+        return Problem(
+            side,
+            "modified",
+            f"differs from the sidecar {consumer} was built with "
+            f"(recorded {_short(recorded)}, now {_short(now)})",
+            input=item["path"],
+        )
+
+    def check_lock(self, prov: dict[str, Any]) -> Problem | None:
+        """The environment lock must still hash to its recorded hash (once per lock)."""
+        ref = prov.get("env_lock") or {}
+        recorded, sha = ref.get("path"), ref.get("sha256")
+        if not recorded or not sha:
+            return None  # a stage run by hand, or an older sidecar
+        if recorded not in self.locks:
+            real = self.resolve(recorded)
+            try:
+                lock = json.loads(real.read_text())
+            except FileNotFoundError:
+                self.locks[recorded] = (sha, None, Problem(recorded, "missing", "env lock gone"))
+            except (OSError, ValueError) as exc:
+                problem = Problem(recorded, "modified", f"env lock unreadable: {exc}")
+                self.locks[recorded] = (sha, None, problem)
+            else:
+                problem = None
+                if envlock.lock_hash(lock) != sha:
+                    problem = Problem(
+                        recorded, "modified", f"env lock no longer hashes to {_short(sha)}"
+                    )
+                self.locks[recorded] = (sha, None if problem else lock, problem)
+        return self.locks[recorded][2]
+
+    def environment_notes(self) -> list[str]:
+        """How the environment the audit runs in differs from each recorded lock."""
+        notes = []
+        for path, (_, lock, _) in sorted(self.locks.items()):
+            if lock is None:
+                continue
+            changes = envlock.diff(lock)
+            if changes:
+                notes.append(f"environment differs from {path}: " + "; ".join(changes))
+        return notes
 
     def stale(self, consumer: str, item: dict[str, Any]) -> Problem | None:
         """Did the input change after ``consumer`` was built from it? An input with a sidecar is
@@ -269,15 +374,35 @@ def audit(artifact: str | os.PathLike, root: str | os.PathLike | None = None) ->
         path = Path(artifact).resolve()
         root = infer_root(path) or Path.cwd()
     shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-    auditor = _Auditor(root)
+    auditor = Auditor(root)
     tree = auditor.visit(shown)
     report = AuditReport(shown, str(root), tree, [], rehashed=len(auditor.hashes))
-    report.problems = [p for node in report.nodes() for p in node.problems]
+    seen: set[tuple[str, str, str | None]] = set()
+    for node in report.nodes():
+        for p in node.problems:
+            # a file reached as a node and as a sibling output is one problem
+            if (p.kind, p.path, p.input) not in seen:
+                seen.add((p.kind, p.path, p.input))
+                report.problems.append(p)
+    report.notes = auditor.environment_notes()
     return report
 
 
 def _packages(packages: dict[str, str | None]) -> str:
     return " ".join(f"{name} {packages[name]}" for name in SHOWN_PACKAGES if packages.get(name))
+
+
+def _pins(node: Node) -> str:
+    """The hub revisions and served models a stage used, short."""
+    out = []
+    for r in node.resolved:
+        if r.get("served") is not None:
+            out.append(f"served {','.join(r['served']) or '-'}")
+        elif r.get("id"):
+            out.append(f"{r['id']}@{(r.get('revision') or 'unresolved')[:SHORT]}")
+        elif r.get("manifest_sha256"):
+            out.append(f"{r.get('ref')} manifest {_short(r['manifest_sha256'])}")
+    return " ".join(out)
 
 
 def _label(node: Node) -> str:
@@ -297,6 +422,7 @@ def _label(node: Node) -> str:
         git = node.git or {}
         commit = (git.get("commit") or "?")[:7] + ("+dirty" if git.get("dirty") else "")
         parts += [f"config {_short(node.config_sha256)}", f"git {commit}", _packages(node.packages)]
+        parts.append(_pins(node))
     flags = sorted({p.kind for p in node.problems})
     if flags:
         parts.append("!! " + ", ".join(flags).upper())
@@ -321,6 +447,7 @@ def format_tree(report: AuditReport) -> str:
             "",
             f"ok: {report.rehashed} artifacts re-hashed, nothing modified, missing or stale",
         ]
+    lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines)
 
 

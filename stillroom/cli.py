@@ -204,7 +204,7 @@ def _logger(stage: str) -> Callable[[str], None]:
 
 
 def run_stage(name: str, args: argparse.Namespace) -> None:
-    from .provenance import Job, now, write_sidecars
+    from .provenance import Job, now, take_noted, write_sidecars
 
     stage = STAGES[name]
     inputs: dict[str, Any] = {}
@@ -218,6 +218,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
     log = _logger(name)
     module, func = stage.target.split(":")
     fn = getattr(importlib.import_module(f"stillroom.stages.{module}"), func)
+    take_noted()  # only what this stage reads
     started = now()
     t0 = time.monotonic()
     out_args = {f"out_{k}": v for k, v in outputs.items()}
@@ -229,11 +230,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
             flat_outputs.update({f"{key}[{i}]": v for i, v in enumerate(value)})
         else:
             flat_outputs[key] = value
-    flat_inputs = {
-        k: (list(v.values()) if isinstance(v, dict) else v)
-        for k, v in inputs.items()
-        if v is not None
-    }
+    flat_inputs = {k: v for k, v in inputs.items() if v is not None}
     write_sidecars(
         flat_outputs,
         flat_inputs,
@@ -242,6 +239,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
         started=started,
         metrics=metrics,
         job=job,
+        **take_noted(),
     )
     log(f"done in {metrics['wall_s']:.1f}s")
 
@@ -271,6 +269,38 @@ def estimate(configfiles: list[str] | None, root: str, out_json: str | None) -> 
     print(est.markdown(plan), end="")
     if out_json:
         write_json(out_json, plan.to_json())
+
+
+def _audit(args: argparse.Namespace) -> int:
+    """The provenance walk; with --recompute, the table also rebuilt and compared; with --cell,
+    the drill-down into one model's rows."""
+    if args.bundle is not None:
+        if args.path is not None or args.recompute or args.cell is not None or args.root:
+            raise DataError(
+                "--bundle checks an archive on its own: give no artifact, --root, --recompute "
+                "or --cell with it"
+            )
+        from .bundle import run_audit
+
+        return run_audit(args.bundle, as_json=args.json)
+    if args.path is None:
+        raise DataError("give an artifact to audit, or --bundle ARCHIVE")
+    if args.regrade and args.cell is None:
+        raise DataError("--regrade regrades the records of one model's rows: give --cell MODEL")
+    if args.cell is None and not args.recompute:
+        from .audit import run
+
+        return run(args.path, root=args.root, as_json=args.json)
+    from .audit_tables import run
+
+    return run(
+        args.path,
+        root=args.root,
+        as_json=args.json,
+        recompute_table=args.recompute,
+        model=args.cell,
+        regrade=args.regrade,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -347,13 +377,57 @@ def build_parser() -> argparse.ArgumentParser:
         "every file; exit 1 if anything is modified, missing or stale",
     )
     audit.add_argument(
-        "path", help="a table, plot, checkpoint or any other artifact with a .prov.json"
+        "path", nargs="?", help="a table, plot, checkpoint or any other artifact with a .prov.json"
+    )
+    audit.add_argument(
+        "--bundle",
+        metavar="ARCHIVE",
+        help="check a bundle written by `stillroom bundle` without the raw data: every file "
+        "against its manifest, sidecars and consumers, every table recomputed from its records",
     )
     audit.add_argument(
         "--root", help="the directory the pipeline ran in (default: inferred from the sidecar)"
     )
     audit.add_argument(
         "--json", action="store_true", help="print the report as JSON instead of a tree"
+    )
+    audit.add_argument(
+        "--recompute",
+        action="store_true",
+        help="a table: also build it again from the graded records with its recorded inputs, seed "
+        "and params, and name every cell (row and column) that differs",
+    )
+    audit.add_argument(
+        "--cell",
+        metavar="MODEL",
+        help="a table: the graded records behind MODEL's rows, then its checkpoint, training rows "
+        "and the teacher records they came from",
+    )
+    audit.add_argument(
+        "--regrade",
+        action="store_true",
+        help="with --cell: grade those records again with their recorded grader; exit 1 if a "
+        "verdict changed",
+    )
+    bundle = sub.add_parser(
+        "bundle",
+        help="write one zip a reviewer can check without the raw data: tables, plots, config "
+        "snapshots, sidecars, environment locks, the tables' graded records, the snakemake "
+        "report and an audit transcript, with a manifest of hashes; exit 1 if the audit of the "
+        "run found a problem",
+    )
+    bundle.add_argument("experiment_dir", help="results/<experiment> of a run that made its tables")
+    bundle.add_argument(
+        "--out", metavar="ZIP", help="the archive to write (default: <experiment>-bundle.zip here)"
+    )
+    bundle.add_argument(
+        "--root", help="the directory the pipeline ran in (default: inferred from the sidecars)"
+    )
+    bundle.add_argument(
+        "--no-report",
+        dest="report",
+        action="store_false",
+        help="leave out the snakemake --report HTML (the manifest says so)",
     )
     return parser
 
@@ -371,9 +445,11 @@ def main(argv: list[str] | None = None) -> int:
 
             show(args.experiment_dir)
         elif args.command == "audit":
-            from .audit import run
+            return _audit(args)
+        elif args.command == "bundle":
+            from .bundle import run_bundle
 
-            return run(args.path, root=args.root, as_json=args.json)
+            return run_bundle(args.experiment_dir, args.out, args.root, args.report)
         elif args.command == "config":
             check_config(args.paths, args.root)
         elif args.command == "estimate":

@@ -231,6 +231,10 @@ def count_rows(path: Path) -> int:
             import pyarrow.parquet as pq
 
             return pq.ParquetFile(path).metadata.num_rows
+        if suffix not in (".csv", ".json"):
+            # counted as bytes: a count needs no decoding, so bad bytes are left to the job
+            with open(path, "rb") as fh:
+                return sum(1 for line in fh if line.strip())
         with open(path, encoding="utf-8") as fh:
             if suffix == ".csv":
                 return max(0, sum(1 for _ in csv.reader(fh)) - 1)
@@ -241,7 +245,6 @@ def count_rows(path: Path) -> int:
                 except json.JSONDecodeError:  # JSON lines under a .json name, as datasets reads
                     return sum(1 for line in text.splitlines() if line.strip())
                 return len(data) if isinstance(data, list) else 1
-            return sum(1 for line in fh if line.strip())
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
 

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -110,52 +111,107 @@ def read_jsonl(
     return list(iter_jsonl(path, required, types))
 
 
+def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of each non-blank line. The file is read as bytes and decoded a
+    line at a time, so undecodable bytes are a DataError naming the file and line (numbers count
+    blank lines too, so they match an editor's)."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if raw.strip():
+                yield lineno, _decode(path, lineno, raw)
+
+
+def _decode(path: Path, lineno: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+            f"{exc.start + 1})"
+        ) from None
+
+
+def parse_row(
+    path: str | os.PathLike,
+    lineno: int,
+    line: str | bytes,
+    required: Sequence[str] = (),
+    types: Mapping[str, type | tuple[type, ...]] | None = None,
+) -> dict[str, Any]:
+    """One JSONL line as a dict with ``required`` keys (of ``types`` where given), or a DataError
+    naming ``path``, ``lineno`` and what was expected."""
+    if isinstance(line, bytes):
+        line = _decode(Path(path), lineno, line)
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(
+            f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+        ) from None
+    if not isinstance(rec, dict):
+        raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+    for key in required:
+        if key not in rec:
+            raise DataError(
+                f"{path}:{lineno}: missing key '{key}' (row has: {', '.join(sorted(rec))})"
+            )
+    for key, typ in (types or {}).items():
+        if key in rec and not isinstance(rec[key], typ):
+            want = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+            raise DataError(
+                f"{path}:{lineno}: key '{key}' should be {want}, "
+                f"got {type(rec[key]).__name__} {rec[key]!r:.60}"
+            )
+    return rec
+
+
 def iter_jsonl(
     path: str | os.PathLike,
     required: Sequence[str] = (),
     types: Mapping[str, type | tuple[type, ...]] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: file not found")
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise DataError(
-                    f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}"
-                )
-            for key in required:
-                if key not in rec:
-                    raise DataError(
-                        f"{path}:{lineno}: missing key '{key}' (row has: {', '.join(sorted(rec))})"
-                    )
-            for key, typ in (types or {}).items():
-                if key in rec and not isinstance(rec[key], typ):
-                    want = (
-                        typ.__name__
-                        if isinstance(typ, type)
-                        else " or ".join(t.__name__ for t in typ)
-                    )
-                    raise DataError(
-                        f"{path}:{lineno}: key '{key}' should be {want}, "
-                        f"got {type(rec[key]).__name__} {rec[key]!r:.60}"
-                    )
-            yield rec
+    for lineno, line in iter_lines(path):
+        yield parse_row(path, lineno, line, required, types)
+
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict) and obj:
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): obj}
+
+
+def fingerprint_diff(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> str:
+    """The settings that differ between two fingerprints, as ``key: old -> new`` (dotted keys)."""
+    a, b = _flat(dict(old or {})), _flat(dict(new or {}))
+    missing = object()
+    parts = [
+        f"{k}: {json.dumps(a.get(k)) if k in a else '(unset)'} -> "
+        f"{json.dumps(b.get(k)) if k in b else '(unset)'}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k, missing) != b.get(k, missing)
+    ]
+    return "; ".join(parts)
 
 
 class Journal:
     """Records of a long job appended to ``<out>.partial`` and fsynced as they finish, so a job
     killed at any point resumes without losing or redoing a finished record; ``out`` itself appears
-    (atomically) only when ``finish`` is called. A torn last line (killed mid-write) is dropped.
+    (atomically) only when ``finish`` is called.
 
-    With a ``fingerprint`` (what the records depend on: params, input hashes) the file opens with
-    it, and a partial file of other inputs is started over rather than resumed.
+    A kill can leave the last line torn (dropped, with a warning) or complete but without its
+    newline (the newline is added, so the next append starts a line of its own). Every record has
+    a ``key``; anything else wrong is a DataError naming the file and line.
+
+    With a ``fingerprint`` (everything the records depend on: params, input hashes) the file opens
+    with it; a partial file without it or with another one (written under other settings, or by an
+    older version) is moved aside to ``<out>.partial.stale-<time>`` with a warning naming the
+    settings that differ, and the job starts over: records of other settings are never mixed in.
     """
 
     def __init__(
@@ -172,37 +228,66 @@ class Journal:
 
     def load(self) -> dict[str, dict[str, Any]]:
         """The finished records of an earlier run, by key."""
-        done: dict[str, dict[str, Any]] = {}
         if not self.partial.exists():
-            return done
-        lines = self.partial.read_text(encoding="utf-8").splitlines(keepends=True)
-        good = 0
-        for i, line in enumerate(lines):
+            return {}
+        data = self.partial.read_bytes()
+        # a complete file ends in a newline, leaving an empty tail
+        *lines, tail = data.split(b"\n")
+        torn = None
+        if tail.strip():
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                if i != len(lines) - 1:
-                    raise DataError(
-                        f"{self.partial}:{i + 1}: corrupt record in the middle of the file"
-                    ) from None
-                self.log(f"warning: dropped a torn last line in {self.partial}")
-                break
-            good += len(line.encode())
-            if "fingerprint" in rec:
-                if i == 0 and rec["fingerprint"] == self.fingerprint:
-                    continue
-                self.log(f"{self.partial} was written with other inputs or params: starting over")
-                self.partial.unlink()
+                parse_row(self.partial, len(lines) + 1, tail)
+                lines.append(tail)
+            except DataError as exc:
+                # killed mid-write: that record never finished, so it is redone
+                torn = exc
+        rows = [(i, raw) for i, raw in enumerate(lines, 1) if raw.strip()]
+        first = self._row(*rows[0]) if rows else {}
+        if rows and (self.fingerprint is not None or "fingerprint" in first):
+            if first.get("fingerprint") != self.fingerprint:
+                self._set_aside(first.get("fingerprint"))
                 return {}
-            if i == 0 and self.fingerprint is not None:
-                self.log(f"{self.partial} has no fingerprint: starting over")
-                self.partial.unlink()
-                return {}
+            rows = rows[1:]
+        done = {}
+        for i, raw in rows:
+            rec = self._row(i, raw, required=("key",))
             done[rec["key"]] = rec
-        # cut the torn tail so appends start on a clean line
-        with open(self.partial, "r+b") as fh:
-            fh.truncate(good)
+        if torn is not None:
+            self.log(f"warning: dropped a torn last record: {torn}")
+            with open(self.partial, "r+b") as fh:
+                fh.truncate(len(data) - len(tail))
+        elif tail.strip():
+            self.log(
+                f"warning: {self.partial}:{len(lines)}: the last record lacked its newline; "
+                "added it"
+            )
+            with open(self.partial, "ab") as fh:
+                fh.write(b"\n")
         return done
+
+    def _row(self, lineno: int, raw: bytes, required: Sequence[str] = ()) -> dict[str, Any]:
+        try:
+            return parse_row(self.partial, lineno, raw, required)
+        except DataError as exc:
+            raise DataError(
+                f"{exc}; a corrupt record, not one a kill leaves (move the resume file aside "
+                "to start over)"
+            ) from None
+
+    def _set_aside(self, written: Mapping[str, Any] | None) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        stale = self.partial.with_name(f"{self.partial.name}.stale-{stamp}")
+        n = 1
+        while stale.exists():
+            n += 1
+            stale = self.partial.with_name(f"{self.partial.name}.stale-{stamp}-{n}")
+        os.replace(self.partial, stale)
+        why = (
+            "has no fingerprint (an older format)"
+            if written is None
+            else f"was written with other settings ({fingerprint_diff(written, self.fingerprint)})"
+        )
+        self.log(f"warning: {self.partial} {why}; moved it to {stale.name} and starting over")
 
     def __enter__(self) -> Journal:
         self.partial.parent.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,18 @@
 """Provenance sidecars: ``<artifact>.prov.json`` beside every artifact.
 
 A sidecar names the stage and rule, every input with its sha256 (directories: a manifest of
-per-file hashes) and the path of the input's own sidecar, the params, the resolved config's hash,
-the code commit and dirty state, package versions, host, SLURM job, times, seed and stage metrics.
-``audit`` walks these links from a table back to the raw teacher records and re-hashes each file.
-Nothing secret is written: environment values and params whose names look like credentials are
-redacted.
+per-file hashes), the path of the input's own sidecar and that sidecar's sha256, the files a stage
+read through its params (local prompt sources, problem files, model directories), the resolved
+revision of every hub dataset and model and the teacher's served model, the digests of the job's
+other outputs, the params, the resolved config's hash, the code commit with a hash of its
+uncommitted diff and its untracked files, the environment lock (``envlock``) by hash, host, SLURM
+job, times, seed and stage metrics. ``audit`` walks these links from a table back to the raw teacher
+records and re-hashes each file.
+
+Paths under the working directory are stored relative to it, so a results tree can be moved.
+Nothing secret is written: only an allowlist of environment variables is kept, never one whose name
+looks like a credential or is a teacher's ``api_key_env``; params under credential-like keys are
+redacted, and the value of any such variable is scrubbed from whatever else is written.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 
 from .io import read_json, write_json
 
-SCHEMA = "stillroom.provenance/1"
+SCHEMA = "stillroom.provenance/2"
 PACKAGES = (
     "stillroom",
     "torch",
@@ -45,13 +52,34 @@ PACKAGES = (
 SECRET = re.compile(
     r"api[_-]?key|secret|passw(or)?d|credential|authorization|(^|[_-])token$|^token", re.I
 )
-ENV_KEPT = re.compile(
-    r"^(STILLROOM_|SLURM_JOB_ID$|SLURM_JOB_NODELIST$|SLURM_NNODES$"
-    r"|CUDA_VISIBLE_DEVICES$|OMP_NUM_THREADS$)"
+# Environment variables: stricter, any of these words anywhere in the name (MY_TOKEN_FILE too).
+SECRET_ENV = re.compile(r"key|token|secret|passw|credential|auth|cookie", re.I)
+# The environment variables recorded, by exact name: what shapes a job (the project's partitions,
+# the GPUs it sees, its threads, its SLURM job) and whether the hub was reachable. Anything else,
+# credentials above all, is never written. (STILLROOM_CONFIG and STILLROOM_WORKFLOW are recorded as
+# config_path, relative, and git.)
+ENV_ALLOWED = frozenset(
+    {
+        "STILLROOM_GPU_PARTITION",
+        "STILLROOM_CPU_PARTITION",
+        "CUDA_VISIBLE_DEVICES",
+        "OMP_NUM_THREADS",
+        "TOKENIZERS_PARALLELISM",
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "SLURM_JOB_ID",
+        "SLURM_ARRAY_JOB_ID",
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_JOB_NODELIST",
+        "SLURM_NNODES",
+        "SLURM_JOB_PARTITION",
+    }
 )
 SUFFIX = ".prov.json"
 # Snakemake marks finished directory outputs with it after the job
 IGNORED = {".snakemake_timestamp"}
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+REDACTED = "<redacted>"
 
 
 def sidecar_path(artifact: str | os.PathLike) -> Path:
@@ -82,17 +110,65 @@ def digest(path: str | os.PathLike) -> dict[str, Any]:
     return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
 
 
+def relative(path: str | os.PathLike) -> str:
+    """``path`` relative to the working directory when it lies under it (so the results tree can be
+    moved and still audited), else as given."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return str(p.resolve().relative_to(Path.cwd().resolve()))
+        except ValueError:
+            return str(p)
+    return str(p)
+
+
 def redact(obj: Any) -> Any:
     """Copy of params with every value under a credential-like key replaced."""
     if isinstance(obj, Mapping):
         return {
-            k: (
-                "<redacted>" if SECRET.search(str(k)) and not str(k).endswith("_env") else redact(v)
-            )
+            k: (REDACTED if SECRET.search(str(k)) and not str(k).endswith("_env") else redact(v))
             for k, v in obj.items()
         }
     if isinstance(obj, list | tuple):
         return [redact(v) for v in obj]
+    return obj
+
+
+def key_variables(params: Any) -> set[str]:
+    """The environment variables named by ``*_env`` keys of params (a teacher's ``api_key_env``)."""
+    if isinstance(params, Mapping):
+        found = {
+            v for k, v in params.items() if str(k).endswith("_env") and isinstance(v, str) and v
+        }
+        return found.union(*(key_variables(v) for v in params.values()))
+    if isinstance(params, list | tuple):
+        return set().union(*(key_variables(v) for v in params))
+    return set()
+
+
+def _secret_values(names: set[str]) -> list[str]:
+    """Values of credential variables in the environment, longest first (short values would match
+    by accident; a path, such as a credentials file's, is not the secret)."""
+    values = {
+        v
+        for k, v in os.environ.items()
+        if (k in names or SECRET_ENV.search(k)) and len(v) >= 8 and not v.startswith(os.sep)
+    }
+    return sorted(values, key=len, reverse=True)
+
+
+def scrub(obj: Any, secrets: list[str]) -> Any:
+    """Copy of ``obj`` with every occurrence of a secret value in a string replaced."""
+    if not secrets:
+        return obj
+    if isinstance(obj, str):
+        for s in secrets:
+            obj = obj.replace(s, REDACTED)
+        return obj
+    if isinstance(obj, Mapping):
+        return {scrub(k, secrets): scrub(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [scrub(v, secrets) for v in obj]
     return obj
 
 
@@ -120,22 +196,38 @@ class Job:
 
         return config_hash(read_json(self.config_path))
 
+    @property
+    def run_dir(self) -> Path | None:
+        """``results/<experiment>``: the config snapshot lives in its ``config/`` (common.smk)."""
+        return Path(self.config_path).parent.parent if self.config_path else None
+
 
 @functools.cache
 def git_state(repo: str | None = None) -> dict[str, Any] | None:
-    """Commit and dirty state of the workflow's repository, else of this package's."""
+    """Commit of the workflow's repository (else of this package's) and, when the checkout differs
+    from it, ``dirty``: the sha256 of ``git diff HEAD`` and the untracked (not ignored) files."""
     repo = repo or str(Path(__file__).resolve().parent.parent)
 
-    def git(*args: str) -> str:
+    def git(*args: str) -> bytes:
         return subprocess.run(
-            ["git", "-C", repo, *args], capture_output=True, text=True, check=True, timeout=20
-        ).stdout.strip()
+            ["git", "-C", repo, *args], capture_output=True, check=True, timeout=20
+        ).stdout
 
     try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        commit = git("rev-parse", "HEAD").decode().strip()
+        diff = git("diff", "HEAD", "--binary")
+        untracked = sorted(
+            n
+            for n in git("ls-files", "--others", "--exclude-standard", "-z").decode().split("\0")
+            if n
+        )
     except (OSError, subprocess.SubprocessError):
         return None
+    dirty = (
+        {"diff_sha256": hashlib.sha256(diff).hexdigest() if diff else None, "untracked": untracked}
+        if diff or untracked
+        else None
+    )
     return {"commit": commit, "dirty": dirty}
 
 
@@ -150,11 +242,13 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def environment() -> dict[str, str]:
+def environment(excluded: set[str] = frozenset()) -> dict[str, str]:
+    """The allowlisted environment variables that are set, less any credential-like name or one in
+    ``excluded`` (the variables that hold a teacher's key)."""
     return {
-        k: ("<redacted>" if SECRET.search(k) else v)
+        k: v
         for k, v in sorted(os.environ.items())
-        if ENV_KEPT.match(k)
+        if k in ENV_ALLOWED and k not in excluded and not SECRET_ENV.search(k)
     }
 
 
@@ -162,51 +256,206 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+# --- what a stage read besides its declared inputs ------------------------------------------------
+# Noted where it is read (a source file, a hub dataset, a model, the teacher's server) and written
+# into the sidecars of the job's outputs by ``write_sidecars``.
+_NOTED: dict[str, Any] = {"read": {}, "resolved": []}
+
+
+def note_file(path: str | os.PathLike) -> None:
+    """A local file or directory the stage read through its params: hashed as an input."""
+    _NOTED["read"].setdefault(str(Path(path)), None)
+
+
+def note_resolved(entry: Mapping[str, Any]) -> None:
+    """Something the stage used that is not a local file: a hub dataset or model at its resolved
+    revision, a teacher's served model."""
+    entry = dict(entry)
+    if entry not in _NOTED["resolved"]:
+        _NOTED["resolved"].append(entry)
+
+
+def take_noted() -> dict[str, Any]:
+    """What was noted since the last call, as ``write_sidecars``'s ``read`` and ``resolved``."""
+    read, resolved = list(_NOTED["read"]), list(_NOTED["resolved"])
+    _NOTED["read"], _NOTED["resolved"] = {}, []
+    return {"read": read, "resolved": resolved}
+
+
+def hub_cache() -> Path:
+    from huggingface_hub import constants
+
+    return Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE)
+
+
+def _cache_folder(repo_id: str, repo_type: str) -> Path:
+    return hub_cache() / f"{repo_type}s--{repo_id.replace('/', '--')}"
+
+
+def hub_revision(repo_id: str, repo_type: str = "model", revision: str | None = None) -> dict:
+    """The commit sha ``revision`` (a branch or tag; default main) of a hub repository resolves to:
+    a sha as given, else the ref the local hub cache holds (what a load just used), else asked of
+    the hub unless offline. ``{"revision": sha | None, "via": how, "error"?: why not}``."""
+    if revision and HEX40.match(revision):
+        return {"revision": revision, "via": "pinned"}
+    ref = _cache_folder(repo_id, repo_type) / "refs" / (revision or "main")
+    if ref.is_file():
+        sha = ref.read_text().strip()
+        if HEX40.match(sha):
+            return {"revision": sha, "via": "cache"}
+    from huggingface_hub import HfApi, constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+        return {"revision": None, "via": "offline", "error": f"no cached ref {ref}"}
+    try:
+        info = HfApi().repo_info(repo_id, repo_type=repo_type, revision=revision)
+    except Exception as exc:  # network, auth, not found: recorded, never fatal
+        return {"revision": None, "via": "hub", "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"revision": info.sha, "via": "hub"}
+
+
+def _snapshot(path: Path) -> tuple[str, str, str] | None:
+    """(repo type, repo id, sha) of a directory inside a hub cache snapshot
+    (``<type>s--org--name/snapshots/<sha>/``), else None."""
+    parts = path.resolve().parts
+    for i in range(len(parts) - 2):
+        if parts[i + 1] == "snapshots" and HEX40.match(parts[i + 2]) and "--" in parts[i]:
+            kind, _, name = parts[i].partition("--")
+            return kind.rstrip("s"), name.replace("--", "/"), parts[i + 2]
+    return None
+
+
+def describe_model(ref: str, role: str, *, revision: str | None = None) -> dict[str, Any]:
+    """A model as used: a hub cache snapshot directory by its repository and commit; another local
+    directory by a manifest hash of its files' names and sizes (cheap for a teacher's weights of
+    hundreds of GB; a local student is hashed in full by ``note_model``); a hub id by the commit its
+    revision resolves to (``revision``: a sha already known, e.g. a config's ``_commit_hash``)."""
+    path = Path(ref)
+    if path.exists():
+        snap = _snapshot(path)
+        if snap:
+            return {"role": role, "ref": relative(ref), "id": snap[1], "revision": snap[2]}
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        listing = "".join(
+            f"{p.relative_to(path) if path.is_dir() else p.name}\0{p.stat().st_size}\n"
+            for p in files
+        )
+        return {
+            "role": role,
+            "ref": relative(ref),
+            "manifest_sha256": hashlib.sha256(listing.encode()).hexdigest(),
+        }
+    if revision and HEX40.match(revision):
+        return {"role": role, "id": ref, "revision": revision, "via": "loaded"}
+    return {"role": role, "id": ref, **hub_revision(ref, "model", revision)}
+
+
+def note_model(ref: str, role: str, *, revision: str | None = None) -> None:
+    """A model the stage loaded: a local directory outside a hub cache is hashed as an input, a hub
+    model is recorded at its revision."""
+    path = Path(ref)
+    if path.exists() and _snapshot(path) is None:
+        note_file(path)
+    else:
+        note_resolved(describe_model(ref, role, revision=revision))
+
+
+def note_dataset(
+    repo_id: str, role: str, *, subset: str | None, split: str | None, revision: str | None
+) -> None:
+    """A hub dataset the stage loaded, at the commit its revision resolved to."""
+    note_resolved(
+        {
+            "role": role,
+            "kind": "dataset",
+            "id": repo_id,
+            "subset": subset,
+            "split": split,
+            "requested": revision,
+            **hub_revision(repo_id, "dataset", revision),
+        }
+    )
+
+
 def describe_input(path: str | os.PathLike) -> dict[str, Any]:
     side = sidecar_path(path)
-    return {"path": str(path), **digest(path), "provenance": str(side) if side.exists() else None}
+    has = side.exists()
+    return {
+        "path": relative(path),
+        **digest(path),
+        "provenance": relative(side) if has else None,
+        # a later edit of the input's sidecar (the audit's chain) is seen by its consumers
+        "provenance_sha256": sha256_file(side) if has else None,
+    }
+
+
+def _env_lock(job: Job) -> dict[str, Any]:
+    from . import envlock
+
+    if job.run_dir is None:  # a stage run by hand: the lock is referenced by hash only
+        return {"path": None, "sha256": envlock.current_hash()}
+    path, sha = envlock.write(job.run_dir)
+    return {"path": relative(path), "sha256": sha}
 
 
 def write_sidecars(
     outputs: Mapping[str, str | os.PathLike],
-    inputs: Mapping[str, str | os.PathLike | list],
+    inputs: Mapping[str, str | os.PathLike | list | Mapping[str, str]],
     *,
     stage: str,
     params: Mapping[str, Any],
     started: str,
     metrics: Mapping[str, Any] | None = None,
     job: Job = Job(),
+    read: list[str | os.PathLike] | None = None,
+    resolved: list[Mapping[str, Any]] | None = None,
 ) -> None:
-    """One sidecar per output; each names its siblings so audit sees the whole job."""
+    """One sidecar per output; each names its siblings and their digests so audit sees the whole
+    job. ``read`` and ``resolved``: what the stage noted (``take_noted``)."""
+    # a named list (the tables' models) keeps each entry's name, so the table can be rebuilt
     described = {
-        name: ([describe_input(p) for p in v] if isinstance(v, list) else describe_input(v))
+        name: (
+            [{"name": n, **describe_input(p)} for n, p in v.items()]
+            if isinstance(v, Mapping)
+            else [describe_input(p) for p in v]
+            if isinstance(v, list)
+            else describe_input(v)
+        )
         for name, v in inputs.items()
     }
+    if read:
+        described["read"] = [describe_input(p) for p in read]
+    digests = {name: digest(path) for name, path in outputs.items()}
+    keys = key_variables(params)
     common = {
         "schema": SCHEMA,
         "stage": stage,
         "rule": job.rule or stage,
         "inputs": described,
-        "outputs": {name: str(p) for name, p in outputs.items()},
+        "resolved": [dict(r) for r in resolved or []],
+        "outputs": {name: relative(p) for name, p in outputs.items()},
+        "output_digests": {name: d["sha256"] for name, d in digests.items()},
         "params": redact(dict(params)),
         "seed": params.get("seed"),
         "config_sha256": job.config_sha256,
-        "config_path": str(Path(job.config_path).resolve()) if job.config_path else None,
+        "config_path": relative(job.config_path) if job.config_path else None,
         "git": git_state(job.workflow),
+        "env_lock": _env_lock(job),
         "packages": package_versions(),
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        "env": environment(),
+        "env": environment(keys),
         "started_at": started,
         "ended_at": now(),
         "metrics": dict(metrics or {}),
     }
+    common = scrub(common, _secret_values(keys))
     for name, path in outputs.items():
         write_json(
             sidecar_path(path),
-            {**common, "artifact": str(path), "output_name": name, **digest(path)},
+            {**common, "artifact": relative(path), "output_name": name, **digests[name]},
         )
 
 

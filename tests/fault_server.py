@@ -26,10 +26,12 @@ class FaultServer:
         slow_s: float = 1.0,
         retry_after: str = "0",
         delay_s: float = 0.0,
+        model_info: dict | None = None,
     ):
         self.rates = {f: (rates or {}).get(f, 0.0) for f in FAULTS}
         self.rng, self.lock = random.Random(seed), threading.Lock()
         self.slow_s, self.retry_after, self.delay_s = slow_s, retry_after, delay_s
+        self.model_info = model_info  # SGLang's /get_model_info, when set
         self.counts = {f: 0 for f in FAULTS} | {"requests": 0, "ok": 0}
         self.bodies: list[dict] = []
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -84,6 +86,8 @@ class FaultServer:
             def do_GET(self):
                 if self.path.rstrip("/") in ("/health", "/v1/models"):
                     return self._send(200, b'{"status": "ok"}')
+                if self.path == "/get_model_info" and server.model_info:
+                    return self._send(200, json.dumps(server.model_info).encode())
                 self._send(404, b'{"error": "not found"}')
 
             def do_POST(self):
@@ -132,11 +136,14 @@ class FaultServer:
 
 if (
     __name__ == "__main__"
-):  # a stand-in for a served model: python tests/fault_server.py PORT [STARTUP_DELAY_S]
+):  # a stand-in for a served model: python tests/fault_server.py PORT [STARTUP_DELAY_S [WEIGHTS]]
     import sys
 
     time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0.0)
-    server = FaultServer()
+    weights = sys.argv[3] if len(sys.argv) > 3 else None
+    server = FaultServer(
+        model_info={"model_path": weights, "is_generation": True} if weights else None
+    )
     server.httpd.server_close()
     server.httpd = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), server._handler())
     server.httpd.serve_forever()

@@ -6,11 +6,16 @@ tampered with in place); the small tests build a three-file provenance chain by 
 import json
 import shutil
 
+import numpy as np
 import pytest
 
+from stillroom import envlock
 from stillroom.audit import audit, format_tree
-from stillroom.cli import main
-from stillroom.provenance import digest, now, sidecar_path, write_sidecars
+from stillroom.audit_tables import TABLE_STAGES, recompute
+from stillroom.cli import STAGES, main
+from stillroom.io import write_jsonl
+from stillroom.provenance import Job, digest, now, sidecar_path, write_sidecars
+from stillroom.tables import kind_of, load, write_csv
 
 TABLE = "results/small/tables/heldout.md"
 slow = pytest.mark.slow
@@ -63,6 +68,42 @@ def test_a_clean_run_audits_clean_down_to_the_teacher_records(run):
         first.startswith(TABLE) and "[tables]" in first and "config " in first and "git " in first
     )
     assert "torch " in first and "transformers " in first and "(see above)" in text
+
+
+@slow
+def test_a_moved_run_records_relative_paths_and_one_environment_lock(done, run):
+    """The copy audits clean (above) because nothing in a sidecar points into the original working
+    directory; every job references the run's one environment lock."""
+    workdir = str(done[0])
+    sidecars = list((run / "results").rglob("*.prov.json"))
+    # (env: the job's environment as it was, not a path the audit follows)
+    recorded = [json.dumps({**json.loads(s.read_text()), "env": None}) for s in sidecars]
+    assert sidecars and not [s for s in recorded if workdir in s]
+    (lock,) = (run / "results/small/env").iterdir()
+    refs = {json.loads(s.read_text())["env_lock"]["path"] for s in sidecars}
+    assert refs == {f"results/small/env/{lock.name}"}
+    prov = json.loads(sidecar_path(run / TABLE).read_text())
+    assert prov["config_path"].startswith("results/small/config/")
+    assert audit(run / TABLE).notes == []  # audited in the environment it ran in
+
+
+@slow
+def test_a_tampered_sibling_of_the_table_is_named(run):
+    """heldout.md's job also wrote heldout.png, .csv and .tex."""
+    png = run / "results/small/tables/heldout.png"
+    png.write_bytes(png.read_bytes() + b"\0")
+    assert problems(audit(run / TABLE)) == {("modified", "results/small/tables/heldout.png")}
+
+
+@slow
+def test_an_edited_sidecar_upstream_of_the_table_is_named(run):
+    """A field of a generation shard's sidecar rewritten: the graded shard built from it names the
+    sidecar."""
+    shard = min((run / "results/small/gen").rglob("shard-*.jsonl"))
+    side = sidecar_path(shard)
+    side.write_text(side.read_text().replace('"seed": 1234', '"seed": 1'))
+    rel = str(side.relative_to(run))
+    assert problems(audit(run / TABLE)) == {("modified", rel)}
 
 
 @slow
@@ -121,6 +162,66 @@ def test_missing_sidecars_artifacts_and_config_snapshots_are_named(run, capsys):
     assert not out["ok"] and {p["kind"] for p in out["problems"]} == {"missing", "modified"}
 
 
+@slow
+def test_every_table_of_the_run_loads_round_trips_and_recomputes(run, tmp_path):
+    tables = sorted((run / "results/small/tables").glob("*.csv"))
+    kinds = set()
+    for csv in tables:
+        df = load(csv)
+        kinds.add(kind_of(df.columns))
+        write_csv(df, tmp_path / "again.csv")  # typed and back: the same bytes
+        assert (tmp_path / "again.csv").read_bytes() == csv.read_bytes(), csv
+        assert load(csv.with_suffix(".md")).equals(df)
+        report = recompute(csv)
+        assert report.ok, report.text()
+    assert kinds == {"paired", "budgets", "efforts"}
+
+
+@slow
+def test_cell_walks_from_a_merge_to_the_training_rows_and_teacher_records(run, capsys):
+    assert main(["audit", str(run / TABLE), "--cell", "merge-0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["cell"]
+    row = load(run / TABLE).set_index("model").loc["merge-0.5"].iloc[0]
+    assert len(out["records"]) == row["problems"] * row["samples"]
+    assert out["verdicts"].get("correct", 0) == round(row["accuracy"] * len(out["records"]))
+    assert [(c["path"], c["stage"]) for c in out["checkpoints"]] == [
+        ("results/small/ckpt/merge-0.5", "merge"),
+        ("results/small/ckpt/sft", "train"),
+        ("results/small/ckpt/base", "base"),
+    ]
+    (ds,) = out["datasets"]
+    lines = (run / ds["path"]).read_text().splitlines()
+    assert ds["rows"] == len(lines) == len(ds["records"])
+    assert sum(c["rows"] for c in ds["by_teacher_effort"]) == ds["rows"]
+    assert {c["effort"] for c in ds["by_teacher_effort"]} == {"low", "medium"}
+    assert all(r["verdict"] == "correct" for r in ds["records"])  # only correct traces train
+    assert all(g.startswith("results/small/gen/") for r in ds["records"] for g in r["generated"])
+
+
+@slow
+def test_a_flipped_verdict_is_named_by_regrade_and_recompute(run, capsys):
+    """A graded record edited by hand: the file's hash names the file, --regrade the record and
+    --recompute the cells it moved."""
+    graded = run / "results/small/eval/sft/heldout/graded.jsonl"
+    assert main(["audit", str(run / TABLE), "--cell", "sft", "--regrade"]) == 0
+    capsys.readouterr()
+    records = [json.loads(line) for line in graded.read_text().splitlines()]
+    flipped = next(r for r in records if r["grade"]["status"] == "ok" and not r["grade"]["correct"])
+    flipped["grade"]["correct"] = True
+    write_jsonl(graded, records)
+    assert main(["audit", str(run / TABLE), "--cell", "sft", "--regrade"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "stillroom audit: verdict changed: results/small/eval/sft/heldout/graded.jsonl: "
+        f"{flipped['key']}: recorded correct, regraded wrong"
+    )
+    assert main(["audit", str(run / TABLE), "--recompute"]) == 1
+    err = capsys.readouterr().err
+    assert "modified: results/small/eval/sft/heldout/graded.jsonl" in err
+    assert "differs: results/small/tables/heldout.csv: model=sft reference=base: accuracy" in err
+    assert "differs: results/small/tables/heldout.md: sft: accuracy" in err
+
+
 # --- a hand-built chain: source -> results/x/a.jsonl -> results/x/b.jsonl -------------------------
 
 
@@ -164,3 +265,191 @@ def test_an_artifact_without_provenance_and_an_unreadable_sidecar(chain):
     assert problems(audit("results/x/b.jsonl")) == {("no provenance", "results/x/b.jsonl")}
     sidecar_path(chain / "results/x/a.jsonl").write_text("{not json")
     assert problems(audit("results/x/a.jsonl")) == {("modified", "results/x/a.jsonl.prov.json")}
+
+
+def test_an_edited_upstream_sidecar_is_named(chain):
+    """The chain itself: a field of an input's sidecar edited after its consumer was built."""
+    side = sidecar_path(chain / "results/x/a.jsonl")
+    prov = json.loads(side.read_text())
+    side.write_text(json.dumps({**prov, "params": {"seed": 2}}))
+    report = audit("results/x/b.jsonl")
+    assert problems(report) == {("modified", "results/x/a.jsonl.prov.json")}
+    assert "differs from the sidecar results/x/b.jsonl was built with" in report.problems[0].detail
+
+
+def test_a_tampered_sibling_output_is_named(chain):
+    """Auditing one output of a job checks the others it wrote with it."""
+    for name in ("t.md", "t.png"):
+        (chain / "results/x" / name).write_text(name)
+    write_sidecars(
+        {"markdown": "results/x/t.md", "plot": "results/x/t.png"},
+        {"b": "results/x/b.jsonl"},
+        stage="tables",
+        params={"seed": 1},
+        started=now(),
+    )
+    assert audit("results/x/t.md").ok
+    (chain / "results/x/t.png").write_text("forged")
+    assert problems(audit("results/x/t.md")) == {("modified", "results/x/t.png")}
+    (chain / "results/x/t.png").unlink()
+    assert problems(audit("results/x/t.md")) == {("missing", "results/x/t.png")}
+
+
+def test_the_environment_lock_is_checked_and_differences_are_noted(chain, monkeypatch):
+    snapshot = chain / "results/x/config/c.json"
+    snapshot.parent.mkdir()
+    snapshot.write_text('{"seed": 1}')
+    (chain / "results/x/c.md").write_text("c")
+    write_sidecars(
+        {"markdown": "results/x/c.md"},
+        {"b": "results/x/b.jsonl"},
+        stage="tables",
+        params={"seed": 1},
+        started=now(),
+        job=Job(config_path=str(snapshot)),
+    )
+    lock_path = json.loads(sidecar_path(chain / "results/x/c.md").read_text())["env_lock"]["path"]
+    report = audit("results/x/c.md")
+    assert report.ok and report.notes == []
+    recorded = json.loads((chain / lock_path).read_text())
+    moved = {**recorded, "packages": {**recorded["packages"], "pytest": "0.0.1"}}
+    monkeypatch.setattr(envlock, "current", lambda: moved)
+    report = audit("results/x/c.md")
+    assert report.ok  # a note, not a failure
+    (note,) = report.notes
+    assert note.startswith(f"environment differs from {lock_path}: packages changed (1): pytest ")
+    assert f"note: {note}" in format_tree(report)
+    (chain / lock_path).write_text(json.dumps({**recorded, "python": "2.7"}))
+    assert problems(audit("results/x/c.md")) == {("modified", lock_path)}
+
+
+# --- a table's numbers against its graded records: --recompute and --cell ------------------------
+
+MODELS = {"base": 0.1, "sft": 0.6, "merge-0.5": 0.5}
+PAIRED = {
+    "benchmark": "heldout",
+    "base": "base",
+    "tuned": "sft",
+    "n_resamples": 500,
+    "confidence": 0.95,
+    "seed": 3,
+}
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch):
+    """A paired table built through the CLI, as the rule builds it, from three graded files (each
+    with a sidecar, so the provenance walk is clean)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results/x/eval").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name, p in MODELS.items():
+        path = f"results/x/eval/{name}.jsonl"
+        write_jsonl(
+            path,
+            [
+                {
+                    "key": f"p{i:02d}/{name}/{s}",
+                    "prompt_id": f"p{i:02d}",
+                    "sample_index": s,
+                    "completion_tokens": int(rng.integers(5, 40)),
+                    "grade": {"correct": bool(rng.random() < p), "status": "ok"},
+                    "grader": {"name": "choice", "version": "0.1.0"},
+                }
+                for i in range(30)
+                for s in range(2)
+            ],
+        )
+        write_sidecars({"graded": path}, {}, stage="grade", params={}, started=now())
+    out = {k: f"results/x/tables/heldout.{k}" for k in ("md", "csv", "tex", "png")}
+    args = ["tables", "--graded", *(f"{n}=results/x/eval/{n}.jsonl" for n in MODELS)]
+    args += ["--out-markdown", out["md"], "--out-csv", out["csv"], "--out-latex", out["tex"]]
+    assert main([*args, "--out-plot", out["png"], "--params", json.dumps(PAIRED)]) == 0
+    return tmp_path
+
+
+def _rewrite_hash(path):
+    """A forger's last step: the artifact's own sidecar made to match its new bytes."""
+    prov = json.loads(sidecar_path(path).read_text())
+    sidecar_path(path).write_text(json.dumps({**prov, **digest(path)}))
+
+
+def test_recompute_passes_an_untouched_table(built, capsys):
+    report = recompute("results/x/tables/heldout.md")
+    assert report.ok and report.params["seed"] == 3 and report.params["n_resamples"] == 500
+    assert sorted(report.compared) == [
+        f"results/x/tables/heldout.{k}" for k in ("csv", "md", "tex")
+    ]
+    assert main(["audit", "results/x/tables/heldout.csv", "--recompute"]) == 0
+    assert "match the graded records" in capsys.readouterr().out
+
+
+def test_a_forged_csv_cell_with_a_matching_hash_is_named_by_model_and_column(built, capsys):
+    csv = built / "results/x/tables/heldout.csv"
+    df = load(csv)
+    row = df.index[(df["model"] == "merge-0.5") & (df["reference"] == "base")][0]
+    df.loc[row, "ci_high"] = df.loc[row, "ci_high"] + 0.01
+    write_csv(df, csv)
+    _rewrite_hash(csv)
+    assert audit(csv).ok  # the hashes alone say nothing is wrong
+    assert main(["audit", str(csv), "--recompute"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "differs: results/x/tables/heldout.csv: model=merge-0.5 reference=base: ci_high: written "
+        in err
+    )
+    assert err.count("differs:") == 1
+
+
+def test_a_forged_markdown_cell_is_named_by_its_row_and_header(built):
+    md = built / "results/x/tables/heldout.md"
+    lines = md.read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("| sft |"))
+    cells = lines[i].split(" | ")
+    assert cells[1] == f"{load(md)['accuracy'][2]:.3f}"
+    cells[1] = "0.999"
+    lines[i] = " | ".join(cells)
+    md.write_text("\n".join(lines) + "\n")
+    _rewrite_hash(md)
+    assert audit(md).ok
+    report = recompute(md)
+    assert [(d.file, d.row, d.column, d.written) for d in report.differences] == [
+        ("results/x/tables/heldout.md", "sft", "accuracy", "0.999")
+    ]
+
+
+def test_a_changed_seed_in_the_sidecar_is_a_changed_table(built):
+    """The recorded params are what the recompute uses: a sidecar claiming another seed than the
+    one the numbers were drawn with does not pass."""
+    csv = built / "results/x/tables/heldout.csv"
+    prov = json.loads(sidecar_path(csv).read_text())
+    prov["params"]["seed"] = 4
+    sidecar_path(csv).write_text(json.dumps(prov))
+    diffs = recompute(csv).differences
+    columns = {d.column for d in diffs if d.file.endswith(".csv")}
+    intervals = {"ci_low", "ci_high", "p_value", "p_holm", "tokens_ci_low", "tokens_ci_high"}
+    assert columns and columns <= intervals  # the accuracies themselves do not depend on it
+
+
+def test_cell_lists_the_graded_records_of_one_model(built, capsys):
+    assert main(["audit", "results/x/tables/heldout", "--cell", "merge-0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["cell"]
+    assert len(out["records"]) == 60 and out["graders"] == {"choice 0.1.0": 60}
+    assert {r["file"] for r in out["records"]} == {"results/x/eval/merge-0.5.jsonl"}
+    accuracy = load("results/x/tables/heldout.csv").set_index("model")["accuracy"]["merge-0.5"]
+    assert out["verdicts"]["correct"] == round(accuracy.iloc[0] * 60)
+
+
+def test_bad_arguments_get_a_clear_error(built, capsys):
+    assert main(["audit", "results/x/tables/heldout.md", "--cell", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no model 'nope' in this table; it has base, sft, merge-0.5" in err
+    assert main(["audit", "results/x/eval/sft.jsonl", "--recompute"]) == 2
+    assert "results/x/eval/sft.jsonl: not a table" in capsys.readouterr().err
+    assert main(["audit", "results/x/tables/heldout.md", "--regrade"]) == 2
+    assert "give --cell MODEL" in capsys.readouterr().err
+
+
+def test_recompute_calls_the_functions_the_cli_runs():
+    for name, func in TABLE_STAGES.items():
+        assert STAGES[name].target == f"tables:{func}"

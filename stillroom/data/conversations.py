@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..io import DataError
+from ..io import DataError, iter_lines
 
 ROLES = ("system", "user", "assistant", "tool")
 MAX_ERRORS = 20  # reported per file; the count covers all of them
@@ -31,19 +31,13 @@ def load_conversations(path: str | os.PathLike) -> list[dict[str, Any]]:
     dicts). Raises one DataError listing every bad row (the first MAX_ERRORS) by ``file:line``.
     """
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: file not found")
     examples, errors = [], []
-    with open(path, encoding="utf-8") as fh:
-        # count blank lines too, so numbers match an editor's
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            row_errors: list[str] = []
-            example = _parse_row(line, lineno, row_errors)
-            errors += [f"{path}:{lineno}: {e}" for e in row_errors]
-            if example is not None and not row_errors:
-                examples.append(example)
+    for lineno, line in iter_lines(path):
+        row_errors: list[str] = []
+        example = _parse_row(line, lineno, row_errors)
+        errors += [f"{path}:{lineno}: {e}" for e in row_errors]
+        if example is not None and not row_errors:
+            examples.append(example)
     if errors:
         if len(errors) == 1:
             raise DataError(errors[0])
@@ -58,7 +52,7 @@ def _parse_row(line: str, lineno: int, errors: list[str]) -> dict[str, Any] | No
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
-        errors.append(f"not valid JSON ({exc.msg})")
+        errors.append(f"not valid JSON ({exc.msg} at column {exc.colno})")
         return None
     if not isinstance(row, dict):
         errors.append(f"expected a JSON object, got {type(row).__name__}")

@@ -24,7 +24,8 @@ from ..config import LOCAL_DATA, DatasetSpec, Source
 from ..config.data import WhereRule
 from ..grading.dispatch import KINDS
 from ..grading.instructions import from_ifeval
-from ..io import DataError, read_jsonl
+from ..io import DataError, iter_jsonl, iter_lines, parse_row
+from ..provenance import note_dataset, note_file
 from .records import record
 
 NAMES = ["Ava", "Ben", "Cara", "Dan", "Eli", "Fay", "Gus", "Hana", "Ivan", "Jade", "Kai", "Lena"]
@@ -144,7 +145,7 @@ def echo(source: str, benchmark_path: str, count: int, seed: int) -> list[dict[s
 
     Stands in for the benchmark text that web-scraped pools carry; decontamination must drop them.
     """
-    items = load_benchmark(benchmark_path)
+    items = load_benchmark(benchmark_path, f"source '{source}'")
     rng = random.Random(f"{source}:{seed}")
     out = []
     for item in rng.sample(items, min(count, len(items))):
@@ -160,15 +161,42 @@ def echo(source: str, benchmark_path: str, count: int, seed: int) -> list[dict[s
 BENCHMARK_KEYS = ("prompt", "answer", "kind")
 
 
-def load_benchmark(path: str) -> list[dict[str, Any]]:
-    rows = read_jsonl(
-        path, required=BENCHMARK_KEYS, types={"prompt": str, "answer": str, "kind": str}
-    )
-    for i, row in enumerate(rows, 1):
+def load_benchmark(
+    path: str, what: str | None = None, allow_empty: bool = False
+) -> list[dict[str, Any]]:
+    """Items of a benchmark (or ``jsonl`` source) file: one object a line with a known ``kind``
+    and a non-empty ``prompt`` and ``answer`` (every kind is graded against its answer, so none
+    may lack one), and at least one item unless ``allow_empty`` (a split of the pool, which may
+    be configured empty). ``what`` (``"benchmark 'aime'"``) starts every error message."""
+    try:
+        return _benchmark_rows(path, allow_empty)
+    except DataError as exc:
+        if what:
+            raise DataError(f"{what}: {exc}") from None
+        raise
+
+
+def _benchmark_rows(path: str, allow_empty: bool) -> list[dict[str, Any]]:
+    rows = []
+    for lineno, line in iter_lines(path):
+        row = parse_row(
+            path, lineno, line, BENCHMARK_KEYS, {"prompt": str, "answer": str, "kind": str}
+        )
         if row["kind"] not in KINDS:
             raise DataError(
-                f"{path}:{i}: key 'kind' must be one of {', '.join(KINDS)}, got {row['kind']!r}"
+                f"{path}:{lineno}: key 'kind' must be one of {', '.join(KINDS)}, "
+                f"got {row['kind']!r}"
             )
+        for key in ("prompt", "answer"):
+            if not row[key].strip():
+                raise DataError(f"{path}:{lineno}: key '{key}' is empty; expected text")
+        rows.append(row)
+    if not rows and not allow_empty:
+        empty = "the file is empty" if Path(path).stat().st_size == 0 else "only blank lines"
+        raise DataError(
+            f"{path}: no items ({empty}); expected one JSON object a line with keys "
+            f"{', '.join(BENCHMARK_KEYS)}"
+        )
     return rows
 
 
@@ -267,14 +295,17 @@ def iter_sources(
                 )
             yield from echo(spec.name, benchmarks[spec.benchmark], spec.count, seed)
         elif spec.kind == "jsonl":
-            for row in load_benchmark(spec.path):
+            note_file(spec.path)
+            for row in load_benchmark(spec.path, f"source '{spec.name}'"):
                 meta = row.get("meta", {})
                 yield record(spec.name, row["kind"], row["prompt"], row["answer"], meta)
         elif spec.kind == "dataset":
             yield from dataset_records(spec, spec.name)
         else:
-            from ..kernels.problemset import kernel_records
+            from ..kernels.problemset import kernel_files, kernel_records
 
+            for path in [spec.path] if spec.path else kernel_files(spec).values():
+                note_file(path)
             yield from kernel_records(spec)
 
 
@@ -314,13 +345,32 @@ def dataset_records(
     import datasets
 
     path = spec.path
+    try:
+        if spec.local:
+            if path.endswith(".jsonl"):
+                # our reader first: a torn, undecodable or empty file is named by line, which
+                # the datasets library's JSON reader cannot do
+                if not sum(1 for _ in iter_jsonl(path)):
+                    raise DataError(f"{path}: no rows (the file holds no JSON object)")
+            elif not Path(path).exists():
+                raise DataError(f"{path}: file not found")
+            loader = LOCAL_DATA[Path(path).suffix]
+            ds = datasets.load_dataset(loader, data_files=path, split="train")
+        else:
+            ds = datasets.load_dataset(path, spec.subset, split=spec.split, revision=spec.revision)
+    except DataError as exc:
+        raise DataError(f"source '{name}': {exc}") from None
+    except Exception as exc:
+        # the hub, the network and every file format fail with their own exception types
+        raise DataError(
+            f"source '{name}': {path}: cannot load ({type(exc).__name__}: {exc})"
+        ) from exc
     if spec.local:
-        if not Path(path).exists():
-            raise DataError(f"source '{name}': {path}: file not found")
-        loader = LOCAL_DATA[Path(path).suffix]
-        ds = datasets.load_dataset(loader, data_files=path, split="train")
+        note_file(path)
     else:
-        ds = datasets.load_dataset(path, spec.subset, split=spec.split, revision=spec.revision)
+        note_dataset(
+            path, f"source:{name}", subset=spec.subset, split=spec.split, revision=spec.revision
+        )
     ifeval = spec.answer_kind == "ifeval"
     answer_fields = IFEVAL_FIELDS if ifeval else spec.choices or [spec.answer]
     extra = [spec.entry_point] if spec.entry_point else []

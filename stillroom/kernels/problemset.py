@@ -14,6 +14,7 @@ from typing import Any
 from ..config.data import KernelSource
 from ..data.records import record
 from ..io import DataError, iter_jsonl
+from ..provenance import note_file
 from . import family as families
 from .scaling import check_problem, scale_problem
 
@@ -138,4 +139,6 @@ def reference_solution(solution: str, family: str | None = None) -> str:
     template of a generated family."""
     if family:
         return families.solution_source(solution)
-    return (SOLUTIONS_DIR / f"{solution}.py").read_text(encoding="utf-8")
+    path = SOLUTIONS_DIR / f"{solution}.py"
+    note_file(path)  # an input of the job that reads it
+    return path.read_text(encoding="utf-8")

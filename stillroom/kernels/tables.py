@@ -11,17 +11,18 @@ holds, and counted in the caption.
 
 from __future__ import annotations
 
-import csv
-import io
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ..analysis.grids import grade_grid, scores
 from ..analysis.stats import VERDICT, holm_comparisons, paired_bootstrap
 from ..config import Kernels, PairedTables
 from ..io import DataError, write_text
+from ..tables import frame, write_csv
 
 
 class Params(PairedTables):
@@ -50,15 +51,49 @@ def fast_p(p: float) -> Callable[[Mapping[str, Any]], float]:
     )
 
 
-def run(
-    *,
-    graded: Mapping[str, str],
-    out_markdown: str,
-    out_csv: str,
-    params: Mapping[str, Any] | Params,
-    log: Callable[[str], None] = print,
-    **_: Any,
-) -> dict[str, Any]:
+@dataclasses.dataclass
+class Table:
+    df: pd.DataFrame
+    models: list[str]
+    metrics: list[str]
+    caption: str
+    pct: int
+    timed: bool
+    harness_left_out: int
+
+    def markdown(self) -> str:
+        names, pct = self.metrics, self.pct
+        rates = self.df.drop_duplicates(["model", "metric"]).set_index(["model", "metric"])["rate"]
+        lines = [
+            f"### {self.caption}",
+            "",
+            "| model | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        lines += [
+            f"| {m} | " + " | ".join(f"{rates[(m, k)]:.3f}" for k in names) + " |"
+            for m in self.models
+        ]
+        lines += [
+            "",
+            "| comparison | " + " | ".join(f"Δ {k} [{pct}% CI]" for k in names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        compared = self.df.dropna(subset=["reference"])
+        for (a, b), mine in compared.groupby(["model", "reference"], sort=False):
+            by_metric = mine.set_index("metric")
+            cells = [
+                f"{r['delta']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
+                f"{'*' if r['verdict'] != 'tie' else ''}"
+                for r in (by_metric.loc[k] for k in names)
+            ]
+            lines.append(f"| {a} vs {b} | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+
+def table(graded: Mapping[str, str], params: Mapping[str, Any] | Params) -> Table:
+    """The kernel table in memory (``run`` writes it; ``audit --recompute`` compares it with the
+    written one)."""
     params = Params.parse(params, where="tables")
     base, tuned = params.base, params.tuned
     for ref in (base, tuned):
@@ -136,70 +171,55 @@ def run(
             "these ran in the interpreter."
         )
     )
-    lines = [
-        f"### {caption}",
-        "",
-        "| model | " + " | ".join(names) + " |",
-        "|---|" + "---|" * len(names),
+    rows = [
+        {
+            "benchmark": params.benchmark,
+            "model": a,
+            "metric": k,
+            "rate": rates[a][k],
+            "reference": b,
+            "delta": c.delta,
+            "ci_low": c.low,
+            "ci_high": c.high,
+            "p_value": c.p_value,
+            "p_holm": c.p_holm,
+            "verdict": VERDICT[c.verdict],
+        }
+        for (a, b), cs in deltas.items()
+        for k, c in cs.items()
     ]
-    lines += [f"| {m} | " + " | ".join(f"{rates[m][k]:.3f}" for k in names) + " |" for m in graded]
-    lines += [
-        "",
-        "| comparison | " + " | ".join(f"Δ {k} [{pct}% CI]" for k in names) + " |",
-        "|---|" + "---|" * len(names),
-    ]
-    for (a, b), cs in deltas.items():
-        cells = [
-            f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]{'*' if c.verdict != 'tie' else ''}"
-            for c in (cs[k] for k in names)
-        ]
-        lines.append(f"| {a} vs {b} | " + " | ".join(cells) + " |")
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(
-        [
-            "benchmark",
-            "model",
-            "metric",
-            "rate",
-            "reference",
-            "delta",
-            "ci_low",
-            "ci_high",
-            "p_value",
-            "p_holm",
-            "verdict",
-        ]
-    )
-    for (a, b), cs in deltas.items():
-        for k, c in cs.items():
-            writer.writerow(
-                [
-                    params.benchmark,
-                    a,
-                    k,
-                    f"{rates[a][k]:.6f}",
-                    b,
-                    f"{c.delta:.6f}",
-                    f"{c.low:.6f}",
-                    f"{c.high:.6f}",
-                    f"{c.p_value:.6g}",
-                    f"{c.p_holm:.6g}",
-                    VERDICT[c.verdict],
-                ]
-            )
     # the references' own rates, so that every model has its rows
-    for ref in refs:
-        writer.writerows(
-            [params.benchmark, ref, k, f"{rates[ref][k]:.6f}", "", "", "", "", "", "", ""]
-            for k in names
-        )
-    write_text(out_markdown, "\n".join(lines) + "\n")
-    write_text(out_csv, buf.getvalue())
-    log("\n" + "\n".join(lines))
+    rows += [
+        {"benchmark": params.benchmark, "model": ref, "metric": k, "rate": rates[ref][k]}
+        for ref in refs
+        for k in names
+    ]
+    return Table(
+        frame("kernels", rows), list(graded), names, caption, pct, timed, int(failed.sum())
+    )
+
+
+def run(
+    *,
+    graded: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    params: Mapping[str, Any] | Params,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    t = table(graded, params)
+    markdown = t.markdown()
+    write_text(out_markdown, markdown)
+    write_csv(t.df, out_csv)
+    log("\n" + markdown.rstrip("\n"))
+    rates = t.df.drop_duplicates(["model", "metric"])
     return {
-        "models": len(graded),
-        "timed": timed,
-        "harness_left_out": int(failed.sum()),
-        "rates": {m: {k: round(v, 4) for k, v in r.items()} for m, r in rates.items()},
+        "models": len(t.models),
+        "timed": t.timed,
+        "harness_left_out": t.harness_left_out,
+        "rates": {
+            m: {r["metric"]: round(r["rate"], 4) for _, r in rates[rates["model"] == m].iterrows()}
+            for m in t.models
+        },
     }

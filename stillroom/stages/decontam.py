@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import Decontam
+from ..config import SPLITS, Decontam
 from ..data.decontam import NgramIndex
 from ..data.records import POOL_KEYS
 from ..data.sources import load_benchmark
@@ -31,7 +31,11 @@ def run(
     **_: Any,
 ) -> dict[str, Any]:
     p = Params.parse(params, where="decontam")
-    items = {name: load_benchmark(path) for name, path in benchmarks.items()}
+    # the pool's own splits come along as benchmarks; they may be configured empty
+    items = {
+        name: load_benchmark(path, f"benchmark '{name}'", allow_empty=name in SPLITS)
+        for name, path in benchmarks.items()
+    }
     prompts = {name: [r["prompt"] for r in rows] for name, rows in items.items()}
     index = NgramIndex(prompts, n=p.ngram, max_items=p.ignore_common)
     rows = read_jsonl(pool, required=POOL_KEYS, types={"prompt": str})

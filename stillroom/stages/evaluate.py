@@ -34,7 +34,7 @@ class Params(Decoding, Forcing):
 
 
 def load_problems(path: str, benchmark: str) -> list[dict[str, Any]]:
-    rows = load_benchmark(path)
+    rows = load_benchmark(path, f"benchmark '{benchmark}'")
     for row in rows:
         row.setdefault("prompt_id", prompt_id(row["prompt"], benchmark))
     ids = [r["prompt_id"] for r in rows]

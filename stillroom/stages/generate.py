@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from ..config import Effort, Section, TeacherSpec
 from ..data.records import POOL_KEYS
 from ..io import DataError, Journal, read_jsonl
-from ..provenance import now
+from ..provenance import note_resolved, now
 from ..teachers import Completion, SkipSample, Teacher, TeacherError, make_teacher
 from ..teachers.budget import BudgetExhausted
 
@@ -213,15 +213,21 @@ def run(
         for e, o in zip(efforts, outs, strict=True)
     }
     # records that failed for good are not done: they are retried; records of prompts no longer in
-    # the shard (the pool changed) are dropped
-    keys = {
-        sample_key(problem["prompt_id"], teacher_name, e, i)
+    # the shard, or whose problem changed under the same id (a corrected answer), are dropped
+    problem_of = {
+        sample_key(problem["prompt_id"], teacher_name, e, i): problem
         for e in efforts
         for problem in problems
         for i in range(k)
     }
     done = {
-        e: {key: r for key, r in journals[e].load().items() if not r.get("error") and key in keys}
+        e: {
+            key: r
+            for key, r in journals[e].load().items()
+            if not r.get("error")
+            and key in problem_of
+            and all(r.get(f) == problem_of[key][f] for f in POOL_KEYS)
+        }
         for e in efforts
     }
     if any(done.values()):
@@ -255,6 +261,15 @@ def run(
                 "the next run",
                 failed[0]["attempts"],
             )
+    # the model the server answered as (a hosted API's dated snapshot behind an alias)
+    served = sorted({r["model"] for recs in records.values() for r in recs if r["model"]})
+    note_resolved(
+        {
+            "role": f"teacher:{teacher_name}",
+            "configured": p.spec.dump().get("model"),
+            "served": served,
+        }
+    )
     per_effort = {}
     for e in efforts:
         journals[e].finish(records[e])

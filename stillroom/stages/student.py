@@ -13,6 +13,7 @@ from ..config.training import Tokenizer
 from ..grading.formats import user_content
 from ..io import atomic_dir, iter_jsonl
 from ..kernels.problemset import reference_solution
+from ..provenance import describe_model, note_model, note_resolved
 from ..runtime.student import build_model, build_tiny_like, train_tokenizer
 
 
@@ -105,6 +106,8 @@ def run_pretrained(
     with atomic_dir(out_model) as tmp:
         net.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+    # the commit transformers loaded from the hub (None for a local directory, hashed instead)
+    note_model(source, "student", revision=getattr(net.config, "_commit_hash", None))
     n = sum(t.numel() for t in net.parameters())
     log(f"pretrained student {source}: {n:,} parameters")
     return {"parameters": n, "source": source}
@@ -125,5 +128,6 @@ def run_tiny(
 ) -> dict[str, Any]:
     p = TinyParams.parse(params, where="tiny")
     metrics = build_tiny_like(p.like, out_model, shrink=p.shrink, seed=p.seed)
+    note_resolved(describe_model(p.like, "architecture"))  # only its config and tokenizer are read
     log(f"tiny {metrics['model_type']} like {p.like}: {metrics['parameters']:,} parameters")
     return metrics

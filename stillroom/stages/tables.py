@@ -10,43 +10,29 @@ sample indices; a difference whose confidence interval contains 0 is reported as
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from pydantic import Field
 
 from ..analysis.grids import score_matrix
 from ..analysis.stats import VERDICT, Comparison, holm_comparisons, mcnemar_exact, paired_bootstrap
 from ..config import Effort, PairedTables, Section, Tables
 from ..io import DataError, atomic_path, iter_jsonl, read_json, write_text
+from ..tables import fmt, frame, write_csv
 
 Params = PairedTables
 
 
-def _fmt(c: Comparison | None) -> tuple[str, str]:
-    if c is None:
-        return "—", "—"
-    return f"{c.delta:+.3f} [{c.low:+.3f}, {c.high:+.3f}]", VERDICT[c.verdict]
-
-
-def _fmt_tokens(c: Comparison | None) -> tuple[str, str]:
-    """Δ mean tokens with its interval, and the token ratio (model / reference)."""
-    if c is None:
-        return "—", "—"
-    ratio = f"{c.mean_a / c.mean_b:.2f}×" if c.mean_b else "—"
-    return f"{c.delta:+.1f} [{c.low:+.1f}, {c.high:+.1f}]", ratio
-
-
-def _token_cells(c: Comparison | None) -> tuple[str, ...]:
-    if c is None:
-        return ("",) * 4
-    ratio = f"{c.mean_a / c.mean_b:.6f}" if c.mean_b else ""
-    return f"{c.delta:.3f}", f"{c.low:.3f}", f"{c.high:.3f}", ratio
+def _interval(delta: Any, low: Any, high: Any, spec: str = "+.3f") -> str:
+    """Δ [low, high], or — where the table has no comparison."""
+    if pd.isna(delta):
+        return "—"
+    return f"{delta:{spec}} [{low:{spec}}, {high:{spec}}]"
 
 
 def _mirrored(c: Comparison) -> Comparison:
@@ -62,82 +48,165 @@ def _mirrored(c: Comparison) -> Comparison:
     )
 
 
-def _latex(rows: list[dict[str, Any]], refs: tuple[str, str], caption: str, label: str) -> str:
-    """A booktabs table of the same rows."""
-    special = {
-        "\\": "\\textbackslash{}",
-        "&": "\\&",
-        "%": "\\%",
-        "$": "\\$",
-        "#": "\\#",
-        "_": "\\_",
-        "{": "\\{",
-        "}": "\\}",
-        "~": "\\textasciitilde{}",
-        "^": "\\textasciicircum{}",
-        "Δ": "$\\Delta$",
-        "×": "$\\times$",
+def _comparison_cells(c: Comparison | None, holm: bool = True) -> dict[str, Any]:
+    if c is None:
+        return {}
+    return {
+        "delta": c.delta,
+        "ci_low": c.low,
+        "ci_high": c.high,
+        "verdict": VERDICT[c.verdict],
+        **({"p_value": c.p_value, "p_holm": c.p_holm} if holm else {}),
     }
 
-    def esc(text: str) -> str:
-        """pdflatex-safe: specials escaped, the caption's Unicode as math."""
-        return "".join(special.get(ch, ch) for ch in text)
 
-    def cell(c: Comparison | None) -> str:
-        if c is None:
-            return "---"
-        bold = "\\textbf{%s}" if c.verdict != "tie" else "%s"
-        return bold % f"${c.delta:+.3f}$ [${c.low:+.3f}$, ${c.high:+.3f}$]"
-
-    def ratio(c: Comparison | None) -> str:
-        return f"{c.mean_a / c.mean_b:.2f}" if c is not None and c.mean_b else "---"
-
-    out = [
-        "\\begin{table}[t]",
-        "\\centering",
-        "\\small",
-        "\\begin{tabular}{lrrrrll}",
-        "\\toprule",
-        f"Model & Acc. & Tokens & Tok. $\\times$ {esc(refs[0])} & Cap hit & "
-        f"$\\Delta$ vs {esc(refs[0])} & $\\Delta$ vs {esc(refs[1])} \\\\",
-        "\\midrule",
-    ]
-    for r in rows:
-        out.append(
-            f"{esc(r['label'])} & {r['accuracy']:.3f} & {r['mean_tokens']:.0f} & "
-            f"{ratio(r['tokens_vs'][refs[0]])} & {r['cap_hit']:.3f} & "
-            f"{cell(r['vs'][refs[0]])} & {cell(r['vs'][refs[1]])} \\\\"
-        )
-    out += [
-        "\\bottomrule",
-        "\\end{tabular}",
-        f"\\caption{{{esc(caption)}}}",
-        f"\\label{{{label}}}",
-        "\\end{table}",
-    ]
-    return "\n".join(out) + "\n"
+def _token_cells(c: Comparison | None) -> dict[str, Any]:
+    """Δ mean tokens with its interval, and the token ratio (model / reference)."""
+    if c is None:
+        return {}
+    return {
+        "delta_tokens": c.delta,
+        "tokens_ci_low": c.low,
+        "tokens_ci_high": c.high,
+        "token_ratio": c.mean_a / c.mean_b if c.mean_b else None,
+    }
 
 
-def run(
-    *,
+_LATEX_SPECIAL = {
+    "\\": "\\textbackslash{}",
+    "&": "\\&",
+    "%": "\\%",
+    "$": "\\$",
+    "#": "\\#",
+    "_": "\\_",
+    "{": "\\{",
+    "}": "\\}",
+    "~": "\\textasciitilde{}",
+    "^": "\\textasciicircum{}",
+    "Δ": "$\\Delta$",
+    "×": "$\\times$",
+}
+
+
+def _esc(text: str) -> str:
+    """pdflatex-safe: specials escaped, the caption's Unicode as math."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+@dataclasses.dataclass
+class Paired:
+    """The paired table of one benchmark: its data and what its rendering says around it."""
+
+    df: pd.DataFrame
+    base: str
+    tuned: str
+    caption: str
+    pct: int
+    labels: dict[str, str]  # model -> its row label (the merge chosen on dev is marked)
+    chosen: dict[str, Any] | None
+
+    def rows(self, model: str) -> tuple[pd.Series, pd.Series]:
+        """The model's rows against the base and against the fine-tune."""
+        mine = self.df[self.df["model"] == model]
+        ref = mine.set_index("reference")
+        return ref.loc[self.base], ref.loc[self.tuned]
+
+    @property
+    def models(self) -> list[str]:
+        return list(dict.fromkeys(self.df["model"]))
+
+    def markdown(self) -> str:
+        base, tuned, pct = self.base, self.tuned, self.pct
+        lines = [
+            f"### {self.caption}",
+            "",
+            f"| model | accuracy | mean tokens | cap hit | Δ vs {base} [{pct}% CI] | vs {base} | "
+            f"Δ vs {tuned} [{pct}% CI] | vs {tuned} |",
+            "|" + "---|" * 8,
+        ]
+        for m in self.models:
+            vb, vt = self.rows(m)
+            lines.append(
+                f"| {self.labels[m]} | {vb['accuracy']:.3f} | {vb['mean_tokens']:.1f} | "
+                f"{vb['cap_hit_rate']:.3f} | "
+                + " | ".join(
+                    f"{_interval(r['delta'], r['ci_low'], r['ci_high'])} | {fmt(r['verdict'], '')}"
+                    for r in (vb, vt)
+                )
+                + " |"
+            )
+        lines += [
+            "",
+            f"Token economy: mean tokens per answer, Δ against each reference with its paired "
+            f"bootstrap {pct}% CI, and × the reference's mean.",
+            "",
+            f"| model | mean tokens | Δ tokens vs {base} [{pct}% CI] | × {base} | "
+            f"Δ tokens vs {tuned} [{pct}% CI] | × {tuned} |",
+            "|" + "---|" * 6,
+        ]
+        for m in self.models:
+            vb, vt = self.rows(m)
+            cells = [
+                f"{_interval(r['delta_tokens'], r['tokens_ci_low'], r['tokens_ci_high'], '+.1f')}"
+                f" | {fmt(r['token_ratio'], '.2f')}{'' if pd.isna(r['token_ratio']) else '×'}"
+                for r in (vb, vt)
+            ]
+            lines.append(
+                f"| {self.labels[m]} | {vb['mean_tokens']:.1f} | " + " | ".join(cells) + " |"
+            )
+        if self.chosen:
+            lines += [
+                "",
+                f"Merge ratio chosen on `{self.chosen['benchmark']}` (never reported here): "
+                f"{self.chosen['selected']}, dev accuracy "
+                + ", ".join(f"{m} {a:.3f}" for m, a in sorted(self.chosen["accuracy"].items())),
+            ]
+        return "\n".join(lines) + "\n"
+
+    def latex(self) -> str:
+        """A booktabs table of the same rows."""
+        base, tuned = self.base, self.tuned
+
+        def cell(r: pd.Series) -> str:
+            if pd.isna(r["delta"]):
+                return "---"
+            bold = "\\textbf{%s}" if r["verdict"] != "tie" else "%s"
+            return bold % f"${r['delta']:+.3f}$ [${r['ci_low']:+.3f}$, ${r['ci_high']:+.3f}$]"
+
+        out = [
+            "\\begin{table}[t]",
+            "\\centering",
+            "\\small",
+            "\\begin{tabular}{lrrrrll}",
+            "\\toprule",
+            f"Model & Acc. & Tokens & Tok. $\\times$ {_esc(base)} & Cap hit & "
+            f"$\\Delta$ vs {_esc(base)} & $\\Delta$ vs {_esc(tuned)} \\\\",
+            "\\midrule",
+        ]
+        for m in self.models:
+            vb, vt = self.rows(m)
+            out.append(
+                f"{_esc(self.labels[m])} & {vb['accuracy']:.3f} & {vb['mean_tokens']:.0f} & "
+                f"{fmt(vb['token_ratio'], '.2f', '---')} & {vb['cap_hit_rate']:.3f} & "
+                f"{cell(vb)} & {cell(vt)} \\\\"
+            )
+        out += [
+            "\\bottomrule",
+            "\\end{tabular}",
+            f"\\caption{{{_esc(self.caption)}}}",
+            f"\\label{{tab:{self.df['benchmark'].iloc[0]}}}",
+            "\\end{table}",
+        ]
+        return "\n".join(out) + "\n"
+
+
+def paired(
     graded: Mapping[str, str],
-    out_markdown: str,
-    out_csv: str,
-    out_latex: str,
-    out_plot: str,
     params: Mapping[str, Any] | Params,
     selection: str | None = None,
-    log: Callable[[str], None] = print,
-    **_: Any,
-) -> dict[str, Any]:
-    """The tables of one benchmark; ``selection`` (the select stage's JSON) marks the merge chosen
-    on dev.
-
-    Every model is compared with the base and with the fine-tune. Holm's correction runs across all
-    those comparisons (they are one sweep): a difference is called only if its CI excludes 0 and its
-    corrected p-value is below 1 - confidence. With one sample per problem McNemar's exact test is
-    reported too.
-    """
+) -> Paired:
+    """The paired table of one benchmark, in memory (``run`` writes it; ``audit --recompute``
+    compares it with the written one)."""
     params = Params.parse(params, where="tables")
     base, tuned = params.base, params.tuned
     chosen = read_json(selection) if selection else None
@@ -179,30 +248,32 @@ def run(
         if name != ref
     }
     single = ref_shape[1] == 1
-    rows = []
+    rows, labels = [], {}
     for name, (_, score, tokens, capped, _) in mats.items():
         mark = (
             f" (chosen on {chosen['benchmark']})" if chosen and chosen["selected"] == name else ""
         )
-        rows.append(
-            {
-                "model": name,
-                "label": name + mark,
-                "accuracy": float(score.mean()),
-                "mean_tokens": float(tokens.mean()),
-                "cap_hit": float(capped.mean()),
-                "problems": score.shape[0],
-                "samples": score.shape[1],
-                "vs": {ref: corrected.get((name, ref)) for ref in refs},
-                "tokens_vs": {ref: tokens_vs.get((name, ref)) for ref in refs},
-                "mcnemar": {ref: mcnemar_exact(score, mats[ref][1]) for ref in refs if ref != name}
-                if single
-                else {},
-            }
-        )
+        labels[name] = name + mark
+        for ref in refs:
+            mc = mcnemar_exact(score, mats[ref][1]) if single and ref != name else None
+            rows.append(
+                {
+                    "benchmark": params.benchmark,
+                    "model": name,
+                    "problems": score.shape[0],
+                    "samples": score.shape[1],
+                    "accuracy": float(score.mean()),
+                    "mean_tokens": float(tokens.mean()),
+                    "cap_hit_rate": float(capped.mean()),
+                    "reference": ref,
+                    **_comparison_cells(corrected.get((name, ref))),
+                    "mcnemar_p": None if mc is None else mc.p_value,
+                    **_token_cells(tokens_vs.get((name, ref))),
+                }
+            )
     pct = round(100 * params.confidence)
     caption = (
-        f"{params.benchmark}: {rows[0]['problems']} problems × {rows[0]['samples']} samples. "
+        f"{params.benchmark}: {ref_shape[0]} problems × {ref_shape[1]} samples. "
         f"Δ: paired bootstrap over problems{' then samples' if two_level else ''} "
         f"({params.n_resamples} resamples), {pct}% CI; Holm's correction across the {len(pairs)} "
         "comparisons of this table; a difference is a tie unless its CI excludes 0 and it "
@@ -214,136 +285,86 @@ def run(
             else ""
         )
     )
-    header = (
-        f"| model | accuracy | mean tokens | cap hit | Δ vs {base} [{pct}% CI] | vs {base} | "
-        f"Δ vs {tuned} [{pct}% CI] | vs {tuned} |"
-    )
-    lines = [f"### {caption}", "", header, "|" + "---|" * 8]
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(
-        [
-            "benchmark",
-            "model",
-            "problems",
-            "samples",
-            "accuracy",
-            "mean_tokens",
-            "cap_hit_rate",
-            "reference",
-            "delta",
-            "ci_low",
-            "ci_high",
-            "p_value",
-            "p_holm",
-            "verdict",
-            "mcnemar_p",
-            "delta_tokens",
-            "tokens_ci_low",
-            "tokens_ci_high",
-            "token_ratio",
-        ]
-    )
-    for r in rows:
-        (db, vb), (dt, vt) = _fmt(r["vs"][base]), _fmt(r["vs"][tuned])
-        lines.append(
-            f"| {r['label']} | {r['accuracy']:.3f} | {r['mean_tokens']:.1f} | {r['cap_hit']:.3f} | "
-            f"{db} | {vb} | {dt} | {vt} |"
-        )
-        for ref, c in r["vs"].items():
-            mc = r["mcnemar"].get(ref)
-            writer.writerow(
-                [
-                    params.benchmark,
-                    r["model"],
-                    r["problems"],
-                    r["samples"],
-                    f"{r['accuracy']:.6f}",
-                    f"{r['mean_tokens']:.3f}",
-                    f"{r['cap_hit']:.6f}",
-                    ref,
-                    *(
-                        ("",) * 6
-                        if c is None
-                        else (
-                            f"{c.delta:.6f}",
-                            f"{c.low:.6f}",
-                            f"{c.high:.6f}",
-                            f"{c.p_value:.6g}",
-                            f"{c.p_holm:.6g}",
-                            VERDICT[c.verdict],
-                        )
-                    ),
-                    "" if mc is None else f"{mc.p_value:.6g}",
-                    *_token_cells(r["tokens_vs"][ref]),
-                ]
-            )
-    lines += [
-        "",
-        f"Token economy: mean tokens per answer, Δ against each reference with its paired "
-        f"bootstrap {pct}% CI, and × the reference's mean.",
-        "",
-        f"| model | mean tokens | Δ tokens vs {base} [{pct}% CI] | × {base} | "
-        f"Δ tokens vs {tuned} [{pct}% CI] | × {tuned} |",
-        "|" + "---|" * 6,
-    ]
-    for r in rows:
-        (db, xb), (dt, xt) = (_fmt_tokens(r["tokens_vs"][ref]) for ref in refs)
-        lines.append(f"| {r['label']} | {r['mean_tokens']:.1f} | {db} | {xb} | {dt} | {xt} |")
-    if chosen:
-        lines += [
-            "",
-            f"Merge ratio chosen on `{chosen['benchmark']}` (never reported here): "
-            f"{chosen['selected']}, dev accuracy "
-            + ", ".join(f"{m} {a:.3f}" for m, a in sorted(chosen["accuracy"].items())),
-        ]
-    write_text(out_markdown, "\n".join(lines) + "\n")
-    write_text(out_csv, buf.getvalue())
-    write_text(out_latex, _latex(rows, refs, caption, f"tab:{params.benchmark}"))
-    _plot(rows, out_plot, params.benchmark, base, tuned)
-    log("\n" + "\n".join(lines))
+    return Paired(frame("paired", rows), base, tuned, caption, pct, labels, chosen)
+
+
+def run(
+    *,
+    graded: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    out_latex: str,
+    out_plot: str | None,
+    params: Mapping[str, Any] | Params,
+    selection: str | None = None,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """The tables of one benchmark; ``selection`` (the select stage's JSON) marks the merge chosen
+    on dev; no ``out_plot``, no plot (the audit's recompute compares the numbers only).
+
+    Every model is compared with the base and with the fine-tune. Holm's correction runs across all
+    those comparisons (they are one sweep): a difference is called only if its CI excludes 0 and its
+    corrected p-value is below 1 - confidence. With one sample per problem McNemar's exact test is
+    reported too.
+    """
+    table = paired(graded, params, selection)
+    markdown = table.markdown()
+    write_text(out_markdown, markdown)
+    write_csv(table.df, out_csv)
+    write_text(out_latex, table.latex())
+    if out_plot:
+        _plot(table, out_plot)
+    log("\n" + markdown.rstrip("\n"))
+    own = table.df.drop_duplicates("model").set_index("model")
     return {
-        "models": len(rows),
-        "accuracy": {r["model"]: round(r["accuracy"], 4) for r in rows},
-        "cap_hit_rate": {r["model"]: round(r["cap_hit"], 4) for r in rows},
-        "mean_tokens": {r["model"]: round(r["mean_tokens"], 3) for r in rows},
+        "models": len(own),
+        "accuracy": {m: round(float(v), 4) for m, v in own["accuracy"].items()},
+        "cap_hit_rate": {m: round(float(v), 4) for m, v in own["cap_hit_rate"].items()},
+        "mean_tokens": {m: round(float(v), 3) for m, v in own["mean_tokens"].items()},
     }
 
 
-def _plot(rows: list[dict[str, Any]], path: str, title: str, base: str, tuned: str) -> None:
+def _plot(table: Paired, path: str) -> None:
     """Accuracy against mean tokens, and the merge-ratio sweep (base at 0, the fine-tune at 1)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    base, tuned = table.base, table.tuned
+    # each model's row against the base: its own numbers and its difference from base
+    vs_base = table.df[table.df["reference"] == base].set_index("model")
     fig, (ax, sweep) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=120)
-    for r in rows:
+    for model, r in vs_base.iterrows():
         ax.scatter(r["mean_tokens"], r["accuracy"], s=36)
         ax.annotate(
-            r["model"],
+            model,
             (r["mean_tokens"], r["accuracy"]),
             textcoords="offset points",
             xytext=(4, 4),
             fontsize=8,
         )
-    ax.set(xlabel="mean response tokens", ylabel="accuracy", title=title, ylim=(-0.03, 1.03))
+    ax.set(
+        xlabel="mean response tokens",
+        ylabel="accuracy",
+        title=str(table.df["benchmark"].iloc[0]),
+        ylim=(-0.03, 1.03),
+    )
     ratio = {base: 0.0, tuned: 1.0} | {
-        r["model"]: float(r["model"].split("-", 1)[1])
-        for r in rows
-        if r["model"].startswith("merge-")
+        m: float(m.split("-", 1)[1]) for m in vs_base.index if m.startswith("merge-")
     }
     points = sorted(
-        (ratio[r["model"]], r["accuracy"], r["vs"][base]) for r in rows if r["model"] in ratio
+        ((ratio[m], r) for m, r in vs_base.iterrows() if m in ratio), key=lambda p: p[0]
     )
-    sweep.plot([p[0] for p in points], [p[1] for p in points], marker="o")
+    sweep.plot([x for x, _ in points], [r["accuracy"] for _, r in points], marker="o")
     # the CI of the difference from base, drawn around the point
-    for x, y, c in points:
-        if c is not None:
+    for x, r in points:
+        if not pd.isna(r["delta"]):
             sweep.errorbar(
                 x,
-                y,
-                yerr=[[c.delta - c.low], [c.high - c.delta]],
+                r["accuracy"],
+                yerr=[[r["delta"] - r["ci_low"]], [r["ci_high"] - r["delta"]]],
                 fmt="none",
                 capsize=3,
                 color="grey",
@@ -367,19 +388,8 @@ class BudgetParams(Section):
     benchmark: str
 
 
-def budget_run(
-    *,
-    graded: Mapping[str, str],
-    out_markdown: str,
-    out_csv: str,
-    out_plot: str,
-    params: Mapping[str, Any] | BudgetParams,
-    log: Callable[[str], None] = print,
-    **_: Any,
-) -> dict[str, Any]:
-    """Accuracy against thinking budget: ``graded`` names are ``<model>@<budget>``. Every answer had
-    its chance to answer (forced ones after the end-of-thinking cue), so no cut-off counts as a
-    wrong answer."""
+def budgets(graded: Mapping[str, str], params: Mapping[str, Any] | BudgetParams) -> pd.DataFrame:
+    """The budget table in memory: ``graded`` names are ``<model>@<budget>``."""
     params = BudgetParams.parse(params, where="tables")
     rows = []
     for name, path in graded.items():
@@ -396,59 +406,79 @@ def budget_run(
         thought = [r["thinking_tokens"] for r in recs if r["thinking_tokens"] is not None]
         rows.append(
             {
+                "benchmark": params.benchmark,
                 "model": model,
                 "budget": int(budget),
                 "samples": len(recs),
                 "accuracy": float(np.mean([bool(r["grade"]["correct"]) for r in recs])),
                 "forced": float(np.mean([bool(r["forced"]) for r in recs])),
-                "thinking": float(np.mean(thought)) if thought else float("nan"),
+                "thinking": float(np.mean(thought)) if thought else None,
                 "tokens": float(np.mean([r["completion_tokens"] for r in recs])),
             }
         )
     rows.sort(key=lambda r: (r["model"], r["budget"]))
+    return frame("budgets", rows)
+
+
+def budget_run(
+    *,
+    graded: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    out_plot: str | None,
+    params: Mapping[str, Any] | BudgetParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """Accuracy against thinking budget: ``graded`` names are ``<model>@<budget>``. Every answer had
+    its chance to answer (forced ones after the end-of-thinking cue), so no cut-off counts as a
+    wrong answer. No ``out_plot``, no plot."""
+    df = budgets(graded, params)
+    benchmark = BudgetParams.parse(params, where="tables").benchmark
     lines = [
-        f"### {params.benchmark}: accuracy against thinking budget "
+        f"### {benchmark}: accuracy against thinking budget "
         "(budget forcing: thinking closed at the budget, then a short answer)",
         "",
         "| model | budget | samples | accuracy | forced | mean thinking tokens | mean tokens |",
         "|" + "---|" * 7,
     ]
     lines += [
-        f"| {r['model']} | {r['budget']} | {r['samples']} | {r['accuracy']:.3f} | "
-        f"{r['forced']:.3f} | {r['thinking']:.1f} | {r['tokens']:.1f} |"
-        for r in rows
+        f"| {r.model} | {r.budget} | {r.samples} | {r.accuracy:.3f} | {r.forced:.3f} | "
+        f"{fmt(r.thinking, '.1f', 'nan')} | {r.tokens:.1f} |"
+        for r in df.itertuples()
     ]
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=["benchmark", *rows[0]])
-    writer.writeheader()
-    writer.writerows({"benchmark": params.benchmark, **r} for r in rows)
     write_text(out_markdown, "\n".join(lines) + "\n")
-    write_text(out_csv, buf.getvalue())
+    write_csv(df, out_csv)
+    log("\n" + "\n".join(lines))
+    if out_plot:
+        _budget_plot(df, out_plot, benchmark)
+    return {"rows": len(df)}
 
+
+def _budget_plot(df: pd.DataFrame, path: str, benchmark: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
-    for model in sorted({r["model"] for r in rows}):
-        mine = [r for r in rows if r["model"] == model]
-        ax.plot([r["budget"] for r in mine], [r["accuracy"] for r in mine], marker="o", label=model)
+    for model, mine in df.groupby("model", sort=True):
+        ax.plot(
+            mine["budget"].to_numpy(float), mine["accuracy"].to_numpy(), marker="o", label=model
+        )
     ax.set(
         xscale="log",
         xlabel="thinking budget (tokens)",
         ylabel="accuracy",
-        title=params.benchmark,
+        title=benchmark,
         ylim=(-0.03, 1.03),
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(out_plot) as tmp:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)
-    log("\n" + "\n".join(lines))
-    return {"rows": len(rows)}
 
 
 class EffortParams(Tables):
@@ -483,36 +513,26 @@ def _teacher_rows(teacher: Mapping[str, str], p: EffortParams) -> list[dict[str,
         tokens = float(np.mean([t for _, t in mine]))
         rows.append(
             {
+                "benchmark": p.benchmark,
                 "model": f"teacher ({teachers[effort]})" if mixed else "teacher",
                 "effort": effort,
                 "problems": len(shared),
                 "samples": len(mine),
                 "accuracy": float(np.mean([a for a, _ in mine])),
+                "reference": p.reference,
                 "mean_tokens": tokens,
                 "token_ratio": tokens / float(np.mean([t for _, t in theirs])),
-                "cap_hit": None,
-                "vs": None,
-                "tokens_vs": None,
             }
         )
     return rows
 
 
-def effort_run(
-    *,
+def efforts(
     graded: Mapping[str, str],
     teacher: Mapping[str, str],
-    out_markdown: str,
-    out_csv: str,
     params: Mapping[str, Any] | EffortParams,
-    log: Callable[[str], None] = print,
-    **_: Any,
-) -> dict[str, Any]:
-    """The student at each effort it was trained with: ``graded`` names are ``<model>@<effort>``.
-    Per effort: accuracy with its paired bootstrap CI against the reference effort (same problems
-    and sample indices; the CI alone decides, no Holm), mean tokens and the token ratio against the
-    reference; the teacher's own rows (``teacher``: graded generation shards) for reference, each
-    naming its teacher when efforts have different ones."""
+) -> pd.DataFrame:
+    """The per-effort table in memory (see ``effort_run``)."""
     p = EffortParams.parse(params, where="eval.per_effort")
     boot = {
         "n_resamples": p.n_resamples,
@@ -536,21 +556,44 @@ def effort_run(
                     f"sample indices as at {p.reference}; pairing is impossible"
                 )
             other = effort != p.reference
+            vs = paired_bootstrap(score, ref[1], **boot) if other else None
+            tokens_vs = paired_bootstrap(tokens, ref[2], **boot) if other else None
             rows.append(
                 {
+                    "benchmark": p.benchmark,
                     "model": model,
                     "effort": effort,
                     "problems": score.shape[0],
                     "samples": score.size,
                     "accuracy": float(score.mean()),
+                    "reference": p.reference,
+                    **_comparison_cells(vs, holm=False),
                     "mean_tokens": float(tokens.mean()),
+                    **_token_cells(tokens_vs),
                     "token_ratio": float(tokens.mean() / ref[2].mean()) if ref[2].mean() else None,
-                    "cap_hit": float(capped.mean()),
-                    "vs": paired_bootstrap(score, ref[1], **boot) if other else None,
-                    "tokens_vs": paired_bootstrap(tokens, ref[2], **boot) if other else None,
+                    "cap_hit_rate": float(capped.mean()),
                 }
             )
-    rows += _teacher_rows(teacher, p)
+    return frame("efforts", rows + _teacher_rows(teacher, p))
+
+
+def effort_run(
+    *,
+    graded: Mapping[str, str],
+    teacher: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    params: Mapping[str, Any] | EffortParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """The student at each effort it was trained with: ``graded`` names are ``<model>@<effort>``.
+    Per effort: accuracy with its paired bootstrap CI against the reference effort (same problems
+    and sample indices; the CI alone decides, no Holm), mean tokens and the token ratio against the
+    reference; the teacher's own rows (``teacher``: graded generation shards) for reference, each
+    naming its teacher when efforts have different ones."""
+    p = EffortParams.parse(params, where="eval.per_effort")
+    df = efforts(graded, teacher, p)
     pct = round(100 * p.confidence)
     ref_name = p.reference
     lines = [
@@ -563,68 +606,24 @@ def effort_run(
         f"mean tokens | Δ tokens [{pct}% CI] | × {ref_name} | cap hit |",
         "|" + "---|" * 10,
     ]
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(
-        [
-            "benchmark",
-            "model",
-            "effort",
-            "problems",
-            "samples",
-            "accuracy",
-            "reference",
-            "delta",
-            "ci_low",
-            "ci_high",
-            "verdict",
-            "mean_tokens",
-            "delta_tokens",
-            "tokens_ci_low",
-            "tokens_ci_high",
-            "token_ratio",
-            "cap_hit_rate",
-        ]
-    )
-    for r in rows:
-        delta, verdict = _fmt(r["vs"])
-        tokens_delta, _ = _fmt_tokens(r["tokens_vs"])
-        ratio = "—" if r["token_ratio"] is None else f"{r['token_ratio']:.2f}×"
-        cap = "—" if r["cap_hit"] is None else f"{r['cap_hit']:.3f}"
+    for _, r in df.iterrows():
+        delta = _interval(r["delta"], r["ci_low"], r["ci_high"])
+        tokens = _interval(r["delta_tokens"], r["tokens_ci_low"], r["tokens_ci_high"], "+.1f")
+        ratio = fmt(r["token_ratio"], ".2f") + ("" if pd.isna(r["token_ratio"]) else "×")
         lines.append(
             f"| {r['model']} | {r['effort']} | {r['samples']} | {r['accuracy']:.3f} | {delta} | "
-            f"{verdict} | {r['mean_tokens']:.1f} | {tokens_delta} | {ratio} | {cap} |"
-        )
-        c = r["vs"]
-        writer.writerow(
-            [
-                p.benchmark,
-                r["model"],
-                r["effort"],
-                r["problems"],
-                r["samples"],
-                f"{r['accuracy']:.6f}",
-                ref_name,
-                *(
-                    ("",) * 4
-                    if c is None
-                    else (f"{c.delta:.6f}", f"{c.low:.6f}", f"{c.high:.6f}", VERDICT[c.verdict])
-                ),
-                f"{r['mean_tokens']:.3f}",
-                *_token_cells(r["tokens_vs"])[:3],
-                "" if r["token_ratio"] is None else f"{r['token_ratio']:.6f}",
-                "" if r["cap_hit"] is None else f"{r['cap_hit']:.6f}",
-            ]
+            f"{fmt(r['verdict'], '')} | {r['mean_tokens']:.1f} | {tokens} | {ratio} | "
+            f"{fmt(r['cap_hit_rate'], '.3f')} |"
         )
     write_text(out_markdown, "\n".join(lines) + "\n")
-    write_text(out_csv, buf.getvalue())
+    write_csv(df, out_csv)
     log("\n" + "\n".join(lines))
     return {
-        "rows": len(rows),
+        "rows": len(df),
         "token_ratio": {
             f"{r['model']}@{r['effort']}": round(r["token_ratio"], 4)
-            for r in rows
-            if r["token_ratio"] is not None
+            for _, r in df.iterrows()
+            if not pd.isna(r["token_ratio"])
         },
     }
 
@@ -642,20 +641,8 @@ class TeacherParams(Section):
     confidence: float = Tables.model_fields["confidence"]
 
 
-def teacher_run(
-    *,
-    graded: Mapping[str, str],
-    out_markdown: str,
-    out_csv: str,
-    params: Mapping[str, Any] | TeacherParams,
-    log: Callable[[str], None] = print,
-    **_: Any,
-) -> dict[str, Any]:
-    """Trace lengths per (teacher, effort) on the prompts every one of them answered, from the
-    graded generation shards (``graded``): accuracy and mean completion tokens (per-prompt means,
-    averaged), and for each other teacher's row against the reference teacher at each of its
-    efforts, the paired mean-token difference with its bootstrap CI over the shared prompts and the
-    token ratio. Samples that failed or were skipped wrote no trace and are left out."""
+def teachers(graded: Mapping[str, str], params: Mapping[str, Any] | TeacherParams) -> pd.DataFrame:
+    """The teachers table in memory (see ``teacher_run``)."""
     p = TeacherParams.parse(params, where="tables")
     ref = p.reference
     if ref not in p.teachers.values():
@@ -710,10 +697,44 @@ def teacher_run(
                 if other is None
                 else paired_bootstrap(mine["tokens"], stats[other]["tokens"], **boot)
             )
-            rows.append({"cell": cell, "vs": other, "tokens_vs": c, **mine})
+            rows.append(
+                {
+                    "teacher": cell[0],
+                    "effort": cell[1],
+                    "prompts": mine["prompts"],
+                    "prompts_shared": len(shared),
+                    "samples": mine["samples"],
+                    "accuracy": float(mine["accuracy"].mean()),
+                    "mean_tokens": float(mine["tokens"].mean()),
+                    "reference_teacher": None if other is None else other[0],
+                    "reference_effort": None if other is None else other[1],
+                    **_token_cells(c),
+                }
+            )
+    return frame("teachers", rows)
+
+
+def teacher_run(
+    *,
+    graded: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    params: Mapping[str, Any] | TeacherParams,
+    log: Callable[[str], None] = print,
+    **_: Any,
+) -> dict[str, Any]:
+    """Trace lengths per (teacher, effort) on the prompts every one of them answered, from the
+    graded generation shards (``graded``): accuracy and mean completion tokens (per-prompt means,
+    averaged), and for each other teacher's row against the reference teacher at each of its
+    efforts, the paired mean-token difference with its bootstrap CI over the shared prompts and the
+    token ratio. Samples that failed or were skipped wrote no trace and are left out."""
+    p = TeacherParams.parse(params, where="tables")
+    ref = p.reference
+    df = teachers(graded, p)
     pct = round(100 * p.confidence)
     caption = (
-        f"Teacher traces on the {len(shared)} prompts every (teacher, effort) below answered. "
+        f"Teacher traces on the {df['prompts_shared'].iloc[0]} prompts every (teacher, effort) "
+        "below answered. "
         "Efforts limited to a subset of the shards (generation.effort_shards) share only that "
         "subset, so an effort run on every prompt is cut down to it here (its own prompt count is "
         "in the CSV). Accuracy and mean completion tokens: per-prompt means, averaged. Against "
@@ -730,60 +751,29 @@ def teacher_run(
         f"Δ tokens [{pct}% CI] | × {ref} |",
         "|" + "---|" * 8,
     ]
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(
-        [
-            "teacher",
-            "effort",
-            "prompts",
-            "prompts_shared",
-            "samples",
-            "accuracy",
-            "mean_tokens",
-            "reference_teacher",
-            "reference_effort",
-            "delta_tokens",
-            "tokens_ci_low",
-            "tokens_ci_high",
-            "token_ratio",
-        ]
-    )
-    for r in rows:
-        (teacher, effort), c = r["cell"], r["tokens_vs"]
-        delta, ratio = _fmt_tokens(c)
-        accuracy, tokens = float(r["accuracy"].mean()), float(r["tokens"].mean())
+    for _, r in df.iterrows():
+        delta = _interval(r["delta_tokens"], r["tokens_ci_low"], r["tokens_ci_high"], "+.1f")
+        ratio = fmt(r["token_ratio"], ".2f") + ("" if pd.isna(r["token_ratio"]) else "×")
         lines.append(
-            f"| {teacher} | {effort} | {r['samples']} | {accuracy:.3f} | {tokens:.1f} | "
-            f"{'— (reference)' if r['vs'] is None else r['vs'][1]} | {delta} | {ratio} |"
-        )
-        writer.writerow(
-            [
-                teacher,
-                effort,
-                r["prompts"],
-                len(shared),
-                r["samples"],
-                f"{accuracy:.6f}",
-                f"{tokens:.3f}",
-                *(("", "") if r["vs"] is None else r["vs"]),
-                *_token_cells(c),
-            ]
+            f"| {r['teacher']} | {r['effort']} | {r['samples']} | {r['accuracy']:.3f} | "
+            f"{r['mean_tokens']:.1f} | {fmt(r['reference_effort'], '', '— (reference)')} | "
+            f"{delta} | {ratio} |"
         )
     write_text(out_markdown, "\n".join(lines) + "\n")
-    write_text(out_csv, buf.getvalue())
+    write_csv(df, out_csv)
     log("\n" + "\n".join(lines))
     return {
-        "prompts_shared": len(shared),
+        "prompts_shared": int(df["prompts_shared"].iloc[0]),
         "mean_tokens": {
-            f"{t}@{e}": round(float(stats[(t, e)]["tokens"].mean()), 3) for t, e in order
+            f"{r['teacher']}@{r['effort']}": round(r["mean_tokens"], 3)
+            for _, r in df.drop_duplicates(["teacher", "effort"]).iterrows()
         },
         "token_ratio": {
-            "{}@{} vs {}@{}".format(*r["cell"], *r["vs"]): round(
-                r["tokens_vs"].mean_a / r["tokens_vs"].mean_b, 4
-            )
-            for r in rows
-            if r["vs"] is not None and r["tokens_vs"].mean_b
+            "{}@{} vs {}@{}".format(
+                *r[["teacher", "effort", "reference_teacher", "reference_effort"]]
+            ): round(r["token_ratio"], 4)
+            for _, r in df.iterrows()
+            if not pd.isna(r["reference_teacher"]) and not pd.isna(r["token_ratio"])
         },
     }
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import HFSpec
+from ..provenance import note_model
 from .base import Completion
 from .openai import OpenAITeacher
 
@@ -31,6 +32,7 @@ class HFTeacher(OpenAITeacher):
         from ..runtime.lm import LocalLM
 
         self.lm = await asyncio.to_thread(LocalLM, self.spec["model_path"], self.spec["threads"])
+        note_model(self.spec["model_path"], f"teacher:{self.name}")
         self.queue = asyncio.Queue()
         self.batcher = asyncio.create_task(self._batch_forever())
 

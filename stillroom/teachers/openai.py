@@ -22,6 +22,7 @@ from typing import Any
 
 from ..config import OpenAISpec, Sampling
 from ..grading.formats import user_content
+from ..provenance import describe_model, note_resolved
 from .base import Completion, SkipSample, Teacher, TeacherError
 from .budget import Budget, BudgetExhausted
 
@@ -72,6 +73,7 @@ class OpenAITeacher(Teacher):
                 from transformers import AutoTokenizer
 
                 self._tokenizer = AutoTokenizer.from_pretrained(self.spec["tokenizer"])
+                note_resolved(describe_model(self.spec["tokenizer"], f"tokenizer:{self.name}"))
             if "messages" in body:
                 return len(
                     self._tokenizer.apply_chat_template(

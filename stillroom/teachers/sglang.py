@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import SGLangSpec
+from ..provenance import describe_model, note_resolved
 from .base import TeacherError
 from .openai import OpenAITeacher
 
@@ -89,7 +90,23 @@ class SGLangTeacher(OpenAITeacher):
                         1,
                     )
                 await asyncio.sleep(0.2)
+            await self._note_weights(client, root)
         self.spec["base_url"] = root + "/v1"
+
+    async def _note_weights(self, client, root: str) -> None:
+        """The weights the server loaded, where it says (SGLang's ``/get_model_info``: their path
+        or hub id, pinned to a commit by ``describe_model``); other servers lack the endpoint and
+        are identified by the served model id of their responses."""
+        import aiohttp
+
+        try:
+            async with client.get(root + "/get_model_info") as resp:
+                info = await resp.json(content_type=None) if resp.status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            info = None
+        if isinstance(info, dict) and isinstance(info.get("model_path"), str):
+            role = f"teacher:{self.name}"
+            note_resolved({**describe_model(info["model_path"], role), "server": info})
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -6,8 +6,11 @@ import json
 import numpy as np
 import pytest
 
+from stillroom.audit_tables import recompute
+from stillroom.cli import main
 from stillroom.io import DataError, write_jsonl
 from stillroom.kernels import tables as kernel_tables
+from stillroom.tables import load
 
 
 def _graded(path, reward_p, compiled_p, n=40, k=2, seed=0, speedup=None):
@@ -122,3 +125,30 @@ def test_a_problem_the_validator_failed_on_is_left_out_of_every_model(tmp_path):
     assert out["rates"]["sft"]["reward"] == round(
         sum(r["grade"]["details"]["reward"] for r in kept) / len(kept), 4
     )
+
+
+def test_the_kernel_table_loads_typed_and_recomputes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    graded = {
+        "base": _graded(tmp_path / "b.jsonl", 0.1, 0.3, seed=1),
+        "sft": _graded(tmp_path / "s.jsonl", 0.4, 0.8, seed=2),
+        "grpo": _graded(tmp_path / "g.jsonl", 0.6, 0.9, seed=3),
+    }
+    args = ["kernel_tables", "--graded", *(f"{n}={p}" for n, p in graded.items())]
+    args += ["--out-markdown", "k.md", "--out-csv", "k.csv", "--params", json.dumps(PARAMS)]
+    assert main(args) == 0
+    df = load("k.csv")
+    assert df.equals(kernel_tables.table(graded, PARAMS).df)
+    assert str(df["verdict"].dtype) == "category" and df["rate"].dtype == float
+    # the references' own rows have no comparison
+    assert df[df["reference"].isna()]["model"].unique().tolist() == ["base", "sft"]
+    assert recompute("k.md").ok
+    lines = open("k.md").read().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("| grpo | "))
+    cells = lines[i].split(" | ")
+    cells[2] = "0.999"  # compiles
+    lines[i] = " | ".join(cells)
+    open("k.md", "w").write("\n".join(lines) + "\n")
+    assert [(d.row, d.column, d.written) for d in recompute("k.md").differences] == [
+        ("grpo", "compiles", "0.999")
+    ]

@@ -189,6 +189,8 @@ def test_a_partial_file_of_other_params_is_started_over(setup, tmp_path):
     )
     assert any("starting over" in line for line in lines) and "resumed" not in metrics
     assert len(read_jsonl(out)) == 4 and "stale" not in out.read_text()
+    (stale,) = tmp_path.glob("samples.jsonl.partial.stale-*")  # set aside, not deleted
+    assert "from another run" in stale.read_text()
 
 
 def test_answers_are_clamped_to_the_checkpoint_context(setup, tmp_path):

@@ -1,4 +1,5 @@
-"""The generation stage: one record per sample key, resumed after a torn write."""
+"""The generation stage: one record per sample key, resumed after a torn write or a write cut
+before its newline, and never resumed from records of other settings or another problem."""
 
 import json
 
@@ -95,3 +96,108 @@ def test_a_partial_shard_of_other_sampling_is_started_over_and_of_other_operatio
         generate.run(shard=shard, out_samples=out, log=logs.append, params={**PARAMS, **changed})
         assert any("5 samples already done" in line for line in logs) == resumed, changed
         assert any("starting over" in line for line in logs) != resumed
+
+
+# what differs between two runs that wrote the same samples
+VOLATILE = ("created_at", "latency_s")
+
+
+def _content(rows):
+    return [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows]
+
+
+def test_a_partial_of_other_settings_is_set_aside_never_mixed(tmp_path):
+    """The issue's case: a 3-sample run (another error rate) left its partial, then a 1-sample run
+    starts. Its shard equals a fresh 1-sample run's; the old records are kept aside, and the warning
+    names the file and the settings that differ. An old-format partial (no fingerprint) too."""
+    shard = _shard(tmp_path, 20)
+    fresh = str(tmp_path / "fresh.jsonl")
+    _generate(shard, fresh, k=1)
+    old = {**PARAMS, "samples": 3, "spec": {**SPEC, "error_rate": {"low": 0.9}}}
+    other = str(tmp_path / "other.jsonl")
+    generate.run(shard=shard, out_samples=other, log=lambda _: None, params=old)
+    fp = {**generate.fingerprint(generate.Params.parse(old)), "effort": "low"}
+    body = (tmp_path / "other.jsonl").read_text()
+    partial = tmp_path / "gen.jsonl.partial"
+    for head, why in [(json.dumps({"fingerprint": fp}) + "\n", "other settings"), ("", "no fing")]:
+        partial.write_text(head + body)
+        logs = []
+        m = generate.run(
+            shard=shard,
+            out_samples=str(tmp_path / "gen.jsonl"),
+            log=logs.append,
+            params={**PARAMS, "samples": 1},
+        )
+        assert m["samples"] == 30
+        assert _content(read_jsonl(tmp_path / "gen.jsonl")) == _content(read_jsonl(fresh))
+        warning = next(line for line in logs if line.startswith("warning:"))
+        assert str(partial) in warning and why in warning, warning
+        if head:
+            assert "samples: 3 -> 1" in warning and "spec.error_rate.low: 0.9 -> 0.4" in warning
+        assert not any("already done" in line for line in logs)
+        stale = sorted(tmp_path.glob("gen.jsonl.partial.stale-*"))
+        assert stale and stale[-1].read_text() == head + body
+        (tmp_path / "gen.jsonl").unlink()
+
+
+def test_records_of_a_changed_problem_are_redone(tmp_path):
+    """Same prompt id, corrected answer: the resumed shard carries the new answer everywhere."""
+    shard = _shard(tmp_path, 10)
+    out = str(tmp_path / "gen.jsonl")
+    _generate(shard, out)
+    full = read_jsonl(out)
+    params = generate.Params.parse(PARAMS)
+    lines = [json.dumps({"fingerprint": {**generate.fingerprint(params), "effort": "low"}})]
+    (tmp_path / "gen.jsonl.partial").write_text(
+        "\n".join(lines + [json.dumps(r) for r in full]) + "\n"
+    )
+    problems = read_jsonl(shard)
+    problems[0]["answer"] = corrected = str(int(problems[0]["answer"]) + 100)
+    write_jsonl(shard, problems)
+    logs = []
+    generate.run(shard=shard, out_samples=out, log=logs.append, params=PARAMS)
+    assert f"{len(full) - 2} samples already done" in " ".join(logs)
+    redone = [r for r in read_jsonl(out) if r["prompt_id"] == problems[0]["prompt_id"]]
+    assert len(redone) == 2 and all(r["answer"] == corrected for r in redone)
+
+
+def test_killed_twice_after_a_write_cut_before_its_newline_resumes_to_an_uninterrupted_shard(
+    tmp_path,
+):
+    """A kill leaves the last record without its newline; the resume repairs it, is killed again,
+    and the next resume finishes: the shard equals an uninterrupted one."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ..fault_server import FaultServer
+
+    shard = _shard(tmp_path, 30)
+    with FaultServer(delay_s=0.01) as server:
+        spec = {"backend": "openai", "model": "m", "base_url": server.base_url, "concurrency": 2}
+        params = {"teacher": "api", "effort": "low", "samples": 2, "seed": 3, "spec": spec}
+        reference = tmp_path / "reference.jsonl"
+        generate.run(shard=shard, out_samples=str(reference), params=params, log=lambda _: None)
+        out, partial = tmp_path / "killed.jsonl", tmp_path / "killed.jsonl.partial"
+        cmd = [sys.executable, "-m", "stillroom", "generate", "--shard", shard]
+        cmd += ["--out-samples", str(out), "--params", json.dumps(params)]
+        errs = []
+        for threshold in (20, 50, None):
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            while threshold and proc.poll() is None:
+                if partial.exists() and partial.read_bytes().count(b"\n") >= threshold:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+                time.sleep(0.002)
+            errs.append(proc.communicate(timeout=120)[1].decode())
+            if threshold:
+                assert proc.returncode == -signal.SIGKILL and not out.exists()
+            if threshold == 20:
+                # the write was cut just before the last record's newline
+                partial.write_bytes(partial.read_bytes().rstrip(b"\n"))
+    assert proc.returncode == 0, errs[-1][-2000:]
+    assert "the last record lacked its newline; added it" in errs[1]
+    assert "resuming: " in errs[2]
+    assert _content(read_jsonl(out)) == _content(read_jsonl(reference))
+    assert not partial.exists()

@@ -1,10 +1,14 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from stillroom.audit_tables import recompute
+from stillroom.cli import main
 from stillroom.io import DataError, write_jsonl
 from stillroom.stages import tables
+from stillroom.tables import load
 
 PARAMS = {
     "benchmark": "heldout",
@@ -441,3 +445,72 @@ def test_effort_table_names_each_efforts_teacher_when_they_differ(tmp_path):
     )
     md = open(out["md"]).read()
     assert "| teacher (selfhost) | low |" in md and "| teacher (api) | medium |" in md
+
+
+def test_teachers_table_built_by_the_cli_loads_typed_and_recomputes(tmp_path, monkeypatch):
+    """The data of record: the CSV loads back as the builder's DataFrame (typed), and the audit's
+    recompute rebuilds it from the recorded inputs, names and seed."""
+    monkeypatch.chdir(tmp_path)
+    graded = {
+        f"{e}-00000": _traces(tmp_path / f"{e}.jsonl", t, e, range(10), lambda i, s: 50 + 7 * i + s)
+        for e, t in TEACHERS.items()
+    }
+    params = {"reference": "api", "teachers": TEACHERS, "n_resamples": 500, "seed": 5}
+    args = ["teacher_tables", "--graded", *(f"{n}={p}" for n, p in graded.items())]
+    args += ["--out-markdown", "t.md", "--out-csv", "t.csv", "--params", json.dumps(params)]
+    assert main(args) == 0
+    df = load("t.md")
+    assert df.equals(tables.teachers(graded, params))
+    assert str(df["prompts"].dtype) == "Int64" and str(df["teacher"].dtype) == "string"
+    assert df["reference_effort"].isna().tolist() == [True, False, False]
+    assert recompute("t.md").ok
+
+
+def test_load_names_what_is_wrong_with_a_csv(tmp_path):
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(DataError, match="x.csv: not a stillroom table: its columns"):
+        load(tmp_path / "x.md")
+    with pytest.raises(DataError, match="not a table: no CSV at"):
+        load(tmp_path / "y")
+    header = "benchmark,model,budget,samples,accuracy,forced,thinking,tokens\n"
+    (tmp_path / "b.csv").write_text(header + "h,sft,sixteen,4,0.5,0,1.0,2.0\n")
+    with pytest.raises(DataError, match="b.csv: a column does not have its type"):
+        load(tmp_path / "b.csv")
+    (tmp_path / "b.csv").write_text(header + "h,sft,16,4,0.5,0,,2.0\n")
+    df = load(tmp_path / "b")
+    assert df["budget"].tolist() == [16] and pd.isna(df["thinking"][0])
+
+
+def test_budget_table_built_by_the_cli_loads_typed_and_recomputes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    graded = {}
+    for budget in (8, 32):
+        path = tmp_path / f"sft-{budget}.jsonl"
+        write_jsonl(
+            path,
+            [
+                {
+                    "prompt_id": f"p{i}",
+                    "sample_index": 0,
+                    "grade": {"correct": i % (2 if budget == 8 else 3) == 0},
+                    "completion_tokens": budget + i,
+                    "forced": budget == 8,
+                    "thinking_tokens": None if i == 0 else budget,
+                }
+                for i in range(12)
+            ],
+        )
+        graded[f"sft@{budget}"] = str(path)
+    args = ["budget_tables", "--graded", *(f"{n}={p}" for n, p in graded.items())]
+    args += ["--out-markdown", "b.md", "--out-csv", "b.csv", "--out-plot", "b.png"]
+    assert main([*args, "--params", json.dumps({"benchmark": "heldout"})]) == 0
+    df = load("b")
+    assert df["budget"].tolist() == [8, 32] and str(df["budget"].dtype) == "Int64"
+    assert df["forced"].tolist() == [1.0, 0.0] and df["thinking"].tolist() == [8.0, 32.0]
+    assert open("b.png", "rb").read(4) == b"\x89PNG"
+    assert recompute("b.md").ok
+    csv = open("b.csv").read()
+    open("b.csv", "w").write(csv.replace(",sft,32,12,", ",sft,32,13,"))
+    assert [(d.row, d.column) for d in recompute("b.md").differences] == [
+        ("model=sft budget=32", "samples")
+    ]

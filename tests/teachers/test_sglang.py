@@ -77,6 +77,31 @@ def test_server_is_started_used_and_stopped(tmp_path):
     assert seen and all(_gone(pid) for pid in seen)
 
 
+def test_the_weights_the_server_reports_are_pinned(tmp_path, monkeypatch):
+    """SGLang's /get_model_info names the weights: a hub cache snapshot is recorded by repository
+    and commit, beside the model id the server answers as."""
+    from stillroom import provenance
+
+    sha = "e" * 40
+    snapshot = tmp_path / "hub/models--org--teacher/snapshots" / sha
+    snapshot.mkdir(parents=True)
+    provenance.take_noted()
+    generate.run(
+        shard=_shard(tmp_path, n=2),
+        out_samples=str(tmp_path / "gen.jsonl"),
+        log=lambda _: None,
+        params=_params(_spec(f"{{python}} {STANDIN} {{port}} 0 {snapshot}")),
+    )
+    weights, served = provenance.take_noted()["resolved"]
+    assert (weights["role"], weights["id"], weights["revision"]) == (
+        "teacher:selfhost",
+        "org/teacher",
+        sha,
+    )
+    assert weights["server"]["model_path"] == str(snapshot)
+    assert served["served"] == ["stand-in-served"]
+
+
 def test_a_server_that_dies_fails_fast_with_its_log(tmp_path):
     cmd = "{python} -c \"import sys; print('CUDA error: no device'); sys.exit(3)\" {port}"
     start = time.monotonic()

@@ -1,0 +1,606 @@
+"""``stillroom audit <table> --recompute`` and ``--cell <model>``: a table's numbers checked against
+the graded records they were built from.
+
+``--recompute`` runs the stage that built the table again, on the inputs and params its sidecar
+recorded (the seed and resample count among them), into a scratch directory, and compares the result
+with the written table: the CSV cell by cell (typed, floats to 1e-9 relative), the Markdown and
+LaTeX row by row, each difference named by its row and column. A cell edited by hand is caught
+even when its sidecar's hash was rewritten to match.
+
+``--cell <model>`` lists the graded records behind one row of a table (``--regrade`` grades them
+again with the grader their grade stage used and names every verdict that changed), then walks from
+the model's checkpoint to the training rows and the teacher records they came from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .audit import audit, format_tree, infer_root
+from .io import DataError, iter_jsonl, read_json
+from .provenance import sidecar_path
+from .tables import ROW_KEYS, SCHEMAS, csv_path, kind_of, load
+
+SHOWN = 10  # records shown per list in the text report; --json has them all
+# the stages that write tables (their CLI names, as sidecars record them) -> their functions in
+# stillroom.stages.tables, as cli.STAGES names them (a test holds the two equal; importing the CLI
+# here would make an import cycle)
+TABLE_STAGES = {
+    "tables": "run",
+    "budget_tables": "budget_run",
+    "effort_tables": "effort_run",
+    "teacher_tables": "teacher_run",
+    "kernel_tables": "kernel_tables",
+}
+REL_TOL = 1e-9  # floats are written at full precision: only the last bits may differ
+
+
+# ---------------------------------------------------------------------------- the table's record
+
+
+@dataclass
+class Table:
+    """A written table: its CSV, its sidecar (shared by every output of the job) and the directory
+    the pipeline ran in (sidecar paths are relative to it)."""
+
+    csv: Path
+    prov: dict[str, Any]
+    root: Path
+
+    @property
+    def stage(self) -> str:
+        return self.prov["stage"]
+
+    def path(self, recorded: str) -> Path:
+        return Path(recorded) if Path(recorded).is_absolute() else self.root / recorded
+
+    def shown(self, path: str | os.PathLike) -> str:
+        """``path`` as the sidecars write it: relative to the root where it is under it."""
+        p = Path(path)
+        return str(p.relative_to(self.root)) if p.is_relative_to(self.root) else str(p)
+
+    def inputs(self) -> dict[str, Any]:
+        """The stage's inputs as it was called: a named list as {name: path}, one file as its
+        path."""
+        out: dict[str, Any] = {}
+        for key, entry in (self.prov.get("inputs") or {}).items():
+            if isinstance(entry, list):
+                unnamed = [e["path"] for e in entry if "name" not in e]
+                if unnamed:
+                    raise DataError(
+                        f"{sidecar_path(self.csv)}: input '{key}' records no names for "
+                        f"{unnamed[0]} (a table built before input names were recorded); "
+                        "rebuild the table"
+                    )
+                out[key] = {e["name"]: str(self.path(e["path"])) for e in entry}
+            else:
+                out[key] = str(self.path(entry["path"]))
+        return out
+
+
+def open_table(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Table:
+    """The table ``path`` names (its .csv, .md, .tex or .png, or its stem), or a clear error."""
+    csv = csv_path(Path(root, path) if root and not Path(path).is_absolute() else path)
+    side = sidecar_path(csv)
+    if not csv.is_file() or not side.is_file():
+        missing = csv if not csv.is_file() else side
+        raise DataError(f"{path}: not a table (no {missing}); give a table's .csv, .md or .tex")
+    prov = read_json(side)
+    stage = prov.get("stage")
+    if stage not in TABLE_STAGES:
+        raise DataError(
+            f"{path}: not a table: {csv} was written by stage '{stage}', not by one of "
+            f"{', '.join(TABLE_STAGES)}"
+        )
+    kind_of(pd.read_csv(csv, nrows=0).columns, str(csv))
+    base = Path(root).resolve() if root else infer_root(csv.resolve()) or Path.cwd()
+    return Table(csv, prov, base)
+
+
+# -------------------------------------------------------------------------------- --recompute
+
+
+@dataclass
+class Difference:
+    file: str
+    row: str  # the row's key (model, reference, ...) or its line
+    column: str
+    written: str
+    recomputed: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.file}: {self.row}: {self.column}: written {self.written}, "
+            f"recomputed {self.recomputed}"
+        )
+
+
+def _row_label(kind: str, row: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={row[k]}" for k in ROW_KEYS[kind] if not pd.isna(row[k]))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if pd.isna(a) or pd.isna(b):
+        return bool(pd.isna(a) and pd.isna(b))
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=1e-12)
+    return a == b
+
+
+def compare_frames(written: pd.DataFrame, recomputed: pd.DataFrame, where: str) -> list[Difference]:
+    """Every cell of ``written`` that the recomputed table does not have, rows matched by their
+    key (model, reference, ...) and named by it: the order of rows is presentation, not data."""
+    kind = kind_of(recomputed.columns, where)
+    keys = list(ROW_KEYS[kind])
+
+    def by_key(df: pd.DataFrame) -> dict[tuple, pd.Series]:
+        return {tuple(_show(r[k]) for k in keys): r for _, r in df.iterrows()}
+
+    old, new = by_key(written), by_key(recomputed)
+    out = []
+    for key, r in new.items():
+        w = old.get(key)
+        if w is None:
+            out.append(Difference(where, _row_label(kind, r), "(row)", "absent", "present"))
+            continue
+        for col in SCHEMAS[kind]:
+            if not _same(w[col], r[col]):
+                out.append(
+                    Difference(where, _row_label(kind, r), col, _show(w[col]), _show(r[col]))
+                )
+    out += [
+        Difference(where, _row_label(kind, w), "(row)", "present", "absent")
+        for key, w in old.items()
+        if key not in new
+    ]
+    return out
+
+
+def _show(value: Any) -> str:
+    return "(empty)" if pd.isna(value) else str(value)
+
+
+def _cells(line: str) -> list[str] | None:
+    """The cells of a Markdown (``| a | b |``) or LaTeX (``a & b \\\\``) table row."""
+    if line.startswith("|") and line.endswith("|"):
+        return [c.strip() for c in line[1:-1].split("|")]
+    if line.endswith("\\\\") and " & " in line:
+        return [c.strip() for c in line.removesuffix("\\\\").split(" & ")]
+    return None
+
+
+def compare_text(written: str, recomputed: str, where: str) -> list[Difference]:
+    """A rendered table (Markdown or LaTeX) against its recomputed rendering. Lines are matched
+    whole first (so rows in another order are no difference); a line left over is paired with the
+    recomputed line of the same row (first cell), and each differing cell named by that row and
+    its column's header; any other line by its number."""
+    old, new = written.splitlines(), recomputed.splitlines()
+    headers: list[list[str] | None] = []  # the header row above each recomputed line
+    header = None
+    for i, line in enumerate(new):
+        if (
+            _cells(line) is not None
+            and new[i + 1 : i + 2]
+            and new[i + 1].startswith(("|---", "\\midrule"))
+        ):
+            header = _cells(line)
+        headers.append(header)
+    spare = Counter(new)
+    left_old = []
+    for n, line in enumerate(old):
+        if spare[line]:
+            spare[line] -= 1
+        else:
+            left_old.append((n, line))
+    left_new = []
+    for i, line in enumerate(new):
+        if spare[line]:
+            spare[line] -= 1
+            left_new.append(i)
+    out = []
+    for n, w in left_old:
+        cells_w = _cells(w)
+        match = next(
+            (
+                i
+                for i in left_new
+                if cells_w
+                and (c := _cells(new[i]))
+                and c[0] == cells_w[0]
+                and len(c) == len(cells_w)
+            ),
+            None,
+        )
+        if match is None:
+            out.append(Difference(where, f"line {n + 1}", "(text)", w, "(no such line)"))
+            continue
+        left_new.remove(match)
+        head = headers[match]
+        for j, (a, b) in enumerate(zip(cells_w, _cells(new[match]), strict=True)):
+            if a != b:
+                column = head[j] if head and j < len(head) else f"column {j + 1}"
+                out.append(Difference(where, cells_w[0], column, a, b))
+    out += [
+        Difference(where, f"line {i + 1}", "(text)", "(no such line)", new[i]) for i in left_new
+    ]
+    return out
+
+
+@dataclass
+class Recomputed:
+    table: str
+    stage: str
+    params: dict[str, Any]
+    compared: list[str]  # the outputs compared
+    differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+    def text(self) -> str:
+        seed, n = self.params.get("seed"), self.params.get("n_resamples")
+        head = (
+            f"recompute {self.table}: stage {self.stage} on its recorded inputs"
+            + (f", seed {seed}" if seed is not None else "")
+            + (f", {n} resamples" if n is not None else "")
+        )
+        if self.ok:
+            return f"{head}\nok: {', '.join(self.compared)} match the graded records"
+        lines = [head, f"{len(self.differences)} cell(s) differ from the graded records:"]
+        lines += [f"  {d}" for d in self.differences]
+        return "\n".join(lines)
+
+
+def recompute(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Recomputed:
+    """Build the table again with the stage, inputs and params its sidecar recorded, and compare."""
+    from .stages import tables as stages
+
+    table = open_table(path, root)
+    fn = getattr(stages, TABLE_STAGES[table.stage])
+    outputs = {name: table.path(p) for name, p in table.prov["outputs"].items()}
+    report = Recomputed(str(path), table.stage, dict(table.prov.get("params") or {}), [])
+    with tempfile.TemporaryDirectory(prefix="stillroom-recompute-") as tmp:
+        scratch = {name: Path(tmp) / p.name for name, p in outputs.items()}
+        fn(
+            **table.inputs(),
+            # a plot is an image of the same numbers (its bytes are the walk's): not drawn again
+            **{f"out_{n}": None if p.suffix == ".png" else str(p) for n, p in scratch.items()},
+            params=report.params,
+            log=lambda _: None,
+        )
+        for name, written in outputs.items():
+            where = table.shown(written)
+            if not written.is_file():
+                diffs = [Difference(where, "(file)", "(file)", "gone", "written")]
+            elif written.suffix == ".csv":
+                diffs = compare_frames(load(written), load(scratch[name]), where)
+            elif written.suffix in (".md", ".tex"):
+                diffs = compare_text(written.read_text(), scratch[name].read_text(), where)
+            else:
+                continue
+            report.compared.append(where)
+            report.differences += diffs
+    return report
+
+
+# ------------------------------------------------------------------------------------- --cell
+
+
+def _verdict(grade: Mapping[str, Any]) -> str:
+    status = grade.get("status") or "ok"
+    return ("correct" if grade.get("correct") else "wrong") if status == "ok" else status
+
+
+@dataclass
+class Record:
+    file: str
+    key: str
+    prompt_id: str
+    sample_index: int | None
+    verdict: str
+    grader: str
+    effort: str | None = None
+    teacher: str | None = None
+
+
+def _record(file: str, r: Mapping[str, Any]) -> Record:
+    g = r.get("grader") or {}
+    return Record(
+        file,
+        r.get("key", ""),
+        r.get("prompt_id", ""),
+        r.get("sample_index"),
+        _verdict(r.get("grade") or {}),
+        f"{g.get('name', '?')} {g.get('version', '?')}",
+        r.get("effort"),
+        r.get("teacher"),
+    )
+
+
+def _cell_files(table: Table, model: str) -> tuple[list[str], str | None, bool]:
+    """The graded files behind ``model``'s rows, the teacher whose records to keep (None: all),
+    and whether they are a student's evaluation (True) or the teacher's own records."""
+    inputs = table.inputs()
+    graded = inputs.get("graded") or {}
+    if table.stage in ("tables", "kernel_tables"):
+        return [graded[model]], None, True
+    if table.stage == "teacher_tables":
+        return list(graded.values()), model, False
+    if table.stage == "effort_tables" and model not in {n.rpartition("@")[0] for n in graded}:
+        # the teacher's rows: "teacher", or "teacher (<name>)" when efforts have different ones
+        name = model.partition("(")[2].rstrip(")") or None
+        return list(inputs["teacher"].values()), name, False
+    return [p for n, p in graded.items() if n.rpartition("@")[0] == model], None, True
+
+
+def _regrade(file: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Grade ``records`` again as their grade stage did (its params, each kind's grader, hard
+    limits per item); the records whose verdict changed."""
+    from .grading.dispatch import check_kinds, grader_info, item_limit
+    from .grading.result import Options
+    from .grading.workers import grade_many
+
+    side = sidecar_path(file)
+    if not side.is_file():
+        raise DataError(f"{file}: no sidecar, so its grader's options are unknown; cannot regrade")
+    options = Options.parse(read_json(side).get("params") or {}, where=str(side))
+    kinds = {r["kind"] for r in records}
+    check_kinds(kinds)
+    timeout_s = item_limit(kinds, options)
+    grades = grade_many(
+        [(r.get("response") or "", r["answer"], r["kind"]) for r in records],
+        workers=1,
+        letters=options.letters,
+        timeout_s=timeout_s,
+        kernel=options.kernel.dump(),
+        seed=options.seed,
+    )
+    changed = []
+    for r, g in zip(records, grades, strict=True):
+        now = _verdict(asdict(g))
+        if now != _verdict(r["grade"]):
+            info = grader_info(r["kind"], options, timeout_s)
+            changed.append(
+                {
+                    "file": file,
+                    "key": r.get("key"),
+                    "prompt_id": r.get("prompt_id"),
+                    "sample_index": r.get("sample_index"),
+                    "recorded": _verdict(r["grade"]),
+                    "regraded": now,
+                    "recorded_grader": (r.get("grader") or {}).get("version"),
+                    "grader": f"{info['name']} {info['version']}",
+                }
+            )
+    return changed
+
+
+def _sidecar(path: Path) -> dict[str, Any] | None:
+    side = sidecar_path(path)
+    return read_json(side) if side.is_file() else None
+
+
+def _entries(prov: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    entry = (prov.get("inputs") or {}).get(key)
+    return [] if entry is None else entry if isinstance(entry, list) else [entry]
+
+
+def lineage(table: Table, files: list[str]) -> dict[str, Any]:
+    """From the graded evaluation files to the checkpoint that answered, through merges and
+    training stages to the training rows, and from those to the graded teacher records (with the
+    generation shards they were graded from)."""
+    checkpoints: list[dict[str, Any]] = []
+    datasets: list[dict[str, Any]] = []
+    todo = []
+    for f in files:
+        graded = _sidecar(Path(f)) or {}
+        for s in _entries(graded, "samples"):
+            samples = _sidecar(table.path(s["path"])) or {}
+            todo += [m["path"] for m in _entries(samples, "model")]
+    seen: set[str] = set()
+    while todo:
+        ckpt = todo.pop(0)
+        if ckpt in seen:
+            continue
+        seen.add(ckpt)
+        prov = _sidecar(table.path(ckpt)) or {}
+        made_from = {k: [e["path"] for e in _entries(prov, k)] for k in (prov.get("inputs") or {})}
+        checkpoints.append({"path": ckpt, "stage": prov.get("stage"), "inputs": made_from})
+        for key in ("tuned", "base", "adapter"):
+            todo += made_from.get(key, [])
+        datasets += [_dataset(table, d) for d in made_from.get("dataset", [])]
+    return {"student": bool(files), "checkpoints": checkpoints, "datasets": datasets}
+
+
+def _dataset(table: Table, path: str) -> dict[str, Any]:
+    """A training set's rows with the graded teacher records they came from."""
+    rows = list(iter_jsonl(table.path(path), required=("source_record",)))
+    shards: dict[str, dict[str, dict[str, Any]]] = {}
+    generated: dict[str, list[str]] = {}
+    for file in sorted({r["source_record"]["file"] for r in rows}):
+        shards[file] = {rec["key"]: rec for rec in iter_jsonl(table.path(file), required=("key",))}
+        generated[file] = [s["path"] for s in _entries(_sidecar(table.path(file)) or {}, "samples")]
+    records = []
+    for i, r in enumerate(rows):
+        src = r["source_record"]
+        rec = shards[src["file"]].get(src["key"])
+        if rec is None:
+            raise DataError(
+                f"{path}: row {i + 1} names {src['key']} of {src['file']}, which has no such record"
+            )
+        records.append(
+            {
+                **asdict(_record(src["file"], rec)),
+                "row": r.get("id"),
+                "completion_tokens": rec.get("completion_tokens"),
+                "generated": generated[src["file"]],
+            }
+        )
+    counts = Counter((rec["teacher"], rec["effort"]) for rec in records)
+    return {
+        "path": path,
+        "rows": len(rows),
+        "by_teacher_effort": [
+            {"teacher": t, "effort": e, "rows": n} for (t, e), n in sorted(counts.items())
+        ],
+        "graded_shards": sorted(shards),
+        "records": records,
+    }
+
+
+@dataclass
+class Cell:
+    table: str
+    model: str
+    records: list[Record]
+    regraded: list[dict[str, Any]] | None  # the changed verdicts; None when not regraded
+    lineage: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return not self.regraded
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "model": self.model,
+            "ok": self.ok,
+            "records": [asdict(r) for r in self.records],
+            "verdicts": dict(Counter(r.verdict for r in self.records)),
+            "graders": dict(Counter(r.grader for r in self.records)),
+            "regraded": self.regraded,
+            **self.lineage,
+        }
+
+    def text(self) -> str:
+        d = self.to_dict()
+        files = sorted({r.file for r in self.records})
+        out = [
+            f"{self.table}: {self.model}: {len(self.records)} graded records in "
+            + ", ".join(files),
+            "  verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(d["verdicts"].items())),
+            "  graders: " + ", ".join(f"{k} ({v})" for k, v in sorted(d["graders"].items())),
+        ]
+        out += [
+            f"  {r.prompt_id} #{r.sample_index}"
+            + (f" {r.teacher}@{r.effort}" if r.teacher else "")
+            + f": {r.verdict}"
+            for r in self.records[:SHOWN]
+        ]
+        if len(self.records) > SHOWN:
+            out.append(f"  ... {len(self.records) - SHOWN} more (--json for all)")
+        if self.regraded is not None:
+            if self.regraded:
+                out.append(f"regrade: {len(self.regraded)} verdict(s) changed:")
+                out += [
+                    f"  {c['file']}: {c['key']}: recorded {c['recorded']}, regraded "
+                    f"{c['regraded']} ({c['grader']})"
+                    for c in self.regraded
+                ]
+            else:
+                out.append(f"regrade: all {len(self.records)} verdicts unchanged")
+        for c in self.lineage["checkpoints"]:
+            made = "; ".join(f"{k} {', '.join(v)}" for k, v in c["inputs"].items())
+            out.append(f"checkpoint {c['path']} [{c['stage']}] <- {made}")
+        for ds in self.lineage["datasets"]:
+            out.append(
+                f"training rows {ds['path']}: {ds['rows']} rows from "
+                f"{len(ds['graded_shards'])} graded teacher shards"
+            )
+            out += [
+                f"  {c['teacher']} @ {c['effort']}: {c['rows']} rows"
+                for c in ds["by_teacher_effort"]
+            ]
+            out += [
+                f"  {r['row']} <- {r['file']} (generated in {', '.join(r['generated'])}): "
+                f"{r['verdict']}, {r['completion_tokens']} tokens"
+                for r in ds["records"][:3]
+            ]
+        if not self.lineage["student"]:
+            out.append("no checkpoint: these are the teacher's own records")
+        elif not self.lineage["checkpoints"]:
+            out.append("no checkpoint: the graded files' sidecars name no evaluated model")
+        elif not self.lineage["datasets"]:
+            out.append("no training rows: no checkpoint on this path was trained on a dataset")
+        return "\n".join(out)
+
+
+def cell(
+    path: str | os.PathLike,
+    model: str,
+    root: str | os.PathLike | None = None,
+    regrade: bool = False,
+) -> Cell:
+    table = open_table(path, root)
+    df = load(table.csv)
+    kind = kind_of(df.columns)
+    key = ROW_KEYS[kind][0]
+    models = list(dict.fromkeys(df[key].dropna()))
+    if model not in models:
+        raise DataError(f"{path}: no {key} '{model}' in this table; it has {', '.join(models)}")
+    files, teacher, student = _cell_files(table, model)
+    records: list[Record] = []
+    regraded: list[dict[str, Any]] | None = [] if regrade else None
+    for file in files:
+        mine = [
+            r
+            for r in iter_jsonl(file, required=("prompt_id", "grade"))
+            if teacher is None or r.get("teacher") == teacher
+        ]
+        shown = table.shown(file)
+        records += [_record(shown, r) for r in mine]
+        if regraded is not None and mine:
+            regraded += [{**c, "file": shown} for c in _regrade(file, mine)]
+    return Cell(str(path), model, records, regraded, lineage(table, files if student else []))
+
+
+def run(
+    path: str,
+    root: str | None = None,
+    as_json: bool = False,
+    recompute_table: bool = False,
+    model: str | None = None,
+    regrade: bool = False,
+) -> int:
+    """The CLI: with ``recompute_table`` the provenance walk and the rebuilt table's comparison,
+    with ``model`` the drill-down into its rows; the report (or JSON) on stdout, each problem on
+    stderr; 1 if the walk found a problem, a cell differs or a verdict changed."""
+    out: dict[str, Any] = {}
+    texts, problems = [], []
+    if recompute_table:
+        walk = audit(path, root)
+        out["audit"] = walk.to_dict()
+        texts.append(format_tree(walk))
+        problems += [f"{p.kind}: {p.path}: {p.detail}" for p in walk.problems]
+        rec = recompute(path, root)
+        out["recompute"] = rec.to_dict()
+        texts.append(rec.text())
+        problems += [f"differs: {d}" for d in rec.differences]
+    if model is not None:
+        c = cell(path, model, root, regrade)
+        out["cell"] = c.to_dict()
+        texts.append(c.text())
+        problems += [
+            f"verdict changed: {ch['file']}: {ch['key']}: recorded {ch['recorded']}, regraded "
+            f"{ch['regraded']}"
+            for ch in c.regraded or []
+        ]
+    print(json.dumps(out, indent=2, default=str) if as_json else "\n\n".join(texts))
+    for p in problems:
+        print(f"stillroom audit: {p}", file=sys.stderr)
+    return 1 if problems else 0
