@@ -30,7 +30,6 @@ import csv
 import hashlib
 import io
 import json
-import os
 import random
 import re
 import shutil
@@ -46,12 +45,16 @@ from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parent.parent
+from stillroom.workflow import REPO, snakemake_command, snakemake_env
+
 POLL_S = 0.2
 # Files every attempt appends to or that hold wall times: compared by nobody.
 EXCLUDED_DIRS = ("logs", "timing")
-# Table columns computed from wall times: the cost ledger's spent GPU-hours.
-WALL_TIME_COLUMNS = {"gpu_hours", "GPU-hours"}
+# Sidecar keys that hold a file's size or digest (an input's, its sidecar's)
+DIGEST_KEYS = ("sha256", "bytes", "provenance_sha256")
+# Table columns computed from wall times: the cost ledger's spent GPU-hours, their price and the
+# estimate's error against them.
+WALL_TIME_COLUMNS = re.compile(r"gpu_hours|GPU-hours|GPU \$|est\. GPU-hours")
 # Record and sidecar keys that differ by design: a clock reading, a duration or a rate, and how many
 # records a resumed job found already done (evaluation's `resumed`).
 BY_DESIGN_KEYS = re.compile(
@@ -62,26 +65,9 @@ WORKFLOW_PATHS = ("stillroom", "rules", "Snakefile", "config", "envs", "profiles
 
 
 def snakemake_cmd(workdir: Path, configfile: str | None, cores: int, *extra: str) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--cores",
-        str(cores),
-        *extra,
-    ]
-    if configfile:
-        cmd += ["--configfile", str(Path(configfile).resolve())]
-    return cmd
-
-
-def environment() -> dict[str, str]:
-    bindir = str(Path(sys.executable).parent)
-    return {**os.environ, "PATH": bindir + os.pathsep + os.environ["PATH"]}
+    return snakemake_command(
+        workdir, "--cores", str(cores), *extra, configfiles=[configfile] if configfile else []
+    )
 
 
 def planned_jobs(workdir: Path, configfile: str | None, cores: int) -> Counter:
@@ -91,7 +77,7 @@ def planned_jobs(workdir: Path, configfile: str | None, cores: int) -> Counter:
         snakemake_cmd(workdir, configfile, cores, "-n"),
         capture_output=True,
         text=True,
-        env=environment(),
+        env=snakemake_env(),
     )
     if proc.returncode:
         sys.exit(f"dry run failed:\n{proc.stderr[-3000:]}")
@@ -111,7 +97,7 @@ def complete(workdir: Path, configfile: str | None, cores: int) -> bool:
         snakemake_cmd(workdir, configfile, cores, "-n"),
         capture_output=True,
         text=True,
-        env=environment(),
+        env=snakemake_env(),
     )
     return "Nothing to be done" in dry.stdout + dry.stderr
 
@@ -293,7 +279,7 @@ def run_to_completion(
                 snakemake_cmd(workdir, configfile, cores, *extra, "all"),
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=environment(),
+                env=snakemake_env(),
             )
             made = chaos.watch(proc, attempt) if chaos else (proc.wait(), 0)[1]
         if proc.returncode == 0:
@@ -339,35 +325,44 @@ def same_workflow_code(commit_a: str, commit_b: str) -> bool:
     return proc.returncode == 0
 
 
+def in_repo(text: str) -> str:
+    """Paths into the repository made relative: a run whose working directory is the repository
+    records its files relative, one elsewhere records them absolute."""
+    return text.replace(f"{REPO}/", "")
+
+
 def sidecar_differences(
     a: Path, b: Path, dir_a: Path, dir_b: Path, explained: set[tuple]
 ) -> tuple[list[str], list[str]]:
     """Keys that differ between two sidecars: (by design, anything else), the runs' own
     directories replaced by one name first. A digest or size differs by design when it is that of
-    a file that differs only by design (``explained``: pairs of values)."""
-    fa = flatten(json.loads(a.read_text().replace(str(dir_a), "<run>")))
-    fb = flatten(json.loads(b.read_text().replace(str(dir_b), "<run>")))
+    a file or sidecar that differs only by design (``explained``: pairs of values): an input's
+    size and digest, its sidecar's digest, a sibling output's digest."""
+    fa = flatten(json.loads(in_repo(a.read_text().replace(str(dir_a), "<run>"))))
+    fb = flatten(json.loads(in_repo(b.read_text().replace(str(dir_b), "<run>"))))
     by_design, other = [], []
     for key in sorted(fa.keys() | fb.keys()):
         va, vb = fa.get(key), fb.get(key)
         if va == vb:
             continue
         leaf = re.sub(r"\[\d+\]", "", key.rsplit(".", 1)[-1])
+        digest = leaf in DIGEST_KEYS or key.startswith("output_digests.")
         if (
             BY_DESIGN_KEYS.search(leaf)
-            or (leaf in ("sha256", "bytes") and (va, vb) in explained)
+            or (digest and (va, vb) in explained)
             or (key == "git.commit" and same_workflow_code(va, vb))
         ):
             whole = re.sub(r"\[\d+\]", "[]", key)
-            by_design.append(whole if leaf in ("sha256", "bytes", "commit") else leaf)
+            by_design.append(whole if digest or leaf == "commit" else leaf)
         else:
             other.append(f"{key}: {va!r} != {vb!r}")
     return by_design, other
 
 
 def records_differing_by_design(a: Path, b: Path) -> set[str] | None:
-    """The keys by which two JSONL files' records differ, line for line, when all are keys that
-    differ by design (timestamps, latencies); None when anything else differs."""
+    """The keys (dotted, at any depth) by which two JSONL files' records differ, line for line,
+    when all are keys that differ by design (timestamps, latencies, a grader's seconds); None when
+    anything else differs."""
     la, lb = a.read_bytes().splitlines(), b.read_bytes().splitlines()
     if len(la) != len(lb):
         return None
@@ -381,8 +376,11 @@ def records_differing_by_design(a: Path, b: Path) -> set[str] | None:
             return None
         if not isinstance(da, dict) or not isinstance(db, dict):
             return None
-        differing = {k for k in da.keys() | db.keys() if da.get(k) != db.get(k)}
-        if not all(BY_DESIGN_KEYS.search(k) for k in differing):
+        fa, fb = flatten(da), flatten(db)
+        differing = {k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k)}
+        if not all(
+            BY_DESIGN_KEYS.search(re.sub(r"\[\d+\]", "", k.rsplit(".", 1)[-1])) for k in differing
+        ):
             return None
         keys |= differing
     return keys
@@ -403,21 +401,20 @@ def compare(base: Path, chaos: Path) -> tuple[int, Counter, list[str]]:
     findings = [f"only in the uninterrupted run: {p}" for p in sorted(fa - fb)]
     findings += [f"only in the chaos run: {p}" for p in sorted(fb - fa)]
     same, by_design, explained = 0, Counter(), set()
-    common = sorted(fa & fb, key=lambda rel: (rel.name.endswith(".prov.json"), rel))
+    common = sorted(fa & fb)
+    sidecars = [rel for rel in common if rel.name.endswith(".prov.json")]
     for rel in common:
         a, b = base / rel, chaos / rel
         if rel.name.endswith(".prov.json"):
-            t, other = sidecar_differences(a, b, base.parent.parent, chaos.parent.parent, explained)
-            by_design.update(f"sidecar {k}" for k in t)
-            findings += [f"{rel}: {d}" for d in other]
-            same += not other
             continue
         if sha256(a) == sha256(b):
             same += 1
             continue
         if rel.suffix == ".jsonl":
             differing = records_differing_by_design(a, b)
-        elif (columns := table_columns_differing(a, b)) and columns <= WALL_TIME_COLUMNS:
+        elif (columns := table_columns_differing(a, b)) and all(
+            WALL_TIME_COLUMNS.match(c) for c in columns
+        ):
             differing = {f"column {c}" for c in columns}
         else:
             differing = None
@@ -426,6 +423,25 @@ def compare(base: Path, chaos: Path) -> tuple[int, Counter, list[str]]:
             continue
         by_design.update(f"{rel.suffix} {k}" for k in differing)
         explained |= {(sha256(a), sha256(b)), (a.stat().st_size, b.stat().st_size)}
+
+    def compared(rel: Path) -> tuple[list[str], list[str]]:
+        a, b = base / rel, chaos / rel
+        return sidecar_differences(a, b, base.parent.parent, chaos.parent.parent, explained)
+
+    # A consumer's sidecar holds the digest of each input's sidecar: a sidecar that differs only by
+    # design explains that digest, until no more are explained (inputs come in any order).
+    while True:
+        grown = {
+            (sha256(base / rel), sha256(chaos / rel)) for rel in sidecars if not compared(rel)[1]
+        } - explained
+        if not grown:
+            break
+        explained |= grown
+    for rel in sidecars:
+        t, other = compared(rel)
+        by_design.update(f"sidecar {k}" for k in t)
+        findings += [f"{rel}: {d}" for d in other]
+        same += not other
     return same, by_design, findings
 
 

@@ -22,24 +22,15 @@ from pathlib import Path
 import yaml
 
 from stillroom.slurm_plan import PLACEHOLDER_ENV
-
-REPO = Path(__file__).resolve().parent.parent
+from stillroom.workflow import REPO, snakemake_command, snakemake_env
 
 
 def dry_run(config: dict, profile: str) -> tuple[float, int]:
     with tempfile.TemporaryDirectory(prefix="stillroom-dag-") as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(yaml.safe_dump(config))
-        cmd = [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(REPO / "Snakefile"),
-            "--directory",
+        cmd = snakemake_command(
             tmp,
-            "--configfile",
-            str(path),
             "-n",
             "--quiet",
             "rules",
@@ -47,13 +38,9 @@ def dry_run(config: dict, profile: str) -> tuple[float, int]:
             "1",
             "--profile",
             str(REPO / "profiles" / profile),
-        ]
-        env = {
-            **PLACEHOLDER_ENV,
-            **os.environ,
-            "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
-            "HF_HUB_OFFLINE": "1",
-        }
+            configfiles=[path],
+        )
+        env = snakemake_env({**PLACEHOLDER_ENV, **os.environ, "HF_HUB_OFFLINE": "1"})
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - t0

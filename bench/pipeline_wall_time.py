@@ -10,7 +10,6 @@ last job's end. Prints numbers only.
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,28 +19,22 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
+from stillroom.workflow import snakemake_command, snakemake_env
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def run_pipeline(workdir: Path, configfile: str | None, cores: int) -> float:
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
+    cmd = snakemake_command(
+        workdir,
         "--cores",
         str(cores),
         "--quiet",
         "all",
-    ]
-    if configfile:
-        cmd += ["--configfile", str(Path(configfile).resolve())]
-    env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+        configfiles=[configfile] if configfile else [],
+    )
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=snakemake_env(), capture_output=True, text=True)
     if proc.returncode:
         sys.exit(f"snakemake failed:\n{proc.stderr[-3000:]}")
     return time.monotonic() - t0

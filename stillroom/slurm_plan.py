@@ -18,7 +18,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,15 +27,8 @@ from typing import Any
 
 import yaml
 
+from .workflow import REPO, snakemake_command, snakemake_env
 
-def _workflow() -> Path:
-    """The workflow this package came with (a checkout, or an editable install of one), else the
-    current directory (a wheel installed elsewhere, run from the repository)."""
-    beside = Path(__file__).resolve().parent.parent
-    return beside if (beside / "Snakefile").exists() else Path.cwd()
-
-
-REPO = _workflow()
 PROFILE = REPO / "profiles" / "slurm" / "profile.yaml"
 # Placeholders for the environment the profile reads, when the caller has none (the plan is
 # offline).
@@ -87,18 +79,11 @@ def dry_run_jobs(
 ) -> list[Job]:
     """Every job of ``snakemake -n --forceall --profile profiles/slurm`` with its threads and
     resources. Runs in a scratch directory, so nothing under results/ is read or written."""
-    env = {**PLACEHOLDER_ENV, **os.environ, **(env or {})}
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env = snakemake_env({**PLACEHOLDER_ENV, **os.environ, **(env or {})})
     with tempfile.TemporaryDirectory(prefix="slurm-plan-") as work:
         # A large --cores: a dry run otherwise caps every job's threads at 1 (a real SLURM run does
         # not cap).
-        cmd = [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(REPO / "Snakefile"),
-            "--directory",
+        cmd = snakemake_command(
             work,
             "--profile",
             str(PROFILE.parent),
@@ -108,10 +93,9 @@ def dry_run_jobs(
             "--forceall",
             "--cores",
             "100000",
-            "--configfile",
-            *(str(Path(c).resolve()) for c in configfiles),
             *extra,
-        ]
+            configfiles=configfiles,
+        )
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
     if proc.returncode:
         raise RuntimeError(

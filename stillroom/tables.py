@@ -22,6 +22,16 @@ STR, INT, FLOAT = "string", "Int64", "float64"
 # "better" / "worse" / "tie", or missing where there is no comparison (a model against itself)
 VERDICTS = pd.CategoricalDtype(list(VERDICT.values()))
 
+# a model against a reference: the paired difference, its interval, p-values and verdict (Holm)
+COMPARISON = {
+    "reference": STR,
+    "delta": FLOAT,
+    "ci_low": FLOAT,
+    "ci_high": FLOAT,
+    "p_value": FLOAT,
+    "p_holm": FLOAT,
+    "verdict": VERDICTS,
+}
 SCHEMAS: dict[str, dict[str, Any]] = {
     # stages/tables.py run: one row per (model, reference)
     "paired": {
@@ -32,13 +42,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "accuracy": FLOAT,
         "mean_tokens": FLOAT,
         "cap_hit_rate": FLOAT,
-        "reference": STR,
-        "delta": FLOAT,
-        "ci_low": FLOAT,
-        "ci_high": FLOAT,
-        "p_value": FLOAT,
-        "p_holm": FLOAT,
-        "verdict": VERDICTS,
+        **COMPARISON,
         "mcnemar_p": FLOAT,
         "delta_tokens": FLOAT,
         "tokens_ci_low": FLOAT,
@@ -98,13 +102,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "model": STR,
         "metric": STR,
         "rate": FLOAT,
-        "reference": STR,
-        "delta": FLOAT,
-        "ci_low": FLOAT,
-        "ci_high": FLOAT,
-        "p_value": FLOAT,
-        "p_holm": FLOAT,
-        "verdict": VERDICTS,
+        **COMPARISON,
     },
 }
 # the columns that name a row, the first of them what `audit --cell` takes

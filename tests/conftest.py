@@ -2,7 +2,6 @@ import copy
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from stillroom.data.sources import iter_sources
 from stillroom.io import write_jsonl
 from stillroom.runtime.student import build_model, train_tokenizer
 from stillroom.stages.pool import PoolParams
+from stillroom.workflow import snakemake_command, snakemake_env
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -52,23 +52,14 @@ def run_snakemake(
     """Run the real workflow in ``workdir`` with ``config`` (written to workdir/config.yaml)."""
     cfg_path = workdir / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    bindir = str(Path(sys.executable).parent)
-    env = {**os.environ, **(env or {}), "PATH": bindir + os.pathsep + os.environ["PATH"]}
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(cfg_path),
-        "--cores",
-        "2",
-        *args,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    cmd = snakemake_command(workdir, "--cores", "2", *args, configfiles=[cfg_path])
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        env=snakemake_env({**os.environ, **(env or {})}),
+        timeout=1800,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(
             f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"

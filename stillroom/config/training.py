@@ -356,7 +356,17 @@ class Grpo(Section):
         "model turns reward noise into damage (measured on autotriton-tiny)",
     )
     num_iterations: PositiveInt = Field(
-        1, description="gradient steps on each generation batch (TRL num_iterations; clipped by epsilon)"
+        1, description="gradient steps on each generation batch (TRL num_iterations)"
+    )
+    sampling: Literal["uniform", "diversity"] = Field(
+        "uniform",
+        description="which problems a step trains on. uniform: TRL's shuffled passes. diversity: "
+        "drawn with weight p(1-p), p the problem's success rate in its latest group (unseen: "
+        "0.5), so steps go to problems whose groups disagree (a group all right or all wrong has "
+        "no advantage to learn from); never below diversity_floor",
+    )
+    diversity_floor: float = Field(
+        0.05, gt=0, le=0.25, description="least weight of a problem under diversity sampling"
     )
     max_steps: PositiveInt = 100
     max_completion_length: PositiveInt = 1024

@@ -148,13 +148,21 @@ def grade_many(
 
     ``workers >= 1``: in that many worker processes, each item under a hard ``timeout_s``
     wall-clock limit. ``workers=0``: in this process, bounded only by math-verify's alarms, which
-    work only in the main thread. ``kernel``: the validator's options for kernel items."""
+    work only in the main thread. ``kernel``: the validator's options for kernel items.
+
+    An item repeated (a peaked model answers a problem the same way across samples) is graded once:
+    every grader is a function of the item and the options (the kernel validator's inputs come
+    from ``seed``)."""
     items = list(items)
     check_kinds({kind for _, _, kind in items})
     _choice_regex(letters)  # invalid letters fail here, not in a worker
     options = Options.parse({"letters": letters, "kernel": dict(kernel or {}), "seed": seed})
-    if workers <= 0 or not items:
-        return [grader(kind).grade(response, gold, options) for response, gold, kind in items]
-    if not timeout_s > 0:
+    unique = list(dict.fromkeys(items))
+    if workers <= 0 or not unique:
+        grades = [grader(kind).grade(response, gold, options) for response, gold, kind in unique]
+    elif not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-    return _grade_in_pool(items, workers, options, timeout_s, chunksize)
+    else:
+        grades = _grade_in_pool(unique, workers, options, timeout_s, chunksize)
+    by_item = dict(zip(unique, grades, strict=True))
+    return [by_item[item] for item in items]

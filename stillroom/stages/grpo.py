@@ -51,6 +51,8 @@ class KernelReward:
     def __init__(self, options: ValidatorOptions, *, workers: int = 1, seed: int = 0):
         self.options, self.workers, self.seed = options, workers, seed
         self.records: list[dict[str, Any]] = []
+        # prompt id -> rewards of its latest group, over all processes (diversity sampling)
+        self.latest: dict[str, list[float]] = {}
         self.validator_runs = 0
         # (problem, completion) -> Future of its score; a repeat waits for the first one's run
         self._scored: dict[tuple[str, str], Future] = {}
@@ -110,6 +112,7 @@ class KernelReward:
         self.records += [
             {"step": step, "prompt_id": pid, **s} for pid, s in zip(prompt_id, scored, strict=True)
         ]
+        self._note_groups([(pid, s["reward"]) for pid, s in zip(prompt_id, scored, strict=True)])
         if log_metric is not None:
             # over the completions the validator scored
             ok = [s for s in scored if s["reward"] is not None]
@@ -118,6 +121,76 @@ class KernelReward:
                     log_metric(f"kernel/{key}", sum(float(s[key]) for s in ok) / len(ok))
             log_metric("kernel/harness_failures", float(len(scored) - len(ok)))
         return [s["reward"] for s in scored]
+
+    def _note_groups(self, pairs: list[tuple[str, float | None]]) -> None:
+        """Keep each problem's latest group of rewards. Every process scores its own groups and
+        every process must draw the same problems next, so the groups are gathered first (each
+        process calls the reward function at the same point of every step)."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            parts: list = [None] * dist.get_world_size()
+            dist.all_gather_object(parts, pairs)
+            pairs = [pair for part in parts for pair in part]
+        groups: dict[str, list[float]] = {}
+        for pid, r in pairs:
+            if r is not None:  # the validator's failure says nothing of the problem
+                groups.setdefault(pid, []).append(r)
+        self.latest.update(groups)
+
+
+def diversity_weight(rewards: list[float] | None, floor: float) -> float:
+    """A problem's draw weight: the spread of its latest group's rewards (p(1-p) for 0/1 rewards),
+    0.25 (the most) for a problem not yet seen, never below ``floor``."""
+    if not rewards:
+        return 0.25
+    mean = sum(rewards) / len(rewards)
+    return max(sum((r - mean) ** 2 for r in rewards) / len(rewards), floor)
+
+
+class DiversitySampler:
+    """GRPO's prompt order (a torch Sampler) with problems drawn by ``diversity_weight``.
+
+    Yields what TRL's RepeatSampler yields, in the same layout: for each generation batch,
+    ``batch_size`` distinct problems, each repeated ``group_size`` times, the batch repeated
+    ``repeat_count`` times (num_iterations x steps_per_generation). Each batch is drawn when the
+    data loader asks for it, from the rewards seen so far (a step or two behind: the loader reads
+    one batch ahead), with a generator seeded alike in every process.
+    """
+
+    def __init__(
+        self,
+        prompt_ids: list[str],
+        latest: Mapping[str, list[float]],
+        *,
+        group_size: int,
+        batch_size: int,
+        repeat_count: int,
+        floor: float,
+        seed: int,
+    ):
+        self.prompt_ids, self.latest, self.floor = prompt_ids, latest, floor
+        self.group_size, self.batch_size, self.repeat_count = group_size, batch_size, repeat_count
+        self.seed, self.passes = seed, 0
+        self.batches = len(prompt_ids) // batch_size  # a pass draws as many as one of TRL's
+
+    def __len__(self) -> int:
+        return self.batches * self.batch_size * self.group_size * self.repeat_count
+
+    def __iter__(self):
+        import torch
+
+        generator = torch.Generator().manual_seed(self.seed + self.passes)
+        self.passes += 1
+        for _ in range(self.batches):
+            weights = torch.tensor(
+                [diversity_weight(self.latest.get(pid), self.floor) for pid in self.prompt_ids],
+                dtype=torch.float64,
+            )
+            chosen = torch.multinomial(weights, self.batch_size, generator=generator).tolist()
+            for _ in range(self.repeat_count):
+                for index in chosen:
+                    yield from [index] * self.group_size
 
 
 def load_problems(path) -> list[dict[str, Any]]:
@@ -240,7 +313,22 @@ def train_grpo(
             dataloader_num_workers=0,
             disable_tqdm=True,
         )
-        trainer = GRPOTrainer(
+        if p.sampling == "diversity":
+
+            class Trainer(GRPOTrainer):
+                def _get_train_sampler(self, dataset=None):
+                    return DiversitySampler(
+                        [row["prompt_id"] for row in rows],
+                        reward.latest,
+                        group_size=p.group_size,
+                        batch_size=p.prompts_per_step,
+                        repeat_count=p.num_iterations * self.args.steps_per_generation,
+                        floor=p.diversity_floor,
+                        seed=p.seed,
+                    )
+        else:
+            Trainer = GRPOTrainer
+        trainer = Trainer(
             model=model,
             reward_funcs=reward,
             args=config,
@@ -276,7 +364,10 @@ def train_grpo(
     scored = [r for r in records if r["reward"] is not None]  # not the validator's failures
     m = len(scored)
     per_step = [
-        {"step": h["step"], **{k: h.get(k) for k in ("reward", "reward_std", "kl", "loss", "grad_norm")}}
+        {
+            "step": h["step"],
+            **{k: h.get(k) for k in ("reward", "reward_std", "kl", "loss", "grad_norm")},
+        }
         for h in trainer.state.log_history
         if "reward" in h
     ]

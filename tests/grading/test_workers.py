@@ -42,6 +42,24 @@ def test_grade_many_workers_agree_and_keep_order():
     assert grade_many([], workers=2) == []
 
 
+def test_repeated_items_graded_once(monkeypatch):
+    """A peaked model repeats its answers: each distinct item is graded once, every copy gets its
+    grade, in input order."""
+    from stillroom.grading import math as math_grader
+
+    calls = []
+    real = math_grader.grade
+    monkeypatch.setattr(math_grader, "grade", lambda *a: calls.append(a[:2]) or real(*a))
+    items = [(r"\boxed{7}", "7", "math"), (r"\boxed{8}", "7", "math")] * 3 + [
+        (r"\boxed{7}", "8", "math")
+    ]
+    got = grade_many(items, workers=0)
+    assert [g.correct for g in got] == [True, False] * 3 + [False]
+    assert sorted(calls) == sorted({(r, g) for r, g, _ in items})
+    # through the worker pool too
+    assert grade_many(items, workers=2) == got
+
+
 def test_choice_letters_a_to_j_in_workers():
     letters = "ABCDEFGHIJ"
     items = [(f"The answer is ({L})", "J", "choice") for L in letters] + [

@@ -16,7 +16,14 @@ from stillroom.kernels import KernelResult
 from stillroom.kernels.reward import NO_CODE
 from stillroom.runtime.student import build_model, train_tokenizer
 from stillroom.stages import grpo
-from stillroom.stages.grpo import KernelReward, Params, load_problems, run
+from stillroom.stages.grpo import (
+    DiversitySampler,
+    KernelReward,
+    Params,
+    diversity_weight,
+    load_problems,
+    run,
+)
 
 KERNELS = Path(__file__).resolve().parents[2] / "stillroom" / "kernels"
 NAMES = ("relu", "add", "mul")
@@ -202,25 +209,64 @@ def test_two_processes_share_the_groups_and_gather_the_rewards(kernel_setup, tmp
         problems=str(kernel_setup / "problems.jsonl"),
         out_model=str(out),
         params={
-            "max_steps": 1,
+            "max_steps": 2,
             "group_size": 2,
             "prompts_per_step": 2,
             "max_completion_length": 8,
             "distributed": {"gpus_per_node": 2},
+            "sampling": "diversity",
             "seed": 1,
         },
         threads=2,
         log=lambda _: None,
     )
-    assert metrics["world_size"] == 2 and metrics["steps"] == 1 and metrics["completions"] == 4
+    assert metrics["world_size"] == 2 and metrics["steps"] == 2 and metrics["completions"] == 8
     rewards = read_jsonl(out / "rewards.jsonl", required=("step", "prompt_id", "reward"))
-    assert len(rewards) == 4 and {r["step"] for r in rewards} == {1}
+    assert len(rewards) == 8 and {r["step"] for r in rewards} == {1, 2}
+    # Both processes drew the same problems (gathered rewards, one seed): each step is two whole
+    # groups of two distinct problems, one group per process.
+    for step in (1, 2):
+        ids = sorted(r["prompt_id"] for r in rewards if r["step"] == step)
+        assert len(set(ids)) == 2 and ids == sorted(set(ids)) * 2, ids
     assert AutoModelForCausalLM.from_pretrained(out).config.use_cache
     assert not list(tmp_path.glob(".launch-*"))
     with pytest.raises(
         ConfigError, match="grpo.prompts_per_step: 3 must be a multiple of the 2 processes"
     ):
         Params.parse({"prompts_per_step": 3, "distributed": {"gpus_per_node": 2}}, where="grpo")
+
+
+def test_diversity_weight_is_the_groups_spread():
+    assert diversity_weight(None, 0.05) == diversity_weight([], 0.05) == 0.25  # unseen: the most
+    assert diversity_weight([1.0, 0.0, 1.0, 0.0], 0.05) == 0.25
+    assert diversity_weight([1.0, 0.0, 0.0, 0.0], 0.05) == pytest.approx(0.1875)
+    # a group all right or all wrong has no advantage to learn from: the floor
+    assert diversity_weight([1.0] * 4, 0.05) == diversity_weight([0.0] * 4, 0.05) == 0.05
+
+
+def test_diversity_sampler_keeps_trls_layout_and_follows_the_rewards():
+    ids = [f"p{i}" for i in range(8)]
+    latest = {pid: [1.0] * 4 for pid in ids}  # every problem solved...
+    latest["p3"] = [1.0, 0.0, 1.0, 0.0]  # ...but one
+    sampler = DiversitySampler(
+        ids, latest, group_size=2, batch_size=2, repeat_count=3, floor=0.001, seed=0
+    )
+    order = list(sampler)
+    assert len(order) == len(sampler) == 4 * 2 * 2 * 3
+    batches = [order[i : i + 2 * 2 * 3] for i in range(0, len(order), 2 * 2 * 3)]
+    for batch in batches:
+        first = batch[:4]  # two distinct problems, each a group of two, the block repeated
+        assert first[0] == first[1] != first[2] == first[3] and batch == first * 3
+    drawn = [i for batch in batches for i in batch[:4:2]]
+    assert drawn.count(3) == 4  # weight 0.25 against 0.001: in every batch
+    # seeded: another pass is another draw, a new sampler with the seed repeats the first
+    again = DiversitySampler(
+        ids, latest, group_size=2, batch_size=2, repeat_count=3, floor=0.001, seed=0
+    )
+    assert list(again) == order
+    # the weights are read when a batch is drawn: rewards that arrive later count
+    latest["p3"], latest["p5"] = [1.0] * 4, [0.0, 1.0]
+    assert all(5 in batch for batch in (list(sampler)[i : i + 12] for i in range(0, 48, 12)))
 
 
 def test_bad_problems_and_params(kernel_setup, tmp_path):

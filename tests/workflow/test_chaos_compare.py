@@ -73,3 +73,47 @@ def test_wall_time_columns_of_a_table_differ_by_design(chaos, tmp_path):
     assert chaos.table_columns_differing(a, b) == {"gpu_hours"}
     b.write_text("kind,name,jobs,gpu_hours\ngpu,train,2,0.08\n")
     assert chaos.table_columns_differing(a, b) == {"jobs"}
+
+
+def consumer(exp):
+    """A table made from the shard: its sidecar holds the shard's digest and its sidecar's."""
+    (exp / "tables").mkdir()
+    table = exp / "tables" / "t.md"
+    table.write_text("| model | accuracy |\n|---|---|\n| sft | 0.5 |\n")
+    shard = exp / "gen" / "shard.jsonl"
+    side = {
+        "sha256": hashlib.sha256(table.read_bytes()).hexdigest(),
+        "inputs": {
+            "shard": {
+                "sha256": hashlib.sha256(shard.read_bytes()).hexdigest(),
+                "provenance_sha256": hashlib.sha256(
+                    (exp / "gen" / "shard.jsonl.prov.json").read_bytes()
+                ).hexdigest(),
+            }
+        },
+    }
+    (exp / "tables" / "t.md.prov.json").write_text(json.dumps(side))
+
+
+def test_an_inputs_sidecar_digest_differs_by_design_when_the_sidecar_does(
+    chaos, tmp_path, monkeypatch
+):
+    """Sidecars hold clock readings, so an input's sidecar digest differs between two runs; it is
+    a finding only when that sidecar differs otherwise. Nested record keys count too."""
+    rec = {"key": "k0", "grade": {"correct": True, "details": {"seconds": 0.1}}}
+    a = run(tmp_path / "a", [rec])
+    b = run(tmp_path / "b", [{**rec, "grade": {"correct": True, "details": {"seconds": 0.3}}}])
+    consumer(a), consumer(b)
+    same, by_design, findings = chaos.compare(a, b)
+    assert findings == [] and same == 3
+    assert by_design[".jsonl grade.details.seconds"] == 1
+    assert by_design["sidecar inputs.shard.provenance_sha256"] == 1
+    # a commit of other code: the shard's sidecar differs for real, and so its digest
+    c = run(tmp_path / "c", [rec], commit="c1")
+    consumer(c)
+    monkeypatch.setattr(chaos, "same_workflow_code", lambda *_: False)
+    _, _, findings = chaos.compare(a, c)
+    assert "gen/shard.jsonl.prov.json: git.commit: 'c0' != 'c1'" in findings
+    assert any(
+        f.startswith("tables/t.md.prov.json: inputs.shard.provenance_sha256") for f in findings
+    )
