@@ -368,6 +368,12 @@ class Grpo(Section):
     diversity_floor: float = Field(
         0.05, gt=0, le=0.25, description="least weight of a problem under diversity sampling"
     )
+    max_grad_norm: float = Field(
+        1.0,
+        gt=0,
+        description="gradients clipped to this norm before the step; with sgd the largest "
+        "step is lr x max_grad_norm",
+    )
     max_steps: PositiveInt = 100
     max_completion_length: PositiveInt = 1024
     temperature: float = Field(1.0, gt=0)

@@ -286,6 +286,7 @@ def train_grpo(
             learning_rate=p.lr,
             optim=p.optim,
             num_iterations=p.num_iterations,
+            max_grad_norm=p.max_grad_norm,
             max_steps=p.max_steps,
             # One generation batch (prompts_per_step groups, over all processes) per optimizer step,
             # one group per micro-batch: TRL generates anew every gradient_accumulation_steps
