@@ -227,7 +227,7 @@ def test_two_processes_share_the_groups_and_gather_the_rewards(kernel_setup, tmp
     # groups of two distinct problems, one group per process.
     for step in (1, 2):
         ids = sorted(r["prompt_id"] for r in rewards if r["step"] == step)
-        assert len(set(ids)) == 2 and ids == sorted(set(ids)) * 2, ids
+        assert len(set(ids)) == 2 and ids == sorted(sorted(set(ids)) * 2), ids
     assert AutoModelForCausalLM.from_pretrained(out).config.use_cache
     assert not list(tmp_path.glob(".launch-*"))
     with pytest.raises(
