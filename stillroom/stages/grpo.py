@@ -48,10 +48,19 @@ class KernelReward:
 
     __name__ = "kernel_reward"  # TRL logs rewards/<name>/mean
 
-    def __init__(self, options: ValidatorOptions, *, workers: int = 1, seed: int = 0):
+    def __init__(
+        self,
+        options: ValidatorOptions,
+        *,
+        workers: int = 1,
+        seed: int = 0,
+        track_groups: bool = False,
+    ):
         self.options, self.workers, self.seed = options, workers, seed
         self.records: list[dict[str, Any]] = []
-        # prompt id -> rewards of its latest group, over all processes (diversity sampling)
+        # track_groups (diversity sampling): prompt id -> rewards of its latest group, over all
+        # processes
+        self.track_groups = track_groups
         self.latest: dict[str, list[float]] = {}
         self.validator_runs = 0
         # (problem, completion) -> Future of its score; a repeat waits for the first one's run
@@ -112,7 +121,10 @@ class KernelReward:
         self.records += [
             {"step": step, "prompt_id": pid, **s} for pid, s in zip(prompt_id, scored, strict=True)
         ]
-        self._note_groups([(pid, s["reward"]) for pid, s in zip(prompt_id, scored, strict=True)])
+        if self.track_groups:
+            self._note_groups(
+                [(pid, s["reward"]) for pid, s in zip(prompt_id, scored, strict=True)]
+            )
         if log_metric is not None:
             # over the completions the validator scored
             ok = [s for s in scored if s["reward"] is not None]
@@ -272,7 +284,9 @@ def train_grpo(
         attn_implementation="sdpa",
         **launch.load_kwargs(p),
     )
-    reward = KernelReward(p.validator, workers=workers, seed=p.seed)
+    reward = KernelReward(
+        p.validator, workers=workers, seed=p.seed, track_groups=p.sampling == "diversity"
+    )
     log(
         f"{len(rows)} kernel problems; {p.prompts_per_step} x {p.group_size} completions a step "
         f"over {layout.world_size} process(es), rewards on {workers} worker(s) each, validator "

@@ -130,6 +130,11 @@ def test_a_completion_the_validator_failed_on_gets_no_reward(monkeypatch):
     scores = reward(["a", "b"], ["p", "p"], ["kb-x", "kb-x"], log_metric=logged.__setitem__)
     assert scores == [1.0, None]
     assert reward.records[1]["status"] == "harness" and reward.records[1]["exec_reward"] is None
+    assert reward.latest == {}  # kept only for diversity sampling (no gathering otherwise)
+    tracking = KernelReward(ValidatorOptions(), track_groups=True)
+    results = iter([scored, failed])
+    tracking(["a", "b"], ["p", "p"], ["kb-x", "kb-x"])
+    assert tracking.latest == {"kb-x": [1.0]}  # the validator's failure says nothing
     assert logged["kernel/exec_reward"] == 1.0 and logged["kernel/harness_failures"] == 1.0
 
 
