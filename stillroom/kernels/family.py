@@ -3,10 +3,13 @@ unary and binary elementwise ops over a few tensor shapes, each with a reference
 built from one template.
 
 The family exists so that a tiny student can learn the kernel track in minutes: every solution is
-the same masked, flat kernel (always named ``kernel``) with its arity and one expression changed, so
-SFT gets a student part of the way and GRPO has rewards to learn from. Every solution masks its
-last block and launches over ``numel()``, so it stays right for any shape and any value
-distribution the validator draws.
+the same masked, flat kernel with its arity and one expression changed, so SFT gets a student part
+of the way and GRPO has rewards to learn from. A kernel is named after its op (``relu_kernel``), as
+people name them: the answer's first choice (the name, in the plan) is then one lookup from the
+prompt shared by every op, and the expression follows the name the student has just written
+(measured: with one name for all, a tiny student learnt unary and binary ops as two separate
+lookups, one of which often never formed). Every solution masks its last block and launches over
+``numel()``, so it stays right for any shape and any value distribution the validator draws.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ import triton.language as tl
 
 
 @triton.jit
-def kernel({ptrs}, out_ptr, n, BLOCK: tl.constexpr):
+def {op}_kernel({ptrs}, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
 {loads}
@@ -80,7 +83,7 @@ class ModelNew(nn.Module):
         out = torch.empty_like({first})
         n = {first}.numel()
         BLOCK = 1024
-        kernel[(triton.cdiv(n, BLOCK),)]({args}, out, n, BLOCK=BLOCK)
+        {op}_kernel[(triton.cdiv(n, BLOCK),)]({args}, out, n, BLOCK=BLOCK)
         return out
 """
 
@@ -130,6 +133,7 @@ def solution_source(name: str) -> str:
     op, _ = _split(name)
     args, _, triton_expr = _parts(op)
     return SOLUTION.format(
+        op=op,
         ptrs=", ".join(f"{a}_ptr" for a in args),
         loads="\n".join(f"    {a} = tl.load({a}_ptr + offs, mask=mask)" for a in args),
         triton_expr=triton_expr,

@@ -40,6 +40,17 @@ def test_the_family_is_every_op_at_every_shape():
         problem_source("relu_5x5")
 
 
+def test_each_kernel_is_named_after_its_op_where_defined_and_launched():
+    """The name is the answer's first choice (in the plan) and must agree with the launch: a
+    student that defines one name and launches another fails to run, which GRPO learns to avoid."""
+    for name in NAMES:
+        op = name.rpartition("_")[0]
+        src = solution_source(name)
+        assert f"def {op}_kernel(" in src and f"        {op}_kernel[(" in src
+        reasoning, _ = kernel_solution(problem_source(name), name, 0, family="elementwise")
+        assert f"`{op}_kernel`" in reasoning
+
+
 # one shape per op: the kernel is the same at every shape, and the values below cover the rest
 @pytest.mark.parametrize("name", [n for n in NAMES if n.endswith("_7x33")])
 def test_solution_matches_reference_on_any_shape_and_values(name):
@@ -84,6 +95,6 @@ def test_family_source_gives_pool_records_the_teacher_answers():
         problem_count({**spec, "problems": ["add_1000", "nope_1000"]})
     rec = chosen[0]
     reasoning, block = kernel_solution(rec["prompt"], "add_1000", 0, family="elementwise")
-    assert "`kernel`" in reasoning and block == f"```python\n{solution_source('add_1000')}```"
+    assert "`add_kernel`" in reasoning and block == f"```python\n{solution_source('add_1000')}```"
     _, wrong = kernel_solution(rec["prompt"], "add_1000", 0, "wrong", family="elementwise")
     assert "tl.store(out_ptr + offs, 0.5 * y" in wrong
