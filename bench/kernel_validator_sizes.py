@@ -1,10 +1,10 @@
 """How large an honest kernel the validator scores: ReLU at (rows, 393216) and KernelBench level 1
 problem 12, diag(A) @ B at N = M, with honest Triton kernels, on CPU (Triton's interpreter).
 
-Each size runs in a fresh process (``evaluate`` with ``isolation="process"``, so that the worker is
-that process's child) and reports the reward, its status, the wall time, the peak resident memory
-of the validator and of the worker, and the bytes of every case's inputs and outputs (what once
-went through one size-capped file).
+Each size runs in a fresh process (``evaluate`` with ``isolation="process"``, so that the
+extraction and the replay are that process's children) and reports the reward, its status, the
+wall time, the peak resident memory of the validator and of its largest job, and the bytes of
+both channels (the extraction's inputs; every case's inputs and outputs).
 
     python bench/kernel_validator_sizes.py [--relu-rows 64 128 256] [--diag 4096] [--trials 3]
         [--cases mixed_sign negative ...]
@@ -140,7 +140,7 @@ def one(kind: str, size: int, trials: int, cases: list[str] | None) -> dict:
         "seconds": round(time.perf_counter() - start, 1),
         "data_mib": round(sum(channel_bytes) / 2**20),
         "validator_peak_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "worker_peak_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024),
+        "job_peak_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024),
         "reasons": r.reasons[:3],
     }
 

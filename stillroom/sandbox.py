@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import resource
 import shutil
 import sys
@@ -202,6 +203,188 @@ def guard(
     sys.addaudithook(hook)
 
 
+# Kernel-enforced limits a process sets on itself before untrusted code runs: no new processes
+# (a seccomp filter), and, inside a sandbox that may (a fork server's), a namespace of its own.
+_CLONE_THREAD = 0x00010000
+# (audit arch, {syscall: number}) of the architectures the filter knows
+_SYSCALLS = {
+    "x86_64": (0xC000003E, {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322,
+                            "clone3": 435}),
+    "aarch64": (0xC00000B7, {"clone": 220, "execve": 221, "execveat": 281, "clone3": 435}),
+}  # fmt: skip
+
+
+def no_new_processes() -> bool:
+    """A seccomp filter on this process (and its threads): no fork, vfork, clone but of a thread,
+    execve or execveat, ever again; threads still start (clone3 says ENOSYS, so the C library
+    falls back to clone with CLONE_THREAD). Also sets no_new_privs. False (nothing done) on an
+    architecture the filter does not know."""
+    import ctypes
+    import platform
+    import struct
+
+    arch = _SYSCALLS.get(platform.machine())
+    if arch is None or not sys.platform.startswith("linux"):
+        return False
+    audit_arch, nr = arch
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    eperm, enosys = 0x00050000 | 1, 0x00050000 | 38
+    denied = [nr[n] for n in ("fork", "vfork", "execve", "execveat") if n in nr]
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+    prog.append((jge, 0, 1, 0x40000000))  # x32 calls on x86_64: refused
+    prog.append((ret, 0, 0, eperm))
+    prog.append((jeq, 0, 1, nr["clone3"]))
+    prog.append((ret, 0, 0, enosys))
+    for n in denied:
+        prog += [(jeq, 0, 1, n), (ret, 0, 0, eperm)]
+    prog += [(jeq, 1, 0, nr["clone"]), (ret, 0, 0, allow)]
+    prog += [(ld, 0, 0, 16), (jset, 0, 1, _CLONE_THREAD), (ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    raw = b"".join(struct.pack("HBBI", *insn) for insn in prog)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Prog(len(prog), ctypes.cast(buf, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, MODE_FILTER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    return True
+
+
+_MS = {"rdonly": 1, "nosuid": 2, "nodev": 4, "noexec": 8, "remount": 32, "bind": 4096,
+       "rec": 16384, "private": 1 << 18}  # fmt: skip
+JOB_ROOT = "/tmp/job"  # where a job sees its own directory, in its namespace
+JOB_TMP_BYTES = 64 << 20
+JOB_TMP_INODES = 4096
+
+
+def enter_job(job_dir: str, writable: list[str], hide: str, tmp_bytes: int = JOB_TMP_BYTES) -> str:
+    """Give a job a namespace of its own; call in a fresh child of a fork server that runs inside
+    bubblewrap with CAP_SYS_ADMIN in its user namespace (isolation.py), before any job code.
+
+    New mount and PID namespaces: a private /tmp (a tmpfs of ``tmp_bytes`` and a few thousand
+    files: what the job may write beyond its outputs), the job's directory at ``JOB_ROOT``
+    read-only except the files of ``writable`` (its outputs, created by the caller), ``hide`` (the
+    directory of every job) covered by an empty read-only tmpfs. The calling process forks the
+    job's first process, PID 1 of the new PID namespace, and waits for it: when it ends, the
+    kernel kills every process left in its namespace (a daemon cannot outlive its job), and the
+    caller ends with its status (never returns). The job's process drops every capability and
+    returns ``JOB_ROOT``."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+
+    def call(result: int, what: str) -> None:
+        if result != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    def mount(source, target, fstype, flags, data=None) -> None:
+        call(
+            libc.mount(
+                source and source.encode(), target.encode(), fstype and fstype.encode(), flags,
+                data and data.encode(),
+            ),
+            f"mount {target}",
+        )  # fmt: skip
+
+    call(libc.unshare(0x00020000 | 0x20000000), "unshare(CLONE_NEWNS | CLONE_NEWPID)")
+    mount(None, "/", None, _MS["rec"] | _MS["private"])
+    # held open: the job's directory, and what the sandbox shows under /tmp (this Python or
+    # package, when they live there), which the private /tmp would hide
+    held = [os.open(os.path.join(job_dir, n), os.O_PATH) for n in ["", *writable]]
+    shown = []
+    for point in _mounts_under("/tmp"):
+        if (
+            point == hide
+            or point.startswith(hide + os.sep)
+            or any(point.startswith(p + os.sep) for p, _ in shown)
+        ):
+            continue
+        shown.append((point, os.open(point, os.O_PATH)))
+    mount("tmpfs", "/tmp", "tmpfs", _MS["nosuid"] | _MS["nodev"],
+          f"size={tmp_bytes},nr_inodes={JOB_TMP_INODES},mode=0700")  # fmt: skip
+    for point, fd in shown:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(point, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(point), exist_ok=True)
+            os.close(os.open(point, os.O_CREAT | os.O_WRONLY, 0o600))
+        mount(f"/proc/self/fd/{fd}", point, None, _MS["bind"] | _MS["rec"])
+        flags = os.statvfs(point).f_flag
+        kept = sum(_MS[n] for n, f in (("nosuid", os.ST_NOSUID), ("nodev", os.ST_NODEV),
+                                       ("noexec", os.ST_NOEXEC)) if flags & f)  # fmt: skip
+        mount(None, point, None, _MS["remount"] | _MS["bind"] | _MS["rdonly"] | kept)
+        os.close(fd)
+    os.mkdir(JOB_ROOT, 0o700)
+    mount(f"/proc/self/fd/{held[0]}", JOB_ROOT, None, _MS["bind"] | _MS["rec"])
+    flags = os.statvfs(JOB_ROOT).f_flag
+    kept = sum(_MS[n] for n, f in (("nosuid", os.ST_NOSUID), ("nodev", os.ST_NODEV),
+                                   ("noexec", os.ST_NOEXEC)) if flags & f)  # fmt: skip
+    mount(None, JOB_ROOT, None, _MS["remount"] | _MS["bind"] | _MS["rdonly"] | kept)
+    for name, fd in zip(writable, held[1:], strict=True):
+        mount(f"/proc/self/fd/{fd}", os.path.join(JOB_ROOT, name), None, _MS["bind"])
+    for fd in held:
+        os.close(fd)
+    if os.path.isdir(hide):
+        mount("tmpfs", hide, "tmpfs", _MS["rdonly"] | _MS["nosuid"] | _MS["nodev"],
+              "size=4k,nr_inodes=2")  # fmt: skip
+    alive_r, alive_w = os.pipe()  # the parent's end closes when it ends
+    pid = os.fork()
+    if pid:
+        os.close(alive_r)
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        if os.WIFSIGNALED(status):  # end as it ended: the fork server reports the signal
+            sig = os.WTERMSIG(status)
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    os.close(alive_w)
+    call(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    os.set_blocking(alive_r, False)
+    try:
+        if os.read(alive_r, 1) == b"":  # the parent ended before the death signal was set
+            os._exit(1)
+    except BlockingIOError:
+        pass
+    os.close(alive_r)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]  # fmt: skip
+
+    call(libc.prctl(47, 4, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+    call(libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()), "capset")
+    call(libc.prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    return JOB_ROOT
+
+
+def _mounts_under(top: str) -> list[str]:
+    """Mount points below ``top`` (not ``top`` itself), shallowest first, from mountinfo."""
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            raw = line.split()[4]
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), raw)
+            if point.startswith(top.rstrip(os.sep) + os.sep):
+                points.append(point)
+    return sorted(dict.fromkeys(points), key=lambda p: (p.count(os.sep), p))
+
+
 # The OS-level sandbox around the whole process: bubblewrap. The audit hook above stays on top.
 _BWRAP_WARNED: list[bool] = []
 _BWRAP_OK: dict[bool, bool] = {}
@@ -251,56 +434,94 @@ def _bwrap_base(gpu: bool, readable: list[str] | None = None) -> list[str]:
     cmd += ["--tmpfs", "/tmp"]
     # What Python needs: the interpreter (a pyenv one, a venv) and this package. Bound after the
     # mounts above, which would hide them (a checkout or a venv under /tmp, or the home).
-    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    python = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
+    binds = _python_binds([os.path.dirname(os.path.abspath(__file__))])  # this package
     if readable is None:
         home = os.path.realpath(os.path.expanduser("~"))
         if home not in ("/", "") and os.path.isdir(home):
             cmd += ["--tmpfs", home]
-            for path in sorted(python | {package}):
-                if path.startswith(home + os.sep):
-                    cmd += ["--ro-bind", path, path]
-        for path in sorted(python | {package}):
-            if path == "/tmp" or path.startswith("/tmp/"):
-                cmd += ["--ro-bind", path, path]
+        hidden = [home, "/tmp"] if home not in ("/", "") else ["/tmp"]
+        for source, dest in binds:
+            if any(dest == h or dest.startswith(h + os.sep) for h in hidden) or dest != source:
+                cmd += ["--ro-bind", source, dest]
     else:
-        for path in sorted(python | {os.path.realpath(p) for p in readable}):
-            cmd += ["--ro-bind", path, path]
+        for source, dest in sorted(set(binds) | set(_python_binds(readable, interpreter=False))):
+            cmd += ["--ro-bind", source, dest]
     return cmd
 
 
+def _python_binds(paths: list[str], interpreter: bool = True) -> list[tuple[str, str]]:
+    """(source, destination) binds that show ``paths`` and, with ``interpreter``, this Python
+    (its prefix, base prefix and the directory of its executable) at their real paths and at the
+    paths they are known by: a venv reached through a symbolic link is started by that link's
+    path, and must be found there inside the sandbox too."""
+    known = list(paths)
+    if interpreter:
+        known += [sys.prefix, sys.base_prefix, os.path.dirname(sys.executable)]
+    binds = []
+    for path in known:
+        real = os.path.realpath(path)
+        if not os.path.exists(real):
+            continue
+        binds.append((real, real))
+        absolute = os.path.abspath(path)
+        if absolute != real:
+            binds.append((real, absolute))
+    return sorted(set(binds), key=lambda b: (b[1].count(os.sep), b))
+
+
 def bwrap_available(gpu: bool = False) -> bool:
-    """Whether bubblewrap can start a sandbox here (installed, and user namespaces allowed); if
-    not, one loud warning: untrusted code then runs under the audit hook and limits alone."""
+    """Whether bubblewrap can start this Python here with a namespace per job (isolation.py):
+    bwrap installed, user namespaces allowed, the interpreter found inside (a venv reached through
+    a symbolic link included). If not, one loud warning: untrusted code then runs under the audit
+    hook, the seccomp filter and limits alone."""
     if gpu not in _BWRAP_OK:
         import subprocess
+        import tempfile
 
         ok = shutil.which("bwrap") is not None
         why = "bwrap is not installed (Debian: apt-get install bubblewrap)"
-        # both roots: the minimal one needs a newer bwrap (--size)
-        for readable in (None, []):
-            if not ok:
-                break
-            probe = subprocess.run(
-                bwrap(["/bin/true"], cwd="/", gpu=gpu, readable=readable),
-                capture_output=True,
-                text=True,
-            )
-            ok = probe.returncode == 0
-            why = f"bwrap cannot start a sandbox here: {probe.stderr.strip()[-300:]}"
+        if ok:
+            with tempfile.TemporaryDirectory(prefix="stillroom-probe-") as root:
+                job = os.path.join(root, "job")
+                os.mkdir(job)
+                argv = [sys.executable, "-P", "-c", _PROBE, job, root]
+                for readable in (None, []):
+                    probe = subprocess.run(
+                        bwrap(argv, cwd=root, writable=[root], gpu=gpu, readable=readable,
+                              caps=("CAP_SYS_ADMIN",)),
+                        capture_output=True,
+                        text=True,
+                        env={k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
+                    )  # fmt: skip
+                    ok = probe.returncode == 0 and "job ok" in probe.stdout
+                    if not ok:
+                        why = (
+                            f"bwrap cannot start {sys.executable} with a namespace per job here: "
+                            f"{(probe.stderr or probe.stdout).strip()[-300:]}"
+                        )
+                        break
         _BWRAP_OK[gpu] = ok
         if not ok and not _BWRAP_WARNED:
             _BWRAP_WARNED.append(True)
             import warnings
 
             warnings.warn(
-                f"NO OS SANDBOX: {why}. Untrusted candidates run with the audit hook and "
-                "resource limits only, which a determined candidate can escape.",
+                f"NO OS SANDBOX: {why}. Untrusted candidates run with the audit hook, the seccomp "
+                "filter and resource limits only, which a determined candidate can escape.",
                 RuntimeWarning,
                 stacklevel=2,
             )
             print(f"stillroom: WARNING: NO OS SANDBOX: {why}", file=sys.stderr)
     return _BWRAP_OK[gpu]
+
+
+# what the probe runs inside bubblewrap: a job's namespace, as a fork server's child makes it
+_PROBE = """
+import os, sys
+from stillroom import sandbox
+inside = sandbox.enter_job(sys.argv[1], [], hide=sys.argv[2])
+print("job ok" if os.getpid() == 1 and os.path.isdir(inside) else "job wrong", flush=True)
+"""
 
 
 def bwrap(
@@ -312,6 +533,8 @@ def bwrap(
     gpu: bool = False,
     readable: list[str] | None = None,
     as_pid_1: bool = False,
+    caps: tuple[str, ...] = (),
+    ro_binds: list[str] = (),
 ) -> list[str]:
     """``argv`` inside bubblewrap, started in ``cwd``: only the directories in ``writable`` may be
     written, ``env`` is the whole environment (no secret: the sandbox may see bwrap's command
@@ -321,8 +544,15 @@ def bwrap(
     them or ``writable``. ``as_pid_1``: ``argv`` is PID 1 of the sandbox instead of bwrap's
     reaper, whose descriptors (``argv``'s stdin, stdout and stderr) anything inside could open
     through /proc/1/fd; PID 1 must then reap orphans, and ignores the signals sent from inside
-    that it has no handler for, SIGKILL and SIGSTOP included."""
+    that it has no handler for, SIGKILL and SIGSTOP included. ``caps``: capabilities kept in the
+    sandbox's user namespace (CAP_SYS_ADMIN: a fork server makes each job a namespace).
+    ``ro_binds``: paths shown read-only beyond ``readable`` (under the private /tmp, say)."""
     cmd = _bwrap_base(gpu, readable) + (["--as-pid-1"] if as_pid_1 else [])
+    for cap in caps:
+        cmd += ["--cap-add", cap]
+    for path in ro_binds:
+        real = os.path.realpath(path)
+        cmd += ["--ro-bind", real, real]
     for path in writable:
         real = os.path.realpath(path)
         cmd += ["--bind", real, real]

@@ -381,6 +381,13 @@ class Grpo(Section):
     epsilon: float = Field(0.2, gt=0)
     logging_steps: PositiveInt = 1
     reward_workers: PositiveInt | None = Field(None, description="default: one per thread")
+    max_harness_share: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="training stops when more than this share of a step's rewards are the "
+        "validator's own failures (status harness): the model would learn from no reward",
+    )
     dtype: Literal["auto", "float32"] = Field(
         "auto", description="auto: float32 weights, bf16 compute on GPU"
     )

@@ -20,7 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-FILE = "channel.bin"
+FILE = "channel.bin"  # the replay's cases
+EXTRACT = "extract.bin"  # the extraction's inputs, one set per input signature
 ALIGN = mmap.ALLOCATIONGRANULARITY  # a region's offset must be page-aligned to be mapped alone
 
 

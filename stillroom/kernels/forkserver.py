@@ -1,21 +1,26 @@
-"""A warm fork server for kernel candidates: ``python -m stillroom.kernels.forkserver <device>``.
+"""A warm fork server for kernel jobs: ``python -m stillroom.kernels.forkserver <device>
+[<jobs root>]``.
 
-A fresh worker process spends ~2 s importing torch and triton before a candidate runs. This server
-imports them once, then forks a child per candidate that runs ``worker.main`` exactly as
-``python -m stillroom.kernels.worker`` does (rlimits, audit hook, launch counting, ``os._exit``),
-in a session of its own. The server is a fresh interpreter started by isolation.py, never a fork of
-the caller (which may have threads, CUDA or a trainer), and it never initialises CUDA itself, so
-that each child can.
+A fresh process spends ~2 s importing torch and triton before a job runs. This server imports
+them once, then forks a child per job that runs the job's ``main`` (extract.py or replay.py)
+exactly as ``python -m stillroom.kernels.<role>`` does, in a session of its own. Given the jobs
+root (under bubblewrap, with CAP_SYS_ADMIN in its user namespace), each child first makes itself
+a namespace (sandbox.enter_job): its own PID namespace, private /tmp and job directory, the
+other jobs hidden. The server is a fresh interpreter started by isolation.py, never a fork of the
+caller (which may have threads, CUDA or a trainer), never runs candidate code, and never
+initialises CUDA itself, so that each child can.
 
-Protocol, one JSON object a line. In, on stdin: ``{"id": n, "dir": job dir}``, and
-``{"id": n, "kill": true}`` to kill job n's process group if it has not been reaped yet (the
-server runs in a PID namespace of its own under bubblewrap, so the caller cannot signal by pid).
-Out, on stdout: ``{"ready": pid}`` once the imports are done; ``{"id": n, "pid": pid}`` when a
-child has started (pids as the server sees them); ``{"id": n, "exit": code, "stderr": tail}`` when
-it has ended and been reaped (``code`` as ``Popen.returncode``: negative for a signal; ``tail``:
-its last 4 KiB of stderr). The server exits on EOF of stdin, or when the thread that started it
-ends (PR_SET_PDEATHSIG); a child dies with the server. Under bubblewrap the server is PID 1 of
-its namespace: it reaps the orphans of its children too.
+Protocol, one JSON object a line. In, on stdin: ``{"id": n, "dir": job dir, "role": "extract" |
+"replay"}``, and ``{"id": n, "kill": true}`` to kill job n's process group if it has not been
+reaped yet (the server runs in a PID namespace of its own under bubblewrap, so the caller cannot
+signal by pid). Out, on stdout: ``{"ready": pid}`` once the imports are done; ``{"id": n, "pid":
+pid}`` when a child has started (pids as the server sees them); ``{"id": n, "started": true}``
+when the job reached the code it runs for (a byte on a pipe its code cannot take back);
+``{"id": n, "exit": code, "stderr": tail}`` when it has ended and been reaped (``code`` as
+``Popen.returncode``: negative for a signal; ``tail``: its last 4 KiB of stderr). The server exits
+on EOF of stdin, or when the thread that started it ends (PR_SET_PDEATHSIG); a child dies with
+the server. Under bubblewrap the server is PID 1 of its namespace: it reaps the orphans of its
+children too.
 
 The server and its children are not dumpable: a candidate cannot read another's or the server's
 /proc entries (its working directory, its open pipes, its memory), nor trace them.
@@ -31,7 +36,10 @@ import signal
 import sys
 import traceback
 
-from . import worker
+from .. import sandbox
+from . import extract, isolation, replay
+
+MAINS = {"extract": extract.main, "replay": replay.main}
 
 STDERR_TAIL = 4096
 _PR_SET_PDEATHSIG = 1
@@ -47,8 +55,8 @@ def _prctl(option: int, value: int) -> None:
 
 
 class _Child:
-    def __init__(self, job_id: int, err: int):
-        self.id, self.err, self.tail = job_id, err, b""
+    def __init__(self, job_id: int, err: int, started: int):
+        self.id, self.err, self.started, self.tail = job_id, err, started, b""
 
     def read(self, sel: selectors.BaseSelector) -> None:
         """What the child wrote to stderr so far; close the pipe at its end."""
@@ -64,9 +72,19 @@ class _Child:
                 os.close(self.err)
                 self.err = None
 
+    def close(self, sel: selectors.BaseSelector) -> None:
+        for name in ("err", "started"):
+            fd = getattr(self, name)
+            if fd is not None:
+                sel.unregister(fd)
+                os.close(fd)
+                setattr(self, name, None)
 
-def _run_child(job_dir: str, device: str, err: int, inherited: list[int], server: int) -> None:
-    """In the forked child: become the candidate's worker. Never returns."""
+
+def _run_child(job: dict, device: str, pipes: tuple[int, int], inherited: list[int],
+               server: int, jobs_root: str | None) -> None:  # fmt: skip
+    """In the forked child: become the job. Never returns."""
+    err, started = pipes
     try:
         # its own process group: the server kills it, and anything it starts, with killpg
         os.setsid()
@@ -79,28 +97,43 @@ def _run_child(job_dir: str, device: str, err: int, inherited: list[int], server
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
-        # a pipe, as for a worker process: RLIMIT_FSIZE 0 would stop writes to a file
+        # a pipe, as for a process of its own: RLIMIT_FSIZE would stop writes to a file
         os.dup2(err, 2)
         # nothing of the server's: its protocol, other children's pipes
         for fd in {devnull, err, *inherited}:
             os.close(fd)
-        os.chdir(job_dir)
-        worker.main(job_dir, device)
-    # reported on stderr, like an uncaught error of a worker process
+        scratch = job["dir"]
+        if jobs_root is not None:
+            _, writable = isolation.ROLES[job["role"]]
+            scratch = sandbox.enter_job(scratch, list(writable), hide=jobs_root)
+            os.environ.update(TMPDIR="/tmp", HOME="/tmp")
+        os.chdir(scratch)
+
+        def mark() -> None:
+            os.write(started, b"s")
+            os.close(started)
+
+        MAINS[job["role"]](scratch, device, started=mark)
+    # reported on stderr, like an uncaught error of a process of its own
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
     finally:
         os._exit(1)
 
 
-def serve(device: str) -> None:
+def serve(device: str, jobs_root: str | None) -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # also ends the children: they die with this process
     _prctl(_PR_SET_DUMPABLE, 0)  # inherited by every child (until an exec)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's; it closes our stdin
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # read when triton is imported
     import torch
-    import triton  # noqa: F401 - once, here, not in every child
+    import triton
+    from triton.runtime.jit import mangle_type
+
+    # Triton imports more of itself at the first launch (its argument specialisation): once, here
+    mangle_type(torch.empty(1))
+    del triton
 
     if torch.cuda.is_initialized():
         raise RuntimeError(
@@ -142,20 +175,21 @@ def serve(device: str) -> None:
                                     os.kill(pid, signal.SIGKILL)
                         continue
                     err_r, err_w = os.pipe()
-                    inherited = [err_r, wake_r, wake_w, out.fileno(), sel.fileno()]
+                    started_r, started_w = os.pipe()
+                    inherited = [err_r, started_r, wake_r, wake_w, out.fileno(), sel.fileno()]
+                    inherited += [
+                        fd for c in children.values() for fd in (c.err, c.started) if fd is not None
+                    ]
                     pid = os.fork()
                     if pid == 0:
-                        _run_child(
-                            job["dir"],
-                            device,
-                            err_w,
-                            inherited + [c.err for c in children.values() if c.err is not None],
-                            server,
-                        )
+                        _run_child(job, device, (err_w, started_w), inherited, server, jobs_root)
                     os.close(err_w)
+                    os.close(started_w)
                     os.set_blocking(err_r, False)
-                    children[pid] = child = _Child(job["id"], err_r)
+                    os.set_blocking(started_r, False)
+                    children[pid] = child = _Child(job["id"], err_r, started_r)
                     sel.register(err_r, selectors.EVENT_READ, child)
+                    sel.register(started_r, selectors.EVENT_READ, ("started", child))
                     send(id=job["id"], pid=pid)
             elif key.data == "exits":
                 try:
@@ -174,20 +208,36 @@ def serve(device: str) -> None:
                     if child is None:  # an orphan of a candidate: PID 1 inherits them
                         continue
                     child.read(sel)
-                    if child.err is not None:  # held open by a descendant: what came so far
-                        sel.unregister(child.err)
-                        os.close(child.err)
+                    _started(child, sel, send)
+                    child.close(sel)  # held open by a descendant: what came so far
                     send(
                         id=child.id,
                         exit=os.waitstatus_to_exitcode(status),
                         stderr=child.tail.decode(errors="replace"),
                     )
+            elif isinstance(key.data, tuple):
+                _started(key.data[1], sel, send)
             else:
                 key.data.read(sel)
 
 
+def _started(child: _Child, sel: selectors.BaseSelector, send) -> None:
+    """Report once that the child's job has started, if it has said so; close that pipe."""
+    if child.started is None:
+        return
+    try:
+        data = os.read(child.started, 1)
+    except BlockingIOError:
+        return
+    sel.unregister(child.started)
+    os.close(child.started)
+    child.started = None
+    if data:
+        send(id=child.id, started=True)
+
+
 if __name__ == "__main__":
     try:
-        serve(sys.argv[1])
+        serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
     except BrokenPipeError:  # the caller has gone
         pass

@@ -1,16 +1,26 @@
-"""How a kernel candidate's worker process is run (worker.py): forked from a warm fork server that
-has imported torch and triton once (forkserver.py; one server per calling process and device,
-shared by its threads, restarted if it dies), or a fresh interpreter (~2 s more per candidate).
-Either way it has a hard timeout, after which it and everything it started are killed.
+"""How the two jobs of an evaluation run: the extraction (extract.py, candidate code) and the
+replay (replay.py, checked programs only), each a process of its own with a hard timeout, after
+which it and everything it started are killed.
 
-Both run inside bubblewrap (sandbox.bwrap) where it can run: new PID, network and mount
-namespaces, a read-only root (on CPU only the system directories, this Python and this package; on
-a GPU the host's, for CUDA), a private /tmp, the caller's home hidden, an environment holding only
-what Python, Triton and CUDA need (never the caller's secrets), dying with the caller. The one
-writable place is the job directories' root (``jobs_root``) for a fork server, the job's own
-directory for a fresh process. Where bubblewrap cannot run, one loud warning, and the audit hook
-and resource limits of worker.py stand alone (on top of it, they stay); the environment is
-cleared all the same.
+A job is forked from a warm fork server that has imported torch and triton once (forkserver.py;
+one server per calling process and device, shared by its threads, restarted if it dies), or is a
+fresh interpreter (``isolation="process"``, ~2 s more per job). Either way:
+
+- inside bubblewrap where it runs (sandbox.bwrap): new PID, network and mount namespaces, a
+  read-only root (on CPU only the system directories, this Python and this package; on a GPU the
+  host's, for CUDA), the caller's home hidden, an environment holding only what Python, Triton
+  and CUDA need (never the caller's secrets), dying with the caller;
+- a namespace per job (sandbox.enter_job, in a fork server's child; bwrap itself for a fresh
+  process): its own PID namespace, so that nothing it starts outlives it, its own /tmp (a capped
+  tmpfs), its job directory read-only but for its output files, no other job's directory to list
+  or reach;
+- a seccomp filter (sandbox.no_new_processes) in the extraction, and in a CPU replay: no process
+  can be started at all, threads only.
+
+Where bubblewrap cannot run, one loud warning, and the seccomp filter, the audit hook and the
+resource limits stand alone; the environment is cleared all the same. A fork server that cannot
+start raises ``SandboxError``: no candidate is then scored at all, rather than every one as a
+harness failure.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import sandbox
@@ -36,16 +47,34 @@ KILL_GRACE_S = 10.0  # a server that has not reported a killed job's end by then
 # what the sandboxed process may see of the caller's environment: nothing else reaches it
 PASSED_ENV = ("PYTHONPATH", "PATH", "LD_LIBRARY_PATH", "CC")
 PASSED_ENV_PREFIXES = ("TRITON_", "CUDA_")
+# each job's module and the files of its directory it may write (created by the caller)
+ROLES = {
+    "extract": ("stillroom.kernels.extract", ("out.bin",)),
+    "replay": ("stillroom.kernels.replay", ("channel.bin", "result.bin")),
+}
+
+
+class SandboxError(RuntimeError):
+    """The sandbox cannot run jobs here: nothing can be scored until that is fixed."""
+
+
+@dataclass
+class Outcome:
+    timed_out: bool
+    returncode: int | None  # None: the fork server died while the job ran
+    stderr: str
+    started: bool  # the job reached the code it runs for (candidate code, or the program)
 
 
 def _sandboxed(device: str) -> bool:
     return OS_SANDBOX and sandbox.bwrap_available(gpu=device != "cpu")
 
 
-def _readable(device: str) -> list[str] | None:
+def _readable(device: str, extra: list[str] = ()) -> list[str] | None:
     """What a sandbox on CPU may read beyond the system directories and this Python: this package
-    (from each PYTHONPATH entry that has one), never the repository, data or results around it.
-    On a GPU the host's whole root (CUDA's libraries, /etc/ld.so.cache, /sys), the home hidden."""
+    (from each PYTHONPATH entry that has one) and ``extra``, never the repository, data or
+    results around it. On a GPU the host's whole root (CUDA's libraries, /etc/ld.so.cache, /sys),
+    the home hidden, and ``extra``."""
     if device != "cpu":
         return None
     roots = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
@@ -54,11 +83,11 @@ def _readable(device: str) -> list[str] | None:
         os.path.join(root, "stillroom") if os.path.isdir(os.path.join(root, "stillroom")) else root
         for root in roots
         if os.path.isdir(root)
-    ]
+    ] + list(extra)
 
 
 def _environment(device: str, home: str) -> dict[str, str]:
-    """The whole environment of a worker or fork server: HOME and TMPDIR in its writable area."""
+    """The whole environment of a job or fork server: HOME and TMPDIR in its writable area."""
     env = {
         key: value
         for key, value in os.environ.items()
@@ -76,8 +105,7 @@ _root_lock = threading.Lock()
 
 def jobs_root() -> Path:
     """This process's directory of job directories, created on first use and removed at exit.
-    Mode 0o300: entries can be made and entered, not listed, so that one job cannot find
-    another's (randomly named) directory by listing."""
+    Mode 0o300: entries can be made and entered, not listed (where no namespace hides it)."""
     with _root_lock:
         if _root.get("pid") != os.getpid():  # a forked child makes its own
             path = Path(tempfile.mkdtemp(prefix="stillroom-kernel-jobs-"))
@@ -97,30 +125,35 @@ def _remove_root(path: Path, owner: int) -> None:
 
 @contextlib.contextmanager
 def job_dir() -> Iterator[Path]:
-    """A fresh job directory under ``jobs_root()`` (mode 0o700), removed afterwards."""
+    """A fresh directory for one evaluation's jobs under ``jobs_root()`` (mode 0o700), removed
+    afterwards."""
     path = Path(tempfile.mkdtemp(prefix="job-", dir=jobs_root()))
     try:
         yield path
     finally:
         with contextlib.suppress(OSError):
-            path.chmod(0o700)  # the candidate may have changed it
+            path.chmod(0o700)
         shutil.rmtree(path, ignore_errors=True)
 
 
-def run_process(work: Path, device: str, timeout_s: float) -> tuple[bool, int | None, str]:
-    """A fresh interpreter runs the worker: (timed out, exit code, stderr)."""
+def run_process(work: Path, role: str, device: str, timeout_s: float) -> Outcome:
+    """A fresh interpreter runs the job in ``work``; it prints "started" when it gets there."""
+    module, writable = ROLES[role]
     # -P: neither the working directory nor the script's is put on sys.path
-    argv = [sys.executable, "-P", "-m", "stillroom.kernels.worker", str(work), device]
-    env = _environment(device, str(work))
+    argv = [sys.executable, "-P", "-m", module, str(work), device]
+    env = _environment(device, "/tmp")
     if _sandboxed(device):
         argv = sandbox.bwrap(
             argv,
             cwd=str(work),
-            writable=[str(work)],
+            writable=[str(work / name) for name in writable],
             env=env,
             gpu=device != "cpu",
-            readable=_readable(device),
+            readable=_readable(device, [str(work)]) if device == "cpu" else None,
+            ro_binds=[str(work)] if device != "cpu" else (),
         )
+    else:
+        env["TMPDIR"] = env["HOME"] = str(work)
     proc = subprocess.Popen(
         argv,
         cwd=work,
@@ -132,41 +165,41 @@ def run_process(work: Path, device: str, timeout_s: float) -> tuple[bool, int | 
         start_new_session=True,
     )
     try:
-        _, stderr = proc.communicate(timeout=timeout_s)
+        stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        # the worker and anything it started; under bubblewrap, killing bwrap (the group's
-        # leader, a process of ours) ends its PID namespace with everything in it
+        # the job and anything it started; under bubblewrap, killing bwrap (the group's leader, a
+        # process of ours) ends its PID namespace with everything in it
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return True, proc.returncode, ""
-    return False, proc.returncode, stderr
+        stdout, _ = proc.communicate()
+        return Outcome(True, proc.returncode, "", stdout.startswith("started"))
+    return Outcome(False, proc.returncode, stderr, stdout.startswith("started"))
 
 
-def run_forked(work: Path, device: str, timeout_s: float) -> tuple[bool, int | None, str]:
-    """A child of this process's warm fork server runs the worker: (timed out, exit code, stderr);
-    the exit code is None when the server died while the candidate ran."""
-    # a server that died before the candidate started: once more, on a fresh one
+def run_forked(work: Path, role: str, device: str, timeout_s: float) -> Outcome:
+    """A child of this process's warm fork server runs the job in ``work``."""
+    # a server that died before the job started: once more, on a fresh one
     for _ in range(2):
         server = fork_server(device)
-        job = server.submit(work)
+        job = server.submit(work, role)
         if not job.done.wait(timeout_s):
             server.kill(job)
             if not job.done.wait(KILL_GRACE_S):  # a stopped or wedged server
                 server.proc.kill()
                 job.done.wait()
-            return True, job.exit, ""
+            return Outcome(True, job.exit, "", job.started)
         if job.pid is not None:
             break
-    return False, job.exit, job.stderr
+    return Outcome(False, job.exit, job.stderr, job.started)
 
 
 class _Job:
-    def __init__(self, work: Path):
-        self.id, self.dir = next(_job_ids), work
-        # the candidate's pid in the server's PID namespace, once forked: never signalled here
+    def __init__(self, work: Path, role: str):
+        self.id, self.dir, self.role = next(_job_ids), work, role
+        # the job's pid in the server's PID namespace, once forked: never signalled here
         self.pid: int | None = None
         self.exit: int | None = None
         self.stderr = ""
+        self.started = False
         self.done = threading.Event()
 
 
@@ -182,6 +215,7 @@ class _ForkServer:
         self.jobs: dict[int, _Job] = {}
         self.alive = True
         self.proc: subprocess.Popen | None = None
+        self.stderr = ""
         self.ready = threading.Event()
         threading.Thread(
             target=self._serve, name=f"kernel-forkserver-{device}", daemon=True
@@ -189,9 +223,9 @@ class _ForkServer:
         self.ready.wait()
         if not self.alive:
             code = self.proc.returncode if self.proc else None
-            raise RuntimeError(
-                f"the kernel fork server for device {device!r} failed to start (exit {code}); "
-                "its error is on stderr"
+            raise SandboxError(
+                f"the kernel fork server for device {device!r} failed to start (exit {code}): "
+                f"{self.stderr.strip()[-1500:]}"
             )
 
     def _serve(self) -> None:
@@ -202,6 +236,7 @@ class _ForkServer:
         env = _environment(self.device, str(home))
         argv = [sys.executable, "-P", "-m", "stillroom.kernels.forkserver", self.device]
         if _sandboxed(self.device):
+            argv.append(str(jobs_root()))  # a namespace per job, hiding this directory
             # PID 1 itself, not bwrap's reaper: that would hold the protocol's pipes where a
             # candidate could open them (/proc/1/fd); nor can a candidate stop or kill PID 1
             argv = sandbox.bwrap(
@@ -212,26 +247,33 @@ class _ForkServer:
                 gpu=self.device != "cpu",
                 readable=_readable(self.device),
                 as_pid_1=True,
+                caps=("CAP_SYS_ADMIN",),
             )
         try:
             self.proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 cwd=home,
                 env=env,
                 text=True,
                 bufsize=1,
             )
+            threading.Thread(target=self._drain, daemon=True).start()
             for line in self.proc.stdout:
                 msg = json.loads(line)
                 if "ready" in msg:
                     self.ready.set()
                     continue
                 with self.lock:
-                    job = self.jobs[msg["id"]]
+                    job = self.jobs.get(msg["id"])
+                    if job is None:
+                        continue
                     if "pid" in msg:
                         job.pid = msg["pid"]
+                    elif "started" in msg:
+                        job.started = True
                     else:
                         job.exit, job.stderr = msg["exit"], msg["stderr"]
                         del self.jobs[job.id]
@@ -247,6 +289,14 @@ class _ForkServer:
                 self.proc.kill()
                 self.proc.wait()
 
+    def _drain(self) -> None:
+        """The server's own stderr: kept (its last 8 KiB) for the error if it fails to start."""
+        for line in self.proc.stderr:
+            self.stderr = (self.stderr + line)[-8192:]
+            if not self.ready.is_set():
+                continue
+            sys.stderr.write(line)
+
     def _send(self, msg: dict) -> bool:
         """False if the server has died."""
         try:
@@ -257,14 +307,14 @@ class _ForkServer:
         except (OSError, ValueError):
             return False
 
-    def submit(self, work: Path) -> _Job:
-        job = _Job(work)
+    def submit(self, work: Path, role: str) -> _Job:
+        job = _Job(work, role)
         with self.lock:
             alive = self.alive
             if alive:
                 self.jobs[job.id] = job
         if alive:
-            if self._send({"id": job.id, "dir": str(work)}):
+            if self._send({"id": job.id, "dir": str(work), "role": role}):
                 return job
             with self.lock:
                 self.jobs.pop(job.id, None)
@@ -272,7 +322,7 @@ class _ForkServer:
         return job
 
     def kill(self, job: _Job) -> None:
-        """Have the server kill the job's process group (its candidate and anything it started).
+        """Have the server kill the job's process group (and with it, the job's namespace).
         Requests are served in order, so the job has been forked by then; one already reaped is
         left alone (its pid may be another's)."""
         self._send({"id": job.id, "kill": True})

@@ -1,42 +1,48 @@
-"""The dual reward of a Triton candidate for a KernelBench-style problem: execution x rules.
+"""The dual reward of a Triton candidate for a KernelBench-style problem: execution x rules, of the
+program the candidate describes, replayed by a trusted runner on inputs it never saw.
 
 ``evaluate(problem_src, candidate_src)`` builds the reference ``Model`` here, perturbs its weights
-(so a candidate that ignores a weight or a running statistic cannot match), draws fresh inputs per
-trial, adds the generated test cases (cases.py: other value distributions, odd sizes) and computes
-the reference outputs here. The candidate runs in a separate process (worker.py) that sees only its
-own source, the init inputs, the weights and the inputs: with a hard timeout, an address-space
-limit on CPU, no sockets, subprocesses or file writes, in a scratch directory (the sandbox,
-sandbox.py), inside bubblewrap where it runs. That process is forked by a warm server that has
-imported torch and triton once (``isolation="fork"``) or is a fresh interpreter
-(``isolation="process"``, ~2 s more per candidate): isolation.py. Inputs and outputs travel
-through the channel file (channel.py), of any size, raw bytes in a layout the parent wrote (data,
-never code); the outputs are compared here, where the candidate cannot reach, with dtype-aware
-tolerances; the inputs must come back unmodified. The execution reward needs every trial and
-every case.
+(so a candidate that ignores a weight or a running statistic cannot match) and draws every case's
+inputs from a secret seed (``replay_seed``: random unless given, recorded in the result): the
+trials (fresh ``get_inputs()`` draws) and the generated cases (cases.py: other value
+distributions, odd sizes). Then:
 
-A failure of the validator itself (its memory, the channel, a worker lost before the candidate
-started) is ``status="harness"``: no score, never charged to the candidate.
+1. **Extract** (extract.py, untrusted, sandboxed): the candidate's ``ModelNew`` runs once per input
+   signature (shapes, dtypes) on inputs of its own, drawn from another secret seed, and reports
+   what its forward did: the Triton kernels it launched (source, grid, arguments, constexprs,
+   num_warps) and the allocations, fills, copies and views between them.
+2. **Check** (program.py, kernel_source.py, here): the report is data; each kernel's source
+   passes a whitelist and is rewritten into a canonical form; each buffer, view and step is
+   checked against the case and the limits.
+3. **Replay** (replay.py, trusted, sandboxed: a fresh process that never ran candidate code): the
+   checked program runs on every case, its returned buffers are the outputs; every kernel access
+   is bounds-checked on CPU; the first and last program instances of each launch are measured
+   for the launch rules.
+4. **Judge** (here): outputs compared with the reference's (dtype-aware tolerances); inputs must
+   come back unmodified; the launch rules (launch_rules.py) on the replay's values; at least one
+   launch; no output that is an input's memory.
 
-Rule reward: the static rules (rules.py); at run time, at least one Triton launch, no torch compute
-but Triton's own (the interpreter's copies), no output sharing memory with an input; and the launch
-rules (rules.launch_rules: block sizes, num_warps, instruction estimate, coalescing), checked here
-on what the worker recorded of each launch. A rule failure zeroes the reward, however correct the
-outputs.
+Whatever the candidate computed in its own process (with torch, in Python, in a lookup table
+built from the seeds it could guess, by patching anything) is not part of the program, or is a
+constant the fresh inputs make stale: it cannot reach the outputs. A failure of the validator
+itself (its memory, a channel, a job lost before it started) is ``status="harness"``: no score,
+never charged to the candidate. A sandbox that cannot start raises isolation.SandboxError.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import secrets
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ValidatorOptions
-from . import channel, rules
-from .cases import CASES, generate
-from .isolation import ISOLATIONS, job_dir
-from .worker import STARTED
+from . import channel, extract, kernel_source, launch_rules, program, replay
+from .cases import CASES, _resized, generate
+from .isolation import ISOLATIONS, Outcome, job_dir
 
 # (rtol, atol) per dtype. On GPU, tl.dot computes fp32 in TF32 by default, hence the looser fp32
 # there.
@@ -44,7 +50,6 @@ TOLERANCES = {
     "cpu": {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
     "cuda": {"float32": (1e-2, 1e-2), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)},
 }
-
 
 # evaluate's options, as the kernels: config section sets them
 _DEFAULT = ValidatorOptions()
@@ -61,11 +66,13 @@ class KernelResult:
     speedup: float | None = None
     reasons: list[str] = field(default_factory=list)
     answered: bool = True  # False: the answer had no code to run (kernels/reward.py)
-    # "scored"; "timeout": the candidate ran out of time; "harness": the validator itself failed
-    # (its memory, the channel, a worker or fork server lost before the candidate started), so
-    # the rewards say nothing of the candidate
+    # "scored"; "timeout": the candidate (or its program) ran out of time; "harness": the
+    # validator itself failed (its memory, a channel, a job lost before it started), so the
+    # rewards say nothing of the candidate
     status: str = "scored"
     cases: list[str] = field(default_factory=list)  # the generated cases it was checked on
+    replay_seed: int | None = None  # the cases' inputs come from it: evaluate(replay_seed=...)
+    program: list[str] = field(default_factory=list)  # what was replayed, a line per step
 
 
 def load_problem(problem_src: str, workdir: Path):
@@ -75,7 +82,7 @@ def load_problem(problem_src: str, workdir: Path):
     spec = importlib.util.spec_from_file_location(f"kernel_problem_{os.getpid()}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    path.unlink()  # the candidate's process never sees the reference
+    path.unlink()  # no job's process ever sees the reference
     return module
 
 
@@ -124,7 +131,10 @@ def evaluate(
     max_threads_per_block: int = _DEFAULT.max_threads_per_block,
     max_instructions: int = _DEFAULT.max_instructions,
     cases: list[str] | tuple[str, ...] = tuple(_DEFAULT.cases),
+    replay_seed: int | None = None,
 ) -> KernelResult:
+    """The reward of ``candidate_src`` for ``problem_src``. ``seed`` perturbs the reference's
+    weights; the inputs come from ``replay_seed`` (drawn at random unless given)."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
     unknown = sorted(set(cases) - set(CASES))
@@ -133,118 +143,54 @@ def evaluate(
     import torch
 
     if device == "cuda":
-        # this process's GPU (a torchrun rank's), for the reference and the candidate alike
+        # this process's GPU (a torchrun rank's), for the reference and the replay alike
         device = f"cuda:{torch.cuda.current_device()}"
-
-    reasons = rules.check(candidate_src)
-    static_ok = not reasons
-    # under the root that the candidate's sandbox may write, not a bare temporary directory
+    if replay_seed is None:
+        replay_seed = secrets.randbits(62)
+    run = ISOLATIONS[isolation]
+    limits = dict(
+        max_block_size=max_block_size,
+        max_threads_per_block=max_threads_per_block,
+        max_instructions=max_instructions,
+    )
     with job_dir() as work:
         problem = load_problem(problem_src, work)
         try:
-            model, init_inputs, labels, inputs, expected, scaled = _build(
-                problem, device, trials, seed, cases
-            )
+            # the seeds are the validator's own: the caller's random state (a trainer's
+            # sampling) is left as it was
+            with torch.random.fork_rng(devices=[]):
+                built = _build(problem, device, trials, seed, replay_seed, cases)
         # the validator's own memory, not the candidate's: no score
         except (MemoryError, torch.OutOfMemoryError) as exc:
             return _harness(
-                reasons, f"out of memory building the inputs or the reference's outputs ({exc})"
+                [], f"out of memory building the inputs or the reference's outputs ({exc})"
             )
-        (work / "candidate.py").write_text(candidate_src)
-        try:
-            layout = _write_channel(work, inputs, expected)
-        except OSError as exc:
-            return _harness(reasons, f"the data channel could not be created ({exc})")
-        torch.save(
-            {
-                "init_inputs": init_inputs,
-                "state_dict": {k: v.cpu() for k, v in model.state_dict().items()},
-                "trials": layout,
-                "seed": seed,
-                "time_reps": 20 if device.startswith("cuda") else 0,
-            },
-            work / "job.pt",
-        )
-        try:
-            timed_out, returncode, stderr = ISOLATIONS[isolation](work, device, timeout_s)
-        # a fork server that failed to start, a process that could not be forked
-        except (RuntimeError, OSError) as exc:
-            return _harness(reasons, f"the worker could not be started ({exc})")
-        how = _how(timed_out, returncode, timeout_s)
-        if not (work / STARTED).exists():
-            tail = _tail(stderr)
-            return _harness(reasons, f"the worker ended ({how}) before the candidate started{tail}")
-        if timed_out:
-            out = _result(False, False, False, reasons + [f"timed out after {timeout_s:g} s"])
-            out.status = "timeout"
-            return out
-        try:
-            result = torch.load(work / "result.pt", weights_only=True)
-        # a missing or forged result is the candidate's failure
-        except Exception as exc:  # noqa: BLE001
-            return _result(
-                False,
-                False,
-                False,
-                reasons
-                + [
-                    f"the candidate's process ended ({how}) without a readable result "
-                    f"({type(exc).__name__}){_tail(stderr)}"
-                ],
-            )
-
-        launched = result["launches"] > 0
-        if not launched:
-            reasons.append("no Triton kernel was launched at run time")
-        if result["outside"]:
-            reasons.append(
-                "torch computed outside Triton (called by the forward or a kernel body): "
-                + ", ".join(result["outside"][:8])
-            )
-        aliased = sorted(set(result["aliased"]))
-        reasons += aliased
-        launch_reasons = rules.launch_rules(
-            candidate_src,
-            result["launch_records"],
-            max_block_size=max_block_size,
-            max_threads_per_block=max_threads_per_block,
-            max_instructions=max_instructions,
-        )
-        reasons += launch_reasons
-        # built, and at least one forward ran
-        compiled = result["stage"] == "done" or bool(result["outputs"])
-        if result["error"]:
-            # a forward names the trial or case it failed on
-            ran = len(result["outputs"])
-            on = (
-                f" (on {labels[ran]})" if result["stage"] == "forward" and ran < len(labels) else ""
-            )
-            reasons.append(f"failed at {result['stage']}: {result['error']}{on}")
-        correct = result["stage"] == "done"
-        if correct:
-            # the worker reaches "done" only after every case's outputs went into the channel
-            try:
-                correct = _check(
-                    work, layout, labels, inputs, expected, scaled, result, device, reasons
-                )
-            # the validator's own failure to read or compare, not the candidate's
-            except (OSError, MemoryError) as exc:
-                return _harness(reasons, f"the outputs could not be read or compared ({exc!r})")
-    speedup = None
-    if correct and result.get("seconds"):
-        speedup = _reference_seconds(model, inputs[0], device) / result["seconds"]
-    rule_ok = static_ok and launched and not result["outside"] and not aliased
-    rule_ok = rule_ok and not launch_reasons
-    out = _result(compiled, correct, rule_ok, reasons, launched, speedup)
-    out.cases = [label.removeprefix("case ") for label in labels if label.startswith("case ")]
-    if not reasons:
-        out.reasons = ["correct on every trial and case; Triton kernels did the work"]
-    return out
+        result, seconds = _score(work, candidate_src, built, device, timeout_s, seed, run, limits)
+    result.replay_seed = replay_seed
+    result.cases = [
+        label.removeprefix("case ") for label in built.labels if label.startswith("case ")
+    ]
+    if result.correct and seconds:
+        result.speedup = _reference_seconds(built.model, built.inputs[0], device) / seconds
+    return result
 
 
-def _build(problem, device: str, trials: int, seed: int, names) -> tuple:
-    """The perturbed reference model, its init inputs, and per trial and generated case: a label,
-    the inputs, the reference's flattened outputs and whether atol scales with them."""
+@dataclass
+class _Built:
+    model: object
+    init_inputs: list
+    labels: list[str]
+    inputs: list[list]
+    expected: list[list]
+    scaled: list[bool]
+    extraction: list[list]  # per signature: the extraction's own inputs
+    signature_of: list[int]  # per case: its signature's index
+
+
+def _build(problem, device: str, trials: int, seed: int, replay_seed: int, names) -> _Built:
+    """The perturbed reference model, its init inputs; per trial and generated case a label, the
+    inputs, the reference's flattened outputs and whether atol scales with them; the input
+    signatures and, for each, the extraction's inputs (drawn apart from every case's)."""
     import torch
 
     torch.manual_seed(seed)
@@ -256,7 +202,7 @@ def _build(problem, device: str, trials: int, seed: int, names) -> tuple:
                 t.add_(0.1 * torch.randn_like(t))
     inputs = []
     for trial in range(trials):
-        torch.manual_seed(seed + 1 + trial)
+        torch.manual_seed(replay_seed + 1 + trial)
         inputs.append(problem.get_inputs())
     model = model.to(device)
 
@@ -270,67 +216,336 @@ def _build(problem, device: str, trials: int, seed: int, names) -> tuple:
     expected = [run(trial) for trial in inputs]
     labels = [f"trial {i}" for i in range(trials)]
     scaled = [False] * trials
-    for case in generate(model, inputs[0], names=names, seed=seed, run=run):
+    for case in generate(model, inputs[0], names=names, seed=replay_seed, run=run):
         labels.append(f"case {case.name}")
         inputs.append(case.inputs)
         expected.append(case.expected)
         scaled.append(case.scale_atol)
-    return model, init_inputs, labels, inputs, expected, scaled
+    # the extraction's inputs: a draw of its own (another secret seed), resized like each case
+    extraction_seed = secrets.randbits(62)
+    torch.manual_seed(extraction_seed)
+    base = problem.get_inputs()
+    signatures: list[tuple] = []
+    extraction: list[list] = []
+    signature_of = []
+    gen = torch.Generator().manual_seed(extraction_seed)
+    for case in inputs:
+        sig = _signature(case)
+        if sig not in signatures:
+            signatures.append(sig)
+            extraction.append(_like(base, inputs[0], case, gen))
+        signature_of.append(signatures.index(sig))
+    return _Built(model, init_inputs, labels, inputs, expected, scaled, extraction, signature_of)
 
 
-def _write_channel(work: Path, inputs: list, expected: list) -> list[dict]:
-    """The channel file (channel.py) with every case's inputs in it; its layout."""
+def _signature(case: list) -> tuple:
     import torch
 
-    layout, size = channel.plan(list(zip(inputs, expected, strict=True)))
-    channel.create(work / channel.FILE, size)
-    mapping = channel.Mapping(work / channel.FILE, writable=True)
+    return tuple(
+        (tuple(x.shape), str(x.dtype)) if isinstance(x, torch.Tensor) else ("value", repr(x))
+        for x in case
+    )
+
+
+def _like(base: list, first: list, case: list, gen) -> list:
+    """Extraction inputs with ``case``'s signature: ``base`` (its own draw of trial 0's
+    signature), resized as ``case`` differs from ``first``; values never taken from a case."""
+    import torch
+
+    if _signature(base) == _signature(case):
+        return base
+    sizes: dict[int, int] = {}
+    for a, b in zip(first, case, strict=True):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == b.dim():
+            for old, new in zip(a.shape, b.shape, strict=True):
+                if old != new:
+                    sizes.setdefault(old, new)
+    resized = _resized(base, sizes, gen) if _signature(base) == _signature(first) else None
+    if resized is not None and _signature(resized) == _signature(case):
+        return resized
+    out = []  # sizes that do not map one to one: fresh values of the case's shapes
+    for x in case:
+        if not isinstance(x, torch.Tensor):
+            out.append(x)
+        elif x.is_floating_point():
+            out.append(torch.randn(x.shape, generator=gen).to(x.dtype))
+        elif x.dtype == torch.bool:
+            out.append(torch.randint(0, 2, x.shape, generator=gen).bool())
+        else:
+            low, high = (int(x.min()), int(x.max())) if x.numel() else (0, 0)
+            out.append(torch.randint(low, high + 1, x.shape, generator=gen, dtype=x.dtype))
+    return out
+
+
+def _state(model) -> dict[str, tuple[str, list[int]]]:
+    return {
+        name: (str(t.dtype).removeprefix("torch."), list(t.shape))
+        for name, t in model.state_dict().items()
+    }
+
+
+def _score(work, candidate_src, built: _Built, device, timeout_s, seed, run, limits):
+    """Extract, check, replay and judge: (the result, the program's seconds on a GPU or None)."""
+    ev = _Evaluation(work, candidate_src, built, device, timeout_s, seed, run)
+    result = ev.extract() or ev.check() or ev.replay() or ev.judge(limits)
+    return result, ev.seconds
+
+
+class _Evaluation:
+    """One candidate through the four steps; each step returns a result when it ends the
+    evaluation (the harness failed, the candidate timed out or left nothing to run), else None."""
+
+    def __init__(self, work: Path, candidate_src: str, built: _Built, device, timeout_s, seed, run):
+        self.work, self.source, self.built = work, candidate_src, built
+        self.device, self.timeout_s, self.seed, self.run = device, timeout_s, seed, run
+        self.reasons: list[str] = []
+        self.seconds: float | None = None  # the program's, timed by the replay on a GPU
+
+    def extract(self) -> KernelResult | None:
+        """Run the candidate in its sandbox; keep its record."""
+        import torch
+
+        built, ex = self.built, self.work / "extract"
+        ex.mkdir(mode=0o700)
+        (ex / "candidate.py").write_text(self.source)
+        try:
+            self.layouts, size = channel.plan([(inputs, []) for inputs in built.extraction])
+            channel.create(ex / channel.EXTRACT, size)
+            _fill(ex / channel.EXTRACT, built.extraction, self.layouts)
+            self.state = {k: v.detach().cpu() for k, v in built.model.state_dict().items()}
+            job = {
+                "init_inputs": built.init_inputs,
+                "state_dict": self.state,
+                "signatures": self.layouts,
+                "seed": self.seed,
+            }
+            torch.save(job, ex / "job.pt")
+            state_bytes = sum(t.numel() * t.element_size() for t in self.state.values())
+            _sparse(ex / extract.OUT, extract.out_size(size, state_bytes))
+        except OSError as exc:
+            return _harness([], f"the extraction's files could not be written ({exc})")
+        outcome = self.run(ex, "extract", self.device, self.timeout_s)
+        how = _how(outcome, self.timeout_s)
+        if not outcome.started:
+            why = f"the extraction ended ({how}) before the candidate started"
+            return _harness([], why + _tail(outcome.stderr))
+        if outcome.timed_out:
+            return _timeout([f"timed out after {self.timeout_s:g} s (running the candidate)"])
+        self.record, self.constants, why = extract.read_out(ex / extract.OUT)
+        if self.record is None:
+            return _result(False, False, False, [
+                f"the candidate's process ended ({how}) without a readable record "
+                f"({why}){_tail(outcome.stderr)}"
+            ])  # fmt: skip
+        if self.record.get("error"):
+            stage = self.record.get("stage", "?")
+            return _result(False, False, False, [f"failed at {stage}: {self.record['error']}"])
+        return None
+
+    def check(self) -> KernelResult | None:
+        """The record as programs, one per input signature, each kernel through the whitelist."""
+        built = self.built
+        self.parsed = parsed = program.parse(
+            self.record, self.layouts, _state(built.model), self.constants
+        )
+        self.reasons += parsed.reasons
+        self.programs = [p for p in parsed.programs if p is not None]
+        self.launched = any(p.launches for p in self.programs)
+        self.summary = self.programs[0].summary() if self.programs else []
+        self.errors: list[str | None] = [parsed.errors[s] for s in built.signature_of]
+        self.runnable = [i for i, s in enumerate(built.signature_of) if parsed.programs[s]]
+        if self.runnable:
+            return None
+        out = _result(False, False, False, self.reasons + _case_reasons(built.labels, self.errors))
+        out.launched_triton, out.program = self.launched, self.summary
+        return out
+
+    def replay(self) -> KernelResult | None:
+        """Run the checked programs on every case in a trusted sandboxed process."""
+        import torch
+
+        built, rp = self.built, self.work / "replay"
+        rp.mkdir(mode=0o700)
+        kernels = program.kernels_of(self.parsed)
+        (rp / "kernels.py").write_text(kernel_source.source(kernels))
+        (rp / "kernels_analysis.py").write_text(kernel_source.instrument(kernels))
+        try:
+            self.layout, size = channel.plan(list(zip(built.inputs, built.expected, strict=True)))
+            channel.create(rp / channel.FILE, size)
+            _fill(rp / channel.FILE, built.inputs, self.layout)
+            torch.save(self.state, rp / "state.pt")
+            os.link(self.work / "extract" / extract.OUT, rp / "constants.bin")
+            _sparse(rp / replay.RESULT, replay.RESULT_BYTES)
+        except OSError as exc:
+            return _harness(self.reasons, f"the replay's files could not be written ({exc})")
+        index = {id(p): i for i, p in enumerate(self.programs)}
+        job = {
+            "programs": [p.to_json() for p in self.programs],
+            "cases": [
+                {
+                    "program": index[id(self.parsed.programs[built.signature_of[i]])],
+                    "layout": self.layout[i],
+                }
+                for i in self.runnable
+            ],
+            "constants_base": extract.RECORD_SPACE,
+            "time_reps": 20 if self.device.startswith("cuda") else 0,
+        }
+        (rp / "replay.json").write_text(json.dumps(job))
+        outcome = self.run(rp, "replay", self.device, self.timeout_s)
+        how = _how(outcome, self.timeout_s)
+        if not outcome.started:
+            why = f"the replay ended ({how}) before it started"
+            return _harness(self.reasons, why + _tail(outcome.stderr))
+        if outcome.timed_out:
+            why = f"timed out after {self.timeout_s:g} s (replaying the program)"
+            out = _timeout(self.reasons + [why])
+            out.compiled, out.launched_triton, out.program = True, self.launched, self.summary
+            return out
+        self.replayed, why = replay.read_result(rp / replay.RESULT)
+        failed = self.replayed.get("error") if self.replayed is not None else why
+        if failed:
+            if str(failed).startswith("harness:"):
+                return _harness(self.reasons, str(failed).removeprefix("harness: "))
+            out = _result(False, False, False, self.reasons + [
+                f"the replay of the program ended ({how}) without a result "
+                f"({failed}){_tail(outcome.stderr)}"
+            ])  # fmt: skip
+            out.launched_triton, out.program = self.launched, self.summary
+            return out
+        cases = list(self.replayed.get("cases", []))
+        cases += ["the replay reported no outcome for it"] * (len(self.runnable) - len(cases))
+        for i, why in zip(self.runnable, cases, strict=False):
+            self.errors[i] = why
+        self.seconds = self.replayed.get("seconds")
+        return None
+
+    def judge(self, limits: dict) -> KernelResult:
+        """What the program is, then what it computed, then the launch rules."""
+        reasons = self.reasons
+        not_made = _outputs_not_made(self.programs)
+        reasons += not_made
+        if not self.launched:
+            reasons.append("no Triton kernel was launched")
+        try:
+            correct = _check(
+                self.work / "replay", self.layout, self.built, self.errors, self.runnable,
+                self.device, reasons,
+            )  # fmt: skip
+        # the validator's own failure to read or compare, not the candidate's
+        except (OSError, MemoryError) as exc:
+            return _harness(reasons, f"the outputs could not be read or compared ({exc!r})")
+        compiled = any(self.errors[i] is None for i in self.runnable)
+        rule_reasons = launch_rules.check(self.parsed, self.replayed.get("analysed", {}), **limits)
+        reasons += rule_reasons
+        # every kernel passed the whitelist, one was launched, every output is the program's
+        rule_ok = not self.parsed.reasons and self.launched and not not_made and not rule_reasons
+        out = _result(compiled, correct, rule_ok, reasons, self.launched)
+        out.program = self.summary
+        if not out.reasons:
+            out.reasons = ["correct on every trial and case; Triton kernels did the work"]
+        return out
+
+
+def _case_reasons(labels: list[str], errors: list[str | None]) -> list[str]:
+    """One reason per distinct failure, naming the first case it happened on."""
+    seen, out = set(), []
+    for label, why in zip(labels, errors, strict=True):
+        if why and why not in seen:
+            seen.add(why)
+            out.append(f"{label}: {why}")
+    return out
+
+
+def _fill(path: Path, cases: list[list], layouts: list[dict]) -> None:
+    import torch
+
+    mapping = channel.Mapping(path, writable=True)
     try:
-        for case, spec in zip(inputs, layout, strict=True):
+        for case, spec in zip(cases, layouts, strict=True):
             for x, s in zip(case, spec["inputs"], strict=True):
                 if isinstance(x, torch.Tensor):
                     mapping.tensor(s).copy_(x)
     finally:
         mapping.close()
-    return layout
 
 
-def _check(work, layout, labels, inputs, expected, scaled, result, device, reasons) -> bool:
-    """Compare every case's outputs in the channel with the reference's, and its inputs as they
-    came back with those sent; each failure goes into ``reasons``, naming its trial or case."""
+def _sparse(path: Path, size: int) -> None:
+    """A file of ``size`` bytes taking no disk until written (a job writes it through a mapping,
+    which never extends a file)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _check(work, layout, built: _Built, errors, runnable, device, reasons) -> bool:
+    """Compare every replayed case's outputs in the channel with the reference's, and its inputs
+    as they came back with those sent; each failure goes into ``reasons``, naming its case."""
     import torch
 
     mapping = channel.Mapping(work / channel.FILE, writable=False)
     correct = True
+    failures: list[str | None] = list(errors)
     try:
-        for i, label in enumerate(labels):
-            why = result["outputs"][i]
-            if why is None:
+        for i in runnable:
+            if failures[i] is None:
                 got = [mapping.tensor(s) for s in layout[i]["outputs"]]
-                why = _compare([w.cpu() for w in expected[i]], got, device, scaled[i])
-            if why:
-                correct = False
-                reasons.append(f"{label}: {why}")
+                failures[i] = _compare(
+                    [w.cpu() for w in built.expected[i]], got, device, built.scaled[i]
+                )
             after = mapping.inputs(layout[i])
             if any(
                 isinstance(b, torch.Tensor) and not torch.equal(b, a)
-                for b, a in zip(inputs[i], after, strict=True)
+                for b, a in zip(built.inputs[i], after, strict=True)
             ):
+                reasons.append(f"{built.labels[i]}: the program modified its inputs")
                 correct = False
-                reasons.append(f"{label}: the candidate modified its inputs")
     finally:
         mapping.close()
+    if any(failures):
+        correct = False
+    reasons += _case_reasons(built.labels, failures)
     return correct
 
 
-def _how(timed_out: bool, returncode: int | None, timeout_s: float) -> str:
-    if timed_out:
+def _outputs_not_made(programs: list) -> list[str]:
+    """Each output the program did not make: an input's memory (returned as is, or a view of
+    it; inputs that already hold the answer must not earn it), or a constant or parameter that no
+    step of the program writes (a tensor the candidate's process computed outside its kernels:
+    the replay can only return the bytes it held then)."""
+    found = []
+    for p in programs:
+        written = {p.tensors[s["dst"] if "dst" in s else s["tensor"]]["storage"]
+                   for s in p.steps if s["op"] != "launch"}  # fmt: skip
+        written |= {
+            p.tensors[arg["tensor"]]["storage"]
+            for s in p.steps
+            if s["op"] == "launch"
+            for a in s["alternatives"]
+            for arg in a.args.values()
+            if "tensor" in arg
+        }
+        for i, t in enumerate(p.returned):
+            index = p.tensors[t]["storage"]
+            storage = p.storages[index]
+            if storage["kind"] == "input":
+                found.append(f"output {i} shares memory with input {storage['index']}")
+            elif storage["kind"] in ("constant", "state") and index not in written:
+                what = "a parameter" if storage["kind"] == "state" else "computed outside kernels"
+                found.append(f"output {i} is not made by the program ({what})")
+    return list(dict.fromkeys(found))
+
+
+def _how(outcome: Outcome, timeout_s: float) -> str:
+    if outcome.timed_out:
         return f"timed out after {timeout_s:g} s"
-    if returncode is None:
+    if outcome.returncode is None:
         return "the kernel fork server died"
-    if returncode < 0:
-        return f"killed by {signal.Signals(-returncode).name}"
-    return f"exit {returncode}"
+    if outcome.returncode < 0:
+        return f"killed by {signal.Signals(-outcome.returncode).name}"
+    return f"exit {outcome.returncode}"
 
 
 def _tail(stderr: str | None) -> str:
@@ -345,13 +560,18 @@ def _harness(reasons: list[str], why: str) -> KernelResult:
     return out
 
 
+def _timeout(reasons: list[str]) -> KernelResult:
+    out = _result(False, False, False, reasons)
+    out.status = "timeout"
+    return out
+
+
 def _result(
     compiled: bool,
     correct: bool,
     rule_ok: bool,
     reasons: list[str],
     launched: bool = False,
-    speedup: float | None = None,
 ) -> KernelResult:
     exec_reward, rule_reward = float(correct), float(rule_ok)
     return KernelResult(
@@ -361,7 +581,7 @@ def _result(
         compiled,
         correct,
         launched,
-        speedup,
+        None,
         reasons,
     )
 

@@ -7,7 +7,9 @@ with torch instead of Triton earns 0. The reward is one function on purpose: TRL
 reward functions before the group normalisation, and a separate rule reward added to the execution
 reward would pay a cheat half the credit instead of zeroing it. A completion the validator could not
 score (its own failure, KernelResult.status "harness") gets None: TRL leaves it out of its group's
-baseline and gives it no advantage, so the model is not trained on a 0 it did not earn.
+baseline and gives it no advantage, so the model is not trained on a 0 it did not earn; when more
+than ``max_harness_share`` of a step's rewards are such failures, training stops (HarnessFailure)
+rather than go on learning from no reward.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ class Params(Grpo):
     validator: ValidatorOptions = ValidatorOptions()
 
 
+class HarnessFailure(RuntimeError):
+    """Too many of a step's rewards are the validator's failures: training stops."""
+
+
 class KernelReward:
     """TRL reward function: the kernel reward (execution x rules) of each completion.
 
@@ -55,8 +61,10 @@ class KernelReward:
         workers: int = 1,
         seed: int = 0,
         track_groups: bool = False,
+        max_harness_share: float = 1.0,
     ):
         self.options, self.workers, self.seed = options, workers, seed
+        self.max_harness_share = max_harness_share
         self.records: list[dict[str, Any]] = []
         # track_groups (diversity sampling): prompt id -> rewards of its latest group, over all
         # processes
@@ -97,7 +105,8 @@ class KernelReward:
             "compiled": r.compiled,
             "correct": r.correct,
             "launched_triton": r.launched_triton,
-            "reason": r.reasons[0] if r.reasons else "",
+            # the harness's own reason is its last; a candidate's first is its main one
+            "reason": (r.reasons[-1] if unscored else r.reasons[0]) if r.reasons else "",
         }
 
     def __call__(
@@ -118,6 +127,13 @@ class KernelReward:
             scored = list(pool.map(self._score, answer, texts))
         # Completions are generated at the start of the optimizer step they train: global_step + 1.
         step = trainer_state.global_step + 1 if trainer_state is not None else None
+        failed = [s for s in scored if s["status"] == "harness"]
+        if scored and len(failed) > self.max_harness_share * len(scored):
+            raise HarnessFailure(
+                f"step {step}: {len(failed)} of {len(scored)} rewards are the kernel validator's "
+                f"own failures, more than grpo.max_harness_share={self.max_harness_share} (the "
+                f"model would learn from no reward): {failed[0]['reason']}"
+            )
         self.records += [
             {"step": step, "prompt_id": pid, **s} for pid, s in zip(prompt_id, scored, strict=True)
         ]
@@ -285,7 +301,11 @@ def train_grpo(
         **launch.load_kwargs(p),
     )
     reward = KernelReward(
-        p.validator, workers=workers, seed=p.seed, track_groups=p.sampling == "diversity"
+        p.validator,
+        workers=workers,
+        seed=p.seed,
+        track_groups=p.sampling == "diversity",
+        max_harness_share=p.max_harness_share,
     )
     log(
         f"{len(rows)} kernel problems; {p.prompts_per_step} x {p.group_size} completions a step "

@@ -1,8 +1,9 @@
-"""The OS layer around kernel candidates (bubblewrap, isolation.py) on its own: the static rules
-are switched off here and each candidate first defeats its worker's audit hook, then tries the
-escapes that worked before it: the grader's secrets, a connection to 127.0.0.1, files outside its
-job directory, a shell, signals to processes outside. Each attempt is reported back in the
-candidate's error; the assertions are on what the test can see from outside."""
+"""The OS layer around kernel candidates (bubblewrap, the namespace per job, the seccomp filter:
+isolation.py) on its own: each candidate first defeats its extraction's audit hook, then tries
+the escapes that worked before it: the grader's secrets, a connection to 127.0.0.1, files outside
+its job directory, a shell, signals to processes outside, the fork server. Each attempt is
+reported back in the candidate's error; the assertions are on what the test can see from
+outside."""
 
 from __future__ import annotations
 
@@ -24,14 +25,14 @@ from pathlib import Path
 import pytest
 
 from stillroom import sandbox
-from stillroom.kernels import evaluate, isolation, validator
+from stillroom.kernels import evaluate, isolation
 
 from .test_isolation import _descendants
 from .test_validator import CHEATS, HONEST, RELU, candidate
 
 needs_bwrap = pytest.mark.skipif(not sandbox.bwrap_available(), reason="bubblewrap cannot run here")
 
-# Module-level helpers of every attacking candidate (the static rules are off).
+# Module-level helpers of every attacking candidate.
 PRELUDE = '''
 import json
 import os
@@ -39,7 +40,7 @@ import sys
 
 
 def unhook():
-    """Defeat the worker's audit hook: the closure of os.mkfifo's wrapper (sandbox.guard) holds
+    """Defeat the extraction's audit hook: the closure of os.mkfifo's wrapper (sandbox.guard) holds
     the cell of the hook's refuse(), shared by all its checks. True once a write the hook refuses
     goes through (in the sandbox's private /tmp)."""
     cells = dict(zip(os.mkfifo.__code__.co_freevars, os.mkfifo.__closure__))
@@ -75,12 +76,6 @@ def reported(result) -> dict:
             # the reason may go on after the report: "(on trial 0)"
             return json.JSONDecoder().raw_decode(why.split("REPORT ", 1)[1])[0]
     raise AssertionError(f"the candidate reported nothing: {result.reasons}")
-
-
-@pytest.fixture(autouse=True)
-def no_static_rules(monkeypatch):
-    """The static rules would refuse most attacks before they run: off, to test what is below."""
-    monkeypatch.setattr(validator.rules, "check", lambda source: [])
 
 
 @pytest.fixture
@@ -156,15 +151,16 @@ def test_no_connection_leaves_the_sandbox(how):
             import socket
             direct = attempt(lambda: socket.create_connection(("127.0.0.1", {port}), timeout=2))
             code = "import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)"
-            # a child process, as subprocess._fork_exec started one before
-            pid = os.posix_spawn(sys.executable, [sys.executable, "-c", code], {{}})
-            child = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            # a child process, as subprocess._fork_exec started one before: none starts at all
+            argv = [sys.executable, "-c", code]
+            child = attempt(lambda: os.posix_spawn(sys.executable, argv, {{}}))
             report(hook_off=hook_off, direct=direct, child=child)
             """
         )
         r = evaluate(RELU, source, isolation=how, timeout_s=60)
         got = reported(r)
-        assert got["hook_off"] and not got["direct"].startswith("ok") and got["child"] == 1, got
+        assert got["hook_off"] and not got["direct"].startswith("ok"), got
+        assert got["child"].startswith("PermissionError"), got
         with pytest.raises(BlockingIOError):  # nothing ever connected
             listener.accept()
 
@@ -198,8 +194,8 @@ def test_nothing_is_written_outside_the_sandbox(how, outside, tmp_path):
     )
     r = evaluate(RELU, source, isolation=how, timeout_s=60)
     got = reported(r)
-    # the shell ran, inside (on CPU the sandbox's root does not even hold the outside directory)
-    assert got["hook_off"] and got["shell"].startswith("ok: "), got
+    # no shell starts (the seccomp filter: system() cannot fork)
+    assert got["hook_off"] and got["shell"] in ("ok: -1", "ok: 32512"), got
     for name in ("open", "mkdir", "symlink", "chmod", "sqlite"):
         assert not got[name].startswith("ok"), (name, got[name])
     # /tmp and the home are the sandbox's own: what was written there is gone with it
@@ -245,37 +241,34 @@ def test_the_fork_server_keeps_no_libc_handle():
     assert got["file"].endswith("forkserver.py") and got["names"] == [], got
 
 
-def test_outputs_are_compared_in_the_caller_not_in_the_worker():
-    source = CHEATS["comparison patched"][0].replace(
-        "torch.testing.assert_close = lambda *a, **k: None",
-        "torch.testing.assert_close = lambda *a, **k: None\n"
-        "torch.isclose = torch.equal = lambda *a, **k: True",
-    )
-    r = evaluate(RELU, source)
+def test_outputs_are_compared_in_the_caller_not_in_any_job():
+    r = evaluate(RELU, CHEATS["comparison patched"][0])
     assert r.reward == 0 and any(why.startswith("trial 0:") for why in r.reasons), r.reasons
 
 
 @needs_bwrap
-def test_a_candidate_can_neither_stop_nor_kill_nor_speak_for_its_fork_server():
-    """The server is PID 1 of its namespace, not dumpable: signals from inside are ignored, and
-    its protocol's pipes cannot be opened through /proc (a forged line could end other jobs)."""
+def test_a_candidate_can_neither_see_nor_signal_nor_speak_for_its_fork_server():
+    """The job is PID 1 of a namespace of its own: the server is outside it (no parent pid, no
+    pid to signal); the server's /proc entries (seen through the mount it inherited) are not
+    dumpable, so its protocol's pipes cannot be opened (a forged line could end other jobs)."""
     server = isolation.fork_server("cpu")
     source = attacker(
         """
         hook_off = unhook()
         import signal
-        got = dict(hook_off=hook_off, server=os.getppid())
+        got = dict(hook_off=hook_off, parent=os.getppid(), me=os.getpid())
+        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
         for fd in (0, 1):
             got[f"fd{fd}"] = attempt(lambda: open(f"/proc/1/fd/{fd}", "w").write('{"id": 0}\\n'))
-        got["stop"] = attempt(lambda: os.kill(1, signal.SIGSTOP))
-        got["kill"] = attempt(lambda: os.kill(1, signal.SIGKILL))
+        got["signals"] = sorted({attempt(lambda p=p: os.kill(p, 0)) for p in pids if p != 1})
         report(**got)
         """
     )
     got = reported(evaluate(RELU, source))
-    assert got["hook_off"] and got["server"] == 1, got
+    assert got["hook_off"] and (got["parent"], got["me"]) == (0, 1), got
     assert got["fd0"].startswith("PermissionError") and got["fd1"].startswith("PermissionError")
-    assert evaluate(RELU, HONEST, timeout_s=30).reward == 1  # neither stopped nor killed
+    assert all(s.startswith("ProcessLookupError") for s in got["signals"]), got
+    assert evaluate(RELU, HONEST, timeout_s=30).reward == 1
     assert isolation.fork_server("cpu") is server
 
 
@@ -298,23 +291,31 @@ def test_a_stopped_fork_server_is_killed_on_a_timeout(monkeypatch):
 
 @needs_bwrap
 def test_a_job_cannot_find_another_jobs_directory():
-    """Jobs of one fork server share a uid and the writable root; the root cannot be listed and
-    the processes are not dumpable, so another job's (random) directory cannot be found."""
+    """In its namespace a job sees its own directory only (read-only but for its outputs): the
+    jobs root is absent or an empty read-only directory there (nothing to list, nothing to
+    chmod), and the other jobs' processes are not
+    dumpable (their working directories cannot be read through /proc)."""
+    root = str(isolation.jobs_root())
     slow = candidate(
         "time.sleep(4)\nout = torch.empty_like(x)\nlaunch(x, out)\nreturn out",
         prelude="import time",
     )
     spy = attacker(
-        """
+        f"""
         time.sleep(1)
         hook_off = unhook()
-        mine, root = os.getcwd(), os.path.dirname(os.getcwd())
         seen = []
         for entry in os.listdir("/proc"):
             if entry.isdigit():
-                seen.append(attempt(lambda: os.readlink(f"/proc/{entry}/cwd")))
-        others = [s for s in seen if "job-" in s and mine not in s]
-        report(hook_off=hook_off, listing=attempt(lambda: os.listdir(root)), others=others)
+                seen.append(attempt(lambda: os.readlink(f"/proc/{{entry}}/cwd")))
+        others = [s for s in seen if "job-" in s]
+        report(
+            hook_off=hook_off,
+            listing=attempt(lambda: os.listdir({root!r})),
+            chmod=attempt(lambda: os.chmod({root!r}, 0o777)),
+            own=attempt(lambda: open("candidate.py", "a").write("#")),
+            others=others,
+        )
         """,
         prelude="import time",
     )
@@ -322,8 +323,11 @@ def test_a_job_cannot_find_another_jobs_directory():
         slow_r, spy_r = pool.map(lambda s: evaluate(RELU, s, timeout_s=60), [slow, spy])
     got = reported(spy_r)
     assert slow_r.reward == 1, slow_r.reasons
-    assert got["hook_off"] and got["listing"].startswith("PermissionError"), got
-    assert got["others"] == [], got
+    # under /tmp (the job's own /tmp hides it) it is not even there; elsewhere it is empty
+    assert got["hook_off"] and got["others"] == [], got
+    assert got["listing"] == "ok: []" or got["listing"].startswith("FileNotFoundError"), got
+    assert got["chmod"].startswith(("FileNotFoundError", "OSError: [Errno 30]")), got
+    assert got["own"].startswith("OSError") and "Read-only" in got["own"], got
 
 
 @pytest.mark.parametrize("how", ["fork", "process"])

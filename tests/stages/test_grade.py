@@ -94,8 +94,8 @@ def test_grading_stage_rejects_teacher_slips(tmp_path):
 
 
 def test_grading_kernel_answers_with_the_validator(tmp_path):
-    """Through the grading stage's worker pool: reward 1 is correct; torch code (exec 1, rule 0) and
-    a wrong kernel are not; no code block is no answer."""
+    """Through the grading stage's worker pool: reward 1 is correct; torch code (no program
+    computes it: exec 0, rule 0) and a wrong kernel are not; no code block is no answer."""
     rec = kernel_records(["relu"])[0]
     good = ProceduralTeacher("p", {"backend": "procedural"}).complete(rec, "medium", 0, 1).text
     torch_code = (
@@ -119,7 +119,8 @@ def test_grading_kernel_answers_with_the_validator(tmp_path):
     g = [r["grade"] for r in graded]
     assert [x["correct"] for x in g] == [True, False, False, False]
     assert [x["status"] for x in g] == ["ok", "ok", "ok", "no_answer"]
-    assert (g[1]["details"]["exec_reward"], g[1]["details"]["rule_reward"]) == (1.0, 0.0)
+    assert (g[1]["details"]["exec_reward"], g[1]["details"]["rule_reward"]) == (0.0, 0.0)
+    assert g[1]["details"]["reasons"][0].startswith("output 0 is not made by the program")
     assert (g[2]["details"]["exec_reward"], g[2]["details"]["compiled"]) == (0.0, True)
     assert m["correct"] == 1 and m["no_answer"] == 1
     info = graded[0]["grader"]

@@ -18,6 +18,7 @@ from stillroom.runtime.student import build_model, train_tokenizer
 from stillroom.stages import grpo
 from stillroom.stages.grpo import (
     DiversitySampler,
+    HarnessFailure,
     KernelReward,
     Params,
     diversity_weight,
@@ -100,14 +101,15 @@ def test_reward_is_execution_times_rules():
     assert [r["step"] for r in rows] == [5] * 6 and [r["prompt_id"] for r in rows] == ids
     for honest, cheat, empty in (rows[0:3], rows[3:6]):
         assert honest["correct"] and honest["launched_triton"] and honest["rule_reward"] == 1.0
-        # The torch module itself is correct but breaks the rules: the product zeroes it.
+        # The torch module computes outside any program the replay can run: nothing of it
+        # reaches the replayed outputs, and no kernel was launched.
         assert (
-            cheat["exec_reward"] == 1.0 and cheat["rule_reward"] == 0.0 and cheat["reward"] == 0.0
+            cheat["exec_reward"] == 0.0 and cheat["rule_reward"] == 0.0 and cheat["reward"] == 0.0
         )
-        assert cheat["reason"].startswith("no @triton.jit kernel"), cheat
+        assert cheat["reason"] == "output 0 is not made by the program (computed outside kernels)"
         assert not empty["compiled"] and empty["reason"] == NO_CODE  # no ```python block
     assert logged == {
-        "kernel/exec_reward": 4 / 6,
+        "kernel/exec_reward": 2 / 6,
         "kernel/rule_reward": 2 / 6,
         "kernel/launched_triton": 2 / 6,
         "kernel/harness_failures": 0.0,
@@ -136,6 +138,27 @@ def test_a_completion_the_validator_failed_on_gets_no_reward(monkeypatch):
     tracking(["a", "b"], ["p", "p"], ["kb-x", "kb-x"])
     assert tracking.latest == {"kb-x": [1.0]}  # the validator's failure says nothing
     assert logged["kernel/exec_reward"] == 1.0 and logged["kernel/harness_failures"] == 1.0
+
+
+def test_a_step_whose_rewards_are_mostly_harness_failures_stops_training(monkeypatch):
+    """The model would learn from no reward: a loud stop, naming the validator's failure."""
+    failed = KernelResult(0.0, 0.0, 0.0, False, False, False, reasons=["harness: no channel"])
+    failed.status = "harness"
+    scored = KernelResult(1.0, 1.0, 1.0, True, True, True)
+    results = iter([scored, failed, scored, failed])
+    monkeypatch.setattr(grpo, "score", lambda *a, **k: next(results))
+    reward = KernelReward(ValidatorOptions(), max_harness_share=0.25)
+    with pytest.raises(HarnessFailure, match=r"step 3: 2 of 4 rewards .* harness: no channel"):
+        reward(
+            ["a", "b", "c", "d"],
+            ["p"] * 4,
+            ["kb-x"] * 4,
+            trainer_state=SimpleNamespace(global_step=2),
+        )
+    results = iter([scored, failed, scored, scored])
+    assert KernelReward(ValidatorOptions(), max_harness_share=0.25)(
+        ["a", "b", "c", "d"], ["p"] * 4, ["kb-x"] * 4
+    ) == [1.0, None, 1.0, 1.0]
 
 
 def test_grpo_smoke_run_saves_a_loadable_model(kernel_setup, tmp_path, monkeypatch):

@@ -1,0 +1,567 @@
+"""The kernels of a recorded program (program.py), checked against a whitelist and rewritten into
+the replay's canonical source. Trusted: runs in the parent, on text the candidate's process
+reported, and never imports or runs it.
+
+A kernel may be written as people write Triton: ``triton.language`` under any alias (``tl``, ``L``,
+``from triton import language as lang``), module-level constants (``FLOOR = L.constexpr(0.0)``),
+other ``@triton.jit`` functions, ``@triton.autotune``/``@triton.heuristics`` around it. What it may
+contain is a whitelist, not a list of bans:
+
+- statements: assignments, ``if``, ``for`` over ``range``/``tl.range``/``tl.static_range``,
+  ``while``, ``break``, ``continue``, ``return``, ``assert``, ``pass``, expressions;
+- expressions: arithmetic, comparisons, boolean operators, conditional expressions, subscripts,
+  tuples and lists, number and string constants;
+- names: the kernel's own parameters and locals, the builtins of ``BUILTINS``, and module-level
+  names the extraction reported as ``triton.language`` (or a module under it), another recorded
+  kernel, a number, string or ``tl`` dtype; nothing else of the candidate's module;
+- attributes: a path under ``triton.language`` that resolves, on the real module, to something of
+  ``triton.language`` (not ``tl.core.builtins``, ``tl.core.knobs`` or any module of the standard
+  library it imports), or a member of ``VALUE_MEMBERS`` on a value (``x.to``, ``acc.dtype``); no
+  name with a leading underscore anywhere;
+- calls: ``triton.language`` functions, recorded kernels, the builtins, members of a value; no
+  ``*args`` or ``**kwargs``.
+
+The canonical source names every module by one path from ``tl`` (``L.load`` becomes ``tl.load``),
+writes module-level constants in as literals, names each kernel uniquely (``k0_relu_kernel``), drops
+decorators (the recorded launch says which config of an autotuner ran) and annotates constexpr
+parameters ``tl.constexpr`` whatever alias the candidate used. It runs in a namespace that holds
+``tl``, ``triton`` and the builtins of ``BUILTINS`` only; the instrumented twin of it
+(``instrument``) counts the operations the analysis needs (replay.py)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass, field
+
+# builtins a kernel may call (Triton's frontend handles each of them on constexprs)
+BUILTINS = frozenset({"range", "min", "max", "int", "float", "bool", "len", "abs"})
+# what a kernel may read of a value (a Triton tensor, dtype or constexpr): methods and properties
+TENSOR_MEMBERS = {
+    "T", "abs", "advance", "argmax", "argmin", "associative_scan", "atomic_add", "atomic_and",
+    "atomic_cas", "atomic_load", "atomic_max", "atomic_min", "atomic_or", "atomic_store",
+    "atomic_xchg", "atomic_xor", "broadcast_to", "cast", "cdiv", "ceil", "cos", "cumprod",
+    "cumsum", "erf", "exp", "exp2", "expand_dims", "flip", "floor", "gather", "histogram", "item",
+    "log", "log2", "logical_and", "logical_or", "max", "min", "permute", "ravel", "reduce",
+    "reduce_or", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "sort", "split", "sqrt",
+    "sqrt_rn", "store", "sum", "to", "trans", "view", "xor_sum", "dtype", "shape", "type", "numel",
+}  # fmt: skip
+DTYPE_MEMBERS = {
+    "element_ty", "primitive_bitwidth", "scalar", "is_bf16", "is_block", "is_bool", "is_floating",
+    "is_fp16", "is_fp32", "is_fp64", "is_fp8", "is_int", "is_int1", "is_int8", "is_int16",
+    "is_int32", "is_int64", "is_int_signed", "is_int_unsigned", "is_ptr", "is_uint8",
+    "is_uint16", "is_uint32", "is_uint64", "is_standard_floating", "value",
+}  # fmt: skip
+VALUE_MEMBERS = frozenset(TENSOR_MEMBERS | DTYPE_MEMBERS)
+LANGUAGE = "triton.language"
+MAX_STRING = 200
+
+_STATEMENTS = (
+    ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.If, ast.For, ast.While,
+    ast.Break, ast.Continue, ast.Pass, ast.Assert,
+)  # fmt: skip
+_EXPRESSIONS = (
+    ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.Call, ast.Constant,
+    ast.Attribute, ast.Subscript, ast.Slice, ast.Name, ast.Tuple, ast.List, ast.keyword,
+    ast.Load, ast.Store, ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.arguments, ast.arg,
+)  # fmt: skip
+RANGES = {"range": "range", "tl.range": "range", "tl.static_range": "static"}
+
+
+@dataclass
+class Kernel:
+    """One recorded kernel, checked: its canonical definition, the kernels it calls, which of its
+    parameters are constexpr, and why it was refused (empty when it was not)."""
+
+    kid: str
+    name: str  # the candidate's name for it
+    canonical: str  # its name in the replay's source
+    tree: ast.FunctionDef | None = None
+    calls: set[str] = field(default_factory=set)
+    params: list[str] = field(default_factory=list)
+    constexprs: set[str] = field(default_factory=set)
+    reasons: list[str] = field(default_factory=list)
+
+
+class _Language:
+    """What ``triton.language`` holds, looked up on the real module (imported once)."""
+
+    def __init__(self):
+        import triton.language as tl
+
+        self.tl = tl
+        # dtype name ("fp32") -> its attribute of triton.language ("float32")
+        self.dtypes = {}
+        for name in dir(tl):
+            value = getattr(tl, name)
+            if isinstance(value, tl.dtype) and not name.startswith("_"):
+                self.dtypes.setdefault(value.name, name)
+
+    def resolve(self, path: str):
+        """The object ``path`` (dotted, starting ``triton.language``) names, or why not."""
+        import importlib
+
+        parts = path.split(".")
+        obj = importlib.import_module(LANGUAGE)
+        for i, part in enumerate(parts[2:], start=2):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError:
+                return None, f"{'.'.join(parts[: i + 1])} does not exist"
+            if not self.of_language(obj):
+                return None, f"{'.'.join(parts[: i + 1])} is not part of triton.language"
+        return obj, None
+
+    @staticmethod
+    def of_language(obj) -> bool:
+        import types
+
+        if isinstance(obj, (bool, int, float, str)) or obj is None:
+            return True
+        if isinstance(obj, types.ModuleType):
+            return obj.__name__ == LANGUAGE or obj.__name__.startswith(LANGUAGE + ".")
+        while inspect.isfunction(getattr(obj, "fn", None)):  # a @jit function of the library
+            obj = obj.fn
+        obj = getattr(obj, "func", obj)  # a functools.partial
+        module = getattr(obj, "__module__", None)
+        if module == "triton.runtime.interpreter":
+            # a member of triton.language as Triton's interpreter patches it in place (a process
+            # that interpreted a kernel may keep such patches)
+            return True
+        if not isinstance(module, str) or not module.startswith(LANGUAGE):
+            module = type(obj).__module__
+        return module == LANGUAGE or module.startswith(LANGUAGE + ".")
+
+
+_language: list[_Language] = []
+
+
+def language() -> _Language:
+    if not _language:
+        _language.append(_Language())
+    return _language[0]
+
+
+def _unpatched(obj):
+    """``obj`` as triton.language defines it: Triton's interpreter replaces members of ``tl`` in
+    place with wrappers while it runs a kernel, and may leave some behind."""
+    while getattr(obj, "__module__", None) == "triton.runtime.interpreter":
+        member = (getattr(obj, "__kwdefaults__", None) or {}).get("member")
+        if member is None:
+            break
+        obj = member
+    return obj
+
+
+def _path_expr(path: str) -> ast.expr:
+    """``tl.a.b`` for ``triton.language.a.b``, or ``tl.b`` where that is the same object (Triton's
+    interpreter patches the members of ``tl`` and ``tl.math`` only); ``triton`` for the package."""
+    parts = path.split(".")
+    if path == "triton":
+        return ast.Name("triton", ast.Load())
+    if len(parts) > 3:
+        tl = language().tl
+        obj, why = language().resolve(path)
+        if why is None and _unpatched(getattr(tl, parts[-1], None)) is _unpatched(obj):
+            parts = [*parts[:2], parts[-1]]
+    node: ast.expr = ast.Name("tl", ast.Load())
+    for part in parts[2:]:
+        node = ast.Attribute(node, part, ast.Load())
+    return node
+
+
+def _dotted(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)
+    except Exception:  # noqa: BLE001 - only for messages
+        return type(node).__name__
+
+
+def _locals(fn: ast.FunctionDef) -> set[str]:
+    names = {a.arg for a in fn.args.args}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
+class _Checker(ast.NodeTransformer):
+    """Checks one kernel's body against the whitelist and rewrites it into canonical form."""
+
+    def __init__(self, kernel: Kernel, globals_: dict, canonical: dict[str, str]):
+        self.kernel, self.globals, self.canonical = kernel, globals_, canonical
+        self.local: set[str] = set()
+
+    def refuse(self, node: ast.AST, why: str) -> None:
+        line = getattr(node, "lineno", None)
+        where = f"kernel {self.kernel.name}" + (f", line {line}" if line else "")
+        self.kernel.reasons.append(f"{where}: {why}")
+
+    # what a module-level name stands for, as an expression of the canonical source
+    def global_expr(self, node: ast.Name) -> ast.expr | None:
+        name = node.id
+        entry = self.globals.get(name)
+        if entry is None:
+            if name in BUILTINS:
+                return node
+            self.refuse(node, f"uses {name}, which is not defined for the kernel")
+            return None
+        if not isinstance(entry, dict) or len(entry) != 1:
+            self.refuse(node, f"uses {name}, reported as {entry!r}")
+            return None
+        ((kind, value),) = entry.items()
+        if kind == "module":
+            if value == "triton" or value == LANGUAGE or str(value).startswith(LANGUAGE + "."):
+                if value not in ("triton", LANGUAGE):
+                    _, why = language().resolve(value)
+                    if why:
+                        self.refuse(node, f"uses {name} ({why})")
+                        return None
+                return ast.copy_location(_path_expr(value), node)
+            self.refuse(node, f"uses {name} (module {value}): a kernel uses triton.language only")
+            return None
+        if kind == "language":  # an object of triton.language imported by name
+            path = str(value)
+            if path.startswith(LANGUAGE + "."):
+                _, why = language().resolve(path)
+                if why is None:
+                    return ast.copy_location(_path_expr(path), node)
+            self.refuse(node, f"uses {name} ({path})")
+            return None
+        if kind == "kernel":
+            if value not in self.canonical:
+                self.refuse(node, f"calls {name}, a kernel whose source was not recorded")
+                return None
+            self.kernel.calls.add(value)
+            return ast.copy_location(ast.Name(self.canonical[value], ast.Load()), node)
+        if kind == "value":
+            if isinstance(value, str) and len(value) > MAX_STRING:
+                self.refuse(node, f"uses {name}, a string of {len(value)} characters")
+                return None
+            if value is None or isinstance(value, (bool, int, float, str)):
+                return ast.copy_location(ast.Constant(value), node)
+        if kind == "dtype" and value in language().dtypes:
+            return ast.copy_location(
+                ast.Attribute(ast.Name("tl", ast.Load()), language().dtypes[value], ast.Load()),
+                node,
+            )
+        what = value if kind == "other" else f"{kind} {value!r}"
+        self.refuse(
+            node,
+            f"uses {name} ({what}): a kernel reads only triton.language, @triton.jit functions "
+            "and constants of its module",
+        )
+        return None
+
+    def generic_visit(self, node):
+        if not isinstance(node, _STATEMENTS + _EXPRESSIONS):
+            self.refuse(node, f"{type(node).__name__} is not allowed in a Triton kernel")
+            return node
+        return super().generic_visit(node)
+
+    def visit_Name(self, node: ast.Name):
+        if node.id.startswith("__"):
+            self.refuse(node, f"uses {node.id}")
+            return node
+        if isinstance(node.ctx, ast.Store) or node.id in self.local:
+            return node
+        return self.global_expr(node) or node
+
+    def visit_Attribute(self, node: ast.Attribute):
+        if node.attr.startswith("_"):
+            self.refuse(node, f"uses .{node.attr} (no private or dunder attribute)")
+            return node
+        if not isinstance(node.ctx, ast.Load):
+            self.refuse(node, f"assigns to {_dotted(node)}")
+            return node
+        node = self.generic_visit(node)
+        path = _module_path(node)
+        if path is not None:
+            if path == "triton":
+                return node
+            if not (path == LANGUAGE or path.startswith(LANGUAGE + ".")):
+                self.refuse(node, f"uses {path}: below triton, only triton.language")
+                return node
+            _, why = language().resolve(path)
+            if why:
+                self.refuse(node, f"uses {why}")
+                return node
+            return ast.copy_location(_path_expr(path), node)
+        if node.attr not in VALUE_MEMBERS:
+            self.refuse(node, f"uses .{node.attr} of a value (not a Triton tensor member)")
+        return node
+
+    def visit_Call(self, node: ast.Call):
+        node = self.generic_visit(node)
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                self.refuse(node, "calls with *args")
+        for kw in node.keywords:
+            if kw.arg is None:
+                self.refuse(node, "calls with **kwargs")
+        func = node.func
+        if isinstance(func, ast.Name):
+            if func.id not in self.local and (
+                func.id in self.canonical.values() or func.id in BUILTINS
+            ):
+                return node
+            self.refuse(node, f"calls {func.id} (only triton.language, kernels and builtins)")
+        elif isinstance(func, ast.Attribute):
+            path = _module_path(func)
+            if path is not None and path.startswith(LANGUAGE + "."):
+                return node
+            if path is None and func.attr in VALUE_MEMBERS:
+                return node
+            self.refuse(node, f"calls {_dotted(func)}")
+        else:
+            self.refuse(node, f"calls {_dotted(func)}")
+        return node
+
+    def visit_Constant(self, node: ast.Constant):
+        value = node.value
+        if isinstance(value, str) and len(value) > MAX_STRING:
+            self.refuse(node, f"a string constant of {len(value)} characters")
+        elif not (value is None or value is Ellipsis or isinstance(value, (bool, int, float, str))):
+            self.refuse(node, f"a {type(value).__name__} constant")
+        return node
+
+    def visit_Assign(self, node: ast.Assign):
+        for target in node.targets:
+            self._target(target)
+        return self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign):
+        self._target(node.target)
+        return self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        # the annotation of a local is dropped: Triton infers it
+        self._target(node.target)
+        if node.value is None:
+            return ast.copy_location(ast.Pass(), node)
+        assign = ast.copy_location(ast.Assign([node.target], node.value), node)
+        return self.generic_visit(assign)
+
+    def visit_For(self, node: ast.For):
+        self._target(node.target)
+        if node.orelse:
+            self.refuse(node, "for ... else")
+        return self.generic_visit(node)
+
+    def visit_While(self, node: ast.While):
+        if node.orelse:
+            self.refuse(node, "while ... else")
+        return self.generic_visit(node)
+
+    def _target(self, target: ast.AST) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self._target(elt)
+        elif not isinstance(target, ast.Name):
+            self.refuse(target, f"assigns to {_dotted(target)} (a kernel assigns names only)")
+
+
+def _module_path(node: ast.AST) -> str | None:
+    """The dotted module path an attribute chain of the canonical source stands for (rooted at
+    ``tl`` or ``triton``), or None when it is rooted at a value."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in ("tl", "triton"):
+        return None
+    root = LANGUAGE if node.id == "tl" else "triton"
+    return ".".join([root, *reversed(parts)])
+
+
+def _annotation(node: ast.expr | None, checker: _Checker) -> tuple[ast.expr | None, bool]:
+    """A parameter's canonical annotation, and whether it marks a constexpr: ``tl.constexpr``
+    under any alias (or as a string), a ``tl`` dtype, or nothing."""
+    if node is None:
+        return None, False
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        text = node.value.strip()
+        if text.split(".")[-1] == "constexpr":
+            return _path_expr(f"{LANGUAGE}.constexpr"), True
+        return None, False
+    before = len(checker.kernel.reasons)
+    canonical = checker.visit(node)
+    del checker.kernel.reasons[before:]  # an annotation nobody runs refuses nothing
+    path = _module_path(canonical)
+    if path == f"{LANGUAGE}.constexpr":
+        return canonical, True
+    if path and path.startswith(LANGUAGE + "."):
+        obj, why = language().resolve(path)
+        if why is None and isinstance(obj, language().tl.dtype):
+            return canonical, False
+    return None, False
+
+
+def _default(node: ast.expr, checker: _Checker) -> ast.expr:
+    """A parameter's default, which must be a constant, a tl dtype or ``tl.constexpr`` of one."""
+    node = checker.visit(node)
+    if isinstance(node, ast.Call) and _module_path(node.func) == f"{LANGUAGE}.constexpr":
+        node = node.args[0] if len(node.args) == 1 and not node.keywords else node
+    if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
+        return node
+    if isinstance(node, ast.Constant):
+        return node
+    path = _module_path(node)
+    if path and isinstance(language().resolve(path)[0], language().tl.dtype):
+        return node
+    checker.refuse(node, f"a parameter default of {_dotted(node)} (only a constant)")
+    return ast.Constant(None)
+
+
+def check(kernels: dict[str, dict]) -> dict[str, Kernel]:
+    """Each recorded kernel (kid -> {"name", "source", "globals"}) checked and rewritten."""
+    canonical = {
+        kid: f"k{i}_{re.sub(r'[^0-9A-Za-z_]', '_', str(r.get('name', 'kernel')))[:60]}"
+        for i, (kid, r) in enumerate(kernels.items())
+    }
+    out = {}
+    for kid, rec in kernels.items():
+        name = str(rec.get("name", kid))
+        kernel = Kernel(kid, name, canonical[kid])
+        out[kid] = kernel
+        source, globals_ = rec.get("source"), rec.get("globals")
+        if not isinstance(source, str) or not isinstance(globals_, dict):
+            kernel.reasons.append(f"kernel {name}: no source was recorded")
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(source))
+        except (SyntaxError, ValueError) as exc:
+            kernel.reasons.append(f"kernel {name}: its source does not parse ({exc})")
+            continue
+        if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+            kernel.reasons.append(f"kernel {name}: its source is not one function definition")
+            continue
+        fn = tree.body[0]
+        checker = _Checker(kernel, globals_, canonical)
+        args = fn.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+            checker.refuse(fn, "takes *args, **kwargs or keyword-only parameters")
+        checker.local = _locals(fn)
+        for taken in sorted(checker.local & ({"tl", "triton"} | set(canonical.values()))):
+            checker.refuse(fn, f"a local named {taken} (the canonical source's own name)")
+        params = []
+        for arg in args.args:
+            if arg.arg.startswith("__"):
+                checker.refuse(fn, f"a parameter named {arg.arg}")
+            annotation, constexpr = _annotation(arg.annotation, checker)
+            params.append(ast.arg(arg.arg, annotation))
+            kernel.params.append(arg.arg)
+            if constexpr:
+                kernel.constexprs.add(arg.arg)
+        defaults = [_default(d, checker) for d in args.defaults]
+        body = []
+        for stmt in fn.body:
+            if not isinstance(stmt, _STATEMENTS):
+                checker.refuse(stmt, f"{type(stmt).__name__} is not allowed in a Triton kernel")
+                continue
+            body.append(checker.visit(stmt))
+        fn.name, fn.decorator_list, fn.returns, fn.body = kernel.canonical, [], None, body
+        fn.args = ast.arguments(
+            posonlyargs=[], args=params, kwonlyargs=[], kw_defaults=[], defaults=defaults
+        )
+        fn.body = fn.body or [ast.Pass()]
+        kernel.tree = ast.fix_missing_locations(fn)
+        kernel.reasons = list(dict.fromkeys(kernel.reasons))
+    return out
+
+
+HEADER = (
+    "# The kernels of one candidate's program, checked and rewritten by stillroom "
+    "(stillroom/kernels/kernel_source.py).\n# Run in a namespace holding tl (triton.language), "
+    "triton and a few builtins only.\n"
+)
+
+
+def source(kernels: list[Kernel]) -> str:
+    """The canonical module source of ``kernels`` (checked, none refused)."""
+    return HEADER + "\n\n".join(ast.unparse(k.tree) for k in kernels) + "\n"
+
+
+# The instrumentation's names: a kernel's own names never start with "__" (refused above).
+COUNT, LOOP, LOOP_END, ITERATION = "__sr_count", "__sr_loop", "__sr_loop_end", "__sr_iteration"
+
+
+def operations(node: ast.AST) -> int:
+    """Operations of an expression or simple statement: one per call and per arithmetic,
+    comparison, boolean or conditional operation (the rule reward's instruction estimate)."""
+    return sum(
+        isinstance(n, (ast.Call, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp))
+        for n in ast.walk(node)
+    )
+
+
+class _Instrument(ast.NodeTransformer):
+    """Counts each statement's operations as it runs; a loop whose bounds are not all
+    compile-time values counts its body once (it stays a loop when compiled), a
+    ``tl.static_range`` or a loop over constants every iteration (it is unrolled)."""
+
+    def __init__(self):
+        self.loops = 0
+
+    @staticmethod
+    def count(n: int, like: ast.AST) -> ast.stmt:
+        call = ast.Call(ast.Name(COUNT, ast.Load()), [ast.Constant(n)], [])
+        return ast.copy_location(ast.Expr(call), like)
+
+    def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out = []
+        for stmt in stmts:
+            visited = self.visit(stmt)
+            out += visited if isinstance(visited, list) else [visited]
+        return out
+
+    def generic_visit(self, node):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr, ast.Return, ast.Assert)):
+            n = operations(node)
+            return [self.count(n, node), node] if n else [node]
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef):
+        node.body = self.block(node.body)
+        return node
+
+    def visit_If(self, node: ast.If):
+        node.body, node.orelse = self.block(node.body), self.block(node.orelse)
+        return [self.count(operations(node.test), node), node]
+
+    def visit_For(self, node: ast.For):
+        ident = self.loops
+        self.loops += 1
+        node.body = self.block(node.body)
+        before = [self.count(operations(node.iter), node)]
+        it = node.iter
+        kind = RANGES.get(_dotted(it.func)) if isinstance(it, ast.Call) else None
+        if kind is not None:
+            node.iter = ast.Call(
+                ast.Name(LOOP, ast.Load()),
+                [ast.Constant(ident), ast.Constant(kind), *it.args],
+                it.keywords,
+            )
+        end = ast.Expr(ast.Call(ast.Name(LOOP_END, ast.Load()), [ast.Constant(ident)], []))
+        return [*before, node, ast.copy_location(end, node)]
+
+    def visit_While(self, node: ast.While):
+        ident = self.loops
+        self.loops += 1
+        step = ast.Expr(ast.Call(ast.Name(ITERATION, ast.Load()), [ast.Constant(ident)], []))
+        node.body = [ast.copy_location(step, node), *self.block(node.body)]
+        end = ast.Expr(ast.Call(ast.Name(LOOP_END, ast.Load()), [ast.Constant(ident)], []))
+        return [self.count(operations(node.test), node), node, ast.copy_location(end, node)]
+
+
+def instrument(kernels: list[Kernel]) -> str:
+    """The canonical source with the analysis's counters (replay.Analysis) in it."""
+    import copy
+
+    trees = []
+    for k in kernels:
+        tree = _Instrument().visit(copy.deepcopy(k.tree))
+        trees.append(ast.fix_missing_locations(tree))
+    return HEADER + "\n\n".join(ast.unparse(t) for t in trees) + "\n"
