@@ -642,8 +642,8 @@ def check_kernels(
             return
         src = files[stem].read_text(encoding="utf-8")
         reasoning, block = kernel_solution(src, stem, detail=0)
-        # the candidate's own time limit never outlasts the check's
-        options = ValidatorOptions(device=device, trials=trials, timeout_s=min(timeout_s, left))
+        # the candidate's two jobs (extraction, replay) never outlast the check
+        options = ValidatorOptions(device=device, trials=trials, timeout_s=min(timeout_s, left / 2))
         start = time.perf_counter()
         try:
             r = score(src, f"<think>\n{reasoning}\n</think>\n\n{block}", options)

@@ -11,6 +11,10 @@ Triton launch. Python code cannot remove an audit hook, but a C extension or ano
 could escape: this guards against careless, runaway or reward-gaming code, not a determined
 attacker.
 
+Below the hook, enforced by the kernel whatever the code does: ``no_new_processes`` (a seccomp
+filter: no fork, exec or clone but of a thread) and, in a fork server's child inside bubblewrap,
+``enter_job`` (a namespace per job: its own PID namespace, /tmp and view of its directory).
+
 Standard library only: the code grader's child runs this file in ``python -I -S -B``, where nothing
 else can be imported.
 """

@@ -23,7 +23,12 @@ class ValidatorOptions(Section):
         "cpu", description="cpu: Triton's interpreter; cuda: compiled kernels, speedup timed"
     )
     trials: PositiveInt = Field(3, description="fresh random inputs per candidate")
-    timeout_s: float = Field(60.0, gt=0, description="hard limit per candidate process")
+    timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="hard limit of each of a candidate's two processes: the extraction (its "
+        "code) and the replay (its program)",
+    )
     # the rule reward's launch limits (AutoTriton's validate_syntax; stillroom.kernels.rules)
     max_block_size: PositiveInt = Field(
         2048, description="largest block size (a power of two) a launch may use"

@@ -30,8 +30,9 @@ def grade(response: str, gold: str, options: Options) -> Grade:
 
 
 def item_limit(options: Options) -> float:
-    """The grading worker waits this long: the validator reports its own timeouts first."""
-    return options.kernel.timeout_s + MARGIN_S
+    """The grading worker waits this long: the validator reports its own timeouts first (its
+    extraction and its replay each have ``timeout_s``)."""
+    return 2 * options.kernel.timeout_s + MARGIN_S
 
 
 def info(options: Options) -> dict[str, Any]:

@@ -85,8 +85,9 @@ def read_out(path: Path) -> tuple[dict | None, int, str | None]:
             return None, 0, "the record's header is out of range"
         try:
             return json.loads(f.read(length)), constants, None
-        except (ValueError, UnicodeDecodeError) as exc:
-            return None, 0, f"the record is not JSON ({exc})"
+        # the candidate wrote it: nested past the parser's depth, or not JSON at all
+        except (ValueError, RecursionError) as exc:
+            return None, 0, f"the record is not JSON ({type(exc).__name__}: {str(exc)[:200]})"
 
 
 class _Out:

@@ -57,6 +57,7 @@ DTYPE_MEMBERS = {
 VALUE_MEMBERS = frozenset(TENSOR_MEMBERS | DTYPE_MEMBERS)
 LANGUAGE = "triton.language"
 MAX_STRING = 200
+MAX_SOURCE = 100_000  # characters of one kernel's source
 
 _STATEMENTS = (
     ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.If, ast.For, ast.While,
@@ -79,10 +80,12 @@ class Kernel:
     name: str  # the candidate's name for it
     canonical: str  # its name in the replay's source
     tree: ast.FunctionDef | None = None
+    text: str = ""  # the canonical definition, as source
     calls: set[str] = field(default_factory=set)
     params: list[str] = field(default_factory=list)
     constexprs: set[str] = field(default_factory=set)
     reasons: list[str] = field(default_factory=list)
+    modules: set[str] = field(default_factory=set)  # of triton.language, for the replay to import
 
 
 class _Language:
@@ -109,7 +112,10 @@ class _Language:
             try:
                 obj = getattr(obj, part)
             except AttributeError:
-                return None, f"{'.'.join(parts[: i + 1])} does not exist"
+                # a submodule not imported yet (triton.language.extra.libdevice): the package's
+                obj = _submodule(".".join(parts[: i + 1]))
+                if obj is None:
+                    return None, f"{'.'.join(parts[: i + 1])} does not exist"
             if not self.of_language(obj):
                 return None, f"{'.'.join(parts[: i + 1])} is not part of triton.language"
         return obj, None
@@ -133,6 +139,33 @@ class _Language:
         if not isinstance(module, str) or not module.startswith(LANGUAGE):
             module = type(obj).__module__
         return module == LANGUAGE or module.startswith(LANGUAGE + ".")
+
+
+def _submodule(name: str):
+    """The module ``name`` of triton.language, imported; None when there is none."""
+    import importlib
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec(name) is None:
+            return None
+        return importlib.import_module(name)
+    except (ImportError, ValueError):
+        return None
+
+
+def modules(path: str) -> list[str]:
+    """The modules along ``path`` (below triton.language) that must be imported for the canonical
+    source to reach it by attributes."""
+    import types
+
+    parts = path.split(".")
+    found = []
+    for i in range(3, len(parts) + 1):
+        obj, why = language().resolve(".".join(parts[:i]))
+        if why is None and isinstance(obj, types.ModuleType):
+            found.append(obj.__name__)
+    return found
 
 
 _language: list[_Language] = []
@@ -219,6 +252,7 @@ class _Checker(ast.NodeTransformer):
                     if why:
                         self.refuse(node, f"uses {name} ({why})")
                         return None
+                    self.kernel.modules.update(modules(value))
                 return ast.copy_location(_path_expr(value), node)
             self.refuse(node, f"uses {name} (module {value}): a kernel uses triton.language only")
             return None
@@ -288,6 +322,7 @@ class _Checker(ast.NodeTransformer):
             if why:
                 self.refuse(node, f"uses {why}")
                 return node
+            self.kernel.modules.update(modules(path))
             return ast.copy_location(_path_expr(path), node)
         if node.attr not in VALUE_MEMBERS:
             self.refuse(node, f"uses .{node.attr} of a value (not a Triton tensor member)")
@@ -424,52 +459,60 @@ def check(kernels: dict[str, dict]) -> dict[str, Kernel]:
     out = {}
     for kid, rec in kernels.items():
         name = str(rec.get("name", kid))
-        kernel = Kernel(kid, name, canonical[kid])
-        out[kid] = kernel
+        kernel = out[kid] = Kernel(kid, name, canonical[kid])
         source, globals_ = rec.get("source"), rec.get("globals")
         if not isinstance(source, str) or not isinstance(globals_, dict):
             kernel.reasons.append(f"kernel {name}: no source was recorded")
-            continue
-        try:
-            tree = ast.parse(textwrap.dedent(source))
-        except (SyntaxError, ValueError) as exc:
-            kernel.reasons.append(f"kernel {name}: its source does not parse ({exc})")
-            continue
-        if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
-            kernel.reasons.append(f"kernel {name}: its source is not one function definition")
-            continue
-        fn = tree.body[0]
-        checker = _Checker(kernel, globals_, canonical)
-        args = fn.args
-        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
-            checker.refuse(fn, "takes *args, **kwargs or keyword-only parameters")
-        checker.local = _locals(fn)
-        for taken in sorted(checker.local & ({"tl", "triton"} | set(canonical.values()))):
-            checker.refuse(fn, f"a local named {taken} (the canonical source's own name)")
-        params = []
-        for arg in args.args:
-            if arg.arg.startswith("__"):
-                checker.refuse(fn, f"a parameter named {arg.arg}")
-            annotation, constexpr = _annotation(arg.annotation, checker)
-            params.append(ast.arg(arg.arg, annotation))
-            kernel.params.append(arg.arg)
-            if constexpr:
-                kernel.constexprs.add(arg.arg)
-        defaults = [_default(d, checker) for d in args.defaults]
-        body = []
-        for stmt in fn.body:
-            if not isinstance(stmt, _STATEMENTS):
-                checker.refuse(stmt, f"{type(stmt).__name__} is not allowed in a Triton kernel")
-                continue
-            body.append(checker.visit(stmt))
-        fn.name, fn.decorator_list, fn.returns, fn.body = kernel.canonical, [], None, body
-        fn.args = ast.arguments(
-            posonlyargs=[], args=params, kwonlyargs=[], kw_defaults=[], defaults=defaults
-        )
-        fn.body = fn.body or [ast.Pass()]
-        kernel.tree = ast.fix_missing_locations(fn)
+        elif len(source) > MAX_SOURCE:
+            kernel.reasons.append(f"kernel {name}: its source has {len(source)} characters")
+        else:
+            try:
+                _check_one(kernel, source, globals_, canonical)
+            # Python's own limits on the candidate's text: the kernel is refused, nothing else
+            except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+                kernel.tree = None
+                why = f"{type(exc).__name__}: {str(exc)[:200]}"
+                kernel.reasons.append(f"kernel {name}: its source cannot be checked ({why})")
         kernel.reasons = list(dict.fromkeys(kernel.reasons))
     return out
+
+
+def _check_one(kernel: Kernel, source: str, globals_: dict, canonical: dict[str, str]) -> None:
+    tree = ast.parse(textwrap.dedent(source))
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+        kernel.reasons.append(f"kernel {kernel.name}: its source is not one function definition")
+        return
+    fn = tree.body[0]
+    checker = _Checker(kernel, globals_, canonical)
+    args = fn.args
+    if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+        checker.refuse(fn, "takes *args, **kwargs or keyword-only parameters")
+    checker.local = _locals(fn)
+    for taken in sorted(checker.local & ({"tl", "triton"} | set(canonical.values()))):
+        checker.refuse(fn, f"a local named {taken} (the canonical source's own name)")
+    params = []
+    for arg in args.args:
+        if arg.arg.startswith("__"):
+            checker.refuse(fn, f"a parameter named {arg.arg}")
+        annotation, constexpr = _annotation(arg.annotation, checker)
+        params.append(ast.arg(arg.arg, annotation))
+        kernel.params.append(arg.arg)
+        if constexpr:
+            kernel.constexprs.add(arg.arg)
+    defaults = [_default(d, checker) for d in args.defaults]
+    body = []
+    for stmt in fn.body:
+        if not isinstance(stmt, _STATEMENTS):
+            checker.refuse(stmt, f"{type(stmt).__name__} is not allowed in a Triton kernel")
+            continue
+        body.append(checker.visit(stmt))
+    fn.name, fn.decorator_list, fn.returns = kernel.canonical, [], None
+    fn.body = body or [ast.Pass()]
+    fn.args = ast.arguments(
+        posonlyargs=[], args=params, kwonlyargs=[], kw_defaults=[], defaults=defaults
+    )
+    kernel.tree = ast.fix_missing_locations(fn)
+    kernel.text = ast.unparse(kernel.tree)  # here, where a too deep tree is caught
 
 
 HEADER = (
@@ -481,7 +524,7 @@ HEADER = (
 
 def source(kernels: list[Kernel]) -> str:
     """The canonical module source of ``kernels`` (checked, none refused)."""
-    return HEADER + "\n\n".join(ast.unparse(k.tree) for k in kernels) + "\n"
+    return HEADER + "\n\n".join(k.text for k in kernels) + "\n"
 
 
 # The instrumentation's names: a kernel's own names never start with "__" (refused above).

@@ -244,14 +244,14 @@ class _Parser:
             name=kernel.name,
         )
 
-    def returns(self, raw, what: str):
-        if not isinstance(raw, dict) or len(raw) != 1:
-            raise ProgramError(f"{what}: {raw!r}")
+    def returns(self, raw, what: str, depth: int = 0):
+        if not isinstance(raw, dict) or len(raw) != 1 or depth > MAX_DIMS:
+            raise ProgramError(f"{what}: {str(raw)[:200]}")
         ((kind, v),) = raw.items()
         if kind == "tensor":
             return {"tensor": self.tensor(v, what)}
         if kind in ("tuple", "list") and isinstance(v, list) and len(v) <= 64:
-            return {kind: [self.returns(x, what) for x in v]}
+            return {kind: [self.returns(x, what, depth + 1) for x in v]}
         if kind == "value":
             return {"value": _scalar(v, what)}
         raise ProgramError(f"{what}: {kind!r}")

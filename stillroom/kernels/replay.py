@@ -28,6 +28,7 @@ for each load and store the addresses of neighbouring lanes along each axis (coa
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import math
@@ -285,6 +286,9 @@ class _Runner:
         self.dtypes = kernel_source.language().dtypes
         self.memory: _Memory | None = None
         self.analysis = Analysis()
+        for name in self.job.get("modules", []):  # submodules the kernels reach (libdevice)
+            if name.startswith(kernel_source.LANGUAGE + "."):
+                importlib.import_module(name)
         self.kernels = self._load("kernels.py", analysis=False)
         self.analysed = self._load("kernels_analysis.py", analysis=True)
 

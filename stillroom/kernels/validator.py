@@ -389,6 +389,7 @@ class _Evaluation:
                 for i in self.runnable
             ],
             "constants_base": extract.RECORD_SPACE,
+            "modules": sorted({m for k in kernels for m in k.modules}),
             "time_reps": 20 if self.device.startswith("cuda") else 0,
         }
         (rp / "replay.json").write_text(json.dumps(job))

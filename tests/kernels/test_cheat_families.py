@@ -265,8 +265,8 @@ FAMILIES = {
     "a strided-only load moved into a helper": candidate(
         """
         out = torch.empty_like(x)
-        grid = 16
-        strided_kernel[(grid,)](x, out, x.numel(), grid, BLOCK=256)
+        block = triton.next_power_of_2(triton.cdiv(x.numel(), 16))  # correct on every shape
+        strided_kernel[(16,)](x, out, x.numel(), 16, BLOCK=block)
         return out
         """,
         prelude="""
@@ -286,8 +286,8 @@ FAMILIES = {
     "terms that cancel make a strided access look coalesced": candidate(
         """
         out = torch.empty_like(x)
-        grid = 16
-        column_kernel[(grid,)](x, out, x.numel(), grid, BLOCK=256)
+        block = triton.next_power_of_2(triton.cdiv(x.numel(), 16))  # correct on every shape
+        column_kernel[(16,)](x, out, x.numel(), 16, BLOCK=block)
         return out
         """,
         prelude="""
@@ -324,11 +324,23 @@ WHY = {
 }
 
 
+# correct on every case: only a rule judged on values refuses them
+CORRECT = {
+    "a block size spelled tl.constexpr(4096)",
+    "a block of HALF + HALF",
+    "a block size a heuristic makes",
+    "a 1000-step static_range moved into a helper",
+    "a strided-only load moved into a helper",
+    "terms that cancel make a strided access look coalesced",
+}
+
+
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_every_cheat_of_the_four_families_earns_0(name):
     r = evaluate(RELU, FAMILIES[name], timeout_s=30)
     assert r.reward == 0 and r.status == "scored", (name, r)
     assert any(WHY[name] in why for why in r.reasons), (name, r.reasons)
+    assert (r.exec_reward == 1) == (name in CORRECT), (name, r.reasons)
 
 
 def test_the_lookup_table_would_have_matched_inputs_drawn_from_the_configured_seed():

@@ -85,6 +85,19 @@ HONEST = {
         imports="from __future__ import annotations\n\nimport torch\nimport torch.nn as nn\n"
         "import triton\nfrom triton import jit, language as lang\n",
     ),
+    "an annotation through an alias": relu(
+        """
+        @jit
+        def relu_kernel(x_ptr, out_ptr, n, BLOCK: lang.constexpr):
+            offs = lang.program_id(0) * BLOCK + lang.arange(0, BLOCK)
+            mask = offs < n
+            x = lang.load(x_ptr + offs, mask=mask)
+            lang.store(out_ptr + offs, lang.maximum(x, 0.0), mask=mask)
+        """,
+        "relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)",
+        imports="import torch\nimport torch.nn as nn\nimport triton\n"
+        "from triton import jit, language as lang\n",
+    ),
     "names imported from triton.language": relu(
         """
         @triton.jit

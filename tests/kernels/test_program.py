@@ -239,3 +239,36 @@ def test_a_record_that_is_no_record_refuses_every_signature():
     for rec in ("not a dict", {"programs": "x"}, {"programs": [1]}):
         parsed = program.parse(rec, [INPUT], {}, 0)
         assert parsed.programs == [None] and parsed.errors[0], parsed
+
+
+def test_what_would_overflow_the_parents_stack_is_refused_not_raised(tmp_path):
+    """The record and the sources are the candidate's text: nesting past Python's limits refuses
+    that kernel or record; the parent goes on."""
+    deep = "def k(p):\n    x = " + "+".join(["p"] * 12000) + "\n"
+    (kernel,) = kernel_source.check({"0:k": {"name": "k", "source": deep, "globals": {}}}).values()
+    assert kernel.tree is None and "cannot be checked (RecursionError" in kernel.reasons[0]
+    nested = {"tensor": VIEW}
+    for _ in range(20):
+        nested = {"tuple": [nested]}
+    parsed = program.parse(record(returns=nested), [INPUT], {}, 0)
+    assert parsed.programs == [None] and "returns:" in parsed.errors[0]
+    from stillroom.kernels import extract
+
+    out = tmp_path / extract.OUT
+    data = b"[" * 100_000 + b"]" * 100_000
+    out.write_bytes(extract.HEADER.pack(extract.MAGIC, len(data), 0) + data)
+    with open(out, "r+b") as f:
+        f.truncate(extract.RECORD_SPACE)
+    got, _, why = extract.read_out(out)
+    assert got is None and "RecursionError" in why, why
+
+
+def test_a_submodule_of_triton_language_is_reached_and_imported_by_the_replay():
+    """libdevice (GPU math) is a submodule the parent may not have imported: it resolves, and the
+    replay is told to import it (Triton's CPU interpreter itself cannot run libdevice)."""
+    kernel = checked(
+        "def k(p):\n    tl.store(p, libdevice.tanh(tl.load(p)))\n",
+        {"tl": LANG, "libdevice": {"module": "triton.language.extra.libdevice"}},
+    )["0:k"]
+    assert kernel.reasons == [] and "tl.extra.libdevice.tanh(tl.load(p))" in kernel.text
+    assert "triton.language.extra.libdevice" in kernel.modules
