@@ -30,11 +30,8 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
-import json
-import mmap
 import os
 import resource
-import struct
 import sys
 import textwrap
 import traceback
@@ -46,7 +43,6 @@ from . import channel
 MEMORY_LIMIT_BYTES = 8 << 30  # address space on CPU: torch and triton take ~3 GiB of it
 FILE_LIMIT_BYTES = 0  # this process writes no file: its output goes through out.bin's mapping
 OUT = "out.bin"
-HEADER = struct.Struct("<8sQQ")  # magic, record length, constants length
 MAGIC = b"SRPROG01"
 RECORD_SPACE = 32 << 20  # bytes of out.bin kept for the record's JSON; the constants follow
 MAX_CONSTANT_BYTES = 1 << 30
@@ -73,57 +69,13 @@ def out_size(input_bytes: int, state_bytes: int) -> int:
 
 def read_out(path: Path) -> tuple[dict | None, int, str | None]:
     """(record, constants length, why not) from an out.bin the extraction wrote (or did not)."""
-    with open(path, "rb") as f:
-        head = f.read(HEADER.size)
-        if len(head) < HEADER.size:
-            return None, 0, "no record was written"
-        magic, length, constants = HEADER.unpack(head)
-        if magic != MAGIC:
-            return None, 0, "no record was written"
-        size = os.fstat(f.fileno()).st_size
-        if length > RECORD_SPACE - HEADER.size or constants > size - RECORD_SPACE:
-            return None, 0, "the record's header is out of range"
-        try:
-            return json.loads(f.read(length)), constants, None
-        # the candidate wrote it: nested past the parser's depth, or not JSON at all
-        except (ValueError, RecursionError) as exc:
-            return None, 0, f"the record is not JSON ({type(exc).__name__}: {str(exc)[:200]})"
-
-
-class _Out:
-    """out.bin, mapped: the constants written as they come, the record last."""
-
-    def __init__(self, path: Path):
-        fd = os.open(path, os.O_RDWR)
-        try:
-            self.map = mmap.mmap(fd, 0, access=mmap.ACCESS_WRITE)
-        finally:
-            os.close(fd)
-        self.used = 0
-
-    def constant(self, data: memoryview) -> int:
-        """Store bytes of a constant; its offset in the constants region."""
-        room = len(self.map) - RECORD_SPACE
-        if self.used + len(data) > room:
-            raise ValueError(f"the program's constants exceed {room} bytes")
-        offset = self.used
-        self.map[RECORD_SPACE + offset : RECORD_SPACE + offset + len(data)] = data
-        self.used += len(data)
-        return offset
-
-    def finish(self, record: dict) -> None:
-        data = json.dumps(record, default=repr).encode()
-        if len(data) > RECORD_SPACE - HEADER.size:
-            data = json.dumps({"error": f"the record takes {len(data)} bytes"}).encode()
-        self.map[HEADER.size : HEADER.size + len(data)] = data
-        # a shared mapping: the parent reads these pages once this process has ended
-        self.map[: HEADER.size] = HEADER.pack(MAGIC, len(data), self.used)
+    return channel.Report.read(path, MAGIC, RECORD_SPACE)
 
 
 class _Recorder:
     """The program of one forward, as it runs."""
 
-    def __init__(self, out: _Out, kernels: _Kernels):
+    def __init__(self, out: channel.Report, kernels: _Kernels):
         self.out, self.kernels = out, kernels
         self.storages: list[dict] = []
         self.roots: dict[int, int] = {}  # storage data_ptr -> index
@@ -150,7 +102,7 @@ class _Recorder:
         import torch
 
         raw = torch.empty(0, dtype=torch.uint8).set_(data).numpy().data if data.nbytes() else b""
-        offset = self.out.constant(memoryview(raw))
+        offset = self.out.append(memoryview(raw))
         return self.root(storage, {"kind": "constant", "offset": offset})
 
     def tensor(self, t) -> dict:
@@ -431,7 +383,7 @@ def main(scratch: str, device: str, started=None) -> None:
         torch.cuda.set_device(torch.device(device))
     job = torch.load(work / "job.pt", weights_only=True, mmap=True)
     data = channel.Mapping(work / channel.EXTRACT, writable=False)
-    out = _Out(work / OUT)
+    out = channel.Report(work / OUT, MAGIC, RECORD_SPACE)
     kernels = _Kernels()
     record: dict = {"stage": "import", "error": None, "programs": [], "kernels": kernels.records}
     _patch_launches()

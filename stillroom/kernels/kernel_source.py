@@ -247,13 +247,7 @@ class _Checker(ast.NodeTransformer):
         ((kind, value),) = entry.items()
         if kind == "module":
             if value == "triton" or value == LANGUAGE or str(value).startswith(LANGUAGE + "."):
-                if value not in ("triton", LANGUAGE):
-                    _, why = language().resolve(value)
-                    if why:
-                        self.refuse(node, f"uses {name} ({why})")
-                        return None
-                    self.kernel.modules.update(modules(value))
-                return ast.copy_location(_path_expr(value), node)
+                return self.language_path(node, str(value), name)
             self.refuse(node, f"uses {name} (module {value}): a kernel uses triton.language only")
             return None
         if kind == "language":  # an object of triton.language imported by name
@@ -289,6 +283,18 @@ class _Checker(ast.NodeTransformer):
         )
         return None
 
+    def language_path(self, node: ast.AST, path: str, name: str | None) -> ast.expr | None:
+        """The canonical expression of ``path`` (``triton``, or under triton.language, checked
+        on the real module); None (refused) where it leads outside. ``name``: the candidate's
+        name for it, in the reason."""
+        if path not in ("triton", LANGUAGE):
+            _, why = language().resolve(path)
+            if why:
+                self.refuse(node, f"uses {name} ({why})" if name else f"uses {why}")
+                return None
+            self.kernel.modules.update(modules(path))
+        return ast.copy_location(_path_expr(path), node)
+
     def generic_visit(self, node):
         if not isinstance(node, _STATEMENTS + _EXPRESSIONS):
             self.refuse(node, f"{type(node).__name__} is not allowed in a Triton kernel")
@@ -318,12 +324,7 @@ class _Checker(ast.NodeTransformer):
             if not (path == LANGUAGE or path.startswith(LANGUAGE + ".")):
                 self.refuse(node, f"uses {path}: below triton, only triton.language")
                 return node
-            _, why = language().resolve(path)
-            if why:
-                self.refuse(node, f"uses {why}")
-                return node
-            self.kernel.modules.update(modules(path))
-            return ast.copy_location(_path_expr(path), node)
+            return self.language_path(node, path, None) or node
         if node.attr not in VALUE_MEMBERS:
             self.refuse(node, f"uses .{node.attr} of a value (not a Triton tensor member)")
         return node

@@ -32,9 +32,7 @@ import importlib
 import inspect
 import json
 import math
-import mmap
 import os
-import struct
 import sys
 import time
 import traceback
@@ -45,7 +43,6 @@ from . import channel, kernel_source
 
 RESULT = "result.bin"
 RESULT_BYTES = 16 << 20
-RESULT_HEADER = struct.Struct("<8sQ")
 RESULT_MAGIC = b"SRREPL01"
 MEMORY_LIMIT_BYTES = 8 << 30
 MAX_ACCESS_SITES = 256
@@ -55,33 +52,8 @@ GPU_EVENTS = {"subprocess.Popen", "_posixsubprocess.fork_exec", "os.posix_spawn"
 
 
 def read_result(path: Path) -> tuple[dict | None, str | None]:
-    with open(path, "rb") as f:
-        magic, length = RESULT_HEADER.unpack(f.read(RESULT_HEADER.size))
-        if magic != RESULT_MAGIC or length > RESULT_BYTES:
-            return None, "no result was written"
-        try:
-            return json.loads(f.read(length)), None
-        except ValueError as exc:
-            return None, f"the result is not JSON ({exc})"
-
-
-class _Result:
-    """result.bin, mapped before the audit hook: the result is written through it, last."""
-
-    def __init__(self, path: Path):
-        fd = os.open(path, os.O_RDWR)
-        try:
-            self.map = mmap.mmap(fd, 0, access=mmap.ACCESS_WRITE)
-        finally:
-            os.close(fd)
-
-    def write(self, result: dict) -> None:
-        data = json.dumps(result, default=repr).encode()
-        if len(data) > len(self.map) - RESULT_HEADER.size:
-            data = json.dumps({"error": f"the result takes {len(data)} bytes"}).encode()
-        self.map[RESULT_HEADER.size : RESULT_HEADER.size + len(data)] = data
-        # a shared mapping: the parent reads these pages once this process has ended
-        self.map[: RESULT_HEADER.size] = RESULT_HEADER.pack(RESULT_MAGIC, len(data))
+    result, _, why = channel.Report.read(path, RESULT_MAGIC, RESULT_BYTES)
+    return result, why
 
 
 class ReplayError(Exception):
@@ -583,14 +555,14 @@ def main(scratch: str, device: str, started=None) -> None:
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     result: dict = {"cases": [], "analysed": {}, "chosen": {}, "seconds": None, "error": None}
-    written = _Result(work / RESULT)
+    written = channel.Report(work / RESULT, RESULT_MAGIC, RESULT_BYTES)
     try:
         runner = _Runner(work, device)
         if device == "cpu":
             runner._memory()
     except Exception as exc:  # noqa: BLE001 - the replay could not even start: the harness's
         result["error"] = f"harness: {_message(exc)}"
-        written.write(result)
+        written.finish(result)
         os._exit(0)
     mapping = channel.Mapping(work / channel.FILE, writable=True)
     if device == "cpu":
@@ -629,7 +601,7 @@ def main(scratch: str, device: str, started=None) -> None:
         result["cases"].append(why)
     if device.startswith("cuda") and runner.job.get("time_reps") and first_inputs is not None:
         result["seconds"] = _time(runner, first_inputs, mapping, runner.job["time_reps"])
-    written.write(result)
+    written.finish(result)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

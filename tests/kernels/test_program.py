@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from stillroom.kernels import kernel_source, program
+from stillroom.kernels import channel, kernel_source, program
 
 LANG = {"module": "triton.language"}
 
@@ -256,7 +256,7 @@ def test_what_would_overflow_the_parents_stack_is_refused_not_raised(tmp_path):
 
     out = tmp_path / extract.OUT
     data = b"[" * 100_000 + b"]" * 100_000
-    out.write_bytes(extract.HEADER.pack(extract.MAGIC, len(data), 0) + data)
+    out.write_bytes(channel.Report.HEADER.pack(extract.MAGIC, len(data), 0) + data)
     with open(out, "r+b") as f:
         f.truncate(extract.RECORD_SPACE)
     got, _, why = extract.read_out(out)
