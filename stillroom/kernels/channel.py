@@ -1,15 +1,15 @@
-"""The kernel validator's data channel: one file in the job directory carrying every case's inputs
-to the candidate's process and its outputs (and its inputs as they came back) to the parent,
-whatever their size.
+"""The kernel validator's data channels and reports: files in a job directory that the parent
+creates at their full size and the job maps, whatever the size of the data.
 
-The parent (validator.py) plans a region per tensor, creates the file at its full size (it has no
-file-size limit) and writes the inputs in. The worker (worker.py) maps each region of the file
-shared: on CPU the candidate's inputs *are* their regions (an input the candidate modifies is seen
-modified in the file, with no copy), and each output is copied into the region the parent laid out
-for it, after its shape and dtype were checked against that layout. Writes through a mapping never
-extend a file, so the worker's RLIMIT_FSIZE does not apply, and no torch.save of outputs is
-needed. Each region is mapped on its own (page-aligned), so a tensor's storage is its region only,
-not the whole file.
+A channel carries tensors: the extraction's inputs (``EXTRACT``, mapped copy-on-write: nothing the
+candidate does reaches the file), or every case's inputs to the replay and its outputs (and its
+inputs as they came back) to the parent (``FILE``). The parent (validator.py) plans a region per
+tensor, creates the file (it has no file-size limit) and writes the inputs in. On CPU the replay's
+inputs *are* their regions (an input a kernel modifies is seen modified in the file, with no copy),
+and each output is copied into the region laid out for it, after its shape and dtype were checked
+against that layout. Writes through a mapping never extend a file, so a job's RLIMIT_FSIZE does
+not apply. Each region is mapped on its own (page-aligned), so a tensor's storage is its region
+only, not the whole file. A ``Report`` is a job's JSON answer (and the extraction's constants).
 """
 
 from __future__ import annotations
