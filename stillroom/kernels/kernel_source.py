@@ -242,7 +242,7 @@ class _Checker(ast.NodeTransformer):
             self.refuse(node, f"uses {name}, which is not defined for the kernel")
             return None
         if not isinstance(entry, dict) or len(entry) != 1:
-            self.refuse(node, f"uses {name}, reported as {entry!r}")
+            self.refuse(node, f"uses {name}, reported as {repr(entry)[:100]}")
             return None
         ((kind, value),) = entry.items()
         if kind == "module":
@@ -275,7 +275,7 @@ class _Checker(ast.NodeTransformer):
                 ast.Attribute(ast.Name("tl", ast.Load()), language().dtypes[value], ast.Load()),
                 node,
             )
-        what = value if kind == "other" else f"{kind} {value!r}"
+        what = str(value)[:100] if kind == "other" else f"{kind} {repr(value)[:100]}"
         self.refuse(
             node,
             f"uses {name} ({what}): a kernel reads only triton.language, @triton.jit functions "

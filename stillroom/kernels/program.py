@@ -147,7 +147,7 @@ class _Parser:
             return {"kind": "input", "index": index, "nbytes": nbytes}
         if kind == "state":
             name = raw.get("name")
-            if name not in self.state:
+            if not isinstance(name, str) or name not in self.state:
                 raise ProgramError(f"{what}: {name!r} is no parameter or buffer of the model")
             dtype, shape = self.state[name]
             if nbytes != math.prod(shape) * DTYPES[dtype]:
@@ -201,7 +201,7 @@ class _Parser:
         if not isinstance(raw, dict):
             raise ProgramError(f"{what}: not an object")
         kid = raw.get("kernel")
-        kernel = self.checked.get(kid)
+        kernel = self.checked.get(kid) if isinstance(kid, str) else None
         if kernel is None:
             raise ProgramError(f"{what}: kernel {kid!r} was not recorded")
         grid = raw.get("grid")

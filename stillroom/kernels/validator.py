@@ -332,6 +332,8 @@ class _Evaluation:
         if outcome.timed_out:
             return _timeout([f"timed out after {self.timeout_s:g} s (running the candidate)"])
         self.record, self.constants, why = extract.read_out(ex / extract.OUT)
+        if self.record is not None and not isinstance(self.record, dict):
+            self.record, why = None, "the record is not an object"
         if self.record is None:
             return _result(False, False, False, [
                 f"the candidate's process ended ({how}) without a readable record "

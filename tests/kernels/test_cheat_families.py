@@ -391,6 +391,10 @@ def test_forged_records_describe_other_programs_and_earn_what_those_earn():
                        "stride": [256, 1]}
         },
     }  # fmt: skip
+    for junk in ([1, 2], "a string", 3):  # not an object at all: the candidate's failure
+        r = evaluate(RELU, candidate(f"forge({junk!r})", prelude=forge), cases=[])
+        assert r.reward == 0 and r.status == "scored", r
+        assert "without a readable record (the record is not an object)" in r.reasons[0], r
     record = {"programs": [alias], "kernels": {}}
     source = candidate(f"forge({record!r})", prelude=forge)
     r = evaluate(RELU, source, cases=[])

@@ -272,3 +272,30 @@ def test_a_submodule_of_triton_language_is_reached_and_imported_by_the_replay():
     )["0:k"]
     assert kernel.reasons == [] and "tl.extra.libdevice.tanh(tl.load(p))" in kernel.text
     assert "triton.language.extra.libdevice" in kernel.modules
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        {"storages": [["input", 0]]},
+        {"storages": [{"kind": "state", "name": ["w"], "nbytes": 64}]},
+        {
+            "steps": [
+                {"op": "launch", "alternatives": [{"kernel": ["0:k"], "grid": [1], "args": {}}]}
+            ]
+        },
+        {"steps": [launch(grid=["1"])]},
+        {"steps": [launch(args={"x": {"tensor": "everything"}})]},
+        {"steps": [launch(args={"x": [1, 2]})]},
+        {"steps": [{"op": "copy", "dst": None, "src": 3}]},
+        {"returns": {"tensor": {**VIEW, "shape": "4x4"}}},
+        {"returns": [1, 2]},
+    ],
+)
+def test_a_record_of_the_wrong_types_is_refused_never_raised(junk):
+    rec = record(**{k: v for k, v in junk.items()})
+    parsed = program.parse(rec, [INPUT], {"w": ("float32", [4, 4])}, 0)
+    assert parsed.programs == [None] and parsed.errors[0], parsed.errors
+    junk_kernels = {"0:k": {"name": ["k"], "source": 3, "globals": [1]}, "1:h": "x"}
+    parsed = program.parse(record(kernels=junk_kernels, steps=[launch()]), [INPUT], {}, 0)
+    assert parsed.programs == [None] and parsed.reasons, parsed
