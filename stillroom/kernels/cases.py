@@ -48,7 +48,7 @@ def _odd(size: int) -> int:
     return size + 1 if size % 2 == 0 else size + 2
 
 
-def _resized(template: list, sizes: dict[int, int], gen) -> list:
+def resized(template: list, sizes: dict[int, int], gen) -> list:
     """``template`` with each dimension of a size in ``sizes`` changed to its new size."""
     import torch
 
@@ -104,7 +104,7 @@ def generate(
                 )
             )
             picks = [sizes] + [[s] for s in sizes] if len(sizes) > 1 else [[s] for s in sizes]
-            variants = (_resized(template, {s: _odd(s) for s in pick}, gen) for pick in picks)
+            variants = (resized(template, {s: _odd(s) for s in pick}, gen) for pick in picks)
         else:
             raise ValueError(f"unknown test case {name!r}; expected one of {', '.join(CASES)}")
         for inputs in variants:

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from ..config import ValidatorOptions
 from . import channel, extract, kernel_source, launch_rules, program, replay
-from .cases import CASES, _resized, generate
+from .cases import CASES, generate, resized
 from .isolation import ISOLATIONS, Outcome, job_dir
 
 # (rtol, atol) per dtype. On GPU, tl.dot computes fp32 in TF32 by default, hence the looser fp32
@@ -147,6 +147,12 @@ def evaluate(
         device = f"cuda:{torch.cuda.current_device()}"
     if replay_seed is None:
         replay_seed = secrets.randbits(62)
+    elif (
+        isinstance(replay_seed, bool)
+        or not isinstance(replay_seed, int)
+        or not 0 <= replay_seed < 2**62
+    ):
+        raise ValueError(f"replay_seed must be an integer in [0, 2**62), got {replay_seed!r}")
     run = ISOLATIONS[isolation]
     limits = dict(
         max_block_size=max_block_size,
@@ -260,9 +266,9 @@ def _like(base: list, first: list, case: list, gen) -> list:
             for old, new in zip(a.shape, b.shape, strict=True):
                 if old != new:
                     sizes.setdefault(old, new)
-    resized = _resized(base, sizes, gen) if _signature(base) == _signature(first) else None
-    if resized is not None and _signature(resized) == _signature(case):
-        return resized
+    like = resized(base, sizes, gen) if _signature(base) == _signature(first) else None
+    if like is not None and _signature(like) == _signature(case):
+        return like
     out = []  # sizes that do not map one to one: fresh values of the case's shapes
     for x in case:
         if not isinstance(x, torch.Tensor):
@@ -277,11 +283,9 @@ def _like(base: list, first: list, case: list, gen) -> list:
     return out
 
 
-def _state(model) -> dict[str, tuple[str, list[int]]]:
-    return {
-        name: (str(t.dtype).removeprefix("torch."), list(t.shape))
-        for name, t in model.state_dict().items()
-    }
+def _shapes(state: dict) -> dict[str, tuple[str, list[int]]]:
+    """A state dict's dtype and shape per name: what a program's state storages are checked on."""
+    return {name: (str(t.dtype).removeprefix("torch."), list(t.shape)) for name, t in state.items()}
 
 
 def _score(work, candidate_src, built: _Built, device, timeout_s, seed, run, limits):
@@ -348,7 +352,7 @@ class _Evaluation:
         """The record as programs, one per input signature, each kernel through the whitelist."""
         built = self.built
         self.parsed = parsed = program.parse(
-            self.record, self.layouts, _state(built.model), self.constants
+            self.record, self.layouts, _shapes(self.state), self.constants
         )
         self.reasons += parsed.reasons
         self.programs = [p for p in parsed.programs if p is not None]
@@ -375,6 +379,8 @@ class _Evaluation:
             self.layout, size = channel.plan(list(zip(built.inputs, built.expected, strict=True)))
             channel.create(rp / channel.FILE, size)
             _fill(rp / channel.FILE, built.inputs, self.layout)
+            # written again, not linked from the extraction's job.pt: nothing the candidate's
+            # directory held reaches the replay but the constants it recorded
             torch.save(self.state, rp / "state.pt")
             os.link(self.work / "extract" / extract.OUT, rp / "constants.bin")
             _sparse(rp / replay.RESULT, replay.RESULT_BYTES)

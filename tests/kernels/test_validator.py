@@ -520,3 +520,9 @@ def test_a_job_the_extraction_cannot_load_is_the_harness(monkeypatch):
     r = evaluate(RELU, HONEST)
     assert r.status == "harness", r
     assert r.reasons[0].startswith("harness: the extraction ended (exit 1) before the candidate"), r
+
+
+@pytest.mark.parametrize("bad", [-1, 2**62, 1.5, True, "7"])
+def test_a_replay_seed_out_of_range_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match="replay_seed must be an integer in"):
+        evaluate(RELU, HONEST, replay_seed=bad)
