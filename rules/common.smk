@@ -106,6 +106,13 @@ SHARDS = [f"{i:05d}" for i in range(config["generation"]["shards"])]
 RATIOS = [str(r) for r in config["merge"]["ratios"]]
 GRPO = config["grpo"] is not None  # kernel track: GRPO from the fine-tune (rules/grpo.smk)
 MODELS = EXPERIMENT.models  # base, sft, grpo?, merge-<ratio>...
+# The dataset's params (its ablation list is not: adding a selection never rebuilds the fine-tune)
+# and the selections of the dataset ablation, each a model select-<selection> (rules/train.smk).
+DATASET_PARAMS = {
+    **{k: v for k, v in config["dataset"].items() if k != "ablation"},
+    "effort_tag": config["student"]["effort_tag"],
+}
+ABLATION = EXPERIMENT.dataset.ablation
 SELECT_ON = config["merge"]["select_on"]  # the dev split the merge ratio is chosen on, if any
 WEIGHT_HOOKS = config["student"]["weight_hooks"]
 
@@ -133,7 +140,8 @@ wildcard_constraints:
     effort="|".join(EFFORTS),
     teacher=r"[^/]+",
     shard=r"\d{5}",
-    model="base|sft|grpo|merge-[0-9.]+",
+    model="base|sft|grpo|merge-[0-9.]+|select-[a-z]+",
+    selection="|".join(ABLATION) or "none",
     ratio=r"[0-9.]+",
     bench=r"[^/]+",
     budget=r"\d+",
@@ -400,6 +408,7 @@ def cost_artifacts():
         for e in EFFORTS
     }
     train = {f"train{sfx}": f"{R}/ckpt/sft{sfx}" for sfx in STAGE_SUFFIX}  # every stage
+    train |= {f"train-select-{s}": f"{R}/ckpt/select-{s}" for s in ABLATION}
     return {**gen, **train, **grpo, **merges, **evals, **budgets, **per_effort}
 
 

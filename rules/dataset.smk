@@ -1,5 +1,5 @@
-# The SFT dataset: the shortest correct trace per (prompt, effort), effort-tagged
-# (stillroom/stages/dataset.py).
+# The SFT dataset: the traces dataset.select picks per (prompt, effort), effort-tagged; and for each
+# selection of dataset.ablation, its own dataset (stillroom/stages/dataset.py).
 
 
 rule dataset:
@@ -8,7 +8,7 @@ rule dataset:
     output:
         **tracked(dataset=f"{R}/dataset/train.jsonl"),
     params:
-        p=as_json(**config["dataset"], effort_tag=config["student"]["effort_tag"]),
+        p=as_json(**DATASET_PARAMS),
         graded=named(graded_shards()),
     log:
         f"{R}/logs/dataset.log",
@@ -18,3 +18,23 @@ rule dataset:
         ENV
     shell:
         stillroom_cli("dataset", "dataset", "--graded {params.graded} --out-dataset {output.dataset}")
+
+
+rule dataset_ablation:
+    input:
+        list(graded_shards().values()),
+    output:
+        **tracked(dataset=f"{R}/dataset/select-{{selection}}.jsonl"),
+    params:
+        p=lambda wildcards: as_json(**{**DATASET_PARAMS, "select": wildcards.selection}),
+        graded=named(graded_shards()),
+    log:
+        f"{R}/logs/dataset-select-{{selection}}.log",
+    benchmark:
+        timing("dataset_ablation", "{selection}")
+    conda:
+        ENV
+    shell:
+        stillroom_cli(
+            "dataset", "dataset_ablation", "--graded {params.graded} --out-dataset {output.dataset}"
+        )

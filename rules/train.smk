@@ -32,3 +32,32 @@ rule train:
             "--base {input.base} --dataset {input.dataset} --out-model {output.model}"
             + (" --chat-template {input.chat_template:q}" if TRAIN_TEMPLATE else ""),
         )
+
+
+# The dataset ablation (dataset.ablation): the student fine-tuned as sft is, from the base, on each
+# other selection's dataset (ckpt/select-<selection>).
+rule train_ablation:
+    input:
+        base=f"{R}/ckpt/base",
+        dataset=f"{R}/dataset/select-{{selection}}.jsonl",
+        **({"chat_template": repo_path(TRAIN_TEMPLATE)} if TRAIN_TEMPLATE else {}),
+    output:
+        **tracked(model=directory(f"{R}/ckpt/select-{{selection}}")),
+    params:
+        p=as_json(**TRAIN_COMMON, weight_hooks=WEIGHT_HOOKS),
+    threads: 2
+    resources:
+        **train_resources(config),
+    log:
+        f"{R}/logs/train-select-{{selection}}.log",
+    benchmark:
+        f"{R}/timing/train-select-{{selection}}.tsv"
+    conda:
+        ENV
+    shell:
+        stillroom_cli(
+            "train",
+            "train_ablation",
+            "--base {input.base} --dataset {input.dataset} --out-model {output.model}"
+            + (" --chat-template {input.chat_template:q}" if TRAIN_TEMPLATE else ""),
+        )

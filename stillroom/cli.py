@@ -72,7 +72,7 @@ STAGES: dict[str, Stage] = {
         "dataset:build",
         ("graded*",),
         ("dataset",),
-        "shortest correct trace per prompt and effort, effort-tagged",
+        "the traces dataset.select picks per prompt and effort (shortest correct), effort-tagged",
     ),
     "tokenizer": Stage(
         "student:run_tokenizer",

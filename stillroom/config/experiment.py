@@ -63,7 +63,8 @@ class Experiment(Section):
     def models(self) -> list[str]:
         """Every model the tables compare, in table order."""
         grpo = ["grpo"] if self.grpo else []
-        return ["base", "sft", *grpo, *(f"merge-{r}" for r in self.merge.ratios)]
+        ablation = [f"select-{s}" for s in self.dataset.ablation]
+        return ["base", "sft", *ablation, *grpo, *(f"merge-{r}" for r in self.merge.ratios)]
 
     @model_validator(mode="after")
     def _between_sections(self) -> Experiment:
@@ -212,6 +213,11 @@ class Experiment(Section):
 
     def _training_problems(self) -> list[str]:
         problems = []
+        if self.dataset.ablation and self.train.stages:
+            problems.append(
+                "dataset.ablation: each selection is fine-tuned in one run of train's settings; "
+                "with train.stages there is no such run (remove one of the two)"
+            )
         hooks = hooks_problem(self.train.method, self.student.weight_hooks)
         if hooks:
             problems.append(f"student.weight_hooks: {hooks}")

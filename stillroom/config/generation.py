@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from string import Template
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, model_serializer, model_validator
 
@@ -391,10 +391,37 @@ TeacherSpec = Annotated[
 tag("procedural", "openai", "sglang", "hf")
 
 
+# How the SFT dataset picks traces per (prompt, effort): among the correct ones, the shortest, a
+# random one or the longest; every correct one ("all"); or every trace, correct or not
+# ("unfiltered").
+Selection = Literal["shortest", "random", "longest", "all", "unfiltered"]
+SELECTIONS: tuple[str, ...] = get_args(Selection)
+
+
 class DatasetSelection(Section):
-    """The SFT dataset: shortest correct trace per (prompt, effort), effort-tagged."""
+    """The SFT dataset: the traces ``select`` picks per (prompt, effort), effort-tagged."""
 
     default_effort: Effort
     untagged_fraction: Probability = Field(
         description="default-effort examples left untagged, so untagged behaviour stays the default"
     )
+    select: Selection = Field(
+        "shortest",
+        description="traces per (prompt, effort): shortest, random or longest correct one, all "
+        "correct ones, or unfiltered (every trace, correct or not)",
+    )
+    ablation: list[Selection] = Field(
+        [],
+        description="other selections, each trained into a model select-<selection> (the student "
+        "fine-tuned as sft is, from the base, on that dataset) and compared in every table",
+    )
+
+    @model_validator(mode="after")
+    def _ablation(self) -> DatasetSelection:
+        if len(set(self.ablation)) != len(self.ablation):
+            raise ValueError(f"ablation: each selection may be listed once, got {self.ablation}")
+        if self.select in self.ablation:
+            raise ValueError(
+                f"ablation: '{self.select}' is dataset.select, the fine-tune itself (sft)"
+            )
+        return self

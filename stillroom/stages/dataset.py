@@ -1,4 +1,6 @@
-"""Rule dataset: the SFT dataset, the shortest correct trace per (prompt, effort), effort-tagged.
+"""Rules dataset and dataset_ablation: the SFT dataset, the traces ``dataset.select`` picks per
+(prompt, effort) (by default the shortest correct one), effort-tagged; the ablation's datasets pick
+them another way.
 
 Every example carries the student's own effort syntax in a system turn, except a fraction of the
 default-effort examples left untagged (half, in the distillation recipe), so that the untagged
@@ -35,6 +37,17 @@ class Params(DatasetSelection):
     effort_tag: str = Field(pattern=r"\$effort")
 
 
+def _rank(select: str, seed: int, rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A trace's place among its slot's candidates, lowest picked first; ties broken by sample
+    index so that every choice is reproducible."""
+    tokens, index = rec["completion_tokens"], rec["sample_index"]
+    if select == "longest":
+        return (-tokens, index)
+    if select == "random":  # a draw per trace, fixed by the seed and the trace's key
+        return (bucket(f"{seed}:select:{rec['key']}", 1 << 30), index)
+    return (tokens, index)  # shortest; all and unfiltered keep every trace, shortest first
+
+
 def build(
     *,
     graded: Mapping[str, str],
@@ -45,24 +58,31 @@ def build(
 ) -> dict[str, Any]:
     p = Params.parse(params, where="dataset")
     seed, default = p.seed, p.default_effort
-    best: dict[tuple[str, str], tuple[tuple[int, int], dict[str, Any], str]] = {}
+    chosen: dict[tuple[str, str], list[tuple[tuple[Any, ...], dict[str, Any], str]]] = {}
     seen: Counter[str] = Counter()
     correct: Counter[str] = Counter()
     for path in graded.values():
         for rec in iter_jsonl(path, required=GRADED_KEYS):
             seen[rec["effort"]] += 1
-            if not rec["grade"].get("correct"):
+            right = bool(rec["grade"].get("correct"))
+            correct[rec["effort"]] += right
+            if not right and p.select != "unfiltered":
                 continue
-            correct[rec["effort"]] += 1
-            # Shortest correct; ties broken by sample index so the choice is reproducible.
-            rank = (rec["completion_tokens"], rec["sample_index"])
-            slot = (rec["prompt_id"], rec["effort"])
-            if slot not in best or rank < best[slot][0]:
-                best[slot] = (rank, rec, path)
-    if not best:
-        raise DataError(f"no correct samples in {len(graded)} graded shards: nothing to train on")
+            slot = chosen.setdefault((rec["prompt_id"], rec["effort"]), [])
+            slot.append((_rank(p.select, seed, rec), rec, path))
+    if not chosen:
+        raise DataError(
+            f"no correct samples in {len(graded)} graded shards: nothing to train on"
+            if p.select != "unfiltered"
+            else f"no samples in {len(graded)} graded shards: nothing to train on"
+        )
+    picked = []
+    for slot, candidates in sorted(chosen.items()):
+        candidates.sort(key=lambda c: c[0])
+        keep = candidates if p.select in ("all", "unfiltered") else candidates[:1]
+        picked += [(slot, rec, path) for _, rec, path in keep]
     rows = []
-    for (pid, effort), (_, rec, path) in sorted(best.items()):
+    for (pid, effort), rec, path in picked:
         untagged = (
             effort == default and bucket(f"{seed}:{pid}", 10_000) < p.untagged_fraction * 10_000
         )
@@ -96,7 +116,9 @@ def build(
         f"teacher accuracy { ({e: round(correct[e] / seen[e], 3) for e in seen}) }"
     )
     return {
+        "select": p.select,
         "examples": len(rows),
+        "examples_correct": sum(bool(rec["grade"].get("correct")) for _, rec, _ in picked),
         "per_effort": dict(per_effort),
         "untagged": sum(not r["tagged"] for r in rows),
         "mean_completion_tokens": mean_tokens,

@@ -1,10 +1,13 @@
 """The config as the workflow resolves it: the embedded default is valid, a bad config names the key
 and what was wrong, and the config hash is canonical."""
 
+import re
+
 import pytest
 
 from stillroom.config import (
     ConfigError,
+    Experiment,
     config_hash,
     load_yaml,
     merge_configs,
@@ -75,6 +78,25 @@ def test_default_config_is_valid():
             lambda c: c["student"].update(weight_hooks=[{"fn": "renorm_rows"}]),
             r"student.weight_hooks.0.match: required key missing",
         ),
+        (
+            lambda c: c["dataset"].update(select="first"),
+            r"dataset.select: Input should be 'shortest', 'random', 'longest', 'all' or",
+        ),
+        (
+            lambda c: c["dataset"].update(ablation=["random", "random"]),
+            r"dataset.ablation: each selection may be listed once",
+        ),
+        (
+            lambda c: c["dataset"].update(ablation=["shortest"]),
+            r"dataset.ablation: 'shortest' is dataset.select, the fine-tune itself",
+        ),
+        (
+            lambda c: (
+                c["dataset"].update(ablation=["random"]),
+                c["train"].update(stages=[{"name": "a", "epochs": 1}, {"name": "b", "epochs": 1}]),
+            ),
+            r"dataset.ablation: each selection is fine-tuned in one run of train's settings",
+        ),
     ],
 )
 def test_bad_config_names_the_key(mutate, message):
@@ -82,6 +104,14 @@ def test_bad_config_names_the_key(mutate, message):
     mutate(cfg)
     with pytest.raises(ConfigError, match=message):
         resolve(cfg, root=REPO)
+
+
+def test_each_selection_of_the_ablation_is_a_model_after_sft():
+    cfg = default_config()
+    cfg["dataset"]["ablation"] = ["unfiltered", "random"]
+    exp = resolve(cfg, root=REPO)
+    models = Experiment.parse(exp).models
+    assert models[:4] == ["base", "sft", "select-unfiltered", "select-random"]
 
 
 def test_config_hash_is_canonical():
@@ -147,10 +177,10 @@ def test_the_schema_agrees_with_the_typed_config():
         *(REPO / "config" / "experiments").glob("*.yaml"),
     ]:
         raw = load_yaml(path)
-        if "sources" not in raw:  # an overlay
-            raw = merge_configs(
-                load_yaml(REPO / "config" / "experiments" / "beam-distill.yaml"), raw
-            )
+        if "sources" not in raw:  # an overlay: its usage line names the config it goes over
+            usage = re.search(r"--configfile (\S+) \S+" + re.escape(path.name), path.read_text())
+            assert usage, f"{path.name}: an overlay's header shows its --configfile line"
+            raw = merge_configs(load_yaml(REPO / usage[1]), raw)
         validator.validate(resolve(raw, root=REPO))
     bad = {**resolve(default_config(), root=REPO), "evals": {}}
     assert not validator.is_valid(bad)

@@ -65,6 +65,85 @@ def test_dataset_keeps_the_shortest_correct_trace_and_tags_efforts(tmp_path):
     assert len(rows) == len(solvable) == m["examples"]
 
 
+def _slots(graded, correct_only=True):
+    slots = {}
+    for g in graded:
+        if g["grade"]["correct"] or not correct_only:
+            slots.setdefault((g["prompt_id"], g["effort"]), []).append(g)
+    return slots
+
+
+def _synthetic(tmp_path, prompts=20, k=4):
+    """Graded traces of different lengths per (prompt, effort), the last one wrong."""
+    rows = [
+        {
+            "key": f"p{p}-{i}",
+            "prompt_id": f"p{p}",
+            "effort": "medium",
+            "sample_index": i,
+            "prompt": f"q{p}",
+            "response": f"r{p}-{i}",
+            "completion_tokens": 10 + (7 * p + 5 * i) % 13,
+            "grade": {"correct": i < k - 1},
+        }
+        for p in range(prompts)
+        for i in range(k)
+    ]
+    write_jsonl(tmp_path / "g.jsonl", rows)
+    return {"g": str(tmp_path / "g.jsonl")}, rows
+
+
+@pytest.mark.parametrize("select", ["shortest", "longest", "random"])
+def test_one_trace_per_slot_selections(tmp_path, select):
+    paths, graded = _synthetic(tmp_path)
+    slots = _slots(graded)
+    outs = []
+    for run in (1, 2):
+        out = str(tmp_path / f"{select}-{run}.jsonl")
+        m = dataset.build(
+            graded=paths, out_dataset=out, params={**PARAMS, "select": select}, log=lambda _: None
+        )
+        outs.append(read_jsonl(out))
+    assert outs[0] == outs[1] and m["select"] == select  # reproducible
+    rows = outs[0]
+    assert len(rows) == len(slots) == m["examples_correct"] == m["examples"]
+    picked = []
+    for row in rows:
+        slot = slots[(row["prompt_id"], row["effort"])]
+        assert row["id"] in {c["key"] for c in slot}
+        tokens = [c["completion_tokens"] for c in slot]
+        picked.append((row["completion_tokens"], min(tokens), max(tokens)))
+    if select == "shortest":
+        assert all(t == lo for t, lo, _ in picked)
+    elif select == "longest":
+        assert all(t == hi for t, _, hi in picked)
+    else:  # neither always the shortest nor always the longest
+        assert any(t != lo for t, lo, _ in picked) and any(t != hi for t, _, hi in picked)
+    other_seed = str(tmp_path / "seed.jsonl")
+    dataset.build(
+        graded=paths, out_dataset=other_seed, params={**PARAMS, "select": select, "seed": 2}
+    )
+    changed = [r["id"] for r in read_jsonl(other_seed)] != [r["id"] for r in rows]
+    assert changed == (select == "random")
+
+
+def test_all_and_unfiltered_keep_every_trace_they_select(tmp_path):
+    paths, graded = _synthetic(tmp_path)
+    for select, keys in (
+        ("all", {g["key"] for g in graded if g["grade"]["correct"]}),
+        ("unfiltered", {g["key"] for g in graded}),
+    ):
+        out = str(tmp_path / f"{select}.jsonl")
+        m = dataset.build(
+            graded=paths, out_dataset=out, params={**PARAMS, "select": select}, log=lambda _: None
+        )
+        rows = read_jsonl(out)
+        assert {r["id"] for r in rows} == keys and len(rows) == len(keys) == m["examples"]
+        correct = sum(g["grade"]["correct"] for g in graded if g["key"] in keys)
+        assert m["examples_correct"] == correct
+    assert correct < len(graded)  # unfiltered really took wrong traces
+
+
 def test_dataset_with_nothing_correct_fails_clearly(tmp_path):
     path = tmp_path / "g.jsonl"
     write_jsonl(
