@@ -148,6 +148,21 @@ def test_changing_efforts_keeps_pool_and_tokenizer(done):
     assert jobs["train"] == 1 and jobs["evaluate"] == 7 and jobs["evaluate_budget"] == 2
 
 
+def test_adding_a_selection_to_the_ablation_never_rebuilds_the_fine_tune(done):
+    workdir, cfg, _ = done
+    cfg = copy.deepcopy(cfg)
+    cfg["dataset"]["ablation"] = ["unfiltered"]
+    jobs = scheduled(run_snakemake(workdir, cfg, "-n"))
+    assert "dataset" not in jobs and "train" not in jobs, jobs
+    assert jobs["dataset_ablation"] == 1 and jobs["train_ablation"] == 1 and jobs["tables"] == 3
+    target = workdir / "results" / "small" / "dataset" / "select-unfiltered.jsonl"
+    run_snakemake(workdir, cfg, str(target.relative_to(workdir)))
+    metrics = read_json(sidecar_path(target))["metrics"]
+    shortest = read_jsonl(workdir / "results" / "small" / "dataset" / "train.jsonl")
+    assert metrics["select"] == "unfiltered" and metrics["examples"] == len(read_jsonl(target))
+    assert metrics["examples_correct"] < metrics["examples"] and len(shortest) < metrics["examples"]
+
+
 def test_a_later_training_stage_never_reruns_an_earlier_one(done):
     """Staged training: each stage its own job and artifact, from the previous checkpoint."""
     workdir, cfg, _ = done
