@@ -431,12 +431,13 @@ class _Planner:
             )
         for stage in train.stages or [None]:
             layout = train.stage_layout(stage)
+            # GPUs holding one copy: a device map's, FSDP2's shards; a 4-bit replica holds it all
             copy = (
                 layout.gpus_per_node
                 if train.device_map is not None
-                else layout.fsdp_size
-                if layout.world_size > 1 and train.sharded
                 else 1
+                if train.load_in_4bit
+                else layout.fsdp_size
             )
             what = f"stage {stage.name}'s job" if stage else "job"
             jobs.append(
