@@ -445,7 +445,23 @@ def train_stage(wildcards):
     return TRAIN_STAGES[i], f"{R}/ckpt/sft{STAGE_SUFFIX[i - 1]}" if i else f"{R}/ckpt/base"
 
 
+# nodes and GPUs of each stage's job, which may have a layout of its own (stillroom/cluster.py); a
+# resource one stage's shape lacks is None for its job, which Snakemake leaves unset
+TRAIN_SHAPES = [train_resources(config, stage=i) for i in range(len(TRAIN_STAGES))] or [
+    train_resources(config)
+]
+
+
+def train_shape(key):
+    return lambda wildcards: TRAIN_SHAPES[STAGE_SUFFIX.index(wildcards.stage)].get(key)
+
+
+TRAIN_RESOURCES = {key: train_shape(key) for shape in TRAIN_SHAPES for key in shape}
+
+
 def train_params(wildcards):
     stage, _ = train_stage(wildcards)
     per_stage = {} if stage is None else {"epochs": stage["epochs"], "stage": stage}
+    if stage and stage["distributed"]:
+        per_stage["distributed"] = stage["distributed"]
     return as_json(**{**TRAIN_COMMON, **per_stage}, weight_hooks=WEIGHT_HOOKS)

@@ -16,7 +16,7 @@ rule train:
         p=train_params,
     threads: 2
     resources:
-        **train_resources(config),  # nodes and GPUs follow train.distributed (stillroom/cluster.py)
+        **TRAIN_RESOURCES,  # each stage's nodes and GPUs: its distributed, else train.distributed
     log:
         f"{R}/logs/train{{stage}}.log",
     benchmark:

@@ -361,9 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bill.add_argument(
         "--configfile",
-        action="append",
+        action="extend",
+        nargs="+",
         metavar="YAML",
-        help="an experiment config; several are merged in order (default: config/config.yaml)",
+        help="an experiment config; several (after one --configfile, as Snakemake takes them, or "
+        "each after its own) are merged in order (default: config/config.yaml)",
     )
     bill.add_argument("--root", default=".", help="where relative paths start (the repository)")
     bill.add_argument("--out-json", metavar="PATH", help="also write the estimate as JSON")

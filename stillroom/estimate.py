@@ -5,8 +5,11 @@ Counts come from the config: pool prompts (source counts and limits, less the he
 shards and effort_shards, samples per prompt, training stages and epochs, merge ratios, evaluated
 models x benchmarks x budgets x efforts. GPUs per job are the rules' job shapes
 (stillroom/cluster.py, over ``cost.gpus``), as the ledger charges them. Throughputs, lengths and the
-sizes of hub datasets are figures of ``cost.estimate`` (stillroom/config/evaluation.py). Dollars
-are GPU-hours x ``cost.gpu_hour_usd`` plus the teacher's tokens x its ``price``, as in the ledger.
+sizes of hub datasets are figures of ``cost.estimate`` (stillroom/config/evaluation.py), those of
+one model under ``cost.estimate.models`` (by its size). Dollars are GPU-hours x the price of the
+rule's GPU type (``cost.gpu_types``, else ``cost.gpu_hour_usd``) plus the teacher's tokens x its
+``price``, as in the ledger. A job whose GPUs cannot hold its model (the weights' bytes against
+GPUs x memory x ``memory_fraction``) is refused, naming model, job shape and memory.
 
 Wall time: the phases (generation, training, merges, evaluation) one after another; the jobs of a
 phase at once, or ``cost.estimate.parallel_jobs`` at a time (longest first); training stages one
@@ -28,6 +31,8 @@ from typing import Any
 from .cluster import backend_gpus, stage_gpus
 from .config import SPLITS, ConfigError, Experiment
 from .config.data import KernelSource
+from .config.evaluation import ModelFigures
+from .config.training import TrainStage
 from .io import DataError
 
 PHASES = ("generation", "training", "merge", "evaluation")
@@ -152,7 +157,7 @@ def markdown(p: Plan) -> str:
     lines.append(
         "Benchmarks (problems): "
         + ", ".join(f"{b} {n:,}" for b, n in i["benchmark_problems"].items())
-        + f". Rate ${i['gpu_hour_usd']:g}/GPU-hour."
+        + f". {_rates(i)}."
     )
     lines += [
         "",
@@ -165,12 +170,21 @@ def markdown(p: Plan) -> str:
             continue
         for r in rows:
             tokens = f"{_si(r.tokens)} {r.tokens_kind}" if r.tokens is not None else "–"
+            kind = i["gpu_type_by_rule"].get(r.rule)
+            gpus = f"{r.gpus_per_job} {kind}" if kind and r.gpus_per_job else r.gpus_per_job
             lines.append(
-                f"| {phase} | {r.rule} | {r.label} | {r.jobs} | {r.gpus_per_job} | {tokens} | "
+                f"| {phase} | {r.rule} | {r.label} | {r.jobs} | {gpus} | {tokens} | "
                 f"{r.gpu_hours:,.2f} | {_duration(r.wall_s)} | {r.gpu_usd:,.2f} | "
                 f"{r.api_usd:,.2f} |"
             )
         t = p.phases[phase]
+        if t.get("start_gpu_hours"):
+            start = p.inputs["figures"]["teacher_start_s"]
+            lines.append(
+                f"| {phase} | | of which the teacher's start-up ({start:g} s in each job) | | | | "
+                f"{t['start_gpu_hours']:,.2f} ({t['start_gpu_hours'] / t['gpu_hours']:.0%}) | | "
+                f"{t['start_usd']:,.2f} | |"
+            )
         lines.append(
             f"| **{phase}** | | | {t['jobs']} | | | **{t['gpu_hours']:,.2f}** | "
             f"**{_duration(t['wall_s'])}** | **{t['gpu_usd']:,.2f}** | **{t['api_usd']:,.2f}** |"
@@ -187,6 +201,23 @@ def markdown(p: Plan) -> str:
     if p.notes:
         lines += ["", *(f"- {n}" for n in p.notes)]
     return "\n".join(lines) + "\n"
+
+
+def _rates(inputs: Mapping[str, Any]) -> str:
+    """The price of a GPU-hour: one rate, or each GPU type's and the rules on it."""
+    types = inputs["gpu_types"]
+    if not types:
+        return f"Rate ${inputs['gpu_hour_usd']:g}/GPU-hour"
+    on: dict[str, list[str]] = {}
+    for rule, kind in inputs["gpu_type_by_rule"].items():
+        if inputs["gpus"].get(rule):
+            on.setdefault(kind, []).append(rule)
+    return "GPU-hour prices: " + "; ".join(
+        f"{kind} ${t['usd_per_hour']:g} ({t['memory_gb']:g} GB"
+        + (f"; {', '.join(on[kind])}" if kind in on else "")
+        + ")"
+        for kind, t in types.items()
+    )
 
 
 def _n(count: int, noun: str) -> str:
@@ -253,7 +284,7 @@ class _Planner:
     def __init__(self, exp: Experiment, root: Path):
         self.exp, self.root = exp, root
         self.est = exp.cost.estimate
-        self.rate = exp.cost.gpu_hour_usd
+        self.cost = exp.cost
         self.gpus = {**stage_gpus(exp.dump()), **exp.cost.gpus}
         self.slots = self.est.parallel_jobs
         self.notes: list[str] = []
@@ -266,6 +297,22 @@ class _Planner:
     def _per(self, figure: Any, key: str) -> Any:
         # a figure for every effort/benchmark, or one per key (plan() checks coverage)
         return figure[key] if isinstance(figure, dict) else figure
+
+    def model_of(self, role: str) -> str | None:
+        """The model a job of ``role`` (student, or a teacher's name) holds, as
+        cost.estimate.models names it: the student's pretrained id, a teacher's server model_path
+        (else its model); None for a student built from scratch."""
+        if role == "student":
+            return self.exp.student.pretrained
+        spec = self.exp.teachers[role].dump()
+        return (spec.get("server") or {}).get("model_path") or spec.get("model")
+
+    def figure(self, model: str | None, key: str) -> Any:
+        """A throughput of ``model``'s jobs: its own under cost.estimate.models, else
+        cost.estimate's."""
+        own = self.est.models.get(model) if model else None
+        value = getattr(own, key) if own else None
+        return getattr(self.est, key) if value is None else value
 
     def teacher_tokens(self, effort: str) -> float:
         spec = self.exp.teachers[self.exp.generation.teacher]
@@ -360,9 +407,96 @@ class _Planner:
             raise EstimateError("cannot estimate:\n  " + "\n  ".join(missing))
         return pool, problems
 
+    def memory_problems(self) -> list[str]:
+        """Every GPU job whose GPUs cannot hold its model: the weights' bytes (with a fine-tune's
+        gradients and optimizer state) against the GPUs that hold one copy x memory per GPU x
+        cost.estimate.memory_fraction. Checked once cost.estimate.models gives any model."""
+        est, cost, exp = self.est, self.cost, self.exp
+        if not est.models:
+            return []
+        problems: list[str] = []
+        train, student = exp.train, self.model_of("student")
+        if train.method == "full":
+            train_bytes = (16.0, "full fine-tune: float32 weights, gradients, two Adam moments")
+        elif train.dtype == "bfloat16" or train.load_in_4bit:
+            # bitsandbytes quantises nn.Linear layers only: fused experts stay bf16
+            train_bytes = (2.0, "the frozen base in bf16")
+        else:
+            train_bytes = (4.0, "the frozen base in float32")
+        # (rule, what, model, GPUs holding one copy, bytes per parameter or None: as served)
+        jobs: list[tuple[str, str, str | None, int, tuple[float, str] | None]] = []
+        for rule in exp.generation.rules():
+            jobs.append(
+                (rule.name, "job", self.model_of(rule.teacher), self.gpus.get(rule.name, 0), None)
+            )
+        for stage in train.stages or [None]:
+            layout = train.stage_layout(stage)
+            # GPUs holding one copy: a device map's, FSDP2's shards; a 4-bit replica holds it all
+            copy = (
+                layout.gpus_per_node
+                if train.device_map is not None
+                else 1
+                if train.load_in_4bit
+                else layout.fsdp_size
+            )
+            what = f"stage {stage.name}'s job" if stage else "job"
+            jobs.append(
+                (
+                    "train",
+                    f"{what} ({layout.nodes} x {layout.gpus_per_node} GPUs, {copy} per copy)",
+                    student,
+                    copy,
+                    train_bytes,
+                )
+            )
+        if exp.grpo:
+            layout = exp.grpo.layout
+            jobs.append(
+                (
+                    "grpo",
+                    "job",
+                    student,
+                    layout.fsdp_size if exp.grpo.sharded else 1,
+                    (16.0, "float32 weights, gradients, two Adam moments"),
+                )
+            )
+        for rule in ("evaluate", "evaluate_budget", "evaluate_effort"):
+            jobs.append((rule, "job", student, self.gpus.get(rule, 0), None))
+        for rule, what, model, gpus, per_param in jobs:
+            if not gpus or model is None:
+                continue
+            figures = est.models.get(model)
+            if figures is None:
+                problems.append(
+                    f"cost.estimate.models: no figures for model {model} ({rule}'s jobs hold "
+                    "it): give its params_b, and throughputs where they differ"
+                )
+                continue
+            kind = cost.gpu_type_of(rule)
+            if kind is None:
+                problems.append(
+                    f"cost.gpu_types: the memory of {rule}'s GPUs is needed to check that they "
+                    f"hold {model} (cost.estimate.models)"
+                )
+                continue
+            per_param = per_param or (figures.serve_bytes_per_param, "as served")
+            need = figures.params_b * per_param[0]  # GB
+            memory = cost.gpu_types[kind].memory_gb
+            if need > gpus * memory * est.memory_fraction:
+                problems.append(
+                    f"{rule}: the {what} cannot hold {model}: {figures.params_b:g}B parameters x "
+                    f"{per_param[0]:g} bytes ({per_param[1]}) = {need:,.0f} GB, more than "
+                    f"{est.memory_fraction:.0%} (cost.estimate.memory_fraction) of {gpus} x "
+                    f"{memory:g} GB ({kind}) = {gpus * memory * est.memory_fraction:,.0f} GB"
+                )
+        return list(dict.fromkeys(problems))
+
     def run(self) -> Plan:
         gen, exp = self.exp.generation, self.exp
         pool, problems = self.counts()
+        refused = self.memory_problems()
+        if refused:
+            raise EstimateError("cannot estimate:\n  " + "\n  ".join(refused))
         prompts = {e: pool * gen.shards_of(e) / gen.shards for e in gen.efforts}
         k = gen.samples_per_prompt
         rows = {
@@ -380,7 +514,9 @@ class _Planner:
             "prompts_per_effort": {e: round(n) for e, n in prompts.items()},
             "dataset_rows": {e: round(n) for e, n in rows.items()},
             "benchmark_problems": problems,
-            "gpu_hour_usd": self.rate,
+            "gpu_hour_usd": self.cost.gpu_hour_usd,
+            "gpu_types": {k: t.dump() for k, t in self.cost.gpu_types.items()},
+            "gpu_type_by_rule": {r: self.cost.gpu_type_of(r) for r in self.gpus},
             "gpus": self.gpus,
             "figures": self.est.dump(),
         }
@@ -398,6 +534,11 @@ class _Planner:
                 "api_usd": sum(r.api_usd for r in rs),
                 "usd": sum(r.usd for r in rs),
             }
+            start = [r.detail["start_gpu_hours"] for r in rs if "start_gpu_hours" in r.detail]
+            if start:
+                # the teacher's start-up in every job: its share of the phase, shown on its own
+                phases[phase]["start_gpu_hours"] = sum(start)
+                phases[phase]["start_usd"] = sum(r.detail["start_usd"] for r in rs)
         total = {
             key: sum(ph[key] for ph in phases.values())
             for key in ("jobs", "gpu_hours", "job_hours", "wall_s", "gpu_usd", "api_usd", "usd")
@@ -405,7 +546,33 @@ class _Planner:
         total["generation_training_usd"] = sum(
             phases.get(ph, {}).get("usd", 0.0) for ph in ("generation", "training")
         )
+        self.notes += self.figure_notes()
         return Plan(exp.experiment, inputs, self.rows, phases, total, self.notes)
+
+    def figure_notes(self) -> list[str]:
+        """Whose figures the jobs were billed at, and which figures are assumptions."""
+        notes = []
+        for role in ("student", self.exp.generation.teacher):
+            model = self.model_of(role)
+            own = self.est.models.get(model) if model else None
+            if own:
+                given = [k for k in ModelFigures.model_fields if getattr(own, k) is not None]
+                given = [
+                    k for k in given if k not in ("params_b", "serve_bytes_per_param", "assumed")
+                ]
+                notes.append(
+                    f"{role} {model}: {own.params_b:g}B parameters"
+                    + (f"; {', '.join(given)} its own" if given else "")
+                    + f" (cost.estimate.models.{model})"
+                )
+        assumed = self.est.assumptions("cost.estimate")
+        for model, own in self.est.models.items():
+            assumed += own.assumptions(f"cost.estimate.models.{model}")
+        for kind, t in self.cost.gpu_types.items():
+            assumed += t.assumptions(f"cost.gpu_types.{kind}")
+        if assumed:
+            notes.append("Assumed, not measured or reported: " + "; ".join(assumed))
+        return notes
 
     @property
     def wall(self) -> dict[str, float]:
@@ -415,8 +582,16 @@ class _Planner:
             for p, d in self.durations.items()
         }
 
-    def _gpu_row(self, phase: str, rule: str, label: str, seconds: list[float], **kw: Any) -> Row:
-        gpus = self.gpus.get(rule, 0)
+    def _gpu_row(
+        self,
+        phase: str,
+        rule: str,
+        label: str,
+        seconds: list[float],
+        gpus: int | None = None,
+        **kw: Any,
+    ) -> Row:
+        gpus = self.gpus.get(rule, 0) if gpus is None else gpus
         job_hours = sum(seconds) / 3600
         return Row(
             phase=phase,
@@ -427,7 +602,7 @@ class _Planner:
             gpu_hours=job_hours * gpus,
             job_hours=job_hours,
             wall_s=sum(seconds) if phase == "training" else makespan(seconds, self.slots),
-            gpu_usd=job_hours * gpus * self.rate,
+            gpu_usd=job_hours * gpus * self.cost.gpu_rate(rule),
             **kw,
         )
 
@@ -476,6 +651,11 @@ class _Planner:
                 row.gpu_hours *= share
                 row.job_hours *= share
                 row.gpu_usd *= share
+                start_hours = start * shards * row.gpus_per_job / 3600 * share
+                row.detail.update(
+                    start_gpu_hours=start_hours,
+                    start_usd=start_hours * self.cost.gpu_rate(rule),
+                )
                 self.rows.append(row)
         if backend_gpus(spec.dump()) and (price.input_per_mtok or price.output_per_mtok):
             self.notes.append(
@@ -500,11 +680,13 @@ class _Planner:
         example = {
             e: min(est.prompt_tokens + self.teacher_tokens(e), train.max_length) for e in efforts
         }
-        stages = train.stages or [None]
-        layout = train.layout
-        gpus = self.gpus.get("train", 0)
-        per_s = est.train_tokens_per_gpu_s * max(gpus, 1)
+        stages: list[TrainStage | None] = list(train.stages) or [None]
+        student = self.model_of("student")
         for stage in stages:
+            layout = train.stage_layout(stage)
+            # a stage with a layout of its own is charged as train-<name> (stillroom/cluster.py)
+            gpus = self.gpus.get(f"train-{stage.name}" if stage else "train", self.gpus["train"])
+            per_s = self.figure(student, "train_tokens_per_gpu_s") * max(gpus, 1)
             chosen = (stage.efforts if stage else None) or efforts
             epochs = stage.epochs if stage else train.epochs
             tokens = sum(rows[e] * example[e] for e in chosen) * epochs
@@ -513,7 +695,7 @@ class _Planner:
                 # a step takes batch_size x grad_accum packed rows on every data-parallel process
                 step = train.batch_size * train.grad_accum * layout.world_size * train.max_length
                 tokens = min(tokens, train.max_steps * step)
-            seconds = est.train_start_s + tokens / per_s
+            seconds = self.figure(student, "train_start_s") + tokens / per_s
             self.durations["training"].append(seconds)
             label = (
                 (f"{stage.name}: " if stage else "")
@@ -522,7 +704,13 @@ class _Planner:
             )
             self.rows.append(
                 self._gpu_row(
-                    "training", "train", label, [seconds], tokens=tokens, tokens_kind="trained"
+                    "training",
+                    "train",
+                    label,
+                    [seconds],
+                    gpus=gpus,
+                    tokens=tokens,
+                    tokens_kind="trained",
                 )
             )
         if exp.grpo:
@@ -544,7 +732,7 @@ class _Planner:
         ratios = self.exp.merge.ratios
         if not ratios:
             return
-        seconds = [self.est.merge_s] * len(ratios)
+        seconds = [self.figure(self.model_of("student"), "merge_s")] * len(ratios)
         self.durations["merge"] += seconds
         self.rows.append(
             self._gpu_row(
@@ -560,7 +748,11 @@ class _Planner:
     def evaluation(self, problems: dict[str, int]) -> None:
         exp, est, ev = self.exp, self.est, self.exp.eval
         force = ev.budget_force
-        start = est.eval_start_s if ev.backend.backend in ("sglang", "hf") else 0.0
+        student = self.model_of("student")
+        start = (
+            self.figure(student, "eval_start_s") if ev.backend.backend in ("sglang", "hf") else 0.0
+        )
+        per_s = self.figure(student, "eval_tokens_per_s")
         models = exp.models
         merges = [m for m in models if m.startswith("merge-")]
 
@@ -574,7 +766,7 @@ class _Planner:
         def add(rule: str, label: str, jobs: list[tuple[str, float]]) -> None:
             # jobs: (benchmark, output tokens per sample) of one model each
             out = [problems[b] * ev.samples * t for b, t in jobs]
-            seconds = [start + o / est.eval_tokens_per_s for o in out]
+            seconds = [start + o / per_s for o in out]
             self.durations["evaluation"] += seconds
             self.rows.append(
                 self._gpu_row(

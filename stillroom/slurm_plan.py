@@ -4,11 +4,12 @@ submit-string code.
 
     python -m stillroom.slurm_plan --configfile config/experiments/beam-distill.yaml
 
-(overlays: more ``--configfile`` after it) prints one line per rule: job count and the sbatch
-options (partition, GPUs, nodes, tasks, CPUs, memory, wall time). Check this before queueing a
-recipe; tests/workflow/test_slurm_profile.py checks the recipes. Jobs of the profile's
-``slurm-array-jobs`` rules go out as arrays (``--array=1-N``); the plugin submits those through its
-array path, with the same per-task options.
+(overlays: more files after it, as Snakemake takes them, or each after its own ``--configfile``)
+prints one line per rule: job count and the sbatch options (partition, GPUs, nodes, tasks, CPUs,
+memory, wall time); a rule whose jobs differ in shape (training stages with layouts of their own)
+one line per shape. Check this before queueing a recipe; tests/workflow/test_slurm_profile.py
+checks the recipes. Jobs of the profile's ``slurm-array-jobs`` rules go out as arrays
+(``--array=1-N``); the plugin submits those through its array path, with the same per-task options.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Job:
     rule: str
     threads: int
     resources: dict[str, Any]
+    wildcards: str = ""
 
 
 @dataclass
@@ -108,7 +110,7 @@ def dry_run_jobs(
         if head:
             block = {"rule": head.group(1)}
             continue
-        item = re.match(r"^\s+(threads|resources): (.*)$", line)
+        item = re.match(r"^\s+(wildcards|threads|resources): (.*)$", line)
         if block is not None and item:
             block[item.group(1)] = item.group(2)
             # resources: the last line of a job's block
@@ -121,6 +123,7 @@ def dry_run_jobs(
                         block["rule"],
                         int(block.get("threads", 1)),
                         {k: _value(v) for k, v in resources.items()},
+                        block.get("wildcards", ""),
                     )
                 )
                 block = None
@@ -165,24 +168,21 @@ def plan(
     env: Mapping[str, str] | None = None,
     extra: Sequence[str] = (),
 ) -> dict[str, RulePlan]:
-    """One entry per rule: how many jobs, and the sbatch line of its first job (every job of a rule
-    gets the same shape here: resources depend on the config, not on wildcards)."""
+    """One entry per rule: how many jobs, and their sbatch line. Resources depend on the config,
+    not on wildcards, except where the config gives jobs of one rule their own shapes (training
+    stages with a layout of their own): then one entry per shape, ``rule[wildcards]`` of its first
+    job."""
     settings = yaml.safe_load(PROFILE.read_text())
     arrays = {r.strip() for r in str(settings.get("slurm-array-jobs", "")).split(",") if r.strip()}
-    plans: dict[str, RulePlan] = {}
+    shapes: dict[str, dict[str, list[Job]]] = {}
     for job in dry_run_jobs(configfiles, env, extra):
-        if job.rule == "all":
-            continue
-        line = sbatch_line(job, settings)
-        if job.rule in plans:
-            if plans[job.rule].sbatch != line:
-                raise ValueError(
-                    f"rule {job.rule}: jobs differ in shape "
-                    f"({plans[job.rule].sbatch!r} vs {line!r})"
-                )
-            plans[job.rule].jobs += 1
-        else:
-            plans[job.rule] = RulePlan(job.rule, 1, line)
+        if job.rule != "all":
+            shapes.setdefault(job.rule, {}).setdefault(sbatch_line(job, settings), []).append(job)
+    plans: dict[str, RulePlan] = {}
+    for rule, by_line in shapes.items():
+        for line, jobs in by_line.items():
+            key = rule if len(by_line) == 1 else f"{rule}[{jobs[0].wildcards}]"
+            plans[key] = RulePlan(rule, len(jobs), line)
     for p in plans.values():
         p.array = p.rule in arrays and p.jobs > 1
         if p.array:
@@ -195,11 +195,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m stillroom.slurm_plan", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
-        "--configfile", action="append", required=True, help="config, then overlays (repeatable)"
+        "--configfile",
+        action="extend",
+        nargs="+",
+        required=True,
+        metavar="YAML",
+        help="config, then overlays: after one --configfile (as Snakemake takes them) or each "
+        "after its own",
     )
     args = parser.parse_args(argv)
-    for p in sorted(plan(args.configfile).values(), key=lambda p: p.rule):
-        print(f"{p.rule:<26} {p.jobs:>5} job(s)  {p.sbatch}")
+    for key, p in sorted(plan(args.configfile).items()):
+        print(f"{key:<26} {p.jobs:>5} job(s)  {p.sbatch}")
 
 
 if __name__ == "__main__":

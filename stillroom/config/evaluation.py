@@ -226,7 +226,62 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 Seconds = Annotated[float, Field(ge=0)]
 
 
-class Estimate(Section):
+class _Figures(Section):
+    """Figures of which some are assumptions, not measured or reported: ``assumed`` names them, and
+    the bill lists them as such."""
+
+    assumed: list[str] = Field(
+        [], description="which of these figures are assumptions (the bill lists them as such)"
+    )
+
+    @model_validator(mode="after")
+    def _assumed(self) -> _Figures:
+        figures = [k for k in type(self).model_fields if k != "assumed"]
+        unknown = [k for k in self.assumed if k not in figures]
+        if unknown:
+            raise ValueError(
+                f"assumed: {', '.join(unknown)} is not a figure here; one of {', '.join(figures)}"
+            )
+        return self
+
+    def assumptions(self, where: str) -> list[str]:
+        """``key value`` of each assumed figure, its key under ``where``."""
+
+        def shown(value: Any) -> str:
+            if isinstance(value, dict):
+                return "{" + ", ".join(f"{k}: {shown(v)}" for k, v in value.items()) + "}"
+            return f"{value:g}" if isinstance(value, float) else str(value)
+
+        return [f"{where}.{k} {shown(getattr(self, k))}" for k in self.assumed]
+
+
+class ModelFigures(_Figures):
+    """One model's size, which every job holding it is checked against, and the throughputs of
+    its jobs where they differ from cost.estimate's own (a 501B model trains and answers far
+    slower than a 4B one)."""
+
+    params_b: PositiveFloat = Field(description="parameters, in billions")
+    serve_bytes_per_param: PositiveFloat = Field(
+        2.0,
+        description="bytes per parameter of the weights as a server holds them: bf16 2, fp8 1, "
+        "NVFP4 about 0.56 (4 bits and a scale per 16)",
+    )
+    train_tokens_per_gpu_s: PositiveFloat | None = Field(
+        None, description="cost.estimate.train_tokens_per_gpu_s of this model's training jobs"
+    )
+    train_start_s: Seconds | None = Field(
+        None, description="cost.estimate.train_start_s of this model's training jobs"
+    )
+    eval_tokens_per_s: PositiveFloat | None = Field(
+        None, description="cost.estimate.eval_tokens_per_s of this model's evaluation jobs"
+    )
+    eval_start_s: Seconds | None = Field(
+        None, description="cost.estimate.eval_start_s of this model's evaluation jobs"
+    )
+    merge_s: Seconds | None = Field(None, description="cost.estimate.merge_s of its merges")
+
+
+class Estimate(_Figures):
     """The figures ``stillroom estimate`` (and the ledger's estimate columns) predict a run's bill
     from: throughputs, lengths and sizes the rest of the config does not fix. Job counts, GPUs per
     job, prompts, samples, epochs and prices come from the config itself (stillroom/estimate.py).
@@ -311,13 +366,43 @@ class Estimate(Section):
         description="rows a hub dataset source yields after its where filter: needed for one "
         "without a limit (a local file is counted, before any where filter)",
     )
+    models: dict[str, ModelFigures] = Field(
+        {},
+        description="figures by model: the student's pretrained id, a teacher's server "
+        "model_path (else its model). Once any is given, every model a GPU job holds needs one: "
+        "the estimate refuses a job whose GPUs cannot hold its model, and bills its jobs at its "
+        "own throughputs",
+    )
+    memory_fraction: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="share of a job's GPU memory a model's bytes may fill; the rest holds "
+        "activations, the KV cache and the CUDA context",
+    )
+
+
+class GpuType(_Figures):
+    usd_per_hour: float = Field(ge=0, description="price of one GPU-hour")
+    memory_gb: PositiveFloat = Field(description="memory of one GPU, in GB (1e9 bytes)")
 
 
 class Cost(Section):
     """The cost ledger's rates. GPU time is sacct's when a SLURM job id was recorded, else wall time
-    x GPUs of the rule's job."""
+    x GPUs of the rule's job; a GPU-hour costs its GPU type's price (or gpu_hour_usd)."""
 
-    gpu_hour_usd: float = Field(0.0, ge=0)
+    gpu_hour_usd: float = Field(
+        0.0, ge=0, description="price of a GPU-hour of every rule, without gpu_types"
+    )
+    gpu_types: dict[Name, GpuType] = Field(
+        {}, description="price and memory of each GPU type the rules run on"
+    )
+    gpu_type: Name | None = Field(
+        None, description="the GPU type of every GPU rule not in gpu_type_by_rule"
+    )
+    gpu_type_by_rule: dict[str, Name] = Field(
+        {}, description="GPU type by rule (e.g. the teacher's generation rules on another type)"
+    )
     gpus: dict[str, Annotated[int, Field(ge=0)]] = Field(
         {}, description="GPUs per job, by rule; default: the job shapes of stillroom/cluster.py"
     )
@@ -326,3 +411,34 @@ class Cost(Section):
         description="figures of the bill before the run (stillroom estimate), which the ledger "
         "compares with what was spent",
     )
+
+    @model_validator(mode="after")
+    def _types(self) -> Cost:
+        problems = []
+        if self.gpu_types and self.gpu_hour_usd:
+            problems.append(
+                "gpu_hour_usd: exclusive with gpu_types (each GPU type has its price); give one"
+            )
+        if self.gpu_types and self.gpu_type is None:
+            problems.append("gpu_type: the GPU type of the GPU rules, one of gpu_types")
+        named = {"gpu_type": self.gpu_type} if self.gpu_type else {}
+        named.update((f"gpu_type_by_rule.{r}", t) for r, t in self.gpu_type_by_rule.items())
+        for key, name in named.items():
+            if name not in self.gpu_types:
+                problems.append(
+                    f"{key}: '{name}' is not one of gpu_types "
+                    f"({', '.join(self.gpu_types) or 'none given'})"
+                )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def gpu_type_of(self, rule: str) -> str | None:
+        """The GPU type a rule's jobs run on (None without gpu_types); ``train-<stage>``, a
+        training stage with a layout of its own, runs on train's."""
+        return self.gpu_type_by_rule.get(rule.split("-")[0], self.gpu_type)
+
+    def gpu_rate(self, rule: str) -> float:
+        """The price of a GPU-hour of ``rule``'s jobs."""
+        kind = self.gpu_type_of(rule)
+        return self.gpu_hour_usd if kind is None else self.gpu_types[kind].usd_per_hour

@@ -206,13 +206,23 @@ class TrainStage(Section):
         description="as_built: rows tagged as the dataset tags them; none: every effort tag "
         "dropped (the stage teaches the untagged default)",
     )
+    distributed: Distributed | None = Field(
+        None,
+        description="this stage's processes, when they differ from train.distributed (e.g. a "
+        "second stage on a whole node): its job's GPUs, SLURM shape and bill follow",
+    )
 
 
 class Train(Section):
     """Supervised fine-tuning: full parameters, LoRA, or QLoRA; packed with document masks."""
 
     lr: float = Field(1e-3, gt=0, le=1)
-    epochs: float = Field(1.0, gt=0)
+    epochs: float | None = Field(
+        None,
+        gt=0,
+        description="passes over the dataset (default 1); with stages, each stage gives its own "
+        "and this one is refused",
+    )
     max_steps: int = Field(-1, ge=-1, description="-1: as many as the epochs take")
     batch_size: PositiveInt = 8
     grad_accum: PositiveInt = 1
@@ -291,14 +301,32 @@ class Train(Section):
                 "copy: updates below half a bf16 step (most, at lr 1e-5) are lost. Use dtype auto "
                 "(float32 weights, bf16 compute on GPU)"
             )
-        d = self.distributed
-        if self.device_map is not None and (
-            d.nodes != 1 or d.fsdp_size or d.dp_replicate_size != 1
-        ):
-            problems.append(
-                "device_map: model parallel runs as one process on one node, spreading layers over "
-                "distributed.gpus_per_node GPUs: set nodes 1 and no fsdp_size / dp_replicate_size"
-            )
+        layouts = {"distributed": self.distributed}
+        layouts.update(
+            (f"stages.{i}.distributed", st.distributed)
+            for i, st in enumerate(self.stages)
+            if st.distributed is not None
+        )
+        for key, d in layouts.items():
+            if self.device_map is not None and (
+                d.nodes != 1 or d.fsdp_size or d.dp_replicate_size != 1
+            ):
+                problems.append(
+                    f"device_map: model parallel runs as one process on one node, spreading "
+                    f"layers over gpus_per_node GPUs: set {key}.nodes 1 and no fsdp_size / "
+                    "dp_replicate_size"
+                )
+            if (
+                self.load_in_4bit
+                and self.device_map is None
+                and d.nodes * d.gpus_per_node > 1
+                and (d.fsdp_size or d.dp_replicate_size > 1)
+            ):
+                problems.append(
+                    f"{key}: fsdp_size / dp_replicate_size with load_in_4bit: 4-bit weights "
+                    "cannot be FSDP-sharded here, QLoRA processes are data-parallel replicas "
+                    "(or use device_map)"
+                )
         if self.gpu_memory_limit is not None and self.max_memory is not None:
             problems.append(
                 "gpu_memory_limit: exclusive with max_memory (the limit sets max_memory for every "
@@ -308,22 +336,27 @@ class Train(Section):
             problems.append(
                 "gpu_memory_limit: gpu_memory_limit / max_memory only apply with device_map"
             )
-        if (
-            self.load_in_4bit
-            and self.layout.world_size > 1
-            and (d.fsdp_size or d.dp_replicate_size > 1)
-        ):
-            problems.append(
-                "distributed: fsdp_size / dp_replicate_size with load_in_4bit: 4-bit weights "
-                "cannot be FSDP-sharded here, QLoRA processes are data-parallel replicas "
-                "(or use device_map)"
-            )
         names = [st.name for st in self.stages]
         if len(set(names)) != len(names):
             problems.append(f"stages: each stage name may be used once, got {names}")
+        if self.stages and self.epochs is not None:
+            problems.append(
+                f"epochs: {self.epochs:g} would be overridden by train.stages, whose stages give "
+                f"their own ({', '.join(f'{st.name} {st.epochs:g}' for st in self.stages)}): "
+                "drop train.epochs, or set train.stages: [] for one run of train.epochs over the "
+                "whole dataset"
+            )
         if problems:
             raise ValueError("\n".join(problems))
+        if not self.stages and self.epochs is None:
+            object.__setattr__(self, "epochs", 1.0)  # the default of an unstaged fine-tune
         return self
+
+    def stage_layout(self, stage: TrainStage | None) -> Layout:
+        """The processes of ``stage``'s job: its own distributed, else train.distributed."""
+        if stage is None or stage.distributed is None:
+            return self.layout
+        return stage.distributed.layout(device_map=self.device_map is not None)
 
     @property
     def layout(self) -> Layout:

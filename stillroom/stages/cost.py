@@ -35,6 +35,14 @@ class Params(Cost):
     )
 
 
+def _rates(p: Cost) -> str:
+    if not p.gpu_types:
+        return f"at {p.gpu_hour_usd}/GPU-hour"
+    return "per GPU-hour: " + ", ".join(
+        f"{kind} {t.usd_per_hour:g}" for kind, t in p.gpu_types.items()
+    )
+
+
 def job_tokens(prov: Mapping[str, Any]) -> float | None:
     """A job's tokens as the estimate counts them: output tokens of generation and evaluation,
     tokens trained (the dataset's, once per epoch) of training; None when it records neither."""
@@ -87,7 +95,7 @@ def ledger(
     )
     seen = set()
     p = Params.parse(params, where="cost")
-    rate, gpus_per_rule = p.gpu_hour_usd, p.gpus
+    gpus_per_rule = p.gpus
     sidecars = []
     for path in artifacts.values():
         prov = read_sidecar(path)
@@ -119,9 +127,12 @@ def ledger(
             seconds, n_gpus = measured
             source = "sacct"
         else:
+            # a training stage with a layout of its own has its GPUs under train-<stage name>
+            stage = (prov.get("params") or {}).get("stage") or {}
+            staged = gpus_per_rule.get(f"{prov['rule']}-{stage['name']}") if stage else None
             seconds, n_gpus, source = (
                 metrics.get("wall_s", 0.0),
-                gpus_per_rule.get(prov["rule"], 0),
+                gpus_per_rule.get(prov["rule"], 0) if staged is None else staged,
                 "wall time",
             )
         g = gpu[prov["rule"]]
@@ -141,7 +152,7 @@ def ledger(
             "jobs": g["jobs"],
             "tokens": g["tokens"],
             "gpu_hours": round(g["gpu_hours"], 4),
-            "cost_usd": round(g["gpu_hours"] * rate, 2),
+            "cost_usd": round(g["gpu_hours"] * p.gpu_rate(rule), 2),
             "source": "+".join(sorted(g["source"])),
         }
         for rule, g in sorted(gpu.items())
@@ -214,7 +225,11 @@ def run(
     plan, why_not = None, None
     if p.config is not None:
         # charged at the ledger's own rate and GPUs per rule
-        rates = {"gpu_hour_usd": p.gpu_hour_usd, "gpus": p.gpus}
+        rates = {
+            key: getattr(p, key)
+            for key in ("gpu_hour_usd", "gpu_types", "gpu_type", "gpu_type_by_rule", "gpus")
+        }
+        rates["gpu_types"] = {k: t.dump() for k, t in p.gpu_types.items()}
         config = {**p.config, "cost": {**p.config.get("cost", {}), **rates}}
         try:
             plan = estimate.plan(config)
@@ -250,8 +265,7 @@ def run(
     est_gpu = " est. tokens | est. GPU-hours | est. GPU $ |" if plan else ""
     lines += [
         "",
-        f"| stage | jobs | tokens | GPU-hours | GPU $ (at {p.gpu_hour_usd}/GPU-hour) | from |"
-        + est_gpu,
+        f"| stage | jobs | tokens | GPU-hours | GPU $ ({_rates(p)}) | from |" + est_gpu,
         "|---|---|---|---|---|---|" + ("---|---|---|" if plan else ""),
     ]
     for r in rows["gpu"]:

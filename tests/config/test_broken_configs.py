@@ -19,6 +19,16 @@ SMOKE = load_yaml(REPO / "config" / "experiments" / "beam-tiny-smoke.yaml")
 KERNELS_8B = load_yaml(REPO / "config" / "experiments" / "autotriton-8b.yaml")
 
 
+def _staged(stages):
+    """A mutation training in ``stages``, without the top-level epochs the stages replace."""
+
+    def mutate(config):
+        config["train"].pop("epochs", None)
+        config["train"]["stages"] = stages
+
+    return mutate
+
+
 def _set(path: str, value):
     """A mutation setting the dotted ``path`` (list indices as numbers) to ``value``."""
 
@@ -714,25 +724,31 @@ BROKEN = [
     (
         "training stages sharing a name",
         DEFAULT,
-        _set("train.stages", [{"name": "a", "epochs": 1}, {"name": "a", "epochs": 2}]),
+        _staged([{"name": "a", "epochs": 1}, {"name": "a", "epochs": 2}]),
         "train.stages: each stage name may be used once",
     ),
     (
         "training stage of an effort never generated",
         DEFAULT,
-        _set("train.stages", [{"name": "a", "epochs": 1, "efforts": ["xhigh"]}]),
+        _staged([{"name": "a", "epochs": 1, "efforts": ["xhigh"]}]),
         "train.stages.0.efforts: 'xhigh' is not one of generation.efforts",
+    ),
+    (
+        "epochs beside training stages, which replace them",
+        DEFAULT,
+        _set("train.stages", [{"name": "a", "epochs": 1}]),
+        "train.epochs: 2 would be overridden by train.stages, whose stages give their own (a 1)",
     ),
     (
         "training stage without epochs",
         DEFAULT,
-        _set("train.stages", [{"name": "a"}]),
+        _staged([{"name": "a"}]),
         "train.stages.0.epochs",
     ),
     (
         "training stage with a typo",
         DEFAULT,
-        _set("train.stages", [{"name": "a", "epochs": 1, "effort": ["low"]}]),
+        _staged([{"name": "a", "epochs": 1, "effort": ["low"]}]),
         "train.stages.0: unknown key 'effort' (did you mean 'efforts'?)",
     ),
     (

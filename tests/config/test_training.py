@@ -75,6 +75,26 @@ def test_lora_config_fails_before_loading(params, message):
             {"device_map": "auto", "distributed": {"nodes": 2, "gpus_per_node": 8}},
             "train.device_map: model parallel runs as one process on one node",
         ),
+        (
+            {
+                "device_map": "auto",
+                "stages": [{"name": "a", "epochs": 1, "distributed": {"nodes": 2}}],
+            },
+            "train.device_map: .*set stages.0.distributed.nodes 1",
+        ),
+        (
+            {"stages": [{"name": "a", "epochs": 1, "distributed": {"gpus": 8}}]},
+            "train.stages.0.distributed: unknown key 'gpus'",
+        ),
+        # an overlay's epochs under inherited stages would be ignored: both keys named
+        (
+            {
+                "epochs": 1,
+                "stages": [{"name": "medium", "epochs": 2}, {"name": "all", "epochs": 1}],
+            },
+            r"train.epochs: 1 would be overridden by train.stages, whose stages give their own "
+            r"\(medium 2, all 1\)",
+        ),
     ],
 )
 def test_layout_checks_name_the_key(params, message):
@@ -95,3 +115,21 @@ def test_device_map_is_one_process_over_the_nodes_gpus():
         {"device_map": "auto", "gpu_memory_limit": "125GiB", "distributed": {"gpus_per_node": 8}}
     ).layout
     assert (d.world_size, d.gpus_per_node, d.nodes) == (1, 8, 1)
+
+
+def test_epochs_default_to_one_pass_without_stages_and_each_stage_may_have_its_own_layout():
+    assert Train.parse({}).epochs == 1.0 and Train.parse({"epochs": 3}).epochs == 3
+    train = Train.parse(
+        {
+            "distributed": {"gpus_per_node": 4},
+            "stages": [
+                {"name": "medium", "epochs": 2},
+                {"name": "efforts", "epochs": 1, "distributed": {"gpus_per_node": 8}},
+            ],
+        }
+    )
+    assert train.epochs is None  # a staged fine-tune's passes are its stages'
+    assert [train.stage_layout(st).world_size for st in train.stages] == [4, 8]
+    assert train.stage_layout(None).world_size == 4
+    # the resolved config parses again (its dump carries no epochs beside the stages)
+    assert Train.parse(train.dump()) == train

@@ -107,6 +107,47 @@ def test_ledger_sums_api_cost_per_teacher_and_effort_and_gpu_hours_per_rule(tmp_
     assert gpu["generate_high_xhigh"]["gpu_hours"] == 0.0  # no GPUs configured for that rule
 
 
+def test_each_rule_is_charged_its_gpu_types_price_and_a_stage_its_own_gpus(tmp_path, monkeypatch):
+    """The teacher's B300s at their price, training at the B200's; a training stage with a
+    layout of its own (train-<stage>) charged its own GPUs when sacct has no answer."""
+    wall = {"wall_s": 3600}
+    arts = {
+        "g": artifact(
+            tmp_path,
+            "g1",
+            stage="generate",
+            rule="generate",
+            params={"teacher": "beam", "effort": "medium"},
+            metrics=wall,
+            monkeypatch=monkeypatch,
+        ),
+        **{
+            name: artifact(
+                tmp_path,
+                name,
+                stage="train",
+                rule="train",
+                params={"stage": {"name": name, "epochs": 1}},
+                metrics=wall,
+                monkeypatch=monkeypatch,
+            )
+            for name in ("medium", "efforts")
+        },
+    }
+    cost = {
+        "gpu_types": {
+            "b200": {"usd_per_hour": 7.6, "memory_gb": 180},
+            "b300": {"usd_per_hour": 8.5, "memory_gb": 288},
+        },
+        "gpu_type": "b200",
+        "gpu_type_by_rule": {"generate": "b300"},
+        "gpus": {"generate": 2, "train": 4, "train-efforts": 8},
+    }
+    gpu = {r["rule"]: r for r in ledger(arts, cost, usage=lambda job: None)["gpu"]}
+    assert (gpu["generate"]["gpu_hours"], gpu["generate"]["cost_usd"]) == (2.0, 17.0)
+    assert (gpu["train"]["gpu_hours"], gpu["train"]["cost_usd"]) == (12.0, round(12 * 7.6, 2))
+
+
 def test_run_writes_markdown_and_csv_with_totals(tmp_path, monkeypatch):
     a = artifact(
         tmp_path,

@@ -167,6 +167,7 @@ def test_a_later_training_stage_never_reruns_an_earlier_one(done):
     """Staged training: each stage its own job and artifact, from the previous checkpoint."""
     workdir, cfg, _ = done
     cfg = copy.deepcopy(cfg)
+    cfg["train"].pop("epochs", None)  # the stages give their own
     cfg["train"]["stages"] = [
         {"name": "medium", "efforts": ["medium"], "tags": "none", "epochs": 1},
         {"name": "mixed", "epochs": 1},
