@@ -312,6 +312,7 @@ def eval_params(wildcards):
         model_name=wildcards.model,
         benchmark=wildcards.bench,
         effort_tag=config["student"]["effort_tag"],
+        effort_tag_in=config["student"]["effort_tag_in"],
         **DECODING,
     )
 
@@ -322,6 +323,7 @@ def budget_params(wildcards):
         model_name=wildcards.model,
         benchmark=wildcards.bench,
         effort_tag=config["student"]["effort_tag"],
+        effort_tag_in=config["student"]["effort_tag_in"],
         budget=int(wildcards.budget),
         **DECODING,
         **forcing,
@@ -333,6 +335,7 @@ def effort_params(wildcards):
         model_name=wildcards.model,
         benchmark=wildcards.bench,
         effort_tag=config["student"]["effort_tag"],
+        effort_tag_in=config["student"]["effort_tag_in"],
         **{**DECODING, "effort": wildcards.effort},
     )
 
@@ -439,4 +442,8 @@ def train_stage(wildcards):
 def train_params(wildcards):
     stage, _ = train_stage(wildcards)
     per_stage = {} if stage is None else {"epochs": stage["epochs"], "stage": stage}
-    return as_json(**{**TRAIN_COMMON, **per_stage}, weight_hooks=WEIGHT_HOOKS)
+    return as_json(
+        **{**TRAIN_COMMON, **per_stage},
+        weight_hooks=WEIGHT_HOOKS,
+        effort_tag_in=config["student"]["effort_tag_in"],
+    )
