@@ -287,15 +287,17 @@ def check_supervision(
     template, the rows and what went missing or leaked.
 
     Supervised (decoded) must be: each assistant turn's reasoning, answer and tool calls, in that
-    order, and besides them only the template's markers, with at most one (the end-of-turn) after
-    a turn's last piece: a served model stops at its first end-of-turn token, so more is never
-    generated. Nothing of a system or user turn (the effort tag included) may be supervised, and
-    the template may add no text of its own anywhere in the rendering. The rule that tells a
-    marker from added text: what is left once the row's own text and the tokenizer's special
-    tokens are taken out is a marker while a fragment of it has fewer than ``PROSE_WORDS`` words
-    (role and channel names: "assistant", "analysis"); three words or more are prose the row never
-    wrote (a default system prompt, "Reasoning effort is set to xhigh"), which would teach the
-    student a context it is not served with, or contradict the row.
+    order, and besides them only the template's markers; after a turn's last piece one marker (its
+    end-of-turn), or more only where the template writes them between a turn and the next
+    (Cohere's ``<|END_RESPONSE|><|END_OF_TURN_TOKEN|>``), never what it writes only at a
+    conversation's end (Phi-3's eos after ``<|end|>``), which a served model, stopped at its
+    end-of-turn, never generates. Nothing of a system or user turn (the effort tag included) may
+    be supervised, and the template may add no text of its own anywhere in the rendering. The rule
+    that tells a marker from added text: what is left once the row's own text and the tokenizer's
+    special tokens are taken out is a marker while a fragment of it has fewer than
+    ``PROSE_WORDS`` words (role and channel names: "assistant", "analysis"); three words or more
+    are prose the row never wrote (a default system prompt, "Reasoning effort is set to xhigh"),
+    which would teach the student a context it is not served with, or contradict the row.
     """
     specials = sorted(
         {str(t) for t in tokenizer.added_tokens_decoder.values()}
@@ -304,10 +306,20 @@ def check_supervision(
         reverse=True,
     )
     split = re.compile("|".join([re.escape(t) for t in specials if t] + ["\x00"]))
+    # what the template writes between an assistant turn and the next turn
+    probe = [*PROBE, {"role": "assistant", "content": SENTINEL}, {"role": "user", "content": "z"}]
+    try:
+        rendered = tokenizer.apply_chat_template(probe, chat_template=template.text, tokenize=False)
+        between = re.sub(r"\s", "", rendered.split(SENTINEL, 1)[1])
+    # a template that takes no second turn writes nothing between turns
+    except Exception:  # noqa: BLE001
+        between = ""
     chosen = _sample(examples, sample)
     bad = []
     for i in chosen:
-        problems = _row_problems(tokenizer, examples[i]["messages"], encoded[i], split, max_length)
+        problems = _row_problems(
+            tokenizer, examples[i]["messages"], encoded[i], split, between, max_length
+        )
         if problems:
             bad.append(f"row {examples[i]['id']}: {'; '.join(dict.fromkeys(problems))}")
     if bad:
@@ -369,7 +381,9 @@ def _prose(fragments: list[str]) -> list[str]:
     return [f for f in fragments if len(WORD.findall(f)) >= PROSE_WORDS]
 
 
-def _row_problems(tokenizer, messages, enc, split: re.Pattern, max_length: int) -> list[str]:
+def _row_problems(
+    tokenizer, messages, enc, split: re.Pattern, between: str, max_length: int
+) -> list[str]:
     ids, mask = enc["input_ids"], enc["assistant_masks"]
     runs, start = [], None
     for i, bit in enumerate([*mask, 0]):
@@ -439,7 +453,8 @@ def _row_problems(tokenizer, messages, enc, split: re.Pattern, max_length: int) 
         last = max((e for s, e in spans if offset <= s < end), default=None)
         if last is not None:
             tail = text[last:end]
-            if len(split.findall(tail)) + len(_fragments(tail, split)) > 1:
+            markers = len(split.findall(tail)) + len(_fragments(tail, split))
+            if markers > 1 and not between.startswith(re.sub(r"\s", "", tail)):
                 problems.append(
                     f"more than an end-of-turn marker is supervised after a turn: {tail!r}"
                 )
