@@ -86,9 +86,11 @@ class TrainingTemplate:
         out = []
         for m in messages:
             reasoning, answer = split_reasoning(m["content"] or "")
-            if m["role"] == "assistant" and reasoning:
-                m = {**m, "content": answer, self.reasoning_field: reasoning}
-            out.append(m)
+            out.append(
+                {**m, "content": answer, self.reasoning_field: reasoning}
+                if m["role"] == "assistant" and reasoning
+                else m
+            )
         return out
 
     def encode(self, tokenizer, messages: list[dict]) -> dict[str, list[int]]:
@@ -397,14 +399,19 @@ def _row_problems(
     # makes too long is the template's fault
     first = runs[0][0] if runs else len(ids)
     head = messages[: next(i for i, m in enumerate(messages) if m["role"] == "assistant")]
-    own = len(tokenizer("\n".join(m["content"] or "" for m in head))["input_ids"])
+    own = len(
+        tokenizer("\n".join(m["content"] or "" for m in head), add_special_tokens=False)[
+            "input_ids"
+        ]
+    )
     if first >= max_length > own:
         problems.append(
             f"{first} tokens precede its first supervised token ({own} of them the row's own "
             f"text), more than train.max_length {max_length}: nothing of it would be trained"
         )
     full = tokenizer.decode(ids)
-    text = "\x00".join(tokenizer.decode(ids[a:b]) for a, b in runs)
+    decoded = [tokenizer.decode(ids[a:b]) for a, b in runs]
+    text = "\x00".join(decoded)
     # each assistant turn's pieces in order; what a turn's last piece ends at, by run
     spans, pos = [], 0
     for i, m in enumerate(messages):
@@ -446,10 +453,10 @@ def _row_problems(
         f"text the row never wrote is supervised: {f[:80]!r}"
         for f in _prose(_fragments(residual, split))
     ]
-    # after each run's last piece, the end-of-turn marker alone
+    # after each run's last piece: its end-of-turn marker, or what the template writes between turns
     offset = 0
-    for a, b in runs:
-        end = offset + len(tokenizer.decode(ids[a:b]))
+    for run in decoded:
+        end = offset + len(run)
         last = max((e for s, e in spans if offset <= s < end), default=None)
         if last is not None:
             tail = text[last:end]
