@@ -315,11 +315,15 @@ def teacher_tables_params():
 DECODING = {k: config["eval"][k] for k in stillroom.config.Decoding.model_fields}
 
 
+# where and how an evaluated student's prompts carry their effort tag
+EFFORT_TAG = {k: config["student"][k] for k in ("effort_tag", "effort_tag_in")}
+
+
 def eval_params(wildcards):
     return as_json(
         model_name=wildcards.model,
         benchmark=wildcards.bench,
-        effort_tag=config["student"]["effort_tag"],
+        **EFFORT_TAG,
         **DECODING,
     )
 
@@ -329,7 +333,7 @@ def budget_params(wildcards):
     return as_json(
         model_name=wildcards.model,
         benchmark=wildcards.bench,
-        effort_tag=config["student"]["effort_tag"],
+        **EFFORT_TAG,
         budget=int(wildcards.budget),
         **DECODING,
         **forcing,
@@ -340,7 +344,7 @@ def effort_params(wildcards):
     return as_json(
         model_name=wildcards.model,
         benchmark=wildcards.bench,
-        effort_tag=config["student"]["effort_tag"],
+        **EFFORT_TAG,
         **{**DECODING, "effort": wildcards.effort},
     )
 
@@ -433,6 +437,8 @@ COST_PARAMS = {
 TRAIN_TEMPLATE = config["train"]["chat_template"]
 TRAIN_COMMON = {k: v for k, v in config["train"].items() if k != "stages"}
 TRAIN_STAGES = config["train"]["stages"]
+# what training takes from the student section
+TRAIN_STUDENT = dict(weight_hooks=WEIGHT_HOOKS, effort_tag_in=config["student"]["effort_tag_in"])
 # the suffix of each stage's checkpoint ("" for the last, which is the fine-tune)
 STAGE_SUFFIX = [f"-{s['name']}" for s in TRAIN_STAGES[:-1]] + [""]
 
@@ -464,4 +470,4 @@ def train_params(wildcards):
     per_stage = {} if stage is None else {"epochs": stage["epochs"], "stage": stage}
     if stage and stage["distributed"]:
         per_stage["distributed"] = stage["distributed"]
-    return as_json(**{**TRAIN_COMMON, **per_stage}, weight_hooks=WEIGHT_HOOKS)
+    return as_json(**{**TRAIN_COMMON, **per_stage}, **TRAIN_STUDENT)

@@ -44,7 +44,7 @@ rule train_ablation:
     output:
         **tracked(model=directory(f"{R}/ckpt/select-{{selection}}")),
     params:
-        p=as_json(**TRAIN_COMMON, weight_hooks=WEIGHT_HOOKS),
+        p=as_json(**TRAIN_COMMON, **TRAIN_STUDENT),
     threads: 2
     resources:
         **train_resources(config),

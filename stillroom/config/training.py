@@ -97,6 +97,10 @@ def hooks_problem(method: str, hooks: list[WeightHook]) -> str | None:
     return None
 
 
+# where the student's effort tag goes: a system turn, or the head of the first user turn
+EffortTagIn = Literal["system", "user"]
+
+
 class Student(Section):
     pretrained: str | None = Field(
         None, description="a model directory or hub id (downloaded in a job, not at DAG build)"
@@ -105,6 +109,11 @@ class Student(Section):
     model: ModelShape | None = None
     effort_tag: str = Field(
         pattern=r"\$effort", description="the student's effort syntax; $effort is replaced"
+    )
+    effort_tag_in: EffortTagIn = Field(
+        "system",
+        description="where the effort tag goes, in training and evaluation: a system turn, or "
+        "the head of the user turn (for a chat template that takes no system turn)",
     )
     weight_hooks: list[WeightHook] = []
 

@@ -168,7 +168,12 @@ def _parse_assistant_calls(msg: dict, calls: dict[str, str], error) -> dict[str,
 
 
 def check_renders(
-    tokenizer, examples: list[dict], source: str = "dataset", chat_template: str | None = None
+    tokenizer,
+    examples: list[dict],
+    source: str = "dataset",
+    chat_template: str | None = None,
+    template_name: str = "the tokenizer's chat template",
+    hint: str = "",
 ) -> None:
     """Render every example with ``chat_template`` (default: the tokenizer's own); raise one
     DataError for all failures.
@@ -200,6 +205,6 @@ def check_renders(
     if bad:
         more = " ..." if len(bad) > MAX_IDS else ""
         raise DataError(
-            f"{source}: {len(bad)} of {len(examples)} examples do not render with the "
-            f"tokenizer's chat template: {'; '.join(bad[:MAX_IDS])}{more}"
+            f"{source}: {len(bad)} of {len(examples)} examples do not render with "
+            f"{template_name}: {'; '.join(bad[:MAX_IDS])}{more}{hint}"
         )

@@ -50,6 +50,19 @@ def effort_tag(template: str, effort: str) -> str:
     return Template(template).substitute(effort=effort)
 
 
+def with_effort_tag(messages: list[dict], tag: str | None, where: str = "system") -> list[dict]:
+    """``messages`` with the effort ``tag`` in a system turn before them, or (``where`` "user",
+    for a template that takes no system turn) on its own line at the head of the first user turn;
+    no tag, no change."""
+    if tag is None:
+        return list(messages)
+    if where == "system":
+        return [{"role": "system", "content": tag}, *messages]
+    first = next(i for i, m in enumerate(messages) if m["role"] == "user")
+    user = {**messages[first], "content": f"{tag}\n{messages[first]['content']}"}
+    return [*messages[:first], user, *messages[first + 1 :]]
+
+
 def answer_text(response: str) -> str | None:
     """The part of ``response`` to grade, or None when a ``<think>`` block is never closed."""
     end = response.rfind(END_THINK)

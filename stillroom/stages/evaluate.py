@@ -15,9 +15,10 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import Decoding, Forcing
+from ..config import Decoding, Forcing, Student
+from ..config.training import EffortTagIn
 from ..data.sources import load_benchmark
-from ..grading.formats import END_THINK, effort_tag, user_content
+from ..grading.formats import END_THINK, effort_tag, user_content, with_effort_tag
 from ..ids import prompt_id
 from ..io import DataError, Journal, stat_fingerprint
 from ..provenance import digest
@@ -30,6 +31,7 @@ class Params(Decoding, Forcing):
     model_name: str
     benchmark: str
     effort_tag: str = Field(pattern=r"\$effort")
+    effort_tag_in: EffortTagIn = Student.model_fields["effort_tag_in"].default
     budget: int | None = Field(None, ge=1, description="a thinking budget: budget forcing")
 
 
@@ -151,9 +153,16 @@ def _sample_all(
     """(records, completion tokens generated now, seconds): k answers per problem, identical
     problems and sample indices for every model; a batch found in ``done`` is not sampled again."""
     k, name, bench = p.samples, p.model_name, p.benchmark
-    system = [{"role": "system", "content": effort_tag(p.effort_tag, p.effort)}] if p.effort else []
+    tag = effort_tag(p.effort_tag, p.effort) if p.effort else None
     prompts = [
-        lm.encode(lm.render(system + [{"role": "user", "content": user_content(r)}])) for r in rows
+        lm.encode(
+            lm.render(
+                with_effort_tag(
+                    [{"role": "user", "content": user_content(r)}], tag, p.effort_tag_in
+                )
+            )
+        )
+        for r in rows
     ]
     need = _needs(p, lm)
     # Similar lengths share a batch: less padding.

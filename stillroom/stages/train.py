@@ -14,9 +14,10 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from ..config import Train, WeightHook
-from ..config.training import TrainStage, hooks_problem
+from ..config import Student, Train, WeightHook
+from ..config.training import EffortTagIn, TrainStage, hooks_problem
 from ..data.conversations import check_renders, load_conversations
+from ..grading.formats import with_effort_tag
 from ..io import DataError, atomic_dir, write_json
 from ..provenance import digest
 from ..runtime import launch
@@ -30,13 +31,14 @@ from ..runtime.sft import (
     progress_callback,
     supervision_stats,
 )
-from ..runtime.templates import training_template
+from ..runtime.templates import check_supervision, check_system_turn, training_template
 
 
 class Params(Train):
     seed: int = 0
     weight_hooks: list[WeightHook] = []
     stage: TrainStage | None = Field(None, description="this job's stage of train.stages")
+    effort_tag_in: EffortTagIn = Student.model_fields["effort_tag_in"].default
 
     @model_validator(mode="after")
     def _hooks(self) -> Params:
@@ -44,6 +46,39 @@ class Params(Train):
         if problem:
             raise ValueError(f"weight_hooks: {problem}")
         return self
+
+
+def place_tags(examples: list[dict], where: EffortTagIn) -> list[dict]:
+    """The rows with their effort tag (the system turn of a tagged row, as the dataset stage
+    writes it) where ``student.effort_tag_in`` puts it."""
+    if where == "system":
+        return examples
+    return [
+        {**ex, "messages": with_effort_tag(ex["messages"][1:], ex["messages"][0]["content"], where)}
+        if ex.get("tagged") and ex["messages"][0]["role"] == "system"
+        else ex
+        for ex in examples
+    ]
+
+
+def encode_checked(
+    tokenizer, template, examples: list[dict], max_length: int, source: str = "dataset"
+) -> tuple[list[dict], dict]:
+    """The rows' tokens and assistant masks under ``template``, and the outcome of checking them
+    (``check_supervision``): a template that refuses the rows' system turn, fails to render
+    them, or supervises anything but each assistant turn as written is refused here, before
+    any training step."""
+    check_system_turn(tokenizer, template, examples)
+    check_renders(
+        tokenizer,
+        [{**ex, "messages": template.fed(ex["messages"])} for ex in examples],
+        source=source,
+        chat_template=template.text,
+        template_name=template.name,
+        hint=": set train.chat_template to a template that renders them",
+    )
+    encoded = encode_examples(tokenizer, template, examples)
+    return encoded, check_supervision(tokenizer, template, examples, encoded, max_length)
 
 
 def select_rows(examples: list[dict], stage: TrainStage | None, source: str) -> list[dict]:
@@ -117,13 +152,19 @@ def train_sft(
     main = launch.rank() == 0
     torch.set_num_threads(threads)
     examples = select_rows(load_conversations(dataset_path), p.stage, str(dataset_path))
+    examples = place_tags(examples, p.effort_tag_in)
     tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
     template = training_template(tokenizer, chat_template, where=str(base_dir))
-    check_renders(tokenizer, examples, source=str(dataset_path), chat_template=template.text)
-    encoded = encode_examples(tokenizer, template, examples)
+    encoded, checked = encode_checked(
+        tokenizer, template, examples, p.max_length, source=str(dataset_path)
+    )
     ids = [ex["id"] for ex in examples]
     stats = supervision_stats(encoded, ids, p.max_length, source=str(dataset_path))
-    log(f"chat template for training: {template.origin}")
+    log(
+        f"chat template for training: {template.name}; supervision checked on "
+        f"{checked['rows_checked']} rows"
+        + (f", reasoning fed as {template.reasoning_field}" if template.reasoning_field else "")
+    )
     log(
         f"{stats['examples']} examples, {stats['supervised_tokens']} supervised of "
         f"{stats['total_tokens']} tokens ({stats['truncated']} truncated at max_length "
@@ -197,6 +238,7 @@ def train_sft(
         "packing_efficiency": round(real / (len(packed) * p.max_length), 4),
         "world_size": p.layout.world_size,
         "chat_template": template.origin,
+        "template_check": checked,
         **({"sampled_options": sampled} if sampled else {}),
         **breakdown,
     }

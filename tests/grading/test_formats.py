@@ -48,3 +48,19 @@ def test_instruction_wraps_the_source_and_extract_code_finds_modelnew():
     assert extract_code("```py\nz = 2\n```") == "z = 2\n"
     assert extract_code("<think>never closed ```python\nclass ModelNew: pass\n```") is None
     assert extract_code("no code at all") is None
+
+
+def test_the_effort_tag_goes_in_a_system_turn_or_heads_the_user_turn():
+    from stillroom.grading.formats import with_effort_tag
+
+    turns = [{"role": "user", "content": "What is 2 + 5?"}, {"role": "assistant", "content": "7"}]
+    assert with_effort_tag(turns, "{effort: high}") == [
+        {"role": "system", "content": "{effort: high}"},
+        *turns,
+    ]
+    assert with_effort_tag(turns, "{effort: high}", "user") == [
+        {"role": "user", "content": "{effort: high}\nWhat is 2 + 5?"},
+        turns[1],
+    ]
+    assert with_effort_tag(turns, None, "user") == turns
+    assert turns[0]["content"] == "What is 2 + 5?"  # the caller's messages are left as they were

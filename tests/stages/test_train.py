@@ -113,8 +113,78 @@ def test_a_student_with_the_real_qwen3_template_trains_and_keeps_it(setup, tmp_p
         base, setup / "train.jsonl", tmp_path / "sft", params=params, log=lines.append
     )
     assert metrics["chat_template"] == "trl" and metrics["supervised_tokens"] > 0
-    assert "chat template for training: trl" in lines
+    check = metrics["template_check"]
+    assert check["passed"] and check["rows_checked"] == check["rows"] == 200
+    assert check["reasoning_field"] == "reasoning_content"
+    assert any("TRL's qwen3_training.jinja" in line for line in lines), lines
     assert AutoTokenizer.from_pretrained(tmp_path / "sft").chat_template == qwen3
+
+
+def student_with(setup, tmp_path, name):
+    """The test student with one of TRL's chat templates as its own."""
+    base = tmp_path / name
+    shutil.copytree(setup / "base", base)
+    tok = AutoTokenizer.from_pretrained(base)
+    tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / name).read_text()
+    tok.save_pretrained(base)
+    return base
+
+
+def tagged_rows(n):
+    """Rows as the dataset stage writes them: the effort tag in a system turn."""
+    tag = [{"role": "system", "content": "{effort: low}"}]
+    return [
+        {
+            **row,
+            "tagged": True,
+            "messages": tag + [m for m in row["messages"] if m["role"] != "system"],
+        }
+        for row in synthetic_rows(n)
+    ]
+
+
+def stillroom_train(base, dataset, out, params):
+    import subprocess
+    import sys
+
+    args = ["--base", str(base), "--dataset", str(dataset), "--out-model", str(out)]
+    return subprocess.run(
+        [sys.executable, "-m", "stillroom", "train", *args, "--params", json.dumps(params)],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_stillroom_train_feeds_reasoning_content_and_records_the_check(setup, tmp_path):
+    """Qwen3.6's template renders a turn's reasoning only from reasoning_content: the CLI trains
+    with it fed there, and the check's outcome is in the checkpoint's provenance."""
+    from stillroom.provenance import read_sidecar
+
+    rows = tagged_rows(24)
+    dataset = write_rows(tmp_path / "tagged.jsonl", rows)
+    base = student_with(setup, tmp_path, "qwen3_6.jinja")
+    params = {"max_steps": 2, "batch_size": 4, "max_length": 256, "seed": 0}
+    done = stillroom_train(base, dataset, tmp_path / "sft", params)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "reasoning fed as reasoning_content" in done.stderr
+    check = read_sidecar(tmp_path / "sft")["metrics"]["template_check"]
+    assert check["passed"] and check["rows_checked"] == 24
+    assert check["reasoning_field"] == "reasoning_content"
+    assert "qwen3_6_training.jinja" in check["template"] and len(check["sha256"]) == 64
+
+
+def test_stillroom_train_refuses_a_template_before_any_step(setup, tmp_path):
+    """Gemma's template takes no system turn: the run stops before training, naming the
+    template and the setting that places the effort tag elsewhere."""
+    rows = tagged_rows(8)
+    dataset = write_rows(tmp_path / "tagged.jsonl", rows)
+    base = student_with(setup, tmp_path, "gemma.jinja")
+    refused = stillroom_train(base, dataset, tmp_path / "sft", {"max_length": 256})
+    assert refused.returncode != 0
+    assert "TRL's gemma_training.jinja" in refused.stderr
+    assert "System role not supported" in refused.stderr
+    assert "student.effort_tag_in: user" in refused.stderr
+    assert "step " not in refused.stderr and not (tmp_path / "sft").exists()
 
 
 def test_unknown_param_raises(setup):
@@ -223,3 +293,14 @@ def test_a_stage_selects_its_efforts_and_can_drop_the_tags():
     untagged = [{"id": "9", "messages": rows[0]["messages"]}]
     with pytest.raises(DataError, match="d.jsonl: row 9 has no 'effort'"):
         select_rows(untagged, medium, "d.jsonl")
+
+
+def test_effort_tag_in_user_moves_a_rows_tag_to_the_head_of_its_user_turn():
+    from stillroom.stages.train import place_tags
+
+    rows = tagged_rows(2) + [{"id": "plain", "messages": synthetic_rows(1)[0]["messages"]}]
+    assert place_tags(rows, "system") == rows
+    moved = place_tags(rows, "user")
+    assert [m["role"] for m in moved[0]["messages"]] == ["user", "assistant"]
+    assert moved[0]["messages"][0]["content"].startswith("{effort: low}\nWhat is ")
+    assert moved[2] == rows[2]  # a system turn of an untagged row is not a tag
