@@ -499,12 +499,17 @@ class _Planner:
             raise EstimateError("cannot estimate:\n  " + "\n  ".join(refused))
         prompts = {e: pool * gen.shards_of(e) / gen.shards for e in gen.efforts}
         k = gen.samples_per_prompt
-        rows = {
-            e: prompts[e] * (1 - (1 - self._per(self.est.correct_fraction, e)) ** k)
-            for e in gen.efforts
+        correct = {e: self._per(self.est.correct_fraction, e) for e in gen.efforts}
+        # the dataset's rows per effort by selection: one trace per prompt with a correct one, every
+        # correct trace, or every trace
+        one = {e: prompts[e] * (1 - (1 - correct[e]) ** k) for e in gen.efforts}
+        selected = {
+            "all": {e: prompts[e] * k * correct[e] for e in gen.efforts},
+            "unfiltered": {e: prompts[e] * k for e in gen.efforts},
         }
+        rows = selected.get(exp.dataset.select, one)
         self.generation(prompts)
-        self.training(rows)
+        self.training(rows, {s: selected.get(s, one) for s in exp.dataset.ablation})
         self.merges()
         self.evaluation(problems)
         inputs = {
@@ -674,15 +679,22 @@ class _Planner:
                     f"{_si(budget.daily_output_tokens)} a day take {math.ceil(days)} days"
                 )
 
-    def training(self, rows: dict[str, float]) -> None:
+    def training(
+        self, rows: dict[str, float], ablation: Mapping[str, dict[str, float]] | None = None
+    ) -> None:
+        """The fine-tune's stages on ``rows`` per effort, then each selection of the dataset
+        ablation, one run of train's settings on its own rows (never staged)."""
         exp, est, train = self.exp, self.est, self.exp.train
         efforts = exp.generation.efforts
         example = {
             e: min(est.prompt_tokens + self.teacher_tokens(e), train.max_length) for e in efforts
         }
-        stages: list[TrainStage | None] = list(train.stages) or [None]
+        runs: list[tuple[TrainStage | None, str, dict[str, float]]] = [
+            (stage, stage.name if stage else "", rows) for stage in train.stages or [None]
+        ]
+        runs += [(None, f"select-{s}", r) for s, r in (ablation or {}).items()]
         student = self.model_of("student")
-        for stage in stages:
+        for stage, name, rows in runs:
             layout = train.stage_layout(stage)
             # a stage with a layout of its own is charged as train-<name> (stillroom/cluster.py)
             gpus = self.gpus.get(f"train-{stage.name}" if stage else "train", self.gpus["train"])
@@ -698,7 +710,7 @@ class _Planner:
             seconds = self.figure(student, "train_start_s") + tokens / per_s
             self.durations["training"].append(seconds)
             label = (
-                (f"{stage.name}: " if stage else "")
+                (f"{name}: " if name else "")
                 + f"{epochs:g} epoch{'' if epochs == 1 else 's'} of {n_rows:,.0f} rows "
                 + f"({', '.join(chosen)})"
             )

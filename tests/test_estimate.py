@@ -105,6 +105,21 @@ def test_the_default_config_is_estimated_from_its_local_files():
     assert p.total["usd"] == 0  # no rate configured
 
 
+def test_the_dataset_ablation_bills_a_fine_tune_per_selection_on_its_rows():
+    config = copy.deepcopy(DEFAULT)
+    config["dataset"].update(select="all", ablation=["shortest", "unfiltered"])
+    p = estimate(config)
+    sft, shortest, unfiltered = rows(p, "train")
+    # two samples of each of 2490 prompts per effort, correct at 0.7, 0.8 and 0.9: every correct
+    # one, one per prompt with a correct one, or both
+    assert p.inputs["dataset_rows"] == {"low": 3486, "medium": 3984, "high": 4482}
+    assert sft.label == "2 epochs of 11,952 rows (low, medium, high)"
+    one = round(2490 * sum(1 - (1 - c) ** 2 for c in (0.7, 0.8, 0.9)))
+    assert shortest.label == f"select-shortest: 2 epochs of {one:,} rows (low, medium, high)"
+    assert unfiltered.label == "select-unfiltered: 2 epochs of 14,940 rows (low, medium, high)"
+    assert shortest.tokens < sft.tokens < unfiltered.tokens
+
+
 def test_the_kernel_miniature_counts_its_generated_family_and_training_split():
     p = estimate(load_yaml(REPO / "config" / "experiments" / "autotriton-tiny.yaml"))
     # 13 ops at 3 shapes, 9 held out; the train split is the pool the models trained on
