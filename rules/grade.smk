@@ -8,7 +8,9 @@ rule grade_generation:
     output:
         **tracked(graded=f"{R}/graded/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
     params:
-        p=as_json(letters=config["eval"]["letters"], kernel=VALIDATOR),
+        p=as_json(
+            letters=config["eval"]["letters"], boxed=config["eval"]["boxed"], kernel=VALIDATOR
+        ),
     resources:
         gpu=KERNEL_GRADE_GPUS,
         slurm_partition=partition_for(KERNEL_GRADE_GPUS),
@@ -28,7 +30,9 @@ rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
     output:
         **tracked(graded=f"{R}/eval/{{run}}/graded.jsonl"),
     params:
-        p=as_json(letters=config["eval"]["letters"], kernel=VALIDATOR),
+        p=as_json(
+            letters=config["eval"]["letters"], boxed=config["eval"]["boxed"], kernel=VALIDATOR
+        ),
     resources:
         gpu=KERNEL_GRADE_GPUS,
         slurm_partition=partition_for(KERNEL_GRADE_GPUS),

@@ -354,6 +354,7 @@ def _regrade(file: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from .grading.dispatch import check_kinds, grader_info, item_limit
     from .grading.result import Options
     from .grading.workers import grade_many
+    from .stages.grade import item
 
     side = sidecar_path(file)
     if not side.is_file():
@@ -363,12 +364,13 @@ def _regrade(file: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     check_kinds(kinds)
     timeout_s = item_limit(kinds, options)
     grades = grade_many(
-        [(r.get("response") or "", r["answer"], r["kind"]) for r in records],
+        [item(r) for r in records],
         workers=1,
         letters=options.letters,
         timeout_s=timeout_s,
         kernel=options.kernel.dump(),
         seed=options.seed,
+        boxed=options.boxed,
     )
     changed = []
     for r, g in zip(records, grades, strict=True):

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .base import ConfigError, Effort, Letters, Section
+from .base import Boxed, ConfigError, Effort, Letters, Section
 from .data import LOCAL_DATA, DatasetSpec, Decontam, Heldout, Source
 from .evaluation import (
     Backend,
@@ -73,6 +73,7 @@ __all__ = [
     "Kernels",
     "Layout",
     "Letters",
+    "Boxed",
     "Lora",
     "Merge",
     "PairedTables",

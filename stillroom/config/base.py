@@ -7,7 +7,7 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from string import Formatter
-from typing import Annotated, Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -164,4 +164,13 @@ Regex = Annotated[str, AfterValidator(_regex)]
 DEFAULT_LETTERS = "ABCD"
 Letters = Annotated[
     str, Field(default=DEFAULT_LETTERS, min_length=2), AfterValidator(_distinct_letters)
+]
+# Which of a math answer's \boxed{} is graded: "7 is wrong, so \boxed{8}" answers 8, not {7, 8}.
+Boxed = Annotated[
+    Literal["last", "all"],
+    Field(
+        default="last",
+        description="a math answer's last \\boxed{}, or all of them (math-verify joins them "
+        "into a set)",
+    ),
 ]

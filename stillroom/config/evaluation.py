@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
-from .base import Effort, Letters, Name, PositiveInt, Probability, Section, tag
+from .base import Boxed, Effort, Letters, Name, PositiveInt, Probability, Section, tag
 from .generation import Server
 
 # the kernel validator's generated test cases (stillroom/kernels/cases.py)
@@ -179,6 +179,7 @@ class PerEffort(Section):
 class Eval(Decoding):
     benchmarks: Annotated[list[str], Field(min_length=1)]
     letters: Letters
+    boxed: Boxed
     budget_force: BudgetForce | None = None
     per_effort: PerEffort | None = None
 

@@ -1,4 +1,7 @@
-"""Multiple-choice answers: the last stated letter, matched case-sensitively against the gold."""
+"""Multiple-choice answers: the last stated letter, matched case-sensitively against the gold.
+
+The letters are each item's own, read from the options its prompt lists (a row may have more
+than four), so that a gold letter outside them is a gold problem rather than a wrong answer."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from typing import Any
 
 from ..config.base import DEFAULT_LETTERS
 from .formats import answer_text
-from .result import GOLD_UNPARSEABLE, NO_ANSWER, Grade, Options
+from .result import NO_ANSWER, Grade, Options, gold_problem
 
 
 @functools.lru_cache(maxsize=32)
@@ -28,12 +31,31 @@ def _choice_regex(letters: str) -> re.Pattern:
     return re.compile(f"{boxed}|{stated}")
 
 
+# An option's label: "(A) ..." anywhere, or "A) ...", "A. ...", "A: ..." at the start of a line.
+_LABEL = re.compile(r"(?<!\S)\(([A-Z])\)(?=\s)|^[ \t]*([A-Z])[).:](?=\s)", re.MULTILINE)
+
+
+def item_letters(prompt: str) -> str | None:
+    """The letters of the options ``prompt`` lists: its last run of labels A, B, C... in order
+    (at least two), or None when it lists none."""
+    runs, run = [], ""
+    for m in _LABEL.finditer(prompt):
+        letter = m.group(1) or m.group(2)
+        if letter == "A":
+            runs.append(run)
+            run = "A"
+        elif run and ord(letter) == ord(run[-1]) + 1:
+            run += letter
+    runs.append(run)
+    return next((r for r in reversed(runs) if len(r) >= 2), None)
+
+
 def grade_choice(response: str, gold: str, letters: str = DEFAULT_LETTERS) -> Grade:
     """The last '\\boxed{X}', 'answer: X' or 'answer is X'; with letters "ABCD", "answer is c" is
     no answer."""
     gold = gold.strip()
     if len(gold) != 1 or gold not in letters:
-        return GOLD_UNPARSEABLE
+        return gold_problem(f"gold {gold!r} is not one of the item's letters {letters}")
     text = answer_text(response)
     matches = list(_choice_regex(letters).finditer(text)) if text is not None else []
     if not matches:
@@ -50,5 +72,9 @@ def info(options: Options) -> dict[str, Any]:
     return {  # stillroom's own rule, so stillroom's version
         "name": "choice",
         "version": importlib.metadata.version("stillroom"),
-        "options": {"letters": options.letters, "case_sensitive": True},
+        "options": {
+            "letters": options.letters,
+            "item_letters": "each item's own, from the options its prompt lists, else letters",
+            "case_sensitive": True,
+        },
     }

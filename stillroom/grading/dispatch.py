@@ -22,14 +22,16 @@ GRADER_INFO: dict[str, Any] = {
     "grader": "stillroom.grading",
     "math_verify": importlib.metadata.version("math-verify"),
     "math": {
-        "gold_parse": "math_verify.parse default config on '$gold$', then on the bare gold",
-        "pred_extraction": "the last boxed or plain expression "
-        "(LatexExtractionConfig, ExprExtractionConfig)",
+        "gold_parse": "math_verify.parse default config on '$gold$', then on the bare gold; "
+        "a gold that does not parse as its whole text is gold_unparseable, with the reason",
+        "pred_extraction": "the answer's last \\boxed{} (grade.boxed: last) or all of it, then "
+        "the last boxed or plain expression (LatexExtractionConfig, ExprExtractionConfig)",
+        "normalise": "LaTeX spacing in digit groups removed (1\\,000), \\mathrm{e} is e",
         "verify": "math_verify.verify(gold, pred), float_rounding 6, strict",
         "timeout": "hard wall-clock limit per item in a killable worker process",
     },
     "choice": "last '\\boxed{X}', 'answer: X' or 'answer is X' "
-    "('answer' any case, X case-sensitive)",
+    "('answer' any case, X case-sensitive); X among the item's own letters",
     "think": "only text after the last </think> is graded; an unclosed <think> is no_answer",
 }
 
@@ -55,9 +57,10 @@ def grade(
     kind: str,
     letters: str = DEFAULT_LETTERS,
     kernel: Mapping[str, Any] | None = None,
+    boxed: str = "last",
 ) -> Grade:
     """One answer graded in this process; ``kernel``: the validator's options for kernel answers."""
-    options = Options.parse({"letters": letters, "kernel": dict(kernel or {})})
+    options = Options.parse({"letters": letters, "kernel": dict(kernel or {}), "boxed": boxed})
     return grader(kind).grade(response, gold, options)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import Letters, Section, ValidatorOptions
+from ..config import Boxed, Letters, Section, ValidatorOptions
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,13 @@ class Grade:
 
 
 NO_ANSWER = Grade(False, None, "no_answer")
-GOLD_UNPARSEABLE = Grade(False, None, "gold_unparseable")
+
+
+def gold_problem(reason: str) -> Grade:
+    """A gold that cannot be graded against, and why: counted apart, never a wrong answer."""
+    return Grade(False, None, "gold_unparseable", {"gold_problem": reason})
+
+
 TIMED_OUT = Grade(False, None, "timeout")
 CRASHED = Grade(False, None, "crashed")
 
@@ -34,5 +40,6 @@ class Options(Section):
 
     seed: int = 0
     letters: Letters
+    boxed: Boxed
     kernel: ValidatorOptions = ValidatorOptions()
     timeout_s: float = Field(TIMEOUT_S, gt=0, description="hard limit per item")

@@ -34,15 +34,23 @@ def _serve(conn: multiprocessing.connection.Connection, options: Options) -> Non
     try:
         conn.send(None)  # ready: start-up time is not charged to the first item
         while True:
-            for i, (response, gold, kind) in conn.recv():
+            for i, item in conn.recv():
                 try:
-                    g = grader(kind).grade(response, gold, options)
+                    g = _grade_one(item, options)
                 except Exception as exc:  # a grader bug: raised in the parent, not a status
                     conn.send((i, exc))
                     return
                 conn.send((i, g))
     except (EOFError, OSError):  # the parent closed the pipe: no more work
         return
+
+
+def _grade_one(item: tuple[str, ...], options: Options) -> Grade:
+    """(response, gold, kind), or with a fourth element, the item's own multiple-choice letters."""
+    response, gold, kind, *letters = item
+    if letters:
+        options = options.model_copy(update={"letters": letters[0]})
+    return grader(kind).grade(response, gold, options)
 
 
 class _Worker:
@@ -68,7 +76,7 @@ class _Worker:
 
 
 def _grade_in_pool(
-    items: list[tuple[str, str, str]],
+    items: list[tuple[str, ...]],
     workers: int,
     options: Options,
     timeout_s: float,
@@ -135,7 +143,7 @@ def _grade_in_pool(
 
 
 def grade_many(
-    items: Sequence[tuple[str, str, str]],
+    items: Sequence[tuple[str, ...]],
     workers: int = 1,
     letters: str = DEFAULT_LETTERS,
     chunksize: int = 64,
@@ -143,8 +151,10 @@ def grade_many(
     timeout_s: float = TIMEOUT_S,
     kernel: Mapping[str, Any] | None = None,
     seed: int = 0,
+    boxed: str = "last",
 ) -> list[Grade]:
-    """Grade (response, gold, kind) items, results in input order.
+    """Grade (response, gold, kind) items, results in input order; a fourth element, a choice
+    item's own letters, stands for ``letters``.
 
     ``workers >= 1``: in that many worker processes, each item under a hard ``timeout_s``
     wall-clock limit. ``workers=0``: in this process, bounded only by math-verify's alarms, which
@@ -154,12 +164,15 @@ def grade_many(
     every grader is a function of the item and the options (the kernel validator's inputs come
     from ``seed``)."""
     items = list(items)
-    check_kinds({kind for _, _, kind in items})
-    _choice_regex(letters)  # invalid letters fail here, not in a worker
-    options = Options.parse({"letters": letters, "kernel": dict(kernel or {}), "seed": seed})
+    check_kinds({item[2] for item in items})
+    for own in {letters, *(item[3] for item in items if len(item) > 3)}:
+        _choice_regex(own)  # invalid letters fail here, not in a worker
+    options = Options.parse(
+        {"letters": letters, "kernel": dict(kernel or {}), "seed": seed, "boxed": boxed}
+    )
     unique = list(dict.fromkeys(items))
     if workers <= 0 or not unique:
-        grades = [grader(kind).grade(response, gold, options) for response, gold, kind in unique]
+        grades = [_grade_one(item, options) for item in unique]
     elif not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
     else:

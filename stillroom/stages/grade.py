@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
+from ..grading.choice import item_letters
 from ..grading.dispatch import GRADER_INFO, check_kinds, grader_info, item_limit
 from ..grading.result import Options
 from ..grading.workers import grade_many
@@ -34,12 +35,13 @@ def run(
     timeout_s = item_limit(kinds, options)
     # A sample whose request failed for good has no response: it is graded as no answer.
     grades = grade_many(
-        [(r["response"] or "", r["answer"], r["kind"]) for r in rows],
+        [item(r) for r in rows],
         workers=max(1, threads),
         letters=options.letters,
         timeout_s=timeout_s,
         kernel=options.kernel.dump(),
         seed=options.seed,
+        boxed=options.boxed,
     )
     graders = {kind: grader_info(kind, options, timeout_s) for kind in kinds}
     for row, g in zip(rows, grades, strict=True):
@@ -65,16 +67,35 @@ def run(
         },
     }
     log(f"graded {len(rows)} samples: accuracy {accuracy}, status {dict(status)}")
-    if counts["gold_unparseable"]:
+    # Per benchmark (evaluation samples) or source (teacher samples), each gold once.
+    bad_golds: dict[str, dict[str, str]] = {}
+    for r, g in zip(rows, grades, strict=True):
+        if g.status == "gold_unparseable":
+            reason = (g.details or {}).get("gold_problem", "does not parse")
+            bad_golds.setdefault(_origin(r), {})[str(r.get("prompt_id", r["key"]))] = reason
+    for origin, golds in sorted(bad_golds.items()):
+        example = next(iter(golds.items()))
         log(
-            f"warning: {counts['gold_unparseable']} samples have a gold answer that does not parse "
-            "(graded incorrect, counted apart from wrong answers)"
+            f"warning: {origin}: {len(golds)} problems have a gold that cannot be graded against "
+            f"(their samples are counted apart, not as wrong), e.g. {example[0]}: {example[1]}"
         )
     return {
         "samples": len(rows),
         **counts,
+        "gold_problems": {o: len(golds) for o, golds in sorted(bad_golds.items())},
         "status": dict(status),
         "accuracy": accuracy,
         "grader": GRADER_INFO,
         "graders": graders,
     }
+
+
+def item(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """A sample row as a grading item; a choice item with the letters its prompt lists."""
+    base = (row.get("response") or "", row["answer"], row["kind"])
+    own = item_letters(row.get("prompt") or "") if row["kind"] == "choice" else None
+    return (*base, own) if own else base
+
+
+def _origin(row: Mapping[str, Any]) -> str:
+    return str(row.get("benchmark") or row.get("source") or "unknown")

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from stillroom.grading import Grade, grade_choice
+from stillroom.grading.choice import item_letters
 
 
 @pytest.mark.parametrize(
@@ -64,13 +65,46 @@ def test_choice_think_block_is_ignored():
 def test_choice_ten_letters():
     letters = "ABCDEFGHIJ"
     assert grade_choice("The answer is (J)", "J", letters) == Grade(True, "J", "ok")
-    assert grade_choice("The answer is (J)", "J") == Grade(False, None, "gold_unparseable")
+    g = grade_choice("The answer is (J)", "J")
+    assert g == Grade(False, None, "gold_unparseable", {"gold_problem": GOLD_J})
     assert grade_choice("Answer: J", "A") == Grade(False, None, "no_answer")
+
+
+GOLD_J = "gold 'J' is not one of the item's letters ABCD"
 
 
 @pytest.mark.parametrize("gold", ["E", "AB", "", "b"])
 def test_choice_gold_unparseable(gold):
-    assert grade_choice("Answer: B", gold) == Grade(False, None, "gold_unparseable")
+    g = grade_choice("Answer: B", gold)
+    assert (g.correct, g.extracted, g.status) == (False, None, "gold_unparseable")
+    assert g.details == {"gold_problem": f"gold {gold!r} is not one of the item's letters ABCD"}
+
+
+@pytest.mark.parametrize(
+    ("prompt", "letters"),
+    [
+        ("Which is largest? (A) 78 (B) 37 (C) 51 (D) 29", "ABCD"),
+        ("Pick one.\n\n(A) x\n(B) y\n(C) z\n(D) w\n(E) v\n(F) u", "ABCDEF"),
+        ("Which is sodium?\nA) Na\nB) So\nC) N\nAnswer with the letter.", "ABC"),
+        (
+            "Q?\nA. one\nB. two\nC. three\nD. four\nE. five\nF. six\nG. 7\nH. 8\nI. 9\nJ. 10",
+            "ABCDEFGHIJ",
+        ),
+        # a reference to "(A)" in the question is not the listing
+        ("If (A) holds, which follows?\n(A) p\n(B) q", "AB"),
+        ("What is 2 + 2?", None),
+        ("Is A) true?", None),
+    ],
+)
+def test_item_letters_from_the_prompt(prompt, letters):
+    assert item_letters(prompt) == letters
+
+
+def test_item_letters_grade_a_gold_past_d():
+    # A ten-option item: E..J are answers, not gold problems, whatever the configured letters.
+    prompt = "Q?\n" + "\n".join(f"({c}) option {c}" for c in "ABCDEFGHIJ")
+    assert grade_choice("Answer: (H)", "H", item_letters(prompt)) == Grade(True, "H", "ok")
+    assert grade_choice("Answer: (G)", "H", item_letters(prompt)) == Grade(False, "G", "ok")
 
 
 @pytest.mark.parametrize("ws", [" ", "\n"])

@@ -70,7 +70,100 @@ def test_math_no_answer(response):
 
 @pytest.mark.parametrize("gold", ["", "   "])
 def test_math_gold_unparseable(gold):
-    assert grade_math(r"\boxed{7}", gold) == Grade(False, None, "gold_unparseable")
+    g = grade_math(r"\boxed{7}", gold)
+    assert g == Grade(False, None, "gold_unparseable", {"gold_problem": "does not parse"})
+
+
+def test_math_upright_e_is_eulers_number():
+    # math-verify alone cuts this gold down to 1: \boxed{1} was right and the true answer wrong.
+    gold = r"1-\frac{1}{\mathrm{e}}"
+    assert not grade_math(r"\boxed{1}", gold).correct
+    assert grade_math(r"\boxed{1-\frac1e}", gold).correct
+    assert grade_math(r"\boxed{\frac{e-1}{\mathrm{e}}}", gold).correct
+
+
+@pytest.mark.parametrize(
+    ("gold", "reason"),
+    [
+        (r"\boxed{1} no no no no no \boxed{2}", "parses to {1, 2} (read from '1,2')"),
+        ("12:00", "parses to zoo, an undefined value"),
+        (r"\boxed{3} apples", None),  # prose around one box: the box is the gold
+        (
+            r"1-\frac{1}{\mathrm{x}}",
+            "parses to 1 (read from '1-\\\\frac{1}{'), not to its whole text",
+        ),
+    ],
+)
+def test_math_gold_that_is_not_its_text_is_a_gold_problem(gold, reason):
+    g = grade_math(r"\boxed{3}", gold)
+    if reason is None:
+        assert (g.status, g.correct) == ("ok", True)
+    else:
+        assert (g.status, g.correct) == ("gold_unparseable", False), g
+        assert reason in g.details["gold_problem"], g.details
+
+
+def test_math_gold_boxes_are_not_joined_across_words():
+    # Math-Verify's own tests expect this pair graded wrong: the gold's words are not a set.
+    g = grade_math(r"\boxed{1,2}", r"\boxed{1} no no no no no \boxed{2}")
+    assert g.status == "gold_unparseable" and not g.correct
+    assert grade_math(r"\boxed{1,2}", r"\boxed{1} and \boxed{2}").correct
+
+
+@pytest.mark.parametrize(
+    "gold",
+    [
+        r"\frac{\sqrt{3}}{2}",
+        r"\text{(C)}",
+        r"5\text{ cm}^2",
+        r"\left(3, \frac{\pi}{2}\right)",
+        r"[2,5)",
+        r"10\%",
+        r"\$1.50",
+        r"y = 2x + 3",
+        r"x \in (0, 1]",
+        r"\text{Even}",
+        "a=1, b=2",
+        r"30^\circ",
+        r"\mathrm{cm}",
+        r"\begin{pmatrix}1\\2\end{pmatrix}",
+        "19, 46, and 82",
+    ],
+)
+def test_math_golds_of_usual_forms_parse_whole(gold):
+    g = grade_math(rf"\boxed{{{gold}}}", gold)
+    assert (g.status, g.correct) == ("ok", True), g
+
+
+def test_math_last_boxed_is_the_answer():
+    response = r"\boxed{7} is wrong; the final answer is \boxed{8}"
+    assert grade_math(response, "8") == Grade(True, "8", "ok")
+    assert not grade_math(response, "7").correct
+    # all: math-verify joins the boxes into the set {7, 8}
+    assert not grade_math(response, "8", boxed="all").correct
+    assert grade_math(response, "7, 8", boxed="all").correct
+
+
+@pytest.mark.parametrize(
+    ("response", "gold"),
+    [
+        (r"\boxed{1\,000}", "1000"),
+        (r"\boxed{1\ 000}", "1000"),
+        (r"\boxed{1{,}000}", "1000"),
+        (r"\boxed{12\,345\,678}", "12345678"),
+        (r"\boxed{1000}", r"1\,000"),
+        (r"\boxed{11,\!111}", "11111"),
+    ],
+)
+def test_math_digit_groups(response, gold):
+    assert grade_math(response, gold).correct
+
+
+def test_math_short_groups_are_not_thousands():
+    # "1,2" is a set and "1\,5" not a number with a thousands separator.
+    assert grade_math(r"\boxed{1,2}", "1, 2").correct
+    assert not grade_math(r"\boxed{1,2}", "12").correct
+    assert not grade_math(r"\boxed{1\,5}", "15").correct
 
 
 def test_math_timeout_is_reported(monkeypatch):

@@ -14,17 +14,22 @@ from .test_generate import _generate, _shard
 
 # Hangs math-verify (sympy evaluates the tower; still running after 20 s) unless something stops it.
 HANG = r"\boxed{9^{9^{9^{9}}}}"
+SIX = "Which?\n" + "\n".join(f"({c}) option {c}" for c in "ABCDEF")
 
 
 def test_run_records_grader_and_counts_gold_failures_apart(tmp_path):
     rows = [
         {"key": "a", "response": r"\boxed{7}", "answer": "7", "kind": "math"},
         {"key": "b", "response": r"\boxed{8}", "answer": "7", "kind": "math"},
-        {"key": "c", "response": r"\boxed{7}", "answer": "", "kind": "math"},  # gold does not parse
+        # golds that cannot be graded against
+        {"key": "c", "response": r"\boxed{7}", "answer": "", "kind": "math", "benchmark": "m"},
+        {"key": "c2", "response": r"\boxed{1}", "answer": r"1-\frac1{\mathrm{x}}", "kind": "math"},
         {"key": "d", "response": HANG, "answer": "7", "kind": "math"},
         {"key": "e", "response": None, "answer": "7", "kind": "math"},  # request failed for good
         {"key": "f", "response": "The answer is (J)", "answer": "J", "kind": "choice"},
-        {"key": "g", "response": "Answer: A", "answer": "Z", "kind": "choice"},
+        {"key": "g", "response": "Answer: A", "answer": "Z", "kind": "choice", "benchmark": "q"},
+        # letters from the item's own options, not the configured ones
+        {"key": "h", "response": "Answer: F", "answer": "F", "kind": "choice", "prompt": SIX},
     ]
     src, out, logs = tmp_path / "samples.jsonl", tmp_path / "graded.jsonl", []
     write_jsonl(src, rows)
@@ -47,26 +52,36 @@ def test_run_records_grader_and_counts_gold_failures_apart(tmp_path):
             "gold_unparseable",
         )
     } == {
-        "samples": 7,
-        "correct": 2,
+        "samples": 9,
+        "correct": 3,
         "wrong": 1,
         "no_answer": 1,
         "timeout": 1,
         "crashed": 0,
-        "gold_unparseable": 2,
+        "gold_unparseable": 3,
     }
-    assert any("2 samples have a gold answer that does not parse" in line for line in logs)
+    assert m["gold_problems"] == {"m": 1, "q": 1, "unknown": 1}
+    assert any(line.startswith("warning: m: 1 problems have a gold") for line in logs)
     graded = read_jsonl(out)
     assert [r["grade"]["status"] for r in graded] == [
         "ok",
         "ok",
         "gold_unparseable",
+        "gold_unparseable",
         "timeout",
         "no_answer",
         "ok",
         "gold_unparseable",
+        "ok",
+    ]
+    problems = [r["grade"]["details"]["gold_problem"] for r in graded if r["key"] in "c c2 g"]
+    assert problems == [
+        "does not parse",
+        "parses to 1 (read from '1-\\\\frac{1}{'), not to its whole text",
+        "gold 'Z' is not one of the item's letters ABCDEFGHIJ",
     ]
     math_grader, choice_grader = graded[0]["grader"], graded[-1]["grader"]
+    assert math_grader["options"]["boxed"] == "last"
     assert all(
         r["grader"] == (math_grader if r["kind"] == "math" else choice_grader) for r in graded
     )
