@@ -63,6 +63,7 @@ def test_evaluation_through_a_real_served_model(setup, tmp_path):
     serve = Path(sys.executable).parent / "transformers"
     backend = {
         "backend": "sglang",
+        "stop_by": "strings",  # transformers serve takes only OpenAI's fields
         "concurrency": 4,
         "server": {
             "command": f"{serve} serve {{model_path}} "
