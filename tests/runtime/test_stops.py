@@ -142,3 +142,71 @@ def test_a_started_sglang_style_server_gets_stop_token_ids(chat_students, tmp_pa
         (s,) = lm.complete([prompt(lm)], temperature=1.0, max_new_tokens=8, seed=0)
         assert lm.stop_field == {"stop_token_ids": list(stop_set(path).ids)}
     assert s.finish_reason == "stop"
+
+
+@pytest.fixture
+def served(tmp_path):
+    """Start `transformers serve` for a checkpoint (an OpenAI-compatible server that samples exactly
+    as the in-process model does for a given seed); yields its base URL; always stopped."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    from stillroom.teachers.sglang import free_port
+
+    @contextlib.contextmanager
+    def serve(model):
+        port = free_port()
+        cmd = [str(Path(sys.executable).parent / "transformers"), "serve", str(model)]
+        cmd += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+        with open(tmp_path / f"serve-{port}.log", "wb") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                assert proc.poll() is None, (tmp_path / f"serve-{port}.log").read_text()[-2000:]
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "transformers serve not healthy in 180 s"
+                    time.sleep(0.5)
+            yield f"http://127.0.0.1:{port}/v1"
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+
+    return serve
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("style", STYLES)
+def test_a_real_server_stops_where_the_model_in_process_stops(chat_students, lms, served, style):
+    """The openai backend's `stop` strings against a real server, seed for seed against the
+    in-process model: the same answers, ending and cut off alike. The Gemma-style generation_config
+    lists only <eos>: without the stop list the server runs on past <end_of_turn>."""
+    from stillroom.runtime.served import open_lm
+
+    local, n, cap = lms[style], 24, 32
+    p = prompt(local)
+    # ServedLM seeds request i with seed + i
+    ref = [local.complete([p], temperature=1.0, max_new_tokens=cap, seed=i)[0] for i in range(n)]
+    ends = {s.token_ids[-1] for s in ref if s.finish_reason == "stop"}
+    assert ends == set(local.stops.ids)  # each stop id ends some answer
+    with served(chat_students[style]) as url:
+        backend = {"backend": "openai", "base_url": url, "concurrency": 1}
+        with open_lm(str(chat_students[style]), backend) as lm:
+            out = lm.complete([p] * n, temperature=1.0, max_new_tokens=cap, seed=0)
+            lm.stop_field = {}  # the request as it was before stop sets
+            unstopped = lm.complete([p] * n, temperature=1.0, max_new_tokens=cap, seed=0)
+    assert [(s.text, s.finish_reason) for s in out] == [(s.text, s.finish_reason) for s in ref]
+    generation_eos = set(stop_set(str(chat_students[style])).sources["generation_config"])
+    for s, before in zip(ref, unstopped, strict=True):
+        if s.finish_reason == "stop" and s.token_ids[-1] not in generation_eos:
+            assert before.finish_reason == "length" and before.text.startswith(s.text)
+    if style == "gemma":
+        assert any(before.finish_reason == "length" for before in unstopped)
