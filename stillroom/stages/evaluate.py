@@ -24,6 +24,7 @@ from ..io import DataError, Journal, stat_fingerprint
 from ..provenance import digest
 from ..runtime.checkpoints import context_length
 from ..runtime.decoding import Answer, budget_force, continue_truncated
+from ..runtime.stops import stop_set
 
 
 class Params(Decoding, Forcing):
@@ -97,6 +98,8 @@ def run(
         "params": p.dump(),
         "problems": digest(problems)["sha256"],
         "model": stat_fingerprint(model),
+        # samples of a partial file that stopped elsewhere are not mixed in
+        "stops": stop_set(model).dump(),
     }
     journal = Journal(out_samples, log, fingerprint)
     done = journal.load()

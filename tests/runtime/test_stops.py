@@ -123,25 +123,40 @@ def test_an_openai_backend_sends_the_stop_set(chat_students, style, stop_by):
         assert {k: body[k] for k in ("stop", "stop_token_ids") if k in body} == want
 
 
-def test_a_started_sglang_style_server_gets_stop_token_ids(chat_students, tmp_path):
-    """The sglang backend's default: ids, the field SGLang (and vLLM) match before detokenising;
-    against the fault server's stand-in for a started server (its bodies are not visible here,
-    the request is what ServedLM sends)."""
+def test_a_started_sglang_backend_sends_stop_token_ids(chat_students, tmp_path):
+    """The sglang backend's default: ids, which SGLang (and vLLM) match before detokenising (their
+    stop strings are matched on text without special tokens). SGLang cannot run here: the fault
+    server stands in for it, started by the backend, and keeps the requests it gets."""
     from pathlib import Path
 
     from stillroom.runtime.served import open_lm
 
     script = Path(__file__).resolve().parent.parent / "fault_server.py"
+    bodies = tmp_path / "bodies.jsonl"
     backend = {
         "backend": "sglang",
         "concurrency": 2,
-        "server": {"command": f"{sys.executable} {script} {{port}} 0 {{model_path}}"},
+        "server": {
+            "command": f"{sys.executable} {script} {{port}} 0 {{model_path}}",
+            "env": {"FAULT_SERVER_BODIES": str(bodies)},
+        },
     }
     path = str(chat_students["llama3"])
     with open_lm(path, backend) as lm:
-        (s,) = lm.complete([prompt(lm)], temperature=1.0, max_new_tokens=8, seed=0)
-        assert lm.stop_field == {"stop_token_ids": list(stop_set(path).ids)}
-    assert s.finish_reason == "stop"
+        out = lm.complete([prompt(lm)] * 2, temperature=0.6, max_new_tokens=8, seed=0)
+    assert [s.finish_reason for s in out] == ["stop", "stop"]
+    sent = [json.loads(line) for line in bodies.read_text().splitlines()]
+    assert len(sent) == 2
+    for body in sent:
+        assert body.pop("prompt").endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+        assert body.pop("seed") in (0, 1)
+        assert body == {
+            "model": path,
+            "max_tokens": 8,
+            "temperature": 0.6,
+            "top_p": 1.0,
+            "stop_token_ids": list(stop_set(path).ids),
+        }
 
 
 @pytest.fixture
