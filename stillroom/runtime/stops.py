@@ -15,7 +15,9 @@ from typing import Any
 
 from ..io import DataError
 
-MARK = "y"  # the assistant reply rendered to find what the template writes after it
+# the assistant reply rendered to find what the template writes after it (text no template
+# writes of its own)
+MARK = "stillroom-probe-reply"
 
 
 @dataclass(frozen=True)
