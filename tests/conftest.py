@@ -170,3 +170,12 @@ def done(tmp_path_factory):
     cfg = small_config()
     proc = run_snakemake(workdir, cfg)
     return workdir, cfg, proc
+
+
+@pytest.fixture(scope="session")
+def chat_students(tmp_path_factory):
+    """A Llama-3-style and a Gemma-style tiny student (tests/chat_students.py), by style."""
+    from tests.chat_students import STYLES, build
+
+    root = tmp_path_factory.mktemp("chat_students")
+    return {style: build(root, style) for style in STYLES}

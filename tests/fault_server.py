@@ -7,6 +7,7 @@ exactness.
 """
 
 import json
+import os
 import random
 import re
 import socket
@@ -34,6 +35,7 @@ class FaultServer:
         self.model_info = model_info  # SGLang's /get_model_info, when set
         self.counts = {f: 0 for f in FAULTS} | {"requests": 0, "ok": 0}
         self.bodies: list[dict] = []
+        self.bodies_path = os.environ.get("FAULT_SERVER_BODIES")  # each body also appended there
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self.httpd.handle_error = lambda request, address: (
@@ -110,6 +112,9 @@ class FaultServer:
                 time.sleep(server.slow_s if fault == "slow" else server.delay_s)
                 with server.lock:
                     server.bodies.append(body)
+                    if server.bodies_path:  # for a test that started this server as a process
+                        with open(server.bodies_path, "a") as fh:
+                            fh.write(json.dumps(body) + "\n")
                 prompt = body["messages"][-1]["content"] if "messages" in body else body["prompt"]
                 numbers = [int(n) for n in re.findall(r"\d+", prompt)]
                 text = (

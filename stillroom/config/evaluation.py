@@ -74,10 +74,17 @@ class _Served(Section):
     concurrency: PositiveInt = Field(64, description="requests in flight")
 
 
+STOP_BY = (
+    "how requests carry the checkpoint's stop set: token_ids (stop_token_ids: SGLang, vLLM) or "
+    "strings (stop: any OpenAI-compatible server)"
+)
+
+
 class OpenAIBackend(_Served):
     """An OpenAI-compatible server already running at ``base_url``."""
 
     backend: Literal["openai"]
+    stop_by: Literal["token_ids", "strings"] = Field("strings", description=STOP_BY)
     base_url: str = Field(pattern=r"^https?://")
     api_key_env: str | None = None
 
@@ -88,6 +95,7 @@ class SGLangBackend(_Served):
 
     backend: Literal["sglang"]
     server: Server
+    stop_by: Literal["token_ids", "strings"] = Field("token_ids", description=STOP_BY)
 
     @model_validator(mode="after")
     def _placeholders(self) -> SGLangBackend:

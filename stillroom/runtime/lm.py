@@ -7,11 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .stops import StopSet, stop_set
+
 
 @dataclass
 class Sample:
     text: str
-    finish_reason: str  # "stop" when the end-of-turn token came, else "length"
+    finish_reason: str  # "stop" when a token of the model's stop set came, else "length"
     prompt_tokens: int
     completion_tokens: int
     # the completion, for exact continuation
@@ -23,6 +25,7 @@ class ChatTokens:
     shared by the in-process and the served model, so both build exactly the same prompts."""
 
     tok: Any
+    stops: StopSet  # where the model's answers end (stops.py)
 
     def render(self, messages: Sequence[dict[str, str]]) -> str:
         return self.tok.apply_chat_template(
@@ -57,9 +60,7 @@ class LocalLM(ChatTokens):
         # with padded batches transformers' load-balancing loss fails on mismatched shapes.
         if getattr(self.model.config, "output_router_logits", False):
             self.model.config.output_router_logits = False
-        self.eos = self.tok.convert_tokens_to_ids("<|im_end|>")
-        if self.eos is None or self.eos == self.tok.unk_token_id:
-            self.eos = self.tok.eos_token_id
+        self.stops = stop_set(path, self.tok)
         self.name = path
 
     def sample(
@@ -96,7 +97,9 @@ class LocalLM(ChatTokens):
         import torch
 
         width = max(len(p) for p in prefixes)
-        pad = self.tok.pad_token_id
+        stops = list(self.stops.ids)
+        # Llama 3 has no pad token: a stop id pads (masked out, and cut off the answers below)
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else stops[0]
         # left padding
         ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prefixes])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes])
@@ -109,13 +112,14 @@ class LocalLM(ChatTokens):
                 temperature=temperature or None,
                 top_p=top_p,
                 max_new_tokens=max_new_tokens,
-                eos_token_id=self.eos,
+                eos_token_id=stops,
                 pad_token_id=pad,
             )
         results = []
         for prefix, seq in zip(prefixes, out[:, width:].tolist(), strict=True):
-            stopped = self.eos in seq
-            new = seq[: seq.index(self.eos) + 1] if stopped else [t for t in seq if t != pad]
+            end = next((i for i, t in enumerate(seq) if t in stops), None)
+            stopped = end is not None
+            new = seq[: end + 1] if stopped else [t for t in seq if t != pad]
             results.append(
                 Sample(
                     self.decode(new), "stop" if stopped else "length", len(prefix), len(new), new

@@ -6,7 +6,8 @@ Raw completions, not chat: the prompt is rendered here with the checkpoint's own
 a continuation is the exact text so far (prompt + answer) sent back as the prompt. ``open_lm`` picks
 the backend from ``eval.backend``: ``hf`` (in process, lm.py), ``sglang`` (a server started inside
 the job for this checkpoint, from a command template with ``{model_path}`` and ``{port}``, always
-stopped) or ``openai`` (an already running server at ``base_url``).
+stopped) or ``openai`` (an already running server at ``base_url``). Every request carries the
+checkpoint's stop set (stops.py), as ids or strings as ``stop_by`` says.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from ..config.evaluation import HFBackend, OpenAIBackend, parse_backend
 from .lm import ChatTokens, Sample
+from .stops import stop_set
 
 RETRIES = 4
 
@@ -33,10 +35,19 @@ class ServedLM(ChatTokens):
         concurrency: int,
         api_key: str | None = None,
         timeout_s: float = 3600.0,
+        stop_by: str = "strings",
     ):
         from transformers import AutoTokenizer
 
         self.tok = AutoTokenizer.from_pretrained(model_dir)
+        self.stops = stop_set(model_dir, self.tok)
+        # the request's stop list: token ids for SGLang and vLLM, which match stop strings against
+        # text decoded without special tokens; strings for servers that take only OpenAI's fields
+        self.stop_field = (
+            {"stop_token_ids": list(self.stops.ids)}
+            if stop_by == "token_ids"
+            else {"stop": list(self.stops.strings)}
+        )
         self.base_url, self.model, self.concurrency = base_url.rstrip("/"), model, concurrency
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout_s = timeout_s
@@ -58,6 +69,7 @@ class ServedLM(ChatTokens):
             "max_tokens": max_new_tokens,
             "temperature": temperature,
             "top_p": top_p,
+            **self.stop_field,
         }
         return asyncio.run(self._all(texts, [len(p) for p in prefixes], body, seed))
 
@@ -122,6 +134,7 @@ def open_lm(model_dir: str, backend: Any = None, threads: int = 1) -> Iterator[A
             spec.model or model_dir,
             concurrency=spec.concurrency,
             api_key=key,
+            stop_by=spec.stop_by,
         )
     else:
         from ..teachers.sglang import SGLangTeacher
@@ -133,6 +146,12 @@ def open_lm(model_dir: str, backend: Any = None, threads: int = 1) -> Iterator[A
         teacher = SGLangTeacher(f"eval:{os.path.basename(model_dir)}", teacher_spec)
         try:
             asyncio.run(teacher.astart())
-            yield ServedLM(model_dir, teacher.spec["base_url"], model, concurrency=spec.concurrency)
+            yield ServedLM(
+                model_dir,
+                teacher.spec["base_url"],
+                model,
+                concurrency=spec.concurrency,
+                stop_by=spec.stop_by,
+            )
         finally:
             teacher.stop()

@@ -4,7 +4,8 @@ and sample indices for every model so that the tables can pair them.
 The model runs in process (``hf``: batched sampling on CPU or one GPU) or behind an
 OpenAI-compatible server (``sglang`` started in the job, or ``openai``): runtime/served.py. Either
 way long answers are continued while cut off (``request_tokens`` < ``max_new_tokens``) or
-budget-forced (``budget``; runtime/decoding.py).
+budget-forced (``budget``; runtime/decoding.py). Answers end at the model's stop set
+(runtime/stops.py), which the samples' sidecar records.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..io import DataError, Journal, stat_fingerprint
 from ..provenance import digest
 from ..runtime.checkpoints import context_length
 from ..runtime.decoding import Answer, budget_force, continue_truncated
+from ..runtime.stops import stop_set
 
 
 class Params(Decoding, Forcing):
@@ -98,6 +100,8 @@ def run(
         "params": p.dump(),
         "problems": digest(problems)["sha256"],
         "model": stat_fingerprint(model),
+        # samples of a partial file that stopped elsewhere are not mixed in
+        "stops": stop_set(model).dump(),
     }
     journal = Journal(out_samples, log, fingerprint)
     done = journal.load()
@@ -107,6 +111,7 @@ def run(
         records, generated, seconds = _sample_all(
             lm, rows, p, log, journal, done, p.context_length or context_length(model)
         )
+        stops = lm.stops.dump()
     records.sort(key=lambda r: (r["prompt_id"], r["sample_index"]))
     journal.finish(records)
     cut = sum(r["finish_reason"] == "length" for r in records)
@@ -119,6 +124,8 @@ def run(
         "continued": sum("segments" in r and not r.get("forced") for r in records),
         "forced": sum(bool(r.get("forced")) for r in records),
         "tokens_per_s": round(generated / max(seconds, 1e-9), 1),
+        # where answers ended (a "stop" is a token of this set; a cap hit is "length")
+        "stops": stops,
         **({"resumed": len(done)} if done else {}),
         **({"context_clamped": clamped} if clamped else {}),
     }

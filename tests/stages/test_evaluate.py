@@ -63,6 +63,7 @@ def test_evaluation_through_a_real_served_model(setup, tmp_path):
     serve = Path(sys.executable).parent / "transformers"
     backend = {
         "backend": "sglang",
+        "stop_by": "strings",  # transformers serve takes only OpenAI's fields
         "concurrency": 4,
         "server": {
             "command": f"{serve} serve {{model_path}} "
@@ -238,3 +239,24 @@ def test_answers_are_clamped_to_the_checkpoint_context(setup, tmp_path):
         run(longest - 1)
     with pytest.raises(DataError, match="too few for any thinking before the forced close"):
         run(longest + 4, forced)
+
+
+def test_the_samples_sidecar_records_the_stop_set(chat_students, tmp_path):
+    """A Llama-3-style student's answers end at <|eot_id|> (its end of turn) as well as at its
+    generation_config's eos ids; the sidecar says which set, and only cut-off answers count as cap
+    hits."""
+    from stillroom.cli import main
+    from stillroom.provenance import read_sidecar
+    from stillroom.runtime.stops import stop_set
+
+    model, out = str(chat_students["llama3"]), tmp_path / "samples.jsonl"
+    params = {**PARAMS, "model_name": "llama3", "samples": 8, "temperature": 1.0, "top_p": 1.0}
+    args = ["evaluate", "--model", model, "--problems", str(_bench(tmp_path, 3))]
+    assert main([*args, "--out-samples", str(out), "--params", json.dumps(params)]) == 0
+    metrics = read_sidecar(out)["metrics"]
+    assert metrics["stops"] == json.loads(json.dumps(stop_set(model).dump()))
+    assert "<|eot_id|>" in metrics["stops"]["strings"]
+    rows = read_jsonl(out)
+    cut = [r for r in rows if r["finish_reason"] == "length"]
+    assert 0 < len(cut) < len(rows) and all(r["completion_tokens"] == 24 for r in cut)
+    assert metrics["cap_hit_rate"] == round(len(cut) / len(rows), 4)
