@@ -17,6 +17,7 @@ $(BIN)/stillroom: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/python -m stillroom.grading.punkt_data  # IFEval's Punkt model, offline
 	touch $@
 
 # bubblewrap, the OS sandbox of untrusted code (stillroom/sandbox.py): installed with apt-get when

@@ -3,6 +3,7 @@ have the same problems and sample indices."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -55,3 +56,42 @@ def score_matrix(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.
     """As grade_grid, with each grade scored as correct (1) or not (0)."""
     index, grades, tokens, capped, excluded = grade_grid(path)
     return index, scores(grades), tokens, capped, excluded
+
+
+INSTRUCTION_METRICS = ("prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose")
+
+
+def instruction_metrics(path: str) -> dict[str, float] | None:
+    """IFEval's four accuracies of one model's graded instruction samples, None unless every
+    record is of kind ``instructions``: prompt level, the share of answers that follow all their
+    instructions; instruction level, the share of all instructions followed, pooled over answers;
+    each strict and loose. An answer graded without verdicts (timed out, crashed) follows none of
+    its gold's instructions; golds that do not parse are excluded, as from the paired grid."""
+    prompts: dict[str, list[bool]] = {"strict": [], "loose": []}
+    instructions: dict[str, list[bool]] = {"strict": [], "loose": []}
+    for rec in iter_jsonl(path, required=("grade",)):
+        if rec.get("kind") != "instructions":
+            return None
+        grade = rec["grade"]
+        if grade.get("status") == "gold_unparseable":
+            continue
+        details = grade.get("details") or {}
+        for level in ("strict", "loose"):
+            verdicts = details.get(level)
+            if verdicts is None:
+                try:
+                    verdicts = [False] * len(json.loads(rec["answer"]))
+                except (ValueError, TypeError) as exc:
+                    raise DataError(
+                        f"{path}: prompt {rec.get('prompt_id')}: no instruction verdicts and a "
+                        f"gold that is not a JSON list ({exc})"
+                    ) from None
+            prompts[level].append(all(verdicts))
+            instructions[level].extend(verdicts)
+    if not prompts["strict"]:
+        return None
+    return {
+        f"{unit}_{level}": float(np.mean(counts[level]))
+        for unit, counts in (("prompt", prompts), ("instruction", instructions))
+        for level in ("strict", "loose")
+    }

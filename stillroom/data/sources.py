@@ -14,7 +14,6 @@ import hashlib
 import json
 import random
 import string
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from string import Template
@@ -23,7 +22,7 @@ from typing import Any
 from ..config import LOCAL_DATA, DatasetSpec, Source
 from ..config.data import WhereRule
 from ..grading.dispatch import KINDS
-from ..grading.instructions import from_ifeval
+from ..grading.instructions import InstructionError, from_ifeval
 from ..io import DataError, iter_jsonl, iter_lines, parse_row
 from ..provenance import note_dataset, note_file
 from .records import record
@@ -335,13 +334,11 @@ def _passes(value: Any, rule: WhereRule) -> bool:
 IFEVAL_FIELDS = ["instruction_id_list", "kwargs"]
 
 
-def dataset_records(
-    spec: DatasetSpec, name: str, skipped: Counter | None = None
-) -> Iterator[dict[str, Any]]:
+def dataset_records(spec: DatasetSpec, name: str) -> Iterator[dict[str, Any]]:
     """Rows of a hub dataset (by id, loaded in the job, never while the DAG is built) or of a local
     parquet/JSONL/CSV file, as pool records of source ``name``: ``prompt`` and ``answer`` name the
-    fields, ``where`` filters rows, ``limit`` keeps the first N rows that pass. IFEval rows with an
-    instruction no check implements are left out, their ids counted in ``skipped``."""
+    fields, ``where`` filters rows, ``limit`` keeps the first N rows that pass. An IFEval row with
+    an instruction id or kwargs the grader does not know is an error naming the row."""
     import datasets
 
     path = spec.path
@@ -401,16 +398,14 @@ def dataset_records(
         kind = spec.answer_kind
         if ifeval:
             try:
-                gold, unsupported = from_ifeval(row["instruction_id_list"], row["kwargs"])
+                gold = from_ifeval(row["instruction_id_list"], row["kwargs"])
+            except InstructionError as exc:
+                raise DataError(f"source '{name}': {path} row {i}: {exc}") from None
             except (KeyError, TypeError, ValueError) as exc:
                 raise DataError(
                     f"source '{name}': {path} row {i}: instruction_id_list and kwargs do not "
                     f"match IFEval's layout ({type(exc).__name__}: {exc})"
                 ) from None
-            if unsupported:
-                # not graded on part of its instructions, which would pass the rest as the whole
-                (skipped if skipped is not None else Counter()).update(unsupported)
-                continue
             yield record(name, "instructions", prompt, json.dumps(gold), {"row": i})
         elif spec.choices:
             prompt, answer, meta = lettered(prompt, [str(row[k]).strip() for k in spec.choices])

@@ -32,6 +32,8 @@ GRADER_INFO: dict[str, Any] = {
     },
     "choice": "last '\\boxed{X}', 'answer: X' or 'answer is X' "
     "('answer' any case, X case-sensitive); X among the item's own letters",
+    "instructions": "IFEval's 25 checks as lm-eval implements them; correct is prompt-level "
+    "strict, each instruction's strict and loose verdicts in the details",
     "think": "only text after the last </think> is graded; an unclosed <think> is no_answer",
 }
 

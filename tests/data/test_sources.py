@@ -133,9 +133,7 @@ def test_multiple_choice_options_are_shuffled_into_letters_per_problem(tmp_path)
         DatasetSpec.parse({"path": "x.jsonl", "choices": fields})
 
 
-def test_ifeval_rows_are_mapped_to_the_checks_and_unsupported_ones_left_out(tmp_path):
-    from collections import Counter
-
+def test_ifeval_rows_keep_all_their_instructions_and_unknown_ones_are_errors(tmp_path):
     from stillroom.grading.instructions import grade_instructions
 
     none = {"relation": None, "num_words": None, "end_phrase": None, "forbidden_words": None}
@@ -152,27 +150,37 @@ def test_ifeval_rows_are_mapped_to_the_checks_and_unsupported_ones_left_out(tmp_
             "instruction_id_list": ["startend:quotation", "punctuation:no_comma"],
             "kwargs": [dict(none), dict(none)],
         },
-        {
-            "key": 3,
-            "prompt": "End with 'Is there anything else?'",
-            "instruction_id_list": ["startend:end_checker"],
-            "kwargs": [{**none, "end_phrase": "Is there anything else?"}],
-        },
     ]
     spec = DatasetSpec.parse({"path": _write(tmp_path, rows), "answer_kind": "ifeval"})
-    skipped = Counter()
-    out = list(sources.dataset_records(spec, "ifeval", skipped))
-    assert skipped == {"startend:quotation": 1}  # listed and counted, never passed
+    out = list(sources.dataset_records(spec, "ifeval"))
     assert [r["kind"] for r in out] == ["instructions", "instructions"]
-    gold = json.loads(out[0]["answer"])
-    assert gold == [{"id": "length_words_max", "kwargs": {"n": 4}}, {"id": "no_commas"}]
+    gold = json.loads(out[0]["answer"])  # IFEval's ids, the null kwargs dropped
+    assert gold == [
+        {
+            "id": "length_constraints:number_words",
+            "kwargs": {"relation": "less than", "num_words": 5},
+        },
+        {"id": "punctuation:no_comma", "kwargs": {}},
+    ]
     assert grade_instructions("calm blue endless water", out[0]["answer"]).prompt_strict
     assert not grade_instructions("calm, blue, endless, deep water", out[0]["answer"]).prompt_strict
-    assert grade_instructions("Done. Is there anything else?", out[1]["answer"]).prompt_strict
-    bad = [{**rows[0], "kwargs": [dict(none), dict(none)]}]  # num_words missing
-    spec = DatasetSpec.parse({"path": _write(tmp_path, bad, "bad.jsonl"), "answer_kind": "ifeval"})
-    with pytest.raises(DataError, match=r"row 0: instruction_id_list and kwargs do not match"):
-        list(sources.dataset_records(spec, "ifeval"))
+    assert grade_instructions('"Calm blue sea"', out[1]["answer"]).prompt_strict
+    assert not grade_instructions("Calm blue sea", out[1]["answer"]).prompt_strict
+    for bad, message in [
+        ({**rows[0], "kwargs": [dict(none), dict(none)]}, r"row 0: .*missing kwargs num_words"),
+        (
+            {**rows[1], "instruction_id_list": ["startend:quotation", "detectable_format:rhyme"]},
+            r"row 0: unknown instruction id 'detectable_format:rhyme'",
+        ),
+        (
+            {**rows[1], "kwargs": [dict(none)]},
+            r"row 0: instruction_id_list and kwargs do not match",
+        ),
+    ]:
+        path = _write(tmp_path, [bad], "bad.jsonl")
+        spec = DatasetSpec.parse({"path": path, "answer_kind": "ifeval"})
+        with pytest.raises(DataError, match=message):
+            list(sources.dataset_records(spec, "ifeval"))
 
 
 def test_humaneval_rows_become_code_problems_graded_by_their_own_tests(tmp_path):

@@ -148,12 +148,14 @@ def test_in_process_path_and_bad_timeout():
 
 
 def test_off_target_kinds_grade_through_the_worker_pool():
-    """IFEval-style instructions and sandboxed code run through the same pool as math and choice."""
+    """IFEval's instructions (lm-eval imported before the first item is timed) and sandboxed code
+    run through the same pool as math and choice."""
     import json as _json
 
+    lower = "all of this answer is written in lowercase english letters."
     items = [
-        ("all lowercase here", _json.dumps([{"id": "case_lowercase"}]), "instructions"),
-        ("Sure!\nall lowercase here", _json.dumps([{"id": "case_lowercase"}]), "instructions"),
+        (lower, _json.dumps([{"id": "change_case:english_lowercase"}]), "instructions"),
+        ("Sure!\n" + lower, _json.dumps([{"id": "change_case:english_lowercase"}]), "instructions"),
         (
             "```python\ndef add(a, b):\n    return a + b\n```",
             _json.dumps({"tests": "assert add(2, 3) == 5", "entry_point": "add"}),

@@ -514,3 +514,85 @@ def test_budget_table_built_by_the_cli_loads_typed_and_recomputes(tmp_path, monk
     assert [(d.row, d.column) for d in recompute("b.md").differences] == [
         ("model=sft budget=32", "samples")
     ]
+
+
+def _instruction_graded(path, verdicts, tokens=20):
+    """One sample per prompt of a two-instruction gold; verdicts: per prompt, (strict, loose)
+    lists, or None for an answer graded without verdicts (timed out)."""
+    gold = json.dumps([{"id": "punctuation:no_comma"}, {"id": "startend:quotation"}])
+    rows = []
+    for i, v in enumerate(verdicts):
+        if v is None:
+            grade = {"correct": False, "extracted": None, "status": "timeout", "details": None}
+        else:
+            strict, loose = v
+            details = {
+                "ids": ["punctuation:no_comma", "startend:quotation"],
+                "strict": strict,
+                "loose": loose,
+                "prompt_strict": all(strict),
+                "prompt_loose": all(loose),
+            }
+            grade = {"correct": all(strict), "status": "ok", "details": details}
+        rows.append(
+            {
+                "prompt_id": f"p{i}",
+                "sample_index": 0,
+                "completion_tokens": tokens,
+                "kind": "instructions",
+                "answer": gold,
+                "grade": grade,
+            }
+        )
+    write_jsonl(path, rows)
+    return str(path)
+
+
+def test_instruction_benchmarks_report_ifevals_four_accuracies(tmp_path):
+    both, first, none = [True, True], [True, False], [False, False]
+    graded = {
+        # prompt strict 1/4, loose 2/4; instruction strict 3/8, loose 5/8 (the timeout: 0 of 2)
+        "base": _instruction_graded(
+            tmp_path / "b.jsonl", [(both, both), (first, both), (none, first), None]
+        ),
+        "sft": _instruction_graded(
+            tmp_path / "s.jsonl", [(both, both), (both, both), (first, first), (both, both)]
+        ),
+    }
+    out = {k: str(tmp_path / f"t.{k}") for k in ("md", "csv", "tex")}
+    metrics = tables.run(
+        graded=graded,
+        out_markdown=out["md"],
+        out_csv=out["csv"],
+        out_latex=out["tex"],
+        out_plot=None,
+        params={**PARAMS, "benchmark": "ifeval"},
+        log=lambda _: None,
+    )
+    assert metrics["ifeval"]["base"] == {
+        "prompt_strict": 0.25,
+        "prompt_loose": 0.5,
+        "instruction_strict": 0.375,
+        "instruction_loose": 0.625,
+    }
+    assert metrics["ifeval"]["sft"]["instruction_strict"] == 0.875
+    assert metrics["accuracy"] == {"base": 0.25, "sft": 0.75}  # accuracy is prompt-level strict
+    md = open(out["md"]).read()
+    assert "| model | prompt strict | prompt loose | instruction strict | instruction loose |" in md
+    assert "| base | 0.250 | 0.500 | 0.375 | 0.625 |" in md
+    assert "| sft | 0.750 | 0.750 | 0.875 | 0.875 |" in md
+
+
+def test_other_benchmarks_show_no_instruction_accuracies(tmp_path):
+    graded = {"base": _graded(tmp_path / "b.jsonl", 0.3), "sft": _graded(tmp_path / "s.jsonl", 0.6)}
+    out = {k: str(tmp_path / f"t.{k}") for k in ("md", "csv", "tex")}
+    metrics = tables.run(
+        graded=graded,
+        out_markdown=out["md"],
+        out_csv=out["csv"],
+        out_latex=out["tex"],
+        out_plot=None,
+        params=PARAMS,
+        log=lambda _: None,
+    )
+    assert "ifeval" not in metrics and "prompt strict" not in open(out["md"]).read()

@@ -294,5 +294,6 @@ def test_the_smoke_twin_runs_the_recipe_end_to_end(tmp_path):
     # served evaluation: long answers continued in request-sized segments
     rows = read_jsonl(r / "eval" / "base" / "aime24" / "samples.jsonl")
     assert any(len(row.get("segments", [])) == 2 for row in rows)
+    # every IFEval row is kept, the postscript one too: lm-eval implements all 25 instruction ids
     ifeval = json.loads((r / "benchmarks" / "ifeval.jsonl.prov.json").read_text())["metrics"]
-    assert ifeval["unsupported_instructions"] == {"detectable_content:postscript": 1}
+    assert ifeval == {"items": 5}
