@@ -361,7 +361,11 @@ def graded_models(wildcards):
 def tables_params(wildcards, fast_p=None):
     """(No **kwargs: Snakemake would pass input, output, threads and resources into them.)"""
     fast = {"fast_p": fast_p} if fast_p is not None else {}
-    return as_json(benchmark=wildcards.bench, base="base", tuned="sft", **config["tables"], **fast)
+    # a student built from scratch: the base is a random-weight initialisation, as the caption says
+    random = {"base_random": True} if not config["student"]["pretrained"] else {}
+    return as_json(
+        benchmark=wildcards.bench, base="base", tuned="sft", **config["tables"], **fast, **random
+    )
 
 
 def budget_graded(wildcards):

@@ -65,7 +65,11 @@ rule budget_tables:
             ),
         ),
     params:
-        p=lambda wildcards: as_json(benchmark=wildcards.bench),
+        p=lambda wildcards: as_json(
+            benchmark=wildcards.bench,
+            base_random=not config["student"]["pretrained"],
+            **config["tables"],
+        ),
         graded=lambda wildcards: named(budget_graded(wildcards)),
     log:
         f"{R}/logs/budget-tables-{{bench}}.log",
