@@ -318,8 +318,12 @@ def paired(
         "comparisons of this table; a difference is a tie unless its CI excludes 0 and it "
         "survives Holm."
         + (" McNemar's exact p in the CSV." if single else "")
-        + ' A comparison where both score 0 on every problem reads "both 0"; no token ratio '
-        "where either has no correct answer."
+        + (
+            ' A comparison where both score 0 on every problem reads "both 0"; no token ratio '
+            "where either has no correct answer."
+            if not all(solved.values())
+            else ""
+        )
         + _gold_note(mats[base][4], params.benchmark)
         + _cap_note(flagged, params.cap_hit_flag)
         + (BASE_RANDOM if params.base_random else "")
@@ -414,7 +418,7 @@ def _plot(table: Paired, path: str) -> None:
         xlabel="fine-tuned weight in the merge",
         ylabel="accuracy",
         title="merge-ratio sweep",
-        ylim=_fitted(shown),
+        ylim=_fitted(shown, rates=False),
     )
     for a in (ax, sweep):
         a.grid(alpha=0.3)
@@ -427,12 +431,14 @@ def _plot(table: Paired, path: str) -> None:
     plt.close(fig)
 
 
-def _fitted(values: Any) -> tuple[float, float]:
-    """A rate axis fitted to ``values`` with a margin, within [0, 1] (data under 0.25 is not drawn
-    on 0–1)."""
+def _fitted(values: Any, rates: bool = True) -> tuple[float, float]:
+    """An axis fitted to ``values`` with a margin (data under 0.25 is not drawn on 0–1), kept
+    within [0, 1] for ``rates`` (not for a difference's interval drawn around a point)."""
     v = pd.Series(values, dtype=float).dropna()
     low, high = (float(v.min()), float(v.max())) if len(v) else (0.0, 1.0)
     pad = max(0.08 * (high - low), 0.02)
+    if not rates:
+        return low - pad, high + pad
     return max(low - pad, -0.02), min(high + pad, 1.02)
 
 
@@ -522,6 +528,7 @@ def budgets(graded: Mapping[str, str], params: Mapping[str, Any] | BudgetParams)
             raise DataError(f"{path}: no graded samples")
         forcing, cutoff = score_matrix(path), score_matrix(path, "cutoff_grade")
         thought = [r["thinking_tokens"] for r in recs if r["thinking_tokens"] is not None]
+        thinking = float(np.mean(thought)) if thought else None
         common = {
             "benchmark": p.benchmark,
             "model": model,
@@ -542,9 +549,8 @@ def budgets(graded: Mapping[str, str], params: Mapping[str, Any] | BudgetParams)
                     "accuracy": float(score.mean()),
                     "acc_ci_low": alone.low + 0.0,
                     "acc_ci_high": alone.high + 0.0,
-                    "thinking": (float(np.mean(thought)) if thought else None)
-                    if method == "forcing"
-                    else None,
+                    # the cutoff stops thinking wherever the budget falls: no count of its own
+                    "thinking": thinking if method == "forcing" else None,
                     "tokens": float(np.mean(tokens)),
                 }
             )
@@ -613,16 +619,20 @@ def _budget_plot(df: pd.DataFrame, path: str, benchmark: str) -> None:
     from matplotlib.ticker import FixedLocator, NullLocator, StrMethodFormatter
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
+    # the two methods side by side at each budget (a small shift on the log axis), so that their
+    # intervals do not hide each other
+    styles = {"forcing": ("o-", "C{}", 2**-0.04), "cutoff": ("s--", "white", 2**0.04)}
     for i, (model, mine) in enumerate(df.groupby("model", sort=True)):
-        for method, style in (("forcing", "-"), ("cutoff", "--")):
+        for method, (fmt_, face, shift) in styles.items():
             m = mine[mine["method"] == method]
             acc = m["accuracy"].to_numpy()
             ax.errorbar(
-                m["budget"].to_numpy(float),
+                m["budget"].to_numpy(float) * shift,
                 acc,
                 yerr=[acc - m["acc_ci_low"].to_numpy(), m["acc_ci_high"].to_numpy() - acc],
-                fmt="o" + style,
+                fmt=fmt_,
                 color=f"C{i}",
+                markerfacecolor=face.format(i),
                 capsize=3,
                 label=f"{model} ({method})",
             )
