@@ -67,7 +67,7 @@ rule budget_tables:
     params:
         p=lambda wildcards: as_json(
             benchmark=wildcards.bench,
-            base_random=not config["student"]["pretrained"],
+            base_random=BASE_RANDOM,
             **config["tables"],
         ),
         graded=lambda wildcards: named(budget_graded(wildcards)),
