@@ -63,8 +63,8 @@ def _gold_note(excluded: int, where: str) -> str:
 
 
 BASE_RANDOM = (
-    " The base is a random-weight initialisation (the student built from scratch, "
-    "student.pretrained unset), not a pretrained model: its rows are a floor, not a baseline."
+    " The base is a random-weight initialisation, not a pretrained model: its rows are a floor, "
+    "not a baseline."
 )
 
 
