@@ -1,5 +1,6 @@
 # Tables per benchmark: paired bootstrap tables (against the base and the fine-tune) and the
-# accuracy/length plot; accuracy against thinking budget; the kernel track's rates; and, when
+# accuracy/length plot; accuracy against thinking budget, forcing against the hard cutoff of the
+# same samples; the kernel track's rates; and, when
 # generation.effort_teachers gives efforts to different teachers, their trace lengths compared
 # (stillroom/stages/tables.py).
 

@@ -5,7 +5,9 @@ compile / correct / launch / rule / reward rates (kernels/tables.py); and, when 
 different teachers, the teachers' trace lengths on the prompts they share.
 
 Every model is compared with the base and with the fine-tuned model on the same problems and
-sample indices; a difference whose confidence interval contains 0 is reported as a tie.
+sample indices; a difference whose confidence interval contains 0 is reported as a tie, and two
+models that both score 0 everywhere as "both 0". The budget table sets budget forcing beside the
+hard cutoff of the same samples (their ``cutoff_grade``, stages/grade.py).
 """
 
 from __future__ import annotations
