@@ -1,8 +1,7 @@
 # Tables per benchmark: paired bootstrap tables (against the base and the fine-tune) and the
 # accuracy/length plot; accuracy against thinking budget, forcing against the hard cutoff of the
-# same samples; the kernel track's rates; and, when
-# generation.effort_teachers gives efforts to different teachers, their trace lengths compared
-# (stillroom/stages/tables.py).
+# same samples; the kernel track's rates; and, when generation.effort_teachers gives efforts to
+# different teachers, their trace lengths compared (stillroom/stages/tables.py).
 
 SELECTION = [f"{R}/merge/selected.json"] if SELECT_ON else []
 SELECTION_ARG = f" --selection {SELECTION[0]}" if SELECTION else ""
