@@ -35,27 +35,24 @@ def run(
     # A budget-forced answer continued past the budget is also graded as a hard cutoff leaves it:
     # its first segment, the answer cut at the budget (the budget table compares the two on the
     # same samples); an answer that ended within the budget is the same answer either way.
-    cut = [r for r in rows if r.get("budget") and len(r.get("segments") or ()) > 1]
+    cut = [i for i, r in enumerate(rows) if r.get("budget") and len(r.get("segments") or ()) > 1]
     # A sample whose request failed for good has no response: it is graded as no answer.
-    items = [(r["response"] or "", r["answer"], r["kind"]) for r in rows]
     grades = grade_many(
-        items + [(r["segments"][0], r["answer"], r["kind"]) for r in cut],
+        [(r["response"] or "", r["answer"], r["kind"]) for r in rows]
+        + [(rows[i]["segments"][0], rows[i]["answer"], rows[i]["kind"]) for i in cut],
         workers=max(1, threads),
         letters=options.letters,
         timeout_s=timeout_s,
         kernel=options.kernel.dump(),
         seed=options.seed,
     )
-    grades, cut_grades = (
-        grades[: len(rows)],
-        dict(zip(map(id, cut), grades[len(rows) :], strict=True)),
-    )
+    grades, cut_grades = grades[: len(rows)], dict(zip(cut, grades[len(rows) :], strict=True))
     graders = {kind: grader_info(kind, options, timeout_s) for kind in kinds}
-    for row, g in zip(rows, grades, strict=True):
+    for i, (row, g) in enumerate(zip(rows, grades, strict=True)):
         row["grade"] = asdict(g)
         row["grader"] = graders[row["kind"]]
         if row.get("budget"):
-            row["cutoff_grade"] = asdict(cut_grades.get(id(row), g))
+            row["cutoff_grade"] = asdict(cut_grades.get(i, g))
     write_jsonl(out_graded, rows)
     status = Counter(g.status for g in grades)
     accuracy = {
