@@ -17,6 +17,7 @@ import stillroom.config
 import stillroom.io
 import stillroom.provenance
 import stillroom.runtime.templates
+import stillroom.stages.student
 from stillroom.cluster import backend_gpus, stage_gpus, train_resources
 from stillroom.kernels.problemset import FAMILY_FILE, kernel_files, solution_files
 
@@ -157,6 +158,13 @@ def model_source(name):
     """A model directory of the repository, made absolute (a job may run in another working
     directory); a hub id as it is, fetched by its job."""
     return repo_path(name) if (REPO / name).is_dir() else name
+
+
+# the base is a random-weight initialisation (built from scratch, or a `stillroom tiny` directory):
+# the tables' captions say so
+BASE_RANDOM = stillroom.stages.student.random_weights(
+    config["student"]["pretrained"] and model_source(config["student"]["pretrained"])
+)
 
 
 # A benchmark is a JSONL file, or a dataset spec (hub id or file) that rule `benchmark` materialises.
@@ -373,7 +381,10 @@ def graded_models(wildcards):
 def tables_params(wildcards, fast_p=None):
     """(No **kwargs: Snakemake would pass input, output, threads and resources into them.)"""
     fast = {"fast_p": fast_p} if fast_p is not None else {}
-    return as_json(benchmark=wildcards.bench, base="base", tuned="sft", **config["tables"], **fast)
+    random = {"base_random": True} if BASE_RANDOM else {}
+    return as_json(
+        benchmark=wildcards.bench, base="base", tuned="sft", **config["tables"], **fast, **random
+    )
 
 
 def budget_graded(wildcards):

@@ -1,7 +1,7 @@
 # Tables per benchmark: paired bootstrap tables (against the base and the fine-tune) and the
-# accuracy/length plot; accuracy against thinking budget; the kernel track's rates; and, when
-# generation.effort_teachers gives efforts to different teachers, their trace lengths compared
-# (stillroom/stages/tables.py).
+# accuracy/length plot; accuracy against thinking budget, forcing against the hard cutoff of the
+# same samples; the kernel track's rates; and, when generation.effort_teachers gives efforts to
+# different teachers, their trace lengths compared (stillroom/stages/tables.py).
 
 SELECTION = [f"{R}/merge/selected.json"] if SELECT_ON else []
 SELECTION_ARG = f" --selection {SELECTION[0]}" if SELECTION else ""
@@ -65,7 +65,11 @@ rule budget_tables:
             ),
         ),
     params:
-        p=lambda wildcards: as_json(benchmark=wildcards.bench),
+        p=lambda wildcards: as_json(
+            benchmark=wildcards.bench,
+            base_random=BASE_RANDOM,
+            **config["tables"],
+        ),
         graded=lambda wildcards: named(budget_graded(wildcards)),
     log:
         f"{R}/logs/budget-tables-{{bench}}.log",

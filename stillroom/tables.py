@@ -49,16 +49,21 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "tokens_ci_high": FLOAT,
         "token_ratio": FLOAT,
     },
-    # budget_run: one row per (model, thinking budget)
+    # budget_run: one row per (model, thinking budget, method): budget forcing, compared with the
+    # hard cutoff of the same samples, and that cutoff
     "budgets": {
         "benchmark": STR,
         "model": STR,
         "budget": INT,
+        "method": STR,
         "samples": INT,
         "accuracy": FLOAT,
+        "acc_ci_low": FLOAT,
+        "acc_ci_high": FLOAT,
         "forced": FLOAT,
         "thinking": FLOAT,
         "tokens": FLOAT,
+        **COMPARISON,
     },
     # effort_run: one row per (model or teacher, effort)
     "efforts": {
@@ -108,7 +113,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 # the columns that name a row, the first of them what `audit --cell` takes
 ROW_KEYS: dict[str, tuple[str, ...]] = {
     "paired": ("model", "reference"),
-    "budgets": ("model", "budget"),
+    "budgets": ("model", "budget", "method"),
     "efforts": ("model", "effort"),
     "teachers": ("teacher", "effort", "reference_teacher", "reference_effort"),
     "kernels": ("model", "metric", "reference"),

@@ -12,21 +12,21 @@ import numpy as np
 from ..io import DataError, iter_jsonl
 
 
-def grade_grid(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
+def grade_grid(
+    path: str, field: str = "grade"
+) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
     """(problem index, grades, completion tokens, capped, excluded) of one model, the arrays
-    [problems, samples] (grades: each record's grade dict); capped marks answers still cut off at
-    the overall token limit. Problems whose gold answer does not parse are excluded (a benchmark
-    bug, not a wrong answer) and counted."""
+    [problems, samples] (grades: each record's ``field``, its grade dict by default); capped marks
+    answers still cut off at the overall token limit. Problems whose gold answer does not parse are
+    excluded (a benchmark bug, not a wrong answer) and counted."""
     cells: dict[tuple[str, int], tuple[dict, int, bool]] = {}
     excluded = set()
-    for rec in iter_jsonl(
-        path, required=("prompt_id", "sample_index", "grade", "completion_tokens")
-    ):
-        if rec["grade"].get("status") == "gold_unparseable":
+    for rec in iter_jsonl(path, required=("prompt_id", "sample_index", field, "completion_tokens")):
+        if rec[field].get("status") == "gold_unparseable":
             excluded.add(rec["prompt_id"])
             continue
         cells[(rec["prompt_id"], rec["sample_index"])] = (
-            rec["grade"],
+            rec[field],
             rec["completion_tokens"],
             rec.get("finish_reason") == "length",
         )
@@ -52,9 +52,11 @@ def scores(
     return np.array([float(value(g)) for g in grades.flat]).reshape(grades.shape)
 
 
-def score_matrix(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
+def score_matrix(
+    path: str, field: str = "grade"
+) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
     """As grade_grid, with each grade scored as correct (1) or not (0)."""
-    index, grades, tokens, capped, excluded = grade_grid(path)
+    index, grades, tokens, capped, excluded = grade_grid(path, field)
     return index, scores(grades), tokens, capped, excluded
 
 

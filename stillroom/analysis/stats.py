@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# How a comparison's verdict reads in a table row: model "a" against reference "b".
-VERDICT = {"a": "better", "b": "worse", "tie": "tie"}
+# How a comparison's verdict reads in a table row: model "a" against reference "b". "zero": both
+# score 0 on every problem, so there is no difference to test (not a tie of two measured rates).
+VERDICT = {"a": "better", "b": "worse", "tie": "tie", "zero": "both 0"}
 
 # Index entries generated per chunk: bounds memory (~16 MB of int64) whatever the problem count.
 _CHUNK_ENTRIES = 2_000_000
@@ -25,7 +26,8 @@ class Comparison:
     delta: float  # mean_a - mean_b
     low: float  # percentile interval of delta
     high: float
-    # "a", "b" or "tie" (the interval contains 0; after holm_comparisons, also not rejected)
+    # "a", "b", "tie" (the interval contains 0; after holm_comparisons, also not rejected) or
+    # "zero" (both score 0 everywhere)
     verdict: str
     n_problems: int
     confidence: float
@@ -246,6 +248,8 @@ def paired_bootstrap(
     alpha = 1 - confidence
     low, high = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
     verdict = "a" if low > 0 else "b" if high < 0 else "tie"
+    if not (sa.any() or sb.any()):
+        verdict = "zero"
     mean_a, mean_b = float(pa.mean()), float(pb.mean())
     return Comparison(
         mean_a=mean_a,
@@ -303,8 +307,9 @@ def holm_comparisons(
     """The comparisons of one sweep with Holm's correction applied to their p-values.
 
     Each returned Comparison has ``p_holm`` set; its verdict is "tie" unless Holm rejects at
-    ``alpha`` (default: 1 - confidence, which must then be the same for all), otherwise it keeps its
-    own verdict, so a win needs both the interval to exclude 0 and the corrected test to reject.
+    ``alpha`` (default: 1 - confidence, which must then be the same for all) or it is "zero",
+    otherwise it keeps its own verdict, so a win needs both the interval to exclude 0 and the
+    corrected test to reject.
     Intervals are left as they are (not simultaneous intervals).
     """
     comparisons = list(comparisons)
@@ -322,7 +327,9 @@ def holm_comparisons(
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     adjusted = holm_adjusted([c.p_value for c in comparisons])
     return [
-        dataclasses.replace(c, p_holm=p, verdict=c.verdict if p <= alpha else "tie")
+        dataclasses.replace(
+            c, p_holm=p, verdict=c.verdict if p <= alpha or c.verdict == "zero" else "tie"
+        )
         for c, p in zip(comparisons, adjusted, strict=True)
     ]
 

@@ -220,6 +220,13 @@ class Tables(Section):
         description="resample samples within problems too (measured: over-covers, ~99% at a "
         "nominal 95%; off by default)",
     )
+    cap_hit_flag: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="a row whose share of answers cut off at the token cap is above this is "
+        "flagged in its cell and the caption: its accuracy counts truncated answers as wrong",
+    )
 
 
 class PairedTables(Tables):
@@ -229,6 +236,11 @@ class PairedTables(Tables):
     benchmark: str
     base: str = Field(description="the model every other is compared with first")
     tuned: str = Field(description="the fine-tune, the second reference")
+    base_random: bool = Field(
+        False,
+        description="the base is a random-weight initialisation (student.pretrained unset), "
+        "not a pretrained model: the caption says so",
+    )
 
 
 PositiveFloat = Annotated[float, Field(gt=0)]

@@ -96,7 +96,7 @@ def _grade_in_pool(
     ctx.set_forkserver_preload(["__main__", __name__])
     out: list[Grade | None] = [None] * len(items)
     todo, left = deque(range(len(items))), len(items)
-    kinds = frozenset(kind for _, _, kind in items)
+    kinds = frozenset(item[2] for item in items)
     pool: list[_Worker | None] = [
         _Worker(ctx, options, kinds) for _ in range(min(workers, len(items)))
     ]

@@ -84,7 +84,7 @@ class Table:
             by_metric = mine.set_index("metric")
             cells = [
                 f"{r['delta']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
-                f"{'*' if r['verdict'] != 'tie' else ''}"
+                f"{'*' if r['verdict'] in ('better', 'worse') else ''}"
                 for r in (by_metric.loc[k] for k in names)
             ]
             lines.append(f"| {a} vs {b} | " + " | ".join(cells) + " |")

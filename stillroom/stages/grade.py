@@ -33,9 +33,14 @@ def run(
     kinds = {r["kind"] for r in rows}
     check_kinds(kinds)
     timeout_s = item_limit(kinds, options)
+    # A budget-forced answer continued past the budget is also graded as a hard cutoff leaves it:
+    # its first segment, the answer cut at the budget (the budget table compares the two on the
+    # same samples); an answer that ended within the budget is the same answer either way.
+    cut = [i for i, r in enumerate(rows) if r.get("budget") and len(r.get("segments") or ()) > 1]
     # A sample whose request failed for good has no response: it is graded as no answer.
     grades = grade_many(
-        [item(r) for r in rows],
+        [item(r) for r in rows]
+        + [item({**rows[i], "response": rows[i]["segments"][0]}) for i in cut],
         workers=max(1, threads),
         letters=options.letters,
         timeout_s=timeout_s,
@@ -43,10 +48,13 @@ def run(
         seed=options.seed,
         boxed=options.boxed,
     )
+    grades, cut_grades = grades[: len(rows)], dict(zip(cut, grades[len(rows) :], strict=True))
     graders = {kind: grader_info(kind, options, timeout_s) for kind in kinds}
-    for row, g in zip(rows, grades, strict=True):
+    for i, (row, g) in enumerate(zip(rows, grades, strict=True)):
         row["grade"] = asdict(g)
         row["grader"] = graders[row["kind"]]
+        if row.get("budget"):
+            row["cutoff_grade"] = asdict(cut_grades.get(i, g))
     write_jsonl(out_graded, rows)
     status = Counter(g.status for g in grades)
     accuracy = {

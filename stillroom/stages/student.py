@@ -11,9 +11,9 @@ from typing import Any
 from ..config import ModelShape, Section
 from ..config.training import Tokenizer
 from ..grading.formats import user_content
-from ..io import atomic_dir, iter_jsonl
+from ..io import atomic_dir, iter_jsonl, read_json
 from ..kernels.problemset import reference_solution
-from ..provenance import describe_model, note_model, note_resolved
+from ..provenance import describe_model, note_model, note_resolved, sidecar_path
 from ..runtime.student import build_model, build_tiny_like, train_tokenizer
 
 
@@ -79,6 +79,16 @@ def run_base(
     metrics = build_model(tokenizer, out_model, model=p.model, seed=p.seed)
     log(f"base model: {metrics['parameters']:,} parameters, vocab {metrics['vocab_size']}")
     return metrics
+
+
+def random_weights(pretrained: str | None) -> bool:
+    """Whether the student's base is a random-weight initialisation (the tables say so): built
+    from scratch (no ``pretrained``), or ``pretrained`` a directory the ``tiny`` stage wrote (its
+    sidecar names the stage)."""
+    if not pretrained:
+        return True
+    side = sidecar_path(pretrained)
+    return side.is_file() and read_json(side).get("stage") == "tiny"
 
 
 class PretrainedParams(Section):

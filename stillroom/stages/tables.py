@@ -5,7 +5,9 @@ compile / correct / launch / rule / reward rates (kernels/tables.py); and, when 
 different teachers, the teachers' trace lengths on the prompts they share.
 
 Every model is compared with the base and with the fine-tuned model on the same problems and
-sample indices; a difference whose confidence interval contains 0 is reported as a tie.
+sample indices; a difference whose confidence interval contains 0 is reported as a tie, and two
+models that both score 0 everywhere as "both 0". The budget table sets budget forcing beside the
+hard cutoff of the same samples (their ``cutoff_grade``, stages/grade.py).
 """
 
 from __future__ import annotations
@@ -32,7 +34,40 @@ def _interval(delta: Any, low: Any, high: Any, spec: str = "+.3f") -> str:
     """Δ [low, high], or — where the table has no comparison."""
     if pd.isna(delta):
         return "—"
-    return f"{delta:{spec}} [{low:{spec}}, {high:{spec}}]"
+    # + 0.0: a mirrored zero prints as +0.000, not -0.000
+    return f"{delta + 0.0:{spec}} [{low + 0.0:{spec}}, {high + 0.0:{spec}}]"
+
+
+def _cap_cell(rate: Any, flag: float, spec: str = ".3f") -> str:
+    """The cap-hit rate, marked † above ``flag`` (its accuracy counts cut-off answers as wrong)."""
+    return fmt(rate, spec) + (" †" if not pd.isna(rate) and rate > flag else "")
+
+
+def _cap_note(flagged: list[str], flag: float) -> str:
+    """The caption's word on the rows ``_cap_cell`` marks."""
+    if not flagged:
+        return ""
+    return (
+        f" † more than {flag:.0%} of answers hit the token cap ({', '.join(flagged)}): their "
+        "accuracy counts those cut-off answers as wrong, so a difference there may be truncation, "
+        "not ability."
+    )
+
+
+def _gold_note(excluded: int, where: str) -> str:
+    """The caption's count of problems left out for a gold answer that does not parse."""
+    if not excluded:
+        return ""
+    return (
+        f" {excluded} problem{'s' if excluded != 1 else ''} of {where} with a gold answer that "
+        "does not parse as written left out of accuracy (grade status gold_unparseable)."
+    )
+
+
+BASE_RANDOM = (
+    " The base is a random-weight initialisation, not a pretrained model: its rows are a floor, "
+    "not a baseline."
+)
 
 
 def _mirrored(c: Comparison) -> Comparison:
@@ -44,7 +79,7 @@ def _mirrored(c: Comparison) -> Comparison:
         delta=-c.delta,
         low=-c.high,
         high=-c.low,
-        verdict={"a": "b", "b": "a", "tie": "tie"}[c.verdict],
+        verdict={"a": "b", "b": "a", "tie": "tie", "zero": "zero"}[c.verdict],
     )
 
 
@@ -60,15 +95,16 @@ def _comparison_cells(c: Comparison | None, holm: bool = True) -> dict[str, Any]
     }
 
 
-def _token_cells(c: Comparison | None) -> dict[str, Any]:
-    """Δ mean tokens with its interval, and the token ratio (model / reference)."""
+def _token_cells(c: Comparison | None, solved: bool = True) -> dict[str, Any]:
+    """Δ mean tokens with its interval, and the token ratio (model / reference); no ratio unless
+    both ``solved`` something (the lengths of wrong answers only are no economy)."""
     if c is None:
         return {}
     return {
         "delta_tokens": c.delta,
         "tokens_ci_low": c.low,
         "tokens_ci_high": c.high,
-        "token_ratio": c.mean_a / c.mean_b if c.mean_b else None,
+        "token_ratio": c.mean_a / c.mean_b if c.mean_b and solved else None,
     }
 
 
@@ -85,6 +121,7 @@ _LATEX_SPECIAL = {
     "^": "\\textasciicircum{}",
     "Δ": "$\\Delta$",
     "×": "$\\times$",
+    "†": "$^\\dagger$",
 }
 
 
@@ -104,6 +141,7 @@ class Paired:
     pct: int
     labels: dict[str, str]  # model -> its row label (the merge chosen on dev is marked)
     chosen: dict[str, Any] | None
+    cap_hit_flag: float = 1.0  # cap-hit rates above it are marked †
     # IFEval's accuracies per model (stillroom.analysis.grids.instruction_metrics), for a
     # benchmark of instructions; accuracy above is prompt-level strict
     instructions: dict[str, dict[str, float]] | None = None
@@ -131,7 +169,7 @@ class Paired:
             vb, vt = self.rows(m)
             lines.append(
                 f"| {self.labels[m]} | {vb['accuracy']:.3f} | {vb['mean_tokens']:.1f} | "
-                f"{vb['cap_hit_rate']:.3f} | "
+                f"{_cap_cell(vb['cap_hit_rate'], self.cap_hit_flag)} | "
                 + " | ".join(
                     f"{_interval(r['delta'], r['ci_low'], r['ci_high'])} | {fmt(r['verdict'], '')}"
                     for r in (vb, vt)
@@ -189,7 +227,7 @@ class Paired:
         def cell(r: pd.Series) -> str:
             if pd.isna(r["delta"]):
                 return "---"
-            bold = "\\textbf{%s}" if r["verdict"] != "tie" else "%s"
+            bold = "\\textbf{%s}" if r["verdict"] in ("better", "worse") else "%s"
             return bold % f"${r['delta']:+.3f}$ [${r['ci_low']:+.3f}$, ${r['ci_high']:+.3f}$]"
 
         out = [
@@ -206,7 +244,8 @@ class Paired:
             vb, vt = self.rows(m)
             out.append(
                 f"{_esc(self.labels[m])} & {vb['accuracy']:.3f} & {vb['mean_tokens']:.0f} & "
-                f"{fmt(vb['token_ratio'], '.2f', '---')} & {vb['cap_hit_rate']:.3f} & "
+                f"{fmt(vb['token_ratio'], '.2f', '---')} & "
+                f"{_esc(_cap_cell(vb['cap_hit_rate'], self.cap_hit_flag))} & "
                 f"{cell(vb)} & {cell(vt)} \\\\"
             )
         out += [
@@ -266,6 +305,7 @@ def paired(
         for ref in refs
         if name != ref
     }
+    solved = {name: bool(m[1].any()) for name, m in mats.items()}
     single = ref_shape[1] == 1
     rows, labels = [], {}
     for name, (_, score, tokens, capped, _) in mats.items():
@@ -287,10 +327,11 @@ def paired(
                     "reference": ref,
                     **_comparison_cells(corrected.get((name, ref))),
                     "mcnemar_p": None if mc is None else mc.p_value,
-                    **_token_cells(tokens_vs.get((name, ref))),
+                    **_token_cells(tokens_vs.get((name, ref)), solved[name] and solved[ref]),
                 }
             )
     pct = round(100 * params.confidence)
+    flagged = [labels[m] for m, mat in mats.items() if mat[3].mean() > params.cap_hit_flag]
     caption = (
         f"{params.benchmark}: {ref_shape[0]} problems × {ref_shape[1]} samples. "
         f"Δ: paired bootstrap over problems{' then samples' if two_level else ''} "
@@ -299,10 +340,14 @@ def paired(
         "survives Holm."
         + (" McNemar's exact p in the CSV." if single else "")
         + (
-            f" {mats[base][4]} problems with an unparseable gold answer excluded."
-            if mats[base][4]
+            ' A comparison where both score 0 on every problem reads "both 0"; no token ratio '
+            "where either has no correct answer."
+            if not all(solved.values())
             else ""
         )
+        + _gold_note(mats[base][4], params.benchmark)
+        + _cap_note(flagged, params.cap_hit_flag)
+        + (BASE_RANDOM if params.base_random else "")
     )
     instructions = {name: instruction_metrics(path) for name, path in graded.items()}
     return Paired(
@@ -313,6 +358,7 @@ def paired(
         pct,
         labels,
         chosen,
+        params.cap_hit_flag,
         instructions if all(instructions.values()) else None,
     )
 
@@ -374,21 +420,15 @@ def _plot(table: Paired, path: str) -> None:
     # each model's row against the base: its own numbers and its difference from base
     vs_base = table.df[table.df["reference"] == base].set_index("model")
     fig, (ax, sweep) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=120)
-    for model, r in vs_base.iterrows():
+    for _, r in vs_base.iterrows():
         ax.scatter(r["mean_tokens"], r["accuracy"], s=36)
-        ax.annotate(
-            model,
-            (r["mean_tokens"], r["accuracy"]),
-            textcoords="offset points",
-            xytext=(4, 4),
-            fontsize=8,
-        )
     ax.set(
         xlabel="mean response tokens",
         ylabel="accuracy",
         title=str(table.df["benchmark"].iloc[0]),
-        ylim=(-0.03, 1.03),
+        ylim=_fitted(vs_base["accuracy"]),
     )
+    ax.margins(x=0.15)
     ratio = {base: 0.0, tuned: 1.0} | {
         m: float(m.split("-", 1)[1]) for m in vs_base.index if m.startswith("merge-")
     }
@@ -407,32 +447,116 @@ def _plot(table: Paired, path: str) -> None:
                 capsize=3,
                 color="grey",
             )
+    shown = [r["accuracy"] for _, r in points] + [
+        r["accuracy"] + d
+        for _, r in points
+        if not pd.isna(r["delta"])
+        for d in (r["ci_low"] - r["delta"], r["ci_high"] - r["delta"])
+    ]
     sweep.set(
         xlabel="fine-tuned weight in the merge",
         ylabel="accuracy",
         title="merge-ratio sweep",
-        ylim=(-0.03, 1.03),
+        ylim=_fitted(shown, rates=False),
     )
     for a in (ax, sweep):
         a.grid(alpha=0.3)
     fig.tight_layout()
+    _place_labels(
+        ax, [(r["mean_tokens"], r["accuracy"], table.labels[m]) for m, r in vs_base.iterrows()]
+    )
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)
 
 
-class BudgetParams(Section):
+def _fitted(values: Any, rates: bool = True) -> tuple[float, float]:
+    """An axis fitted to ``values`` with a margin (data under 0.25 is not drawn on 0–1), kept
+    within [0, 1] for ``rates`` (not for a difference's interval drawn around a point)."""
+    v = pd.Series(values, dtype=float).dropna()
+    low, high = (float(v.min()), float(v.max())) if len(v) else (0.0, 1.0)
+    pad = max(0.08 * (high - low), 0.02)
+    if not rates:
+        return low - pad, high + pad
+    return max(low - pad, -0.02), min(high + pad, 1.02)
+
+
+# where a label may sit around its point (offset points) and how it is aligned there
+_LABEL_SPOTS = [
+    ((5, 5), "left", "bottom"),
+    ((5, -5), "left", "top"),
+    ((-5, 5), "right", "bottom"),
+    ((-5, -5), "right", "top"),
+    ((0, 8), "center", "bottom"),
+    ((0, -8), "center", "top"),
+    ((8, 0), "left", "center"),
+    ((-8, 0), "right", "center"),
+]
+
+
+def _place_labels(ax: Any, points: list[tuple[float, float, str]]) -> None:
+    """Each point's label at the spot around it that overlaps least (in pixels) the labels already
+    placed, the other points and the outside of the axes: the first free spot when there is one."""
+    from matplotlib.transforms import Bbox
+
+    def overlap(a: Any, b: Any) -> float:
+        w = min(a.x1, b.x1) - max(a.x0, b.x0)
+        h = min(a.y1, b.y1) - max(a.y0, b.y0)
+        return max(w, 0) * max(h, 0)
+
+    renderer = ax.figure.canvas.get_renderer()
+    frame_box = ax.get_window_extent(renderer)
+    marks = []
+    for x, y, _ in points:
+        px, py = ax.transData.transform((x, y))
+        marks.append(Bbox.from_extents(px - 4, py - 4, px + 4, py + 4))
+    placed: list[Any] = []
+    for x, y, text in points:
+        best = None
+        for offset, ha, va in _LABEL_SPOTS:
+            label = ax.annotate(
+                text, (x, y), textcoords="offset points", xytext=offset, fontsize=8, ha=ha, va=va
+            )
+            box = label.get_window_extent(renderer)
+            cost = (
+                sum(overlap(box, b) for b in placed + marks)
+                + box.width * box.height
+                - overlap(box, frame_box)
+            )
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, label, box)
+            else:
+                label.remove()
+            if cost == 0:
+                break
+        placed.append(best[2])
+
+
+class BudgetParams(Tables):
     seed: int = 0
     benchmark: str
+    base_random: bool = PairedTables.model_fields["base_random"]
 
 
 def budgets(graded: Mapping[str, str], params: Mapping[str, Any] | BudgetParams) -> pd.DataFrame:
-    """The budget table in memory: ``graded`` names are ``<model>@<budget>``."""
-    params = BudgetParams.parse(params, where="tables")
-    rows = []
+    """The budget table in memory: ``graded`` names are ``<model>@<budget>``. Per (model, budget)
+    two rows from the same samples: budget forcing (thinking closed at the budget, then an answer)
+    and the hard cutoff (the answer cut at the budget and graded as is, ``cutoff_grade``), each
+    accuracy with its bootstrap CI over problems; the forcing row carries its paired difference
+    from the cutoff, Holm-corrected across the table's budgets."""
+    p = BudgetParams.parse(params, where="tables")
+    boot = {
+        "n_resamples": p.n_resamples,
+        "confidence": p.confidence,
+        "seed": p.seed,
+        "two_level": p.two_level,
+    }
+    rows, pairs, excluded = [], [], 0
     for name, path in graded.items():
         model, _, budget = name.rpartition("@")
-        required = ("grade", "completion_tokens", "forced", "thinking_tokens")
+        required = ("grade", "cutoff_grade", "completion_tokens", "forced", "thinking_tokens")
         # an unparseable gold is a benchmark bug, not a wrong answer
         recs = [
             r
@@ -441,21 +565,42 @@ def budgets(graded: Mapping[str, str], params: Mapping[str, Any] | BudgetParams)
         ]
         if not recs:
             raise DataError(f"{path}: no graded samples")
+        forcing, cutoff = score_matrix(path), score_matrix(path, "cutoff_grade")
         thought = [r["thinking_tokens"] for r in recs if r["thinking_tokens"] is not None]
-        rows.append(
-            {
-                "benchmark": params.benchmark,
-                "model": model,
-                "budget": int(budget),
-                "samples": len(recs),
-                "accuracy": float(np.mean([bool(r["grade"]["correct"]) for r in recs])),
-                "forced": float(np.mean([bool(r["forced"]) for r in recs])),
-                "thinking": float(np.mean(thought)) if thought else None,
-                "tokens": float(np.mean([r["completion_tokens"] for r in recs])),
-            }
-        )
-    rows.sort(key=lambda r: (r["model"], r["budget"]))
-    return frame("budgets", rows)
+        thinking = float(np.mean(thought)) if thought else None
+        common = {
+            "benchmark": p.benchmark,
+            "model": model,
+            "budget": int(budget),
+            "samples": len(recs),
+            "forced": float(np.mean([bool(r["forced"]) for r in recs])),
+        }
+        for method, (_, score, *_), tokens in (
+            ("forcing", forcing, [r["completion_tokens"] for r in recs]),
+            ("cutoff", cutoff, [min(r["completion_tokens"], int(budget)) for r in recs]),
+        ):
+            # the accuracy's own interval: the bootstrap of its difference from 0
+            alone = paired_bootstrap(score, np.zeros_like(score), **boot)
+            rows.append(
+                common
+                | {
+                    "method": method,
+                    "accuracy": float(score.mean()),
+                    "acc_ci_low": alone.low + 0.0,
+                    "acc_ci_high": alone.high + 0.0,
+                    # the cutoff stops thinking wherever the budget falls: no count of its own
+                    "thinking": thinking if method == "forcing" else None,
+                    "tokens": float(np.mean(tokens)),
+                }
+            )
+        pairs.append((rows[-2], paired_bootstrap(forcing[1], cutoff[1], **boot)))
+        excluded = max(excluded, forcing[4])
+    for row, c in zip((r for r, _ in pairs), holm_comparisons([c for _, c in pairs]), strict=True):
+        row.update(_comparison_cells(c), reference="cutoff")
+    rows.sort(key=lambda r: (r["model"], r["budget"], r["method"] != "forcing"))
+    df = frame("budgets", rows)
+    df.attrs["excluded"] = excluded  # problems whose gold does not parse, for the caption
+    return df
 
 
 def budget_run(
@@ -468,51 +613,81 @@ def budget_run(
     log: Callable[[str], None] = print,
     **_: Any,
 ) -> dict[str, Any]:
-    """Accuracy against thinking budget: ``graded`` names are ``<model>@<budget>``. Every answer had
-    its chance to answer (forced ones after the end-of-thinking cue), so no cut-off counts as a
-    wrong answer. No ``out_plot``, no plot."""
-    df = budgets(graded, params)
-    benchmark = BudgetParams.parse(params, where="tables").benchmark
+    """Accuracy against thinking budget: ``graded`` names are ``<model>@<budget>``. Budget forcing
+    gave every answer its chance to answer (forced ones after the end-of-thinking cue); the hard
+    cutoff row grades the same answers cut at the budget, so the forcing row's Δ is what forcing
+    adds. No ``out_plot``, no plot."""
+    p = BudgetParams.parse(params, where="tables")
+    df = budgets(graded, p)
+    pct = round(100 * p.confidence)
     lines = [
-        f"### {benchmark}: accuracy against thinking budget "
-        "(budget forcing: thinking closed at the budget, then a short answer)",
+        f"### {p.benchmark}: accuracy against thinking budget. Forcing: thinking closed at the "
+        "budget, then a short answer; cutoff: the same answers cut at the budget tokens and "
+        f"graded as is. Accuracy with its bootstrap {pct}% CI over problems ({p.n_resamples} "
+        f"resamples); Δ forcing − cutoff: paired bootstrap on the same samples, {pct}% CI, Holm's "
+        "correction across the table's budgets."
+        + _gold_note(df.attrs["excluded"], p.benchmark)
+        + (BASE_RANDOM if p.base_random and "base" in set(df["model"]) else ""),
         "",
-        "| model | budget | samples | accuracy | forced | mean thinking tokens | mean tokens |",
-        "|" + "---|" * 7,
+        f"| model | budget | method | samples | accuracy [{pct}% CI] | forced | "
+        f"mean thinking tokens | mean tokens | Δ vs cutoff [{pct}% CI] | vs cutoff |",
+        "|" + "---|" * 10,
     ]
     lines += [
-        f"| {r.model} | {r.budget} | {r.samples} | {r.accuracy:.3f} | {r.forced:.3f} | "
-        f"{fmt(r.thinking, '.1f', 'nan')} | {r.tokens:.1f} |"
+        f"| {r.model} | {r.budget} | {r.method} | {r.samples} | {r.accuracy:.3f} "
+        f"[{r.acc_ci_low:.3f}, {r.acc_ci_high:.3f}] | {r.forced:.3f} | "
+        f"{fmt(r.thinking, '.1f')} | {r.tokens:.1f} | {_interval(r.delta, r.ci_low, r.ci_high)} | "
+        f"{fmt(r.verdict, '')} |"
         for r in df.itertuples()
     ]
     write_text(out_markdown, "\n".join(lines) + "\n")
     write_csv(df, out_csv)
     log("\n" + "\n".join(lines))
     if out_plot:
-        _budget_plot(df, out_plot, benchmark)
+        _budget_plot(df, out_plot, p.benchmark)
     return {"rows": len(df)}
 
 
 def _budget_plot(df: pd.DataFrame, path: str, benchmark: str) -> None:
+    """Accuracy against budget per model: forcing solid, the hard cutoff dashed, each with its CI;
+    the budget axis in powers of two, ticked at the budgets in plain numbers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullLocator, StrMethodFormatter
 
-    fig, ax = plt.subplots(figsize=(5, 3.6), dpi=120)
-    for model, mine in df.groupby("model", sort=True):
-        ax.plot(
-            mine["budget"].to_numpy(float), mine["accuracy"].to_numpy(), marker="o", label=model
-        )
+    fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
+    # the two methods side by side at each budget (a small shift on the log axis), so that their
+    # intervals do not hide each other
+    styles = {"forcing": ("o-", "C{}", 2**-0.04), "cutoff": ("s--", "white", 2**0.04)}
+    for i, (model, mine) in enumerate(df.groupby("model", sort=True)):
+        for method, (fmt_, face, shift) in styles.items():
+            m = mine[mine["method"] == method]
+            acc = m["accuracy"].to_numpy()
+            ax.errorbar(
+                m["budget"].to_numpy(float) * shift,
+                acc,
+                yerr=[acc - m["acc_ci_low"].to_numpy(), m["acc_ci_high"].to_numpy() - acc],
+                fmt=fmt_,
+                color=f"C{i}",
+                markerfacecolor=face.format(i),
+                capsize=3,
+                label=f"{model} ({method})",
+            )
+    budgets_ = sorted(set(df["budget"].astype(int)))
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(budgets_))
+    ax.xaxis.set_major_formatter(StrMethodFormatter("{x:.0f}"))
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set(
-        xscale="log",
         xlabel="thinking budget (tokens)",
         ylabel="accuracy",
         title=benchmark,
-        ylim=(-0.03, 1.03),
+        ylim=_fitted(pd.concat([df["acc_ci_low"], df["acc_ci_high"]])),
     )
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
@@ -526,14 +701,31 @@ class EffortParams(Tables):
     reference: Effort
 
 
-def _teacher_rows(teacher: Mapping[str, str], p: EffortParams) -> list[dict[str, Any]]:
+def _gold_sources(excluded: Mapping[str, set[str]]) -> str:
+    """Prompts left out for a gold answer that does not parse, per source, for a caption."""
+    if not excluded:
+        return ""
+    counts = ", ".join(f"{src} {len(ids)}" for src, ids in sorted(excluded.items()))
+    return (
+        f" Teacher prompts with a gold answer that does not parse as written left out of accuracy "
+        f"(grade status gold_unparseable), per source: {counts}."
+    )
+
+
+def _teacher_rows(
+    teacher: Mapping[str, str], p: EffortParams, excluded: dict[str, set[str]]
+) -> list[dict[str, Any]]:
     """The teacher's own accuracy and length per effort, from its graded generation shards, on the
-    training prompts each effort shares with the reference effort."""
+    training prompts each effort shares with the reference effort; prompts whose gold does not
+    parse are left out and collected per source in ``excluded``."""
     by_effort: dict[str, dict[str, list[tuple[float, float]]]] = {e: {} for e in p.efforts}
     teachers: dict[str, str] = {}
     required = ("prompt_id", "effort", "grade", "completion_tokens")
     for path in teacher.values():
         for r in iter_jsonl(path, required=required):
+            if r["grade"].get("status") == "gold_unparseable":
+                excluded.setdefault(r.get("source", "unknown"), set()).add(r["prompt_id"])
+                continue
             if r["effort"] in by_effort and not r.get("error"):
                 cell = (float(bool(r["grade"].get("correct"))), float(r["completion_tokens"]))
                 by_effort[r["effort"]].setdefault(r["prompt_id"], []).append(cell)
@@ -549,6 +741,7 @@ def _teacher_rows(teacher: Mapping[str, str], p: EffortParams) -> list[dict[str,
         mine = [c for pid in shared for c in by_effort[effort][pid]]
         theirs = [c for pid in shared for c in ref[pid]]
         tokens = float(np.mean([t for _, t in mine]))
+        solved = any(a for a, _ in mine) and any(a for a, _ in theirs)
         rows.append(
             {
                 "benchmark": p.benchmark,
@@ -559,7 +752,7 @@ def _teacher_rows(teacher: Mapping[str, str], p: EffortParams) -> list[dict[str,
                 "accuracy": float(np.mean([a for a, _ in mine])),
                 "reference": p.reference,
                 "mean_tokens": tokens,
-                "token_ratio": tokens / float(np.mean([t for _, t in theirs])),
+                "token_ratio": tokens / float(np.mean([t for _, t in theirs])) if solved else None,
             }
         )
     return rows
@@ -580,7 +773,7 @@ def efforts(
     }
     mats = {name: score_matrix(path) for name, path in graded.items()}
     models = list(dict.fromkeys(name.rpartition("@")[0] for name in graded))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for model in models:
         ref_key = f"{model}@{p.reference}"
         if ref_key not in mats:
@@ -608,11 +801,19 @@ def efforts(
                     **_comparison_cells(vs, holm=False),
                     "mean_tokens": float(tokens.mean()),
                     **_token_cells(tokens_vs),
-                    "token_ratio": float(tokens.mean() / ref[2].mean()) if ref[2].mean() else None,
+                    # no ratio where either side has no correct answer (see _token_cells)
+                    "token_ratio": float(tokens.mean() / ref[2].mean())
+                    if ref[2].mean() and score.any() and ref[1].any()
+                    else None,
                     "cap_hit_rate": float(capped.mean()),
                 }
             )
-    return frame("efforts", rows + _teacher_rows(teacher, p))
+    excluded: dict[str, set[str]] = {}
+    df = frame("efforts", rows + _teacher_rows(teacher, p, excluded))
+    # for the caption: problems of the benchmark, and teacher prompts per source, left out
+    df.attrs["excluded"] = max((m[4] for m in mats.values()), default=0)
+    df.attrs["excluded_sources"] = excluded
+    return df
 
 
 def effort_run(
@@ -634,11 +835,20 @@ def effort_run(
     df = efforts(graded, teacher, p)
     pct = round(100 * p.confidence)
     ref_name = p.reference
+    flagged = [
+        f"{r['model']} at {r['effort']}"
+        for _, r in df.iterrows()
+        if not pd.isna(r["cap_hit_rate"]) and r["cap_hit_rate"] > p.cap_hit_flag
+    ]
     lines = [
         f"### {p.benchmark}: each model at each effort it was trained with (its effort tag). "
         f"Δ against {ref_name}: paired bootstrap over problems ({p.n_resamples} resamples), "
-        f"{pct}% CI; × {ref_name}: mean tokens relative to {ref_name}. Teacher rows: its graded "
-        f"generation shards, on the training prompts each effort shares with {ref_name}.",
+        f"{pct}% CI; × {ref_name}: mean tokens relative to {ref_name} (none where either has no "
+        f"correct answer). Teacher rows: its graded generation shards, on the training prompts "
+        f"each effort shares with {ref_name}."
+        + _gold_note(df.attrs["excluded"], p.benchmark)
+        + _gold_sources(df.attrs["excluded_sources"])
+        + _cap_note(flagged, p.cap_hit_flag),
         "",
         f"| model | effort | samples | accuracy | Δ vs {ref_name} [{pct}% CI] | vs {ref_name} | "
         f"mean tokens | Δ tokens [{pct}% CI] | × {ref_name} | cap hit |",
@@ -651,7 +861,7 @@ def effort_run(
         lines.append(
             f"| {r['model']} | {r['effort']} | {r['samples']} | {r['accuracy']:.3f} | {delta} | "
             f"{fmt(r['verdict'], '')} | {r['mean_tokens']:.1f} | {tokens} | {ratio} | "
-            f"{fmt(r['cap_hit_rate'], '.3f')} |"
+            f"{_cap_cell(r['cap_hit_rate'], p.cap_hit_flag)} |"
         )
     write_text(out_markdown, "\n".join(lines) + "\n")
     write_csv(df, out_csv)
@@ -691,8 +901,13 @@ def teachers(graded: Mapping[str, str], params: Mapping[str, Any] | TeacherParam
         (t, e): {} for e, t in p.teachers.items()
     }
     required = ("key", "prompt_id", "teacher", "effort", "grade", "completion_tokens")
+    excluded: dict[str, set[str]] = {}
     for path in graded.values():
         for r in iter_jsonl(path, required=required):
+            if r["grade"].get("status") == "gold_unparseable":
+                # a benchmark bug, not a wrong trace: the prompt is left out of every cell
+                excluded.setdefault(r.get("source", "unknown"), set()).add(r["prompt_id"])
+                continue
             cell = (r["teacher"], r["effort"])
             if cell not in cells:
                 owner = p.teachers.get(r["effort"])
@@ -707,7 +922,8 @@ def teachers(graded: Mapping[str, str], params: Mapping[str, Any] | TeacherParam
     for (teacher, effort), prompts in cells.items():
         if not prompts:
             raise DataError(f"tables: no traces of teacher '{teacher}' at effort '{effort}'")
-    shared = sorted(set.intersection(*(set(c) for c in cells.values())))
+    dropped = set().union(*excluded.values())
+    shared = sorted(set.intersection(*(set(c) for c in cells.values())) - dropped)
     if not shared:
         raise DataError(
             "tables: no prompt was answered by every (teacher, effort): "
@@ -735,6 +951,7 @@ def teachers(graded: Mapping[str, str], params: Mapping[str, Any] | TeacherParam
                 if other is None
                 else paired_bootstrap(mine["tokens"], stats[other]["tokens"], **boot)
             )
+            solved = other is not None and mine["accuracy"].any() and stats[other]["accuracy"].any()
             rows.append(
                 {
                     "teacher": cell[0],
@@ -746,10 +963,12 @@ def teachers(graded: Mapping[str, str], params: Mapping[str, Any] | TeacherParam
                     "mean_tokens": float(mine["tokens"].mean()),
                     "reference_teacher": None if other is None else other[0],
                     "reference_effort": None if other is None else other[1],
-                    **_token_cells(c),
+                    **_token_cells(c, solved),
                 }
             )
-    return frame("teachers", rows)
+    df = frame("teachers", rows)
+    df.attrs["excluded_sources"] = excluded  # for the caption
+    return df
 
 
 def teacher_run(
@@ -780,7 +999,9 @@ def teacher_run(
         f"with a paired bootstrap over the shared prompts ({p.n_resamples} resamples), {pct}% CI, "
         f"and × {ref}, the ratio of mean tokens. Each effort has one teacher, so a difference "
         "mixes the change of teacher with the change of effort: read × against the spacing one "
-        "teacher gives those efforts. Failed and skipped samples wrote no trace and are left out."
+        "teacher gives those efforts. Failed and skipped samples wrote no trace and are left out; "
+        "no ratio where either cell has no correct answer."
+        + _gold_sources(df.attrs["excluded_sources"])
     )
     lines = [
         f"### {caption}",

@@ -43,6 +43,15 @@ def test_identical_arrays_tie():
     assert c.verdict == "tie"
 
 
+def test_both_zero_everywhere_is_no_comparison_not_a_tie():
+    zero = np.zeros((20, 2))
+    c = paired_bootstrap(zero, zero.copy(), n_resamples=500)
+    assert c.verdict == "zero" and c.delta == 0.0 and c.p_value == 1.0
+    # Holm leaves it as it is; a tie of measured rates in the same family is still a tie
+    other = paired_bootstrap(np.ones(20), np.ones(20), n_resamples=500)
+    assert [x.verdict for x in holm_comparisons([c, other])] == ["zero", "tie"]
+
+
 def test_clear_winner_and_loser():
     rng = np.random.default_rng(2)
     good = (rng.random((300, 4)) < 0.8).astype(float)

@@ -143,3 +143,41 @@ def test_grading_kernel_answers_with_the_validator(tmp_path):
     assert (
         info["options"]["timeout_s"] > 30
     )  # the pool's limit leaves the validator room to report its own
+
+
+def test_budget_forced_answers_are_also_graded_as_the_hard_cutoff_leaves_them(tmp_path):
+    """The cut at the budget is the first segment: a forced answer's thinking holds no answer, one
+    that ended within the budget is the same answer either way."""
+    budget = {"budget": 8, "thinking_tokens": 8}
+    rows = [
+        # still thinking at the budget: forcing closed it and the model answered 7
+        {
+            "key": "forced",
+            "response": "let me think step by step </think> Final: \\boxed{7}",
+            "segments": ["let me think step by step", " </think> Final:", " \\boxed{7}"],
+            "answer": "7",
+            "kind": "math",
+            "forced": True,
+            **budget,
+        },
+        # closed its thinking and answered within the budget
+        {
+            "key": "within",
+            "response": "</think> \\boxed{7}",
+            "answer": "7",
+            "kind": "math",
+            "forced": False,
+            **budget,
+        },
+        # no budget: no cutoff grade
+        {"key": "plain", "response": "\\boxed{7}", "answer": "7", "kind": "math"},
+    ]
+    src, out = tmp_path / "samples.jsonl", tmp_path / "graded.jsonl"
+    write_jsonl(src, rows)
+    m = grade.run(samples=str(src), out_graded=str(out), params={}, log=lambda _: None)
+    forced, within, plain = read_jsonl(out)
+    assert forced["grade"]["correct"] and not forced["cutoff_grade"]["correct"]
+    assert forced["cutoff_grade"]["status"] == "no_answer"
+    assert within["grade"]["correct"] and within["cutoff_grade"] == within["grade"]
+    assert "cutoff_grade" not in plain
+    assert m["samples"] == 3 and m["correct"] == 3  # the cutoff grades are no samples of their own

@@ -1,6 +1,8 @@
 """The student stages: `stillroom tiny`, a random-weight model of a real one's architecture,
 shrunk."""
 
+import json
+
 
 def test_tiny_model_like_a_real_one_keeps_its_architecture(moe, tmp_path):
     """`stillroom tiny` reads only the reference's config and tokenizer (here the tiny MoE stands in
@@ -30,6 +32,10 @@ def test_tiny_model_like_a_real_one_keeps_its_architecture(moe, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny")
     assert model.model.layers[0].mlp.experts.gate_up_proj.shape[0] == 2
     assert (tmp_path / "tiny" / "tokenizer.json").exists()
+    # its sidecar tells the tables that a student `pretrained` from it has random weights
+    from stillroom.stages.student import random_weights
+
+    assert random_weights(str(tmp_path / "tiny"))
     assert (
         main(
             [
@@ -42,3 +48,17 @@ def test_tiny_model_like_a_real_one_keeps_its_architecture(moe, tmp_path):
         )
         == 2
     )
+
+
+def test_random_weights_names_a_base_built_from_scratch_or_by_the_tiny_stage(tmp_path):
+    from stillroom.provenance import sidecar_path
+    from stillroom.stages.student import random_weights
+
+    assert random_weights(None)  # student.pretrained unset: the base stage's random init
+    tiny, real = tmp_path / "tiny", tmp_path / "real"
+    for model, stage in ((tiny, "tiny"), (real, "pretrained")):
+        model.mkdir()
+        sidecar_path(model).write_text(json.dumps({"stage": stage}))
+    assert random_weights(str(tiny))
+    assert not random_weights(str(real))
+    assert not random_weights("Qwen/Qwen3-8B-Base")  # a hub id: pretrained

@@ -104,7 +104,14 @@ def test_cap_hits_holm_and_mcnemar_with_one_sample(tmp_path):
     base_row = next(
         line for line in open(out["md"]).read().splitlines() if line.startswith("| base |")
     )
-    assert base_row.split("|")[4].strip() == "0.250"  # 30 of 120 answers still cut off
+    # 30 of 120 answers still cut off: above tables.cap_hit_flag (0.1), flagged in cell and caption
+    assert base_row.split("|")[4].strip() == "0.250 †"
+    sft_row = next(
+        line for line in open(out["md"]).read().splitlines() if line.startswith("| sft |")
+    )
+    assert sft_row.split("|")[4].strip() == "0.000"
+    assert "† more than 10% of answers hit the token cap (base)" in open(out["md"]).read()
+    assert "0.250 $^\\dagger$" in open(out["tex"]).read()
     csv_rows = open(out["csv"]).read().splitlines()
     header = csv_rows[0].split(",")
     sft_vs_base = dict(
@@ -165,7 +172,8 @@ def test_problems_with_an_unparseable_gold_are_excluded_not_wrong(tmp_path):
         log=lambda _: None,
     )
     md = open(out["md"]).read()
-    assert "119 problems" in md and "1 problems with an unparseable gold answer excluded" in md
+    assert "119 problems" in md
+    assert "1 problem of heldout with a gold answer that does not parse as written left out" in md
     assert m["models"] == 2
 
 
@@ -472,47 +480,68 @@ def test_load_names_what_is_wrong_with_a_csv(tmp_path):
         load(tmp_path / "x.md")
     with pytest.raises(DataError, match="not a table: no CSV at"):
         load(tmp_path / "y")
-    header = "benchmark,model,budget,samples,accuracy,forced,thinking,tokens\n"
-    (tmp_path / "b.csv").write_text(header + "h,sft,sixteen,4,0.5,0,1.0,2.0\n")
+    header = (
+        "benchmark,model,budget,method,samples,accuracy,acc_ci_low,acc_ci_high,forced,thinking,"
+        "tokens,reference,delta,ci_low,ci_high,p_value,p_holm,verdict\n"
+    )
+    (tmp_path / "b.csv").write_text(header + "h,sft,sixteen,cutoff,4,0.5,0,1,0,1.0,2.0,,,,,,,\n")
     with pytest.raises(DataError, match="b.csv: a column does not have its type"):
         load(tmp_path / "b.csv")
-    (tmp_path / "b.csv").write_text(header + "h,sft,16,4,0.5,0,,2.0\n")
+    (tmp_path / "b.csv").write_text(header + "h,sft,16,cutoff,4,0.5,0,1,0,,2.0,,,,,,,\n")
     df = load(tmp_path / "b")
     assert df["budget"].tolist() == [16] and pd.isna(df["thinking"][0])
 
 
+def _budget_graded(path, budget, n=40):
+    """Budget-forced samples of one budget: forced ones are right only once forcing closed their
+    thinking (their cut at the budget holds no answer); half the unforced ones also right."""
+    rows = []
+    for i in range(n):
+        forced = i % 2 == 0
+        rows.append(
+            {
+                "prompt_id": f"p{i:02d}",
+                "sample_index": 0,
+                "grade": {"correct": forced or i % 4 == 1, "status": "ok"},
+                "cutoff_grade": {"correct": not forced and i % 4 == 1, "status": "ok"},
+                "completion_tokens": budget + 5 if forced else budget // 2,
+                "forced": forced,
+                "thinking_tokens": budget if forced else None,
+            }
+        )
+    write_jsonl(path, rows)
+    return str(path)
+
+
 def test_budget_table_built_by_the_cli_loads_typed_and_recomputes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    graded = {}
-    for budget in (8, 32):
-        path = tmp_path / f"sft-{budget}.jsonl"
-        write_jsonl(
-            path,
-            [
-                {
-                    "prompt_id": f"p{i}",
-                    "sample_index": 0,
-                    "grade": {"correct": i % (2 if budget == 8 else 3) == 0},
-                    "completion_tokens": budget + i,
-                    "forced": budget == 8,
-                    "thinking_tokens": None if i == 0 else budget,
-                }
-                for i in range(12)
-            ],
-        )
-        graded[f"sft@{budget}"] = str(path)
+    graded = {f"sft@{b}": _budget_graded(tmp_path / f"sft-{b}.jsonl", b) for b in (8, 32)}
     args = ["budget_tables", "--graded", *(f"{n}={p}" for n, p in graded.items())]
     args += ["--out-markdown", "b.md", "--out-csv", "b.csv", "--out-plot", "b.png"]
-    assert main([*args, "--params", json.dumps({"benchmark": "heldout"})]) == 0
+    params = {"benchmark": "heldout", "n_resamples": 1000, "base_random": True}
+    assert main([*args, "--params", json.dumps(params)]) == 0
     df = load("b")
-    assert df["budget"].tolist() == [8, 32] and str(df["budget"].dtype) == "Int64"
-    assert df["forced"].tolist() == [1.0, 0.0] and df["thinking"].tolist() == [8.0, 32.0]
+    assert df["budget"].tolist() == [8, 8, 32, 32] and str(df["budget"].dtype) == "Int64"
+    assert df["method"].tolist() == ["forcing", "cutoff"] * 2
+    forcing, cutoff = df.iloc[0], df.iloc[1]
+    # forcing answers the 20 forced samples the cutoff leaves without an answer
+    assert forcing["accuracy"] == 0.75 and cutoff["accuracy"] == 0.25
+    assert forcing["acc_ci_low"] < 0.75 < forcing["acc_ci_high"]
+    assert forcing["delta"] == 0.5 and forcing["ci_low"] > 0 and forcing["verdict"] == "better"
+    assert forcing["reference"] == "cutoff" and pd.isna(cutoff["delta"])
+    # the cutoff's tokens stop at the budget; forcing's go on to answer
+    assert cutoff["tokens"] == (20 * 8 + 20 * 4) / 40
+    assert forcing["tokens"] == (20 * 13 + 20 * 4) / 40
+    assert forcing["thinking"] == 8.0 and pd.isna(cutoff["thinking"])
+    md = open("b.md").read()
+    assert "| sft | 8 | forcing | 40 | 0.750 [" in md and "| better |" in md
+    assert "random-weight" not in md  # no base row, nothing to say about it
     assert open("b.png", "rb").read(4) == b"\x89PNG"
     assert recompute("b.md").ok
     csv = open("b.csv").read()
-    open("b.csv", "w").write(csv.replace(",sft,32,12,", ",sft,32,13,"))
+    open("b.csv", "w").write(csv.replace(",sft,32,cutoff,40,", ",sft,32,cutoff,41,"))
     assert [(d.row, d.column) for d in recompute("b.md").differences] == [
-        ("model=sft budget=32", "samples")
+        ("model=sft budget=32 method=cutoff", "samples")
     ]
 
 
@@ -596,3 +625,167 @@ def test_other_benchmarks_show_no_instruction_accuracies(tmp_path):
         log=lambda _: None,
     )
     assert "ifeval" not in metrics and "prompt strict" not in open(out["md"]).read()
+
+
+def test_budget_table_refuses_samples_graded_without_the_cutoff(tmp_path):
+    path = tmp_path / "old.jsonl"
+    rows = [json.loads(line) for line in open(_budget_graded(path, 8))]
+    for r in rows:
+        del r["cutoff_grade"]
+    write_jsonl(path, rows)
+    with pytest.raises(DataError, match="old.jsonl:1: missing key 'cutoff_grade'"):
+        tables.budgets({"sft@8": str(path)}, {"benchmark": "heldout"})
+
+
+def test_both_zero_reads_both_0_and_models_without_a_correct_answer_get_no_token_ratio(tmp_path):
+    """The miniature's case: a random-init base and an undertrained fine-tune both score 0."""
+    graded = {
+        "base": _graded(tmp_path / "b.jsonl", 0.0, seed=1, tokens=40),
+        "sft": _graded(tmp_path / "s.jsonl", 0.0, seed=2, tokens=20),
+        "merge-0.5": _graded(tmp_path / "m.jsonl", 0.5, seed=3, tokens=30),
+    }
+    out = {k: str(tmp_path / f"t.{k}") for k in ("md", "csv", "tex", "png")}
+    tables.run(
+        graded=graded,
+        out_markdown=out["md"],
+        out_csv=out["csv"],
+        out_latex=out["tex"],
+        out_plot=out["png"],
+        params={**PARAMS, "base_random": True},
+        log=lambda _: None,
+    )
+    md = open(out["md"]).read()
+    assert "-0.000" not in md
+    lines = md.splitlines()
+    base_row = next(line for line in lines if line.startswith("| base |"))
+    sft_row = next(line for line in lines if line.startswith("| sft |"))
+    # base against the fine-tune (mirrored) and the fine-tune against base
+    assert "| +0.000 [+0.000, +0.000] | both 0 |" in base_row
+    assert "| +0.000 [+0.000, +0.000] | both 0 |" in sft_row
+    assert "random-weight initialisation" in md
+    df = load(out["csv"])
+    assert set(df.loc[df["model"].isin(["base", "sft"]), "verdict"].dropna()) == {"both 0"}
+    merge = df[df["model"] == "merge-0.5"].set_index("reference")
+    assert merge.loc["base", "verdict"] == "better"
+    # lengths of wrong answers only are no economy: no ratio where either side solved nothing
+    assert df["token_ratio"].isna().all()
+    assert merge.loc["base", "delta_tokens"] == -10.0  # the difference in length stays
+    tex = open(out["tex"]).read()
+    assert "\\textbf{" in tex  # merge's wins, not the both-0 rows
+    assert "\\textbf{$+0.000$" not in tex
+
+
+def _capped(path, rate, n=120, k=2):
+    """Mark the first ``rate`` share of a graded file's answers as cut off at the token cap."""
+    rows = [json.loads(line) for line in open(path)]
+    for r in rows[: round(rate * n * k)]:
+        r["finish_reason"] = "length"
+    write_jsonl(path, rows)
+    return path
+
+
+def test_effort_table_flags_rows_truncated_at_the_cap_and_counts_golds_per_source(tmp_path):
+    graded = {
+        "sft@medium": _graded(tmp_path / "medium.jsonl", 0.5, seed=1, tokens=20),
+        "sft@high": _capped(_graded(tmp_path / "high.jsonl", 0.2, seed=2, tokens=60), 0.23),
+        "sft@low": _graded(tmp_path / "low.jsonl", 0.0, seed=3, tokens=10),
+    }
+    teacher = tmp_path / "teacher.jsonl"
+    write_jsonl(
+        teacher,
+        [
+            {
+                "prompt_id": f"t{i}",
+                "source": "numina" if i < 8 else "openscience",
+                "effort": e,
+                # t0 (numina) and t9 (openscience): golds that do not parse
+                "grade": {"correct": i % 2 == 0, "status": "ok"}
+                if i not in (0, 9)
+                else {"correct": False, "status": "gold_unparseable"},
+                "completion_tokens": tok,
+            }
+            for i in range(10)
+            for e, tok in [("low", 30), ("medium", 40), ("high", 60)]
+        ],
+    )
+    out = {k: str(tmp_path / f"e.{k}") for k in ("md", "csv")}
+    params = {**PARAMS, "efforts": ["low", "medium", "high"], "reference": "medium"}
+    params.pop("base"), params.pop("tuned")
+    metrics = tables.effort_run(
+        graded=graded,
+        teacher={"shard": str(teacher)},
+        out_markdown=out["md"],
+        out_csv=out["csv"],
+        params=params,
+        log=lambda _: None,
+    )
+    md = open(out["md"]).read()
+    high = next(line for line in md.splitlines() if line.startswith("| sft | high |"))
+    assert high.endswith("| 0.229 † |")  # 55 of 240
+    assert "† more than 10% of answers hit the token cap (sft at high)" in md
+    medium = next(line for line in md.splitlines() if line.startswith("| sft | medium |"))
+    assert medium.endswith("| 0.000 |")
+    # sft at low never answers right: no ratio; the teacher's are on the 8 prompts left
+    assert "sft@low" not in metrics["token_ratio"] and metrics["token_ratio"]["sft@high"] == 3.0
+    assert "per source: numina 1, openscience 1." in md
+    df = load(out["csv"])
+    teacher_rows = df[df["model"] == "teacher"].set_index("effort")
+    assert teacher_rows.loc["medium", "problems"] == 8
+    assert teacher_rows.loc["medium", "accuracy"] == 4 / 8  # t2, t4, t6, t8
+
+
+def test_teachers_table_leaves_unparseable_golds_out_and_counts_them_per_source(tmp_path):
+    graded = {}
+    for teacher, effort in [("api", "medium"), ("selfhost", "low"), ("selfhost", "high")]:
+        path = _traces(tmp_path / f"{effort}.jsonl", teacher, effort, range(8), lambda i, s: 50)
+        rows = [json.loads(line) for line in open(path)]
+        for r in rows:
+            r["source"] = "numina"
+            if r["prompt_id"] in ("p01", "p02"):
+                r["grade"] = {"correct": False, "status": "gold_unparseable"}
+        write_jsonl(path, rows)
+        graded[effort] = path
+    _, md, csv = _teacher_table(tmp_path, graded)
+    assert "Teacher traces on the 6 prompts" in md
+    assert "per source: numina 2." in md
+    header = csv[0].split(",")
+    ref = dict(zip(header, csv[1].split(","), strict=True))
+    assert float(ref["accuracy"]) == 4 / 6  # p00 and p04 wrong; p01 and p02 left out
+
+
+def test_place_labels_keeps_crowded_labels_apart(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+    points = [(100 + i, 0.1 + 0.002 * i, f"merge-0.{i}") for i in range(5)]
+    ax.scatter([x for x, _, _ in points], [y for _, y, _ in points])
+    ax.set(xlim=(0, 300), ylim=tables._fitted([y for _, y, _ in points]))
+    tables._place_labels(ax, points)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert len(boxes) == 5
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    plt.close(fig)
+    low, high = tables._fitted([0.0, 0.12, 0.2])
+    assert low < 0 and 0.2 < high < 0.25  # data under 0.25 is not drawn on 0-1
+    assert tables._fitted([0.9, 1.0]) == (pytest.approx(0.88), 1.02)
+
+
+def test_budget_plot_ticks_the_budgets_in_plain_numbers(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    graded = {f"sft@{b}": _budget_graded(tmp_path / f"sft-{b}.jsonl", b) for b in (16, 64, 256)}
+    df = tables.budgets(graded, {"benchmark": "heldout", "n_resamples": 500})
+    shown = {}
+    monkeypatch.setattr(plt, "close", lambda fig: shown.setdefault("fig", fig))
+    tables._budget_plot(df, str(tmp_path / "b.png"), "heldout")
+    ax = shown["fig"].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "64", "256"]
+    assert ax.get_ylim()[1] < 1.0  # fitted to the intervals (highest 0.75 + its CI)
+    assert len(ax.get_legend().get_texts()) == 2  # forcing and cutoff
