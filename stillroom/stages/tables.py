@@ -435,27 +435,27 @@ def _plot(table: Paired, path: str) -> None:
     points = sorted(
         ((ratio[m], r) for m, r in vs_base.iterrows() if m in ratio), key=lambda p: p[0]
     )
-    sweep.plot([x for x, _ in points], [r["accuracy"] for _, r in points], marker="o")
-    # the CI of the difference from base, drawn around the point
+    # each point's paired difference from base with its CI (base itself at 0): an accuracy axis
+    # with the difference's CI drawn around the point would run below 0
+    delta = [0.0 if x == 0.0 else r["delta"] for x, r in points]
+    sweep.plot([x for x, _ in points], delta, marker="o")
+    sweep.axhline(0.0, color="grey", lw=0.8)
     for x, r in points:
-        if not pd.isna(r["delta"]):
+        if x != 0.0 and not pd.isna(r["delta"]):
             sweep.errorbar(
                 x,
-                r["accuracy"],
+                r["delta"],
                 yerr=[[r["delta"] - r["ci_low"]], [r["ci_high"] - r["delta"]]],
                 fmt="none",
                 capsize=3,
                 color="grey",
             )
-    shown = [r["accuracy"] for _, r in points] + [
-        r["accuracy"] + d
-        for _, r in points
-        if not pd.isna(r["delta"])
-        for d in (r["ci_low"] - r["delta"], r["ci_high"] - r["delta"])
+    shown = [d for d in delta if not pd.isna(d)] + [
+        v for x, r in points if x != 0.0 for v in (r["ci_low"], r["ci_high"]) if not pd.isna(v)
     ]
     sweep.set(
         xlabel="fine-tuned weight in the merge",
-        ylabel="accuracy",
+        ylabel=f"accuracy - base's ({table.pct}% CI)",
         title="merge-ratio sweep",
         ylim=_fitted(shown, rates=False),
     )
@@ -472,7 +472,7 @@ def _plot(table: Paired, path: str) -> None:
 
 def _fitted(values: Any, rates: bool = True) -> tuple[float, float]:
     """An axis fitted to ``values`` with a margin (data under 0.25 is not drawn on 0–1), kept
-    within [0, 1] for ``rates`` (not for a difference's interval drawn around a point)."""
+    within [0, 1] for ``rates`` (not for differences)."""
     v = pd.Series(values, dtype=float).dropna()
     low, high = (float(v.min()), float(v.max())) if len(v) else (0.0, 1.0)
     pad = max(0.08 * (high - low), 0.02)

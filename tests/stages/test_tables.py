@@ -789,3 +789,28 @@ def test_budget_plot_ticks_the_budgets_in_plain_numbers(tmp_path, monkeypatch):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "64", "256"]
     assert ax.get_ylim()[1] < 1.0  # fitted to the intervals (highest 0.75 + its CI)
     assert len(ax.get_legend().get_texts()) == 2  # forcing and cutoff
+
+
+def test_the_sweep_plots_each_merges_difference_from_base_with_its_ci(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    graded = {
+        "base": _graded(tmp_path / "b.jsonl", 0.1, seed=1, tokens=40),
+        "sft": _graded(tmp_path / "s.jsonl", 0.0, seed=2, tokens=20),
+        "merge-0.5": _graded(tmp_path / "m.jsonl", 0.05, seed=3, tokens=30),
+    }
+    table = tables.paired(graded, PARAMS)
+    shown = {}
+    monkeypatch.setattr(plt, "close", lambda fig: shown.setdefault("fig", fig))
+    tables._plot(table, str(tmp_path / "p.png"))
+    sweep = shown["fig"].axes[1]
+    x, y = sweep.lines[0].get_data()
+    vs_base = table.df[table.df["reference"] == "base"].set_index("model")
+    assert list(x) == [0.0, 0.5, 1.0]
+    assert list(y) == [0.0, vs_base.loc["merge-0.5", "delta"], vs_base.loc["sft", "delta"]]
+    assert sweep.get_ylabel().startswith("accuracy - base's")
+    low, high = sweep.get_ylim()
+    assert low <= vs_base.loc["sft", "ci_low"] and high >= 0.0
