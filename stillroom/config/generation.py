@@ -194,6 +194,13 @@ class ProceduralSpec(_TeacherSpec):
     detail: dict[Effort, Annotated[int, Field(ge=0, le=3)]] = Field(
         {}, description=f"effort -> reasoning detail 0..3, over the defaults {PROCEDURAL_DETAIL}"
     )
+    detail_spread: int = Field(
+        0,
+        ge=0,
+        le=3,
+        description="each sample's detail drawn within +- this of its effort's (within 0..3), so "
+        "a prompt's samples differ in length as a real teacher's do (0: every sample alike)",
+    )
 
     @property
     def levels(self) -> dict[str, int]:

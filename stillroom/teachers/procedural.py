@@ -4,7 +4,8 @@ It answers the generated problems of ``stillroom.data.sources`` from their struc
 worked solution inside ``<think>…</think>`` and a boxed final answer, and the project's kernel
 problems with a plan and the problem's reference Triton solution in a code block
 (``stillroom.kernels.teacher``). Effort levels map to how much of the reasoning it writes (clearly
-different lengths), and with probability ``error_rate`` (per effort, optionally) it slips — a wrong
+different lengths; with ``detail_spread`` a prompt's samples differ too), and with probability
+``error_rate`` (per effort, optionally) it slips — a wrong
 intermediate result carried to a wrong final answer; for a kernel, torch code that is right but is
 not Triton (the rule reward's case) or a kernel that stores a wrong value — so grading has something
 to reject. Deterministic in (seed, prompt id, effort, sample index).
@@ -45,13 +46,16 @@ class ProceduralTeacher(Teacher):
         rate = self.spec["error_rate"]
         rate = rate.get(effort, 0.0) if isinstance(rate, Mapping) else rate
         slip = rng.random() < rate
+        level, spread = detail[effort], self.spec["detail_spread"]
+        if spread:  # drawn only then: a run without a spread keeps its bytes
+            level = min(3, max(0, level + rng.randint(-spread, spread)))
         if problem["kind"] == "kernel":
             from ..kernels.teacher import kernel_solution
 
             reasoning, final = kernel_solution(
                 problem["prompt"],
                 meta["solution"],
-                detail[effort],
+                level,
                 rng.choice(["torch", "wrong"]) if slip else None,
                 family=meta.get("family"),
             )
@@ -61,7 +65,7 @@ class ProceduralTeacher(Teacher):
                 result = rng.choice([L for L in LETTERS[: len(meta["options"])] if L != result])
             elif slip:
                 result = int(result) + rng.choice([-2, -1, 1, 2])
-            reasoning, final = worked_solution(meta, result, detail[effort])
+            reasoning, final = worked_solution(meta, result, level)
         text = f"<think>{reasoning}</think>\n{final}"
         return Completion(
             text=text,

@@ -30,6 +30,24 @@ def test_effort_levels_have_clearly_different_lengths():
     )
 
 
+def test_a_detail_spread_varies_a_prompts_samples_and_no_spread_keeps_them_alike():
+    probs = sources.generate("arithmetic", "a", 40, 1, max_operand=12)
+    alike = make_teacher("t", {"backend": "procedural"})
+    spread = make_teacher("t", {"backend": "procedural", "detail_spread": 1})
+    for p in probs:  # without a spread, samples are alike and as before
+        assert len({alike.complete(p, "medium", i, 0).text for i in range(4)}) == 1
+    lengths = [
+        {spread.complete(p, "medium", i, 0).completion_tokens for i in range(4)} for p in probs
+    ]
+    assert sum(len(s) > 1 for s in lengths) > len(probs) / 2
+    # within one level of medium's detail: from low's length up to high's, never xhigh's
+    for p in probs:
+        n = [spread.complete(p, "medium", i, 0).completion_tokens for i in range(8)]
+        low, xhigh = (alike.complete(p, e, 0, 0).completion_tokens for e in ("low", "xhigh"))
+        assert low <= min(n) and max(n) < xhigh
+    assert spread.complete(probs[0], "high", 2, 0) == spread.complete(probs[0], "high", 2, 0)
+
+
 def test_teacher_error_rate_and_determinism():
     teacher = make_teacher("t", {"backend": "procedural", "error_rate": {"low": 0.5, "high": 0.0}})
     probs = sources.generate("arithmetic", "a", 400, 1, max_operand=12)
