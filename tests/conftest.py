@@ -1,6 +1,7 @@
 import copy
 import os
 import random
+import re
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def default_config() -> dict:
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def recipe_files(recipe: Path) -> list[Path]:
+    """The config files a recipe of config/experiments runs with: itself, or, for an overlay, the
+    config its header's usage line puts it over, then itself."""
+    text = recipe.read_text()
+    if "sources:" in text:
+        return [recipe]
+    usage = re.search(r"--configfile (\S+) \S*" + re.escape(recipe.name), text)
+    assert usage, f"{recipe.name}: an overlay's header shows its --configfile line"
+    return [REPO / usage[1], recipe]
 
 
 def small_config() -> dict:

@@ -1,8 +1,6 @@
 """The config as the workflow resolves it: the embedded default is valid, a bad config names the key
 and what was wrong, and the config hash is canonical."""
 
-import re
-
 import pytest
 
 from stillroom.config import (
@@ -16,7 +14,7 @@ from stillroom.config import (
     workflow_config,
 )
 
-from ..conftest import REPO, default_config
+from ..conftest import REPO, default_config, recipe_files
 
 
 def test_default_config_is_valid():
@@ -177,11 +175,10 @@ def test_the_schema_agrees_with_the_typed_config():
         REPO / "config" / "config.yaml",
         *(REPO / "config" / "experiments").glob("*.yaml"),
     ]:
-        raw = load_yaml(path)
-        if "sources" not in raw:  # an overlay: its usage line names the config it goes over
-            usage = re.search(r"--configfile (\S+) \S+" + re.escape(path.name), path.read_text())
-            assert usage, f"{path.name}: an overlay's header shows its --configfile line"
-            raw = merge_configs(load_yaml(REPO / usage[1]), raw)
+        files = recipe_files(path)
+        raw = load_yaml(files[0])
+        for overlay in files[1:]:
+            raw = merge_configs(raw, load_yaml(overlay))
         validator.validate(resolve(raw, root=REPO))
     bad = {**resolve(default_config(), root=REPO), "evals": {}}
     assert not validator.is_valid(bad)

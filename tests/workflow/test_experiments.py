@@ -190,7 +190,17 @@ def test_autotriton_tiny_runs_end_to_end(tmp_path):
 
 # What a smoke twin may change: names of things on this machine, never what the recipe does.
 # The server entries are its command line and the values filled into it (how a server starts here).
-IDENTITY = {"experiment", "path", "pretrained", "model", "model_path", "ledger", "base_url"}
+# values that name a model, a file or a server, or say how to talk to the server
+IDENTITY = {
+    "experiment",
+    "path",
+    "pretrained",
+    "model",
+    "model_path",
+    "ledger",
+    "base_url",
+    "stop_by",
+}
 
 
 def structural_differences(recipe, twin, where: str = "") -> list[str]:
@@ -198,6 +208,8 @@ def structural_differences(recipe, twin, where: str = "") -> list[str]:
     model ids, paths, URLs and server command lines."""
     key = where.rsplit(".", 1)[-1]
     if isinstance(recipe, dict) and isinstance(twin, dict):
+        if key == "models":  # figures keyed by model id: compared in order
+            return structural_differences(list(recipe.values()), list(twin.values()), where)
         if recipe.keys() != twin.keys():
             return [f"{where or '<top>'}: keys {sorted(recipe.keys() ^ twin.keys())} differ"]
         if key == "server":  # a command template and its values: how to start it here
@@ -265,6 +277,10 @@ def test_the_smoke_twin_runs_the_recipe_end_to_end(tmp_path):
     cfg["student"]["pretrained"] = str(stand / "qwen3-tiny")
     teacher = cfg["teachers"]["beam-sglang"]
     teacher["model"] = teacher["server"]["model_path"] = str(stand / "beam-tiny")
+    sizes = cfg["cost"]["estimate"]["models"]
+    cfg["cost"]["estimate"]["models"] = {
+        str(stand / name.rsplit("/", 1)[-1]): figures for name, figures in sizes.items()
+    }
     (tmp_path / "twin.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     assert main(["stand-ins", str(tmp_path / "twin.yaml"), "--root", str(REPO)]) == 0
     run_snakemake(tmp_path, cfg)

@@ -18,9 +18,9 @@ import yaml
 
 from stillroom.cli import STAGES
 
-REPO = Path(__file__).resolve().parents[2]
+from ..conftest import REPO, recipe_files
+
 RECIPES = [None, *sorted((REPO / "config" / "experiments").glob("*.yaml"))]
-OVERLAYS = {"beam-lora-fsdp", "beam-qlora-mp", "beam-qlora-experts-mp", "beam-full-fsdp"}
 
 
 def _snakemake(*args: str, cwd: Path, configfiles=()) -> subprocess.CompletedProcess:
@@ -34,9 +34,7 @@ def _snakemake(*args: str, cwd: Path, configfiles=()) -> subprocess.CompletedPro
 def _configfiles(recipe):
     if recipe is None:
         return []
-    if recipe.stem in OVERLAYS:
-        return [REPO / "config" / "experiments" / "beam-distill.yaml", recipe]
-    return [recipe]
+    return recipe_files(recipe)
 
 
 def test_every_stage_module_has_its_rule_file_and_back():
