@@ -28,11 +28,14 @@ class FaultServer:
         retry_after: str = "0",
         delay_s: float = 0.0,
         model_info: dict | None = None,
+        refuse_fields: tuple[str, ...] = (),
     ):
         self.rates = {f: (rates or {}).get(f, 0.0) for f in FAULTS}
         self.rng, self.lock = random.Random(seed), threading.Lock()
         self.slow_s, self.retry_after, self.delay_s = slow_s, retry_after, delay_s
         self.model_info = model_info  # SGLang's /get_model_info, when set
+        # request fields it does not take, answered with 400 as a strict server does
+        self.refuse_fields = refuse_fields
         self.counts = {f: 0 for f in FAULTS} | {"requests": 0, "ok": 0}
         self.bodies: list[dict] = []
         self.bodies_path = os.environ.get("FAULT_SERVER_BODIES")  # each body also appended there
@@ -94,6 +97,11 @@ class FaultServer:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                refused = [f for f in server.refuse_fields if f in body]
+                if refused:
+                    with server.lock:
+                        server.counts["requests"] += 1
+                    return self._send(400, json.dumps({"error": f"unknown {refused}"}).encode())
                 fault = server._draw()
                 if fault == "reset":  # RST instead of a response
                     self.connection.setsockopt(

@@ -106,9 +106,19 @@ class ServedLM(ChatTokens):
         for attempt in range(RETRIES):
             try:
                 async with session.post(self.base_url + "/completions", json=payload) as resp:
-                    if resp.status < 500 and resp.status != 429:
-                        resp.raise_for_status()
+                    if resp.status < 400:
                         return await resp.json()
+                    if resp.status != 429 and resp.status < 500:  # refused: retrying won't help
+                        hint = (
+                            " (a server that takes no stop_token_ids needs "
+                            "eval.backend.stop_by: strings)"
+                            if "stop_token_ids" in payload
+                            else ""
+                        )
+                        raise ValueError(
+                            f"{self.base_url}/completions refused the request: HTTP "
+                            f"{resp.status}: {(await resp.text())[:300]}{hint}"
+                        )
                     detail = f"HTTP {resp.status}: {(await resp.text())[:200]}"
             except (TimeoutError, aiohttp.ClientConnectionError) as exc:
                 detail = repr(exc)

@@ -123,6 +123,18 @@ def test_an_openai_backend_sends_the_stop_set(chat_students, style, stop_by):
         assert {k: body[k] for k in ("stop", "stop_token_ids") if k in body} == want
 
 
+def test_a_server_refusing_stop_token_ids_is_a_clear_error_never_retried(chat_students):
+    from stillroom.runtime.served import open_lm
+    from tests.fault_server import FaultServer
+
+    backend = {"backend": "openai", "stop_by": "token_ids", "concurrency": 1}
+    with FaultServer(refuse_fields=("stop_token_ids",)) as server:
+        with open_lm(str(chat_students["llama3"]), {**backend, "base_url": server.base_url}) as lm:
+            with pytest.raises(ValueError, match=r"HTTP 400.*needs eval.backend.stop_by: strings"):
+                lm.complete([prompt(lm)], temperature=1.0, max_new_tokens=8, seed=0)
+    assert server.counts["requests"] == 1
+
+
 def test_a_started_sglang_backend_sends_stop_token_ids(chat_students, tmp_path):
     """The sglang backend's default: ids, which SGLang (and vLLM) match before detokenising (their
     stop strings are matched on text without special tokens). SGLang cannot run here: the fault
