@@ -7,6 +7,8 @@ from pathlib import Path
 
 from stillroom.runtime.student import THINK_TOKENS
 
+from .conftest import TINY
+
 # Newlines are emitted as {{ '\n' }} after block tags (transformers renders with trim_blocks=True).
 STYLES = {
     "llama3": {
@@ -88,14 +90,8 @@ def build(root: Path, style: str, seed: int = 0) -> Path:
     hf.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
     ids = hf.convert_tokens_to_ids
     shape = dict(
+        TINY,
         vocab_size=len(hf),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=256,
         bos_token_id=ids(s["bos"]),
         eos_token_id=ids(s["eos"]),
         pad_token_id=ids(s["pad"]) if s["pad"] else None,

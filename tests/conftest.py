@@ -96,6 +96,18 @@ MODEL = dict(
     tie_word_embeddings=True,
 )
 
+# The smallest student shape, for tests where the model's output does not matter (backends, stops).
+TINY = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    max_position_embeddings=256,
+    tie_word_embeddings=True,
+)
+
 
 KERNEL_PROBLEMS = ["relu", "softmax_rows", "layer_norm"]
 

@@ -28,6 +28,7 @@ from .evaluation import (
     Forcing,
     Kernels,
     PairedTables,
+    SeededTables,
     Tables,
     ValidatorOptions,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "Lora",
     "Merge",
     "PairedTables",
+    "SeededTables",
     "ModelShape",
     "Sampling",
     "Section",

@@ -229,10 +229,25 @@ class Tables(Section):
     )
 
 
-class PairedTables(Tables):
-    """A paired table of one benchmark: every model against the two references."""
+class SeededTables(Tables):
+    """A table's settings with the seed of its bootstraps."""
 
     seed: int = 0
+
+    @property
+    def boot(self) -> dict[str, Any]:
+        """The keyword arguments of ``paired_bootstrap`` for this table."""
+        return {
+            "n_resamples": self.n_resamples,
+            "confidence": self.confidence,
+            "seed": self.seed,
+            "two_level": self.two_level,
+        }
+
+
+class PairedTables(SeededTables):
+    """A paired table of one benchmark: every model against the two references."""
+
     benchmark: str
     base: str = Field(description="the model every other is compared with first")
     tuned: str = Field(description="the fine-tune, the second reference")

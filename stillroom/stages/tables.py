@@ -23,7 +23,7 @@ from pydantic import Field
 
 from ..analysis.grids import INSTRUCTION_METRICS, instruction_metrics, score_matrix
 from ..analysis.stats import VERDICT, Comparison, holm_comparisons, mcnemar_exact, paired_bootstrap
-from ..config import Effort, PairedTables, Section, Tables
+from ..config import Effort, PairedTables, Section, SeededTables, Tables
 from ..io import DataError, atomic_path, iter_jsonl, read_json, write_text
 from ..tables import fmt, frame, write_csv
 
@@ -282,12 +282,7 @@ def paired(
                 f"as '{base}' ({score.shape} vs {ref_shape}); pairing is impossible"
             )
     two_level = params.two_level
-    boot = {
-        "n_resamples": params.n_resamples,
-        "confidence": params.confidence,
-        "seed": params.seed,
-        "two_level": two_level,
-    }
+    boot = params.boot
     refs = (base, tuned)
     # One family for Holm: every distinct comparison once (base vs sft appears in both columns,
     # mirrored).
@@ -534,8 +529,7 @@ def _place_labels(ax: Any, points: list[tuple[float, float, str]]) -> None:
         placed.append(best[2])
 
 
-class BudgetParams(Tables):
-    seed: int = 0
+class BudgetParams(SeededTables):
     benchmark: str
     base_random: bool = PairedTables.model_fields["base_random"]
 
@@ -547,12 +541,7 @@ def budgets(graded: Mapping[str, str], params: Mapping[str, Any] | BudgetParams)
     accuracy with its bootstrap CI over problems; the forcing row carries its paired difference
     from the cutoff, Holm-corrected across the table's budgets."""
     p = BudgetParams.parse(params, where="tables")
-    boot = {
-        "n_resamples": p.n_resamples,
-        "confidence": p.confidence,
-        "seed": p.seed,
-        "two_level": p.two_level,
-    }
+    boot = p.boot
     rows, pairs, excluded = [], [], 0
     for name, path in graded.items():
         model, _, budget = name.rpartition("@")
@@ -694,8 +683,7 @@ def _budget_plot(df: pd.DataFrame, path: str, benchmark: str) -> None:
     plt.close(fig)
 
 
-class EffortParams(Tables):
-    seed: int = 0
+class EffortParams(SeededTables):
     benchmark: str
     efforts: list[Effort] = Field(min_length=2)
     reference: Effort
@@ -765,12 +753,7 @@ def efforts(
 ) -> pd.DataFrame:
     """The per-effort table in memory (see ``effort_run``)."""
     p = EffortParams.parse(params, where="eval.per_effort")
-    boot = {
-        "n_resamples": p.n_resamples,
-        "confidence": p.confidence,
-        "seed": p.seed,
-        "two_level": p.two_level,
-    }
+    boot = p.boot
     mats = {name: score_matrix(path) for name, path in graded.items()}
     models = list(dict.fromkeys(name.rpartition("@")[0] for name in graded))
     rows: list[dict[str, Any]] = []

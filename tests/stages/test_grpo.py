@@ -26,18 +26,11 @@ from stillroom.stages.grpo import (
     run,
 )
 
+from ..conftest import TINY
+
 KERNELS = Path(__file__).resolve().parents[2] / "stillroom" / "kernels"
 NAMES = ("relu", "add", "mul")
-MODEL = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 16,
-    "max_position_embeddings": 2048,
-    "tie_word_embeddings": True,
-}
+MODEL = {**TINY, "max_position_embeddings": 2048}
 
 
 def problem(name: str) -> str:

@@ -217,6 +217,23 @@ def test_token_economy_reads_off_a_tie_at_fewer_tokens(tmp_path):
     assert "Tok. $\\times$ base" in open(out["tex"]).read()
 
 
+def _effort_table(tmp_path, graded, teacher, efforts=("low", "medium", "high")):
+    """The per-effort table of ``graded`` against ``teacher`` shards, reference medium: (metrics,
+    {"md": path, "csv": path})."""
+    out = {k: str(tmp_path / f"e.{k}") for k in ("md", "csv")}
+    params = {**PARAMS, "efforts": list(efforts), "reference": "medium"}
+    params.pop("base"), params.pop("tuned")
+    metrics = tables.effort_run(
+        graded=graded,
+        teacher=teacher,
+        out_markdown=out["md"],
+        out_csv=out["csv"],
+        params=params,
+        log=lambda _: None,
+    )
+    return metrics, out
+
+
 def test_per_effort_table_compares_each_effort_with_the_reference(tmp_path):
     graded = {
         f"sft@{e}": _graded(tmp_path / f"{e}.jsonl", acc, seed=i, tokens=tok)
@@ -248,17 +265,7 @@ def test_per_effort_table_compares_each_effort_with_the_reference(tmp_path):
             }
         ],
     )
-    out = {k: str(tmp_path / f"e.{k}") for k in ("md", "csv")}
-    params = {**PARAMS, "efforts": ["low", "medium", "high"], "reference": "medium"}
-    params.pop("base"), params.pop("tuned")
-    metrics = tables.effort_run(
-        graded=graded,
-        teacher={"medium-00000": str(teacher)},
-        out_markdown=out["md"],
-        out_csv=out["csv"],
-        params=params,
-        log=lambda _: None,
-    )
+    metrics, out = _effort_table(tmp_path, graded, {"medium-00000": str(teacher)})
     assert metrics["token_ratio"] == {
         "sft@low": 0.65,
         "sft@medium": 1.0,
@@ -436,21 +443,7 @@ def test_effort_table_names_each_efforts_teacher_when_they_differ(tmp_path):
         "low-00000": _traces(tmp_path / "tl.jsonl", "selfhost", "low", range(6), lambda i, s: 9),
         "medium-00000": _traces(tmp_path / "tm.jsonl", "api", "medium", range(6), lambda i, s: 9),
     }
-    out = {k: str(tmp_path / f"e.{k}") for k in ("md", "csv")}
-    params = {
-        "benchmark": "heldout",
-        "efforts": ["low", "medium"],
-        "reference": "medium",
-        "n_resamples": 200,
-    }
-    tables.effort_run(
-        graded=graded,
-        teacher=teacher,
-        out_markdown=out["md"],
-        out_csv=out["csv"],
-        params=params,
-        log=lambda _: None,
-    )
+    _, out = _effort_table(tmp_path, graded, teacher, efforts=["low", "medium"])
     md = open(out["md"]).read()
     assert "| teacher (selfhost) | low |" in md and "| teacher (api) | medium |" in md
 
@@ -708,17 +701,7 @@ def test_effort_table_flags_rows_truncated_at_the_cap_and_counts_golds_per_sourc
             for e, tok in [("low", 30), ("medium", 40), ("high", 60)]
         ],
     )
-    out = {k: str(tmp_path / f"e.{k}") for k in ("md", "csv")}
-    params = {**PARAMS, "efforts": ["low", "medium", "high"], "reference": "medium"}
-    params.pop("base"), params.pop("tuned")
-    metrics = tables.effort_run(
-        graded=graded,
-        teacher={"shard": str(teacher)},
-        out_markdown=out["md"],
-        out_csv=out["csv"],
-        params=params,
-        log=lambda _: None,
-    )
+    metrics, out = _effort_table(tmp_path, graded, {"shard": str(teacher)})
     md = open(out["md"]).read()
     high = next(line for line in md.splitlines() if line.startswith("| sft | high |"))
     assert high.endswith("| 0.229 † |")  # 55 of 240

@@ -7,16 +7,7 @@ from stillroom.io import read_jsonl, write_jsonl
 from stillroom.runtime.student import build_model, train_tokenizer
 from stillroom.stages import generate
 
-MODEL = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=16,
-    max_position_embeddings=256,
-    tie_word_embeddings=True,
-)
+from ..conftest import TINY
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +15,7 @@ def model_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
     rows = sources.generate("arithmetic", "a", 200, 1, max_operand=12)
     train_tokenizer([r["prompt"] for r in rows], root / "tok", vocab_size=300, min_frequency=2)
-    build_model(root / "tok", root / "model", model=MODEL, seed=0)
+    build_model(root / "tok", root / "model", model=TINY, seed=0)
     return str(root / "model")
 
 
