@@ -27,16 +27,37 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
     # Said after an unknown key of this section: where such a key belongs instead.
     unknown_hint: ClassVar[str] = ""
+    # Keys (known or not) that need software this repository does not ship: key -> what is
+    # missing, for any value; or key -> {value: what is missing}, for those values only. Refused
+    # naming it, instead of the generic unknown key or accepted and ignored.
+    not_shipped: ClassVar[Mapping[str, str | Mapping[Any, str]]] = {}
 
     @model_validator(mode="before")
     @classmethod
     def _known_keys(cls, data: Any) -> Any:
         if isinstance(data, Mapping):
+            missing = {k: p for k, v in data.items() if (p := cls._not_shipped(k, v))}
+            problems = list(missing.values())
             known = {name: f.alias or name for name, f in cls.model_fields.items()}
-            unknown = [k for k in data if k not in known and k not in known.values()]
+            unknown = [
+                k for k in data if k not in known and k not in known.values() and k not in missing
+            ]
             if unknown and cls.model_config.get("extra") == "forbid":
-                raise ValueError(unknown_keys(unknown, known.values()) + cls.unknown_hint)
+                problems.append(unknown_keys(unknown, known.values()) + cls.unknown_hint)
+            if problems:
+                raise ValueError("\n".join(problems))
         return data
+
+    @classmethod
+    def _not_shipped(cls, key: Any, value: Any) -> str | None:
+        needs = cls.not_shipped.get(key)
+        if isinstance(needs, Mapping):
+            if not isinstance(value, str) or value not in needs:
+                return None
+            return f"{key}: {value}: this repository does not ship {needs[value]}"
+        if needs is None:
+            return None
+        return f"{key}: this repository does not ship {needs}; drop the key"
 
     @classmethod
     def parse(cls, data: Any, where: str = "") -> Self:

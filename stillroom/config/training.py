@@ -4,16 +4,77 @@ its process layout, GRPO on kernel problems, and the weight merges."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from string import Template
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from .base import Effort, PositiveInt, Regex, Section
 
-# a MoE router: adapting it destabilises routing
-ROUTER = re.compile(r"(^|\.)mlp\.gate(\.weight)?$|^gate$")
+# A MoE router by the names a target can reach it under (mlp.gate, gate.weight, router,
+# mlp.router.weight, a router's own submodules): adapting it destabilises routing. gate_proj and
+# gate_up_proj (dense and expert MLP projections) are not routers. The loaded model is checked by
+# what each target resolves to (runtime/adapters.py); this is the early refusal by spelling.
+ROUTER = re.compile(r"(^|\.)(gate|router)(\.|$)")
+
+# transformers' optimizer names (its OptimizerNames), each with the package it needs beyond torch
+# and transformers: (module imported, distribution to install). GaLore and APOLLO are left out:
+# they need optim_target_modules, which train does not set.
+_BNB = ("bitsandbytes", "bitsandbytes")
+_TORCHAO = ("torchao", "torchao")
+_SCHEDULE_FREE = ("schedulefree", "schedulefree")
+OPTIMIZERS: dict[str, tuple[str, str] | None] = {
+    "adamw_torch": None,
+    "adamw_torch_fused": None,
+    "adafactor": None,
+    "sgd": None,
+    "adagrad": None,
+    "rmsprop": None,
+    "adamw_torch_xla": ("torch_xla", "torch-xla"),
+    "adamw_torch_npu_fused": ("torch_npu", "torch-npu"),
+    "adamw_anyprecision": ("torchdistx", "torchdistx"),
+    "adamw_torch_4bit": _TORCHAO,
+    "adamw_torch_8bit": _TORCHAO,
+    **dict.fromkeys(
+        (
+            "adamw_bnb_8bit",
+            "adamw_8bit",
+            "ademamix",
+            "ademamix_8bit",
+            "lion_8bit",
+            "lion_32bit",
+            "paged_adamw_32bit",
+            "paged_adamw_8bit",
+            "paged_ademamix_32bit",
+            "paged_ademamix_8bit",
+            "paged_lion_32bit",
+            "paged_lion_8bit",
+            "rmsprop_bnb",
+            "rmsprop_bnb_8bit",
+            "rmsprop_bnb_32bit",
+        ),
+        _BNB,
+    ),
+    "lomo": ("lomo_optim", "lomo-optim"),
+    "adalomo": ("lomo_optim", "lomo-optim"),
+    "grokadamw": ("grokadamw", "grokadamw"),
+    "schedule_free_radam": _SCHEDULE_FREE,
+    "schedule_free_adamw": _SCHEDULE_FREE,
+    "schedule_free_sgd": _SCHEDULE_FREE,
+    "stable_adamw": ("optimi", "torch-optimi"),
+}
+Optimizer = Literal[tuple(OPTIMIZERS)]
+# torchao's low-bit AdamW: the 4-bit one is reported to fail once a device map spreads the
+# adapters over several GPUs (not measurable here), and the 8-bit one runs the same step (one
+# compiled update per parameter, with the lr and step counters as tensors made without a device).
+# bitsandbytes' 8-bit optimizers move their quantisation maps to each parameter's device: allowed.
+ONE_DEVICE_OPTIMIZERS = ("adamw_torch_4bit", "adamw_torch_8bit")
+
+# Attention kernels transformers accepts that this repository can load: flash_attention_2 needs
+# flash-attn on the GPU nodes (envs/stillroom.yaml); the rest are torch's own.
+Attention = Literal["sdpa", "eager", "flash_attention_2", "flex_attention"]
 
 
 class Tokenizer(Section):
@@ -138,7 +199,10 @@ class Lora(Section):
     dropout: float = Field(0.0, ge=0, le=1)
     target_modules: list[str] = []
     target_parameters: list[str] = Field([], description="fused MoE expert parameters")
-    allow_router: bool = Field(False, description="adapt mlp.gate anyway (it destabilises routing)")
+    allow_router: bool = Field(
+        False,
+        description="adapt a MoE router (mlp.gate, router) anyway; it destabilises routing",
+    )
 
     @model_validator(mode="after")
     def _targets(self) -> Lora:
@@ -148,12 +212,18 @@ class Lora(Section):
             raise ValueError(
                 f"dropout: must be 0 with target_parameters (PEFT), got {self.dropout}"
             )
-        router = [t for t in self.target_modules + self.target_parameters if ROUTER.search(t)]
-        if router and not self.allow_router:
-            raise ValueError(
-                f"target_modules: {', '.join(router)} is the router; adapting it destabilises "
-                "routing. Set allow_router: true to do it anyway"
-            )
+        if not self.allow_router:
+            problems = [
+                f"{kind}: {', '.join(router)} is the router; adapting it destabilises routing. "
+                "Set allow_router: true to do it anyway"
+                for kind, targets in (
+                    ("target_modules", self.target_modules),
+                    ("target_parameters", self.target_parameters),
+                )
+                if (router := [t for t in targets if ROUTER.search(t)])
+            ]
+            if problems:
+                raise ValueError("\n".join(problems))
         return self
 
 
@@ -225,6 +295,25 @@ class TrainStage(Section):
 class Train(Section):
     """Supervised fine-tuning: full parameters, LoRA, or QLoRA; packed with document masks."""
 
+    not_shipped: ClassVar[Mapping[str, str | Mapping[Any, str]]] = {
+        "attn_implementation": {
+            "flash_attention_4": "flash-attn-4 (a pre-release on quack-kernels and the cutlass "
+            "DSL); use flash_attention_2",
+            "flash_attention_3": "flash-attn-3 (FlashAttention 3's Hopper build); use "
+            "flash_attention_2",
+        },
+        "use_sonicmoe": "SonicMoE's expert kernels (quack-kernels >= 0.6.5 on "
+        "nvidia-cutlass-dsl >= 4.7)",
+        "nvfp4_merge_aware": "SonicMoE's merge-aware LoRA on NVFP4 experts (quack-kernels on "
+        "nvidia-cutlass-dsl, and an NVFP4 checkpoint)",
+        "autotune_cache_path": "the ScatterMoE expert kernels whose Triton autotune cache it "
+        "seeds (the experts here run transformers' own forward)",
+        "expert_parallel_backend": {
+            "deep_ep": "DeepEP (built for the GPUs' architecture), the all-to-all dispatch it "
+            "names",
+        },
+    }
+
     lr: float = Field(1e-3, gt=0, le=1)
     epochs: float | None = Field(
         None,
@@ -251,8 +340,15 @@ class Train(Section):
         "auto",
         description="auto: float32 weights (bf16 compute on GPU); bf16 only for a frozen base",
     )
-    attn_implementation: str = Field(
-        "sdpa", description="sdpa (CPU), or flash_attention_2 (packed varlen on GPU)"
+    attn_implementation: Attention = Field(
+        "sdpa",
+        description="sdpa (CPU), or flash_attention_2 (packed varlen on GPU); eager and "
+        "flex_attention also load",
+    )
+    optim: Optimizer = Field(
+        "adamw_torch",
+        description="the optimizer (a transformers optim name); its package is checked when the "
+        "job starts. adamw_torch_4bit / adamw_torch_8bit (torchao) only on one GPU",
     )
     gradient_checkpointing: bool = False
     chat_template: str | None = Field(
@@ -335,6 +431,22 @@ class Train(Section):
                     f"{key}: fsdp_size / dp_replicate_size with load_in_4bit: 4-bit weights "
                     "cannot be FSDP-sharded here, QLoRA processes are data-parallel replicas "
                     "(or use device_map)"
+                )
+        if self.optim in ONE_DEVICE_OPTIMIZERS and self.device_map is not None:
+            spread = [
+                f"{key}.gpus_per_node {d.gpus_per_node}"
+                for key, d in layouts.items()
+                if d.gpus_per_node > 1
+            ]
+            if isinstance(self.device_map, dict):
+                places = {str(v).removeprefix("cuda:") for v in self.device_map.values()}
+                gpus = sorted(places - {"cpu", "disk", "meta"})
+                if len(gpus) > 1:
+                    spread.append(f"device_map onto {', '.join(gpus)}")
+            if spread:
+                problems.append(
+                    f"optim: {self.optim} with a device_map across GPUs ({'; '.join(spread)}): "
+                    f"{self.optim} fails once adapters span GPUs: use adamw_torch"
                 )
         if self.gpu_memory_limit is not None and self.max_memory is not None:
             problems.append(

@@ -1,6 +1,10 @@
 """LoRA and QLoRA on attention projections and on fused MoE experts (PEFT ``target_parameters``).
-The config refuses the router (``mlp.gate``) unless told otherwise (adapting it destabilises
-routing); here the targets are checked against the model before it is loaded.
+
+No adapter touches a MoE router unless ``lora.allow_router`` says so (adapting it destabilises
+routing), whatever spelling reaches it: the config refuses router spellings (``mlp.gate``,
+``gate.weight``, ``router``), ``resolve_targets`` refuses every target that PEFT would resolve to
+a router module or parameter on the model itself, and ``check_saved_adapter`` refuses a saved
+adapter holding a router tensor.
 
 QLoRA loads the base in bitsandbytes NF4 (double quantisation). bitsandbytes quantises
 ``nn.Linear`` layers only, so fused expert parameters stay in the compute dtype.
@@ -8,32 +12,119 @@ QLoRA loads the base in bitsandbytes NF4 (double quantisation). bitsandbytes qua
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from ..config import Lora
 
+# A router by its class (Qwen3-MoE's Qwen3MoeTopKRouter, Mixtral's and others' *Router) or by its
+# name in an MoE block (older transformers' nn.Linear mlp.gate, beside the experts).
+_ROUTER_CLASS = re.compile(r"Router|TopK")
+_ROUTER_NAMES = {"gate", "router"}
+_MOE_CLASS = re.compile(r"moe|sparse|expert", re.IGNORECASE)
+_PEFT_PREFIX = "base_model.model."
 
-def resolve_targets(model_dir: str | Path, lora: Lora) -> None:
-    """Every target must name modules / parameters of the model: checked on a meta-device build, so
-    a typo fails in a second instead of after loading a 500B checkpoint."""
+
+def meta_model(model_dir: str | Path):
+    """The model of ``model_dir`` built on the meta device: names and classes, no memory."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+
+
+def routers(model) -> dict[str, str]:
+    """The router modules of ``model`` by name, each with its class name; a router's own
+    submodules count as the router."""
+    modules = dict(model.named_modules())
+    found: dict[str, str] = {}
+    for name, module in modules.items():
+        parent_name, _, leaf = name.rpartition(".")
+        parent = modules.get(parent_name) if name else None
+        cls = type(module).__name__
+        if _ROUTER_CLASS.search(cls) or (
+            leaf in _ROUTER_NAMES
+            and parent is not None
+            and (hasattr(parent, "experts") or _MOE_CLASS.search(type(parent).__name__))
+        ):
+            found[name] = cls
+    return found
+
+
+def _router_of(name: str, found: dict[str, str]) -> str | None:
+    """The router that module or parameter ``name`` belongs to, if any."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        if (prefix := ".".join(parts[:i])) in found:
+            return prefix
+    return None
+
+
+def _suffix_match(target: str, name: str) -> bool:
+    # PEFT's rule for a list of target names (target_modules and target_parameters alike)
+    return name == target or name.endswith("." + target)
+
+
+def resolve_targets(model_dir: str | Path, lora: Lora) -> dict[str, list[str]]:
+    """Every target must name modules / parameters of the model, and none may reach a router
+    unless ``lora.allow_router``: checked on a meta-device build, matching as PEFT matches, so a
+    typo or a router fails in a second instead of after loading a 500B checkpoint. Returns each
+    target's matches."""
+    model = meta_model(model_dir)
+    found = routers(model)
     modules = [n for n, _ in model.named_modules()]
-    params = [n for n, _ in model.named_parameters()]
+    # PEFT looks for target_parameters among each module's own parameters
+    params = [
+        f"{m}.{p}" if m else p
+        for m, module in model.named_modules()
+        for p, _ in module.named_parameters(recurse=False)
+    ]
+    matches: dict[str, list[str]] = {}
+    problems = []
     for kind, names, pool in (
         ("target_modules", lora.target_modules, modules),
         ("target_parameters", lora.target_parameters, params),
     ):
         for target in names:
-            if not any(n == target or n.endswith("." + target) for n in pool):
+            hits = [n for n in pool if _suffix_match(target, n)]
+            if not hits:
                 raise ValueError(
                     f"train.lora.{kind}: '{target}' matches nothing in {model_dir} "
                     f"(e.g. {', '.join(sorted({n.split('.')[-1] for n in pool})[:12])})"
                 )
+            matches[target] = hits
+            reached = [(n, r) for n in hits if (r := _router_of(n, found))]
+            if reached and not lora.allow_router:
+                name, router = reached[0]
+                more = f", and {len(reached) - 1} more like it" if len(reached) > 1 else ""
+                problems.append(
+                    f"train.lora.{kind}: '{target}' reaches {name} of the router {router} "
+                    f"({found[router]}){more}; adapting it destabilises routing. Set "
+                    "train.lora.allow_router: true to do it anyway"
+                )
+    if problems:
+        raise ValueError("\n".join(problems))
+    return matches
+
+
+def check_saved_adapter(adapter_dir: str | Path, model_dir: str | Path, lora: Lora) -> None:
+    """A saved adapter holds no router tensor unless ``lora.allow_router``: read from the file's
+    tensor names against the routers of the model, not trusting the checks made before training."""
+    from safetensors import safe_open
+
+    if lora.allow_router:
+        return
+    found = routers(meta_model(model_dir))
+    with safe_open(Path(adapter_dir) / "adapter_model.safetensors", framework="pt") as fh:
+        names = list(fh.keys())
+    bad = [n for n in names if _router_of(n.removeprefix(_PEFT_PREFIX), found)]
+    if bad:
+        raise ValueError(
+            f"{adapter_dir}: the adapter holds router tensors ({', '.join(bad[:4])}"
+            f"{' ...' if len(bad) > 4 else ''}) though train.lora.allow_router is false"
+        )
 
 
 def lora_config(lora: Lora):

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..config import Train
+from ..config import ConfigError, Train
+from ..config.training import OPTIMIZERS
 from ..io import DataError
 from .adapters import disable_cpu_repacking, lora_config, quantization_config
 from .checkpoints import sharded_checkpoints
@@ -118,6 +120,27 @@ def _dtype(params: Train, cuda: bool):
     return getattr(torch, name)
 
 
+def check_optimizer(params: Train) -> None:
+    """``params.optim``'s package is installed here, on the machine that runs the job (the config
+    is also parsed where it will not run): refused before any model loads, naming the package."""
+    import importlib.util
+
+    needs = OPTIMIZERS[params.optim]
+    if needs is None:
+        return
+    module, package = needs
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(
+            f"train.optim: {params.optim} needs the package {package} (module {module}), which "
+            f"this environment ({sys.prefix}) lacks: install it on the training nodes, or use "
+            "adamw_torch"
+        )
+
+
 def attention(params: Train, cuda: bool) -> str:
     """The attention kernel to load the model with: FlashAttention exists only on GPU, so a GPU
     recipe run on CPU (its smoke twin) packs with sdpa; on GPU a missing flash-attn is an error
@@ -205,6 +228,7 @@ def build_trainer(
         # TRL turns it on by default: needless recompute at student sizes, essential at 16k on a
         # large model
         gradient_checkpointing=params.gradient_checkpointing,
+        optim=params.optim,
     )
     dataset = Dataset.from_list(encoded)
     trainer = SFTTrainer(

@@ -21,11 +21,12 @@ from ..grading.formats import with_effort_tag
 from ..io import DataError, atomic_dir, write_json
 from ..provenance import digest
 from ..runtime import launch
-from ..runtime.adapters import resolve_targets, trainable_breakdown
+from ..runtime.adapters import check_saved_adapter, resolve_targets, trainable_breakdown
 from ..runtime.checkpoints import last_checkpoint, save_for_inference
 from ..runtime.hooks import WeightHooks, step_callback
 from ..runtime.sft import (
     build_trainer,
+    check_optimizer,
     encode_examples,
     gather_adapter,
     progress_callback,
@@ -147,6 +148,7 @@ def train_sft(
     from ..runtime.merge import merge_adapter
 
     p = Params.parse(params, where="train")
+    check_optimizer(p)
     if p.lora:
         resolve_targets(base_dir, p.lora)
     main = launch.rank() == 0
@@ -217,6 +219,7 @@ def train_sft(
                 # Keep the adapter, and give later stages the adapter merged into the full-precision
                 # base: for QLoRA the original bf16/fp32 base, not the NF4 weights trained against.
                 model.save_pretrained(tmp / "adapter", state_dict=state)
+                check_saved_adapter(tmp / "adapter", base_dir, p.lora)
                 model = merge_adapter(base_dir, tmp / "adapter")
             elif state is not None:
                 model = launch.unsharded(model, state)

@@ -17,6 +17,7 @@ KERNELS = load_yaml(REPO / "config" / "experiments" / "autotriton-tiny.yaml")
 DISTILL = load_yaml(REPO / "config" / "experiments" / "beam-distill.yaml")
 SMOKE = load_yaml(REPO / "config" / "experiments" / "beam-tiny-smoke.yaml")
 KERNELS_8B = load_yaml(REPO / "config" / "experiments" / "autotriton-8b.yaml")
+QLORA_MP = merge_configs(DISTILL, load_yaml(REPO / "config" / "experiments" / "beam-qlora-mp.yaml"))
 
 
 def _staged(stages):
@@ -714,6 +715,38 @@ BROKEN = [
         SMOKE,
         _set("train.lora.target_modules", ["q_proj", "mlp.gate"]),
         "train.lora.target_modules: mlp.gate is the router",
+    ),
+    (
+        "lora on the router's weight by its parameter name",
+        SMOKE,
+        _set("train.lora.target_parameters", ["mlp.experts.gate_up_proj", "gate.weight"]),
+        "train.lora.target_parameters: gate.weight is the router",
+    ),
+    (
+        "lora on a router spelled router",
+        SMOKE,
+        _set("train.lora.target_modules", ["q_proj", "mlp.router"]),
+        "train.lora.target_modules: mlp.router is the router",
+    ),
+    (
+        "flash attention 4, which is not shipped",
+        DISTILL,
+        _set("train.attn_implementation", "flash_attention_4"),
+        "train.attn_implementation: flash_attention_4: this repository does not ship flash-attn-4",
+    ),
+    (
+        "SonicMoE experts, which are not shipped",
+        SMOKE,
+        _set("train.use_sonicmoe", True),
+        "train.use_sonicmoe: this repository does not ship SonicMoE's expert kernels",
+    ),
+    (
+        "a 4-bit AdamW across the GPUs of a device map",
+        QLORA_MP,
+        _set("train.optim", "adamw_torch_4bit"),
+        "train.optim: adamw_torch_4bit with a device_map across GPUs "
+        "(distributed.gpus_per_node 8): adamw_torch_4bit fails once adapters span GPUs: use "
+        "adamw_torch",
     ),
     (
         "lora dropout on experts",

@@ -2,9 +2,13 @@
 loads, each failure naming its key; a layout is FSDP2 x replicas over nodes x GPUs, or one
 device-map process."""
 
+import re
+import typing
+
 import pytest
 
 from stillroom.config import ConfigError, Train
+from stillroom.config.training import ONE_DEVICE_OPTIMIZERS, OPTIMIZERS, Attention
 
 LORA = {
     "r": 4,
@@ -133,3 +137,130 @@ def test_epochs_default_to_one_pass_without_stages_and_each_stage_may_have_its_o
     assert train.stage_layout(None).world_size == 4
     # the resolved config parses again (its dump carries no epochs beside the stages)
     assert Train.parse(train.dump()) == train
+
+
+@pytest.mark.parametrize(
+    "kind, target",
+    [
+        ("target_modules", "mlp.gate"),
+        ("target_modules", "gate"),
+        ("target_modules", "router"),
+        ("target_modules", "mlp.router"),
+        ("target_modules", "block_sparse_moe.router.layer"),
+        ("target_parameters", "gate.weight"),
+        ("target_parameters", "mlp.gate.weight"),
+        ("target_parameters", "model.layers.3.mlp.router.weight"),
+        ("target_parameters", "mlp.gate.e_score_correction_bias"),
+    ],
+)
+def test_every_spelling_of_the_router_is_refused_unless_allowed(kind, target):
+    lora = {**LORA, kind: [*LORA[kind], target]}
+    with pytest.raises(
+        ConfigError,
+        match=rf"train.lora.{kind}: {re.escape(target)} is the router; .*Set allow_router: true",
+    ):
+        Train.parse({"method": "lora", "lora": lora}, where="train")
+    assert Train.parse({"method": "lora", "lora": {**lora, "allow_router": True}}).lora
+
+
+def test_gate_projections_are_not_the_router():
+    lora = {
+        **LORA,
+        "target_modules": ["gate_proj", "up_proj", "mlp.gate_proj", "shared_expert.gate_proj"],
+        "target_parameters": ["gate_up_proj", "mlp.experts.gate_up_proj", "experts.down_proj"],
+    }
+    assert Train.parse({"method": "lora", "lora": lora}).lora.target_parameters[0] == "gate_up_proj"
+
+
+def test_optim_names_are_transformers_own_with_their_packages():
+    from transformers import trainer_optimizer
+    from transformers.training_args import OptimizerNames
+
+    names = {o.value for o in OptimizerNames}
+    # every name train takes is transformers'; those left out need optim_target_modules
+    assert set(OPTIMIZERS) <= names
+    assert all(n.startswith(("galore_", "apollo_")) for n in names - set(OPTIMIZERS))
+    for group, module in (
+        (trainer_optimizer._BITSANDBYTES_OPTIMIZERS, "bitsandbytes"),
+        (trainer_optimizer._TORCHAO_OPTIMIZERS, "torchao"),
+        (trainer_optimizer._SCHEDULE_FREE_OPTIMIZERS, "schedulefree"),
+    ):
+        assert {OPTIMIZERS[o.value][0] for o in group} == {module}
+    assert set(ONE_DEVICE_OPTIMIZERS) == {o.value for o in trainer_optimizer._TORCHAO_OPTIMIZERS}
+    assert Train.parse({}).optim == "adamw_torch"
+    assert Train.parse({"optim": "sgd"}).optim == "sgd"
+    with pytest.raises(ConfigError, match=r"train.optim: Input should be 'adamw_torch', .*'adamw"):
+        Train.parse({"optim": "adam"}, where="train")
+
+
+MP = {"device_map": "auto", "gpu_memory_limit": "125GiB", "distributed": {"gpus_per_node": 8}}
+
+
+@pytest.mark.parametrize("optim", ONE_DEVICE_OPTIMIZERS)
+@pytest.mark.parametrize(
+    "layout, where",
+    [
+        (MP, r"distributed.gpus_per_node 8"),
+        (
+            {
+                "device_map": "auto",
+                "stages": [{"name": "a", "epochs": 1, "distributed": {"gpus_per_node": 2}}],
+            },
+            r"stages.0.distributed.gpus_per_node 2",
+        ),
+        (
+            {"device_map": {"model.embed_tokens": 0, "model.layers": 1, "lm_head": "cpu"}},
+            r"device_map onto 0, 1",
+        ),
+    ],
+)
+def test_a_low_bit_adamw_is_refused_once_a_device_map_spans_gpus(optim, layout, where):
+    with pytest.raises(
+        ConfigError,
+        match=rf"train.optim: {optim} with a device_map across GPUs \({where}\): {optim} fails "
+        "once adapters span GPUs: use adamw_torch",
+    ):
+        Train.parse({**layout, "optim": optim}, where="train")
+
+
+def test_a_low_bit_adamw_on_one_gpu_and_bitsandbytes_across_gpus_are_accepted():
+    assert Train.parse({"device_map": "auto", "optim": "adamw_torch_4bit"}).optim
+    # several processes each hold their own parameters and state: no device map to span
+    assert Train.parse({"distributed": {"gpus_per_node": 8}, "optim": "adamw_torch_4bit"}).optim
+    # bitsandbytes keeps each parameter's state on that parameter's device
+    assert Train.parse({**MP, "optim": "paged_adamw_8bit"}).optim == "paged_adamw_8bit"
+    assert Train.parse({**MP, "optim": "adamw_torch"}).optim == "adamw_torch"
+
+
+@pytest.mark.parametrize(
+    "key, value, missing",
+    [
+        ("attn_implementation", "flash_attention_4", r"flash-attn-4 .*use flash_attention_2"),
+        ("attn_implementation", "flash_attention_3", r"flash-attn-3 .*use flash_attention_2"),
+        ("use_sonicmoe", True, r"quack-kernels >= 0.6.5 on nvidia-cutlass-dsl"),
+        ("nvfp4_merge_aware", True, r"quack-kernels on nvidia-cutlass-dsl"),
+        ("autotune_cache_path", "autotune/b200.json", r"ScatterMoE expert kernels"),
+        ("expert_parallel_backend", "deep_ep", r"DeepEP"),
+    ],
+)
+def test_keys_of_a_gpu_stack_not_shipped_name_what_is_missing(key, value, missing):
+    with pytest.raises(ConfigError) as err:
+        Train.parse({key: value, "lr": 1e-4}, where="train")
+    line = str(err.value).splitlines()[1].strip()
+    assert re.match(rf"train.{key}: .*this repository does not ship .*{missing}", line), line
+    assert "unknown key" not in str(err.value)
+
+
+def test_attention_is_one_transformers_accepts_and_unshipped_keys_go_with_unknown_ones():
+    from transformers.modeling_utils import AttentionInterface
+
+    accepted = set(typing.get_args(Attention))
+    assert accepted <= {"eager", *AttentionInterface._global_mapping}
+    assert Train.parse({"attn_implementation": "flex_attention"}).attn_implementation
+    with pytest.raises(ConfigError, match=r"train.attn_implementation: Input should be 'sdpa'"):
+        Train.parse({"attn_implementation": "flash"}, where="train")
+    with pytest.raises(ConfigError) as err:
+        Train.parse({"use_sonicmoe": True, "optimiser": "sgd"}, where="train")
+    lines = str(err.value).splitlines()
+    assert lines[1].strip().startswith("train.use_sonicmoe: this repository does not ship")
+    assert "unknown key 'optimiser' (did you mean 'optim'?)" in lines[2]

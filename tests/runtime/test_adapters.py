@@ -1,12 +1,14 @@
 """LoRA on attention and fused MoE experts of a tiny random Qwen3-MoE; the router is never
 adapted."""
 
+import re
+
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from stillroom.config import Lora, Train
-from stillroom.runtime.adapters import resolve_targets
+from stillroom.runtime.adapters import check_saved_adapter, meta_model, resolve_targets, routers
 from stillroom.stages.train import train_sft
 
 LORA = {
@@ -63,6 +65,118 @@ def test_router_override_and_unresolvable_targets(moe):
     with pytest.raises(ValueError, match="target_modules: 'qproj' matches nothing"):
         resolve_targets(root / "base", Lora.parse({**LORA, "target_modules": ["qproj"]}))
     resolve_targets(root / "base", Lora.parse(LORA))
+
+
+def unchecked(**targets) -> Lora:
+    """A Lora past the config's spelling check (allowed, then the allowance taken back), so that
+    the check on the model is tested on its own."""
+    lora = Lora.parse({**LORA, **targets, "allow_router": True})
+    return lora.model_copy(update={"allow_router": False})
+
+
+@pytest.mark.parametrize(
+    "kind, target, reached",
+    [
+        ("target_modules", "mlp.gate", "model.layers.0.mlp.gate"),
+        ("target_modules", "gate", "model.layers.0.mlp.gate"),
+        ("target_modules", "layers.1.mlp.gate", "model.layers.1.mlp.gate"),
+        ("target_parameters", "gate.weight", "model.layers.0.mlp.gate.weight"),
+        ("target_parameters", "mlp.gate.weight", "model.layers.0.mlp.gate.weight"),
+        # spellings no config check can read as the router: what they resolve to is checked
+        ("target_parameters", "weight", "model.layers.0.mlp.gate.weight"),
+        ("target_modules", "model.layers.0.mlp.gate", "model.layers.0.mlp.gate"),
+    ],
+)
+def test_a_target_resolving_to_the_router_is_refused_on_the_model(moe, kind, target, reached):
+    root, _ = moe
+    lora = unchecked(**{kind: [target]})
+    with pytest.raises(ValueError) as err:
+        resolve_targets(root / "base", lora)
+    router = re.escape(reached.removesuffix(".weight"))
+    assert re.search(
+        rf"train.lora.{kind}: '{re.escape(target)}' reaches {re.escape(reached)} of the "
+        rf"router {router} \(Qwen3MoeTopKRouter\)(, and \d+ more like it)?; adapting it "
+        r"destabilises routing. Set train.lora.allow_router: true to do it anyway",
+        str(err.value),
+    ), str(err.value)
+    allowed = lora.model_copy(update={"allow_router": True})
+    assert reached in resolve_targets(root / "base", allowed)[target]
+
+
+def test_routers_by_class_and_by_name_beside_the_experts(moe, tmp_path):
+    """Qwen3-MoE's router is a TopKRouter class; a router that is a plain nn.Linear named gate in
+    an MoE block (older transformers, other families) is found by its name; a dense layer's
+    gate_proj, and the experts' gate_up_proj, are not routers."""
+    from torch import nn
+    from transformers import AutoConfig
+
+    root, _ = moe
+    config = AutoConfig.from_pretrained(root / "base")
+    config.mlp_only_layers = [0]  # layer 0 dense (gate_proj), layer 1 MoE
+    config.save_pretrained(tmp_path / "mixed")
+    lora = unchecked(target_modules=["gate_proj", "up_proj", "down_proj"], target_parameters=[])
+    hits = resolve_targets(tmp_path / "mixed", lora)
+    assert hits["gate_proj"] == ["model.layers.0.mlp.gate_proj"]
+    ok = unchecked(target_parameters=["gate_up_proj", "mlp.experts.down_proj"])
+    assert resolve_targets(tmp_path / "mixed", ok)["gate_up_proj"] == [
+        "model.layers.1.mlp.experts.gate_up_proj"
+    ]
+    assert routers(meta_model(tmp_path / "mixed")) == {
+        "model.layers.1.mlp.gate": "Qwen3MoeTopKRouter"
+    }
+
+    class Experts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(4, 8, 8))
+
+    class SparseBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(8, 4)
+            self.experts = Experts()
+
+    class Dense(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(8, 8)  # a GLU's gate, not a router: no experts beside it
+            self.router = nn.Sequential(nn.Linear(8, 4))
+
+    net = nn.ModuleDict({"moe": SparseBlock(), "dense": Dense()})
+    found = routers(net)
+    assert found == {"moe.gate": "Linear"}
+
+
+def test_a_router_adapter_trains_only_when_allowed_and_the_saved_check_catches_it(moe, tmp_path):
+    """allow_router lets gate.weight through, and then the router does change (what the guard
+    keeps from happening); the check of the saved adapter refuses that adapter without the
+    allowance, independently of the checks before training."""
+    root, _ = moe
+    lora = {**LORA, "target_modules": ["q_proj"], "target_parameters": ["gate.weight"]}
+    params = {
+        "method": "lora",
+        "lora": {**lora, "allow_router": True},
+        "lr": 5e-3,
+        "max_steps": 4,
+        "batch_size": 2,
+        "max_length": 128,
+        "logging_steps": 4,
+    }
+    train_sft(
+        root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None
+    )
+    adapter = tmp_path / "sft" / "adapter"
+    names = list(load_file(adapter / "adapter_model.safetensors"))
+    assert any(".mlp.gate." in n for n in names), names
+    base, tuned = (
+        load_file(root / "base" / "model.safetensors"),
+        load_file(tmp_path / "sft" / "model.safetensors"),
+    )
+    routers_ = [k for k in base if k.endswith("mlp.gate.weight")]
+    assert routers_ and all(not torch.equal(base[k], tuned[k]) for k in routers_)
+    check_saved_adapter(adapter, root / "base", Lora.parse({**lora, "allow_router": True}))
+    with pytest.raises(ValueError, match=r"the adapter holds router tensors \(base_model\.model"):
+        check_saved_adapter(adapter, root / "base", unchecked(**lora))
 
 
 QLORA = {"method": "qlora", "load_in_4bit": True, "lora": {**LORA, "target_parameters": []}}

@@ -1,12 +1,20 @@
 """The SFT trainer: packed documents kept apart by restarting positions, in padded rows (sdpa) or
 one flattened row (FlashAttention), and batches that label only assistant tokens."""
 
+import sys
+
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from stillroom.config import Train
 from stillroom.data.conversations import load_conversations
-from stillroom.runtime.sft import build_trainer, collate_packed_rows, encode_examples
+from stillroom.runtime.sft import (
+    build_trainer,
+    check_optimizer,
+    collate_packed_rows,
+    encode_examples,
+)
 from stillroom.runtime.templates import training_template
 
 from ..conftest import synthetic_rows
@@ -127,3 +135,34 @@ def test_a_gpu_recipe_on_cpu_packs_with_sdpa_and_a_gpu_keeps_flash_attention():
     assert attention(flash, cuda=False) == "sdpa"
     assert attention(flash, cuda=True) == "flash_attention_2"
     assert attention(Train.parse({}, where="train"), cuda=True) == "sdpa"
+
+
+@pytest.mark.parametrize("optim, cls", [("adamw_torch", "AdamW"), ("sgd", "SGD")])
+def test_train_optim_reaches_the_trainer(setup, tmp_path, optim, cls):
+    examples = load_conversations(setup / "train.jsonl")[:16]
+    params = Train.parse(
+        dict(batch_size=2, max_length=128, max_steps=1, lr=1e-3, optim=optim), where="train"
+    )
+    tok = AutoTokenizer.from_pretrained(setup / "base")
+    encoded = encode_examples(tok, training_template(tok), examples)
+    trainer = build_trainer(setup / "base", encoded, params, tmp_path / "trainer")
+    trainer.train()
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate wraps it
+    assert type(optimizer) is getattr(torch.optim, cls)
+    assert trainer.state.global_step == 1
+
+
+def test_an_optimizer_whose_package_is_missing_is_refused_before_anything_loads(
+    monkeypatch, tmp_path
+):
+    from stillroom.config import ConfigError
+    from stillroom.stages.train import train_sft
+
+    check_optimizer(Train.parse({"optim": "paged_adamw_8bit"}))  # bitsandbytes is installed
+    monkeypatch.setitem(sys.modules, "torchao", None)  # as if it were not
+    params = {"optim": "adamw_torch_4bit"}
+    with pytest.raises(ConfigError, match=r"train.optim: adamw_torch_4bit needs the package "):
+        check_optimizer(Train.parse(params))
+    # the job stops on it before it reads the model or the dataset (neither exists here)
+    with pytest.raises(ConfigError, match=r"needs the package torchao \(module torchao\), which"):
+        train_sft(tmp_path / "no-model", tmp_path / "no.jsonl", tmp_path / "out", params=params)
