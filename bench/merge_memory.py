@@ -1,23 +1,35 @@
 """Merge peak memory and wall time against model size: stillroom's streaming interpolate next to
-the naive "load both models, lerp, save".
+the naive "load both models, lerp, save"; with --adapter, the streaming adapter merge
+(stream_merge) next to the in-memory one it replaced (transformers + PeftModel.merge_and_unload).
 
-For each size (millions of fp32 parameters) two random-weight Qwen3 checkpoints (tied embeddings,
-different seeds, saved in 100 MB shards) are written to a temporary directory; each merge at
-tuned_weight 0.5 then runs in a fresh subprocess so its peak memory is its own. Peak anonymous RSS
-is the max of RssAnon sampled every 10 ms: VmHWM (also printed) counts the page cache of the
-mmapped safetensors inputs, which is reclaimable. The inputs were just written, so both methods
-read them from a warm page cache. The two outputs are compared (max abs diff). Prints numbers only.
+Interpolation: for each size (millions of fp32 parameters) two random-weight Qwen3 checkpoints (tied
+embeddings, different seeds, saved in 100 MB shards) are written to a temporary directory; each
+merge at tuned_weight 0.5 then runs in a fresh subprocess so its peak memory is its own. Peak
+anonymous RSS is the max of RssAnon sampled every 10 ms: VmHWM (also printed) counts the page cache
+of the mmapped safetensors inputs, which is reclaimable. The inputs were just written, so both
+methods read them from a warm page cache. The two outputs are compared (max abs diff). Prints
+numbers only.
 
 What to expect: interpolate holds one output shard (2 GiB by default, so the whole output for
 models under 2 GiB; --shard-mb 100 shows its floor). transformers 5's from_pretrained maps
 safetensors copy-on-write, so "load both" holds anonymous memory only for the model it merges into,
 not for both.
 
+Adapter merge (--adapter): a random Qwen3-MoE of at least --moe-gb GiB in bf16 (64 experts, saved
+in --shard-mb shards, one tensor per expert and projection as transformers 5 writes them) and a
+random LoRA adapter (r 16) on attention and on the fused experts (target_parameters), every lora_B
+non-zero.
+Each merge runs in a fresh subprocess; VmHWM (the kernel's peak RSS, mapped files included) and the
+sampled peak RssAnon are set against the largest shard and the whole model. The streaming merge
+reads with read(), not mmap, so its VmHWM is its own memory. The outputs are compared.
+
     .venv/bin/python bench/merge_memory.py [--sizes 25,100,250] [--shard-mb MB]
+    .venv/bin/python bench/merge_memory.py --adapter [--moe-gb 1.1] [--shard-mb 200]
 """
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -109,13 +121,23 @@ def worker(mode: str, base: str, tuned: str, out: str, shard_mb: int | None) -> 
     import torch
     from transformers import AutoModelForCausalLM
 
+    from stillroom.runtime.adapter_merge import stream_merge
     from stillroom.runtime.merge import interpolate
 
+    if mode.startswith("adapter"):
+        from peft import PeftModel  # both adapter merges use PEFT: imported before the floor
     # after imports: the floor both methods share
-    start_anon = status_kib("RssAnon")
+    start_anon, start_rss = status_kib("RssAnon"), status_kib("VmRSS")
     t0 = time.perf_counter()
     with AnonPeak() as peak:
-        if mode == "stream":
+        if mode == "adapter-stream":
+            stream_merge(base, tuned, out)
+        elif mode == "adapter-load":
+            # the merge this repository ran before stream_merge (the whole model in memory)
+            model = AutoModelForCausalLM.from_pretrained(base, dtype="auto")
+            model = PeftModel.from_pretrained(model, tuned).merge_and_unload()
+            model.save_pretrained(out)
+        elif mode == "stream":
             kwargs = {"max_shard_bytes": shard_mb * 2**20} if shard_mb else {}
             interpolate(base, tuned, out, 0.5, **kwargs)
         else:
@@ -137,6 +159,7 @@ def worker(mode: str, base: str, tuned: str, out: str, shard_mb: int | None) -> 
             {
                 "seconds": seconds,
                 "start_anon": start_anon,
+                "start_rss": start_rss,
                 "peak_anon": peak.peak,
                 "hwm": status_kib("VmHWM"),
             }
@@ -144,7 +167,7 @@ def worker(mode: str, base: str, tuned: str, out: str, shard_mb: int | None) -> 
     )
 
 
-def measure(mode: str, base: Path, tuned: Path, out: Path, shard_mb: int | None) -> dict:
+def measure(mode: str, base: Path, tuned: Path, out: Path, shard_mb: int | None = None) -> dict:
     cmd = [sys.executable, __file__, "--worker", mode, str(base), str(tuned), str(out)]
     if shard_mb:
         cmd += ["--shard-mb", str(shard_mb)]
@@ -176,6 +199,99 @@ def max_abs_diff(a: Path, b: Path) -> float:
     return worst
 
 
+def moe_config(gib: float):
+    """A Qwen3-MoE of 64 experts with as many layers as make at least ``gib`` GiB in bf16."""
+    from transformers import Qwen3MoeConfig
+
+    hidden, expert, experts, heads, kv, head = 1024, 512, 64, 16, 4, 64
+    per_layer = experts * 3 * hidden * expert + 2 * hidden * head * (heads + kv) + experts * hidden
+    embeddings = 2 * VOCAB * hidden  # untied
+    layers = max(2, math.ceil((gib * 2**30 / 2 - embeddings) / per_layer))
+    return Qwen3MoeConfig(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        moe_intermediate_size=expert,
+        num_experts=experts,
+        num_experts_per_tok=4,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        head_dim=head,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+
+
+def build_moe(config, out: Path, adapter: Path, shard_mb: int) -> int:
+    """The random bf16 MoE in ``out`` and a random LoRA adapter for it in ``adapter``."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(out, max_shard_size=f"{shard_mb}MB")
+    n = sum(p.numel() for p in model.parameters())
+    lora = LoraConfig(
+        r=16,
+        lora_alpha=32,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+    )
+    model = get_peft_model(model, lora)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:  # B starts at zero: a merge would change nothing
+                p.normal_(std=0.02)
+    model.save_pretrained(adapter)
+    return n
+
+
+def adapter_bench(gib: float, shard_mb: int) -> None:
+    mib = 1 / 1024
+    config = moe_config(gib)
+    with tempfile.TemporaryDirectory(prefix="merge_memory_") as tmp:
+        tmp = Path(tmp)
+        t0 = time.perf_counter()
+        n = build_moe(config, tmp / "base", tmp / "adapter", shard_mb)
+        shards = [f.stat().st_size for f in (tmp / "base").glob("*.safetensors")]
+        adapter = (tmp / "adapter" / "adapter_model.safetensors").stat().st_size
+        print(
+            f"random Qwen3-MoE: {n / 1e6:.0f}M parameters ({config.num_hidden_layers} layers, "
+            f"{config.num_experts} experts), bf16: {sum(shards) / 2**20:.0f} MiB in {len(shards)} "
+            f"shards (largest {max(shards) / 2**20:.0f} MiB); adapter {adapter / 2**20:.0f} MiB; "
+            f"built in {time.perf_counter() - t0:.0f} s"
+        )
+        runs = {
+            "streaming": measure("adapter-stream", tmp / "base", tmp / "adapter", tmp / "stream"),
+            "in memory": measure("adapter-load", tmp / "base", tmp / "adapter", tmp / "load"),
+        }
+        diff = max_abs_diff(tmp / "stream", tmp / "load")
+    print(
+        "memory in MiB. RSS start: after the imports, before the merge (the same floor for both); "
+        "merge: peak RSS (VmHWM) less that floor; x shard / x model: merge over the largest "
+        "shard / the whole model"
+    )
+    print(
+        f"{'method':<11}{'seconds':>9}{'RSS start':>11}{'VmHWM':>8}{'merge':>8}{'x shard':>9}"
+        f"{'x model':>9}{'anon start':>12}{'peak anon':>11}{'others':>8}"
+    )
+    for name, r in runs.items():
+        own = (r["hwm"] - r["start_rss"]) * 1024  # bytes
+        print(
+            f"{name:<11}{r['seconds']:>9.2f}{r['start_rss'] * mib:>11.0f}{r['hwm'] * mib:>8.0f}"
+            f"{own / 2**20:>8.0f}{own / max(shards):>9.2f}{own / sum(shards):>9.2f}"
+            f"{r['start_anon'] * mib:>12.0f}{r['peak_anon'] * mib:>11.0f}{r['others']:>8.0%}"
+        )
+    print(
+        f"max abs diff between the two outputs: {diff:.3g} (bf16: the in-memory merge rounds the "
+        "delta to bf16 before adding it, the streaming one rounds once)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="25,100,250", help="comma-separated millions of parameters")
@@ -186,6 +302,10 @@ def main() -> None:
         help="interpolate's output shard size (default: the library's, 2 GiB)",
     )
     ap.add_argument(
+        "--adapter", action="store_true", help="measure the adapter merge (stream_merge) instead"
+    )
+    ap.add_argument("--moe-gb", type=float, default=1.1, help="--adapter: the MoE's GiB in bf16")
+    ap.add_argument(
         "--worker", nargs=4, metavar=("MODE", "BASE", "TUNED", "OUT"), help=argparse.SUPPRESS
     )
     args = ap.parse_args()
@@ -195,6 +315,9 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(REPO))
+    if args.adapter:
+        adapter_bench(args.moe_gb, args.shard_mb or 200)
+        return
     # KiB -> MiB
     mib = 1 / 1024
     print(

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
@@ -422,8 +423,10 @@ def cost_artifacts():
         for b in EFFORT_BENCHMARKS
         for e in EFFORTS
     }
-    train = {f"train{sfx}": f"{R}/ckpt/sft{sfx}" for sfx in STAGE_SUFFIX}  # every stage
-    train |= {f"train-select-{s}": f"{R}/ckpt/select-{s}" for s in ABLATION}
+    # every stage (LoRA / QLoRA: its adapter, and the CPU job that merged it)
+    train = {f"train{sfx}": f"{R}/ckpt/sft{sfx}{TRAINED_AS}" for sfx in STAGE_SUFFIX}
+    train |= {f"train-select-{s}": f"{R}/ckpt/select-{s}{TRAINED_AS}" for s in ABLATION}
+    train |= {f"merge_adapter-{name}": f"{R}/ckpt/{name}" for name in TRAINED if ADAPTER}
     return {**gen, **train, **grpo, **merges, **evals, **budgets, **per_effort}
 
 
@@ -482,3 +485,18 @@ def train_params(wildcards):
     if stage and stage["distributed"]:
         per_stage["distributed"] = stage["distributed"]
     return as_json(**{**TRAIN_COMMON, **per_stage}, **TRAIN_STUDENT)
+
+
+# LoRA / QLoRA (train.method): each training job saves its adapter (ckpt/<name>.adapter) and rule
+# merge_adapter, a CPU job, streams it into the checkpoint that job started from, as ckpt/<name>:
+# the checkpoint every later stage reads.
+ADAPTER = config["train"]["method"] != "full"
+TRAINED_AS = ".adapter" if ADAPTER else ""
+TRAINED = [f"sft{sfx}" for sfx in STAGE_SUFFIX] + [f"select-{s}" for s in ABLATION]
+
+
+def adapter_base(wildcards):
+    """The checkpoint the training job of ckpt/<trained> started from."""
+    if wildcards.trained.startswith("select-"):
+        return f"{R}/ckpt/base"
+    return train_stage(SimpleNamespace(stage=wildcards.trained.removeprefix("sft")))[1]

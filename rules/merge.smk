@@ -1,5 +1,38 @@
 # Merges: base and fine-tune interpolated, one job per ratio; optionally the ratio chosen on a dev
-# split that no reported table uses (stillroom/stages/merge.py).
+# split that no reported table uses; and a LoRA / QLoRA training job's adapter merged into the
+# checkpoint it trained from (stillroom/stages/merge.py).
+
+
+# One CPU job per training job with an adapter: streamed shard by shard in float32 into the
+# full-precision base (for QLoRA the original checkpoint, never NF4 weights), so memory holds the
+# adapter and one tensor, and the output is sharded like the base.
+if ADAPTER:
+
+    rule merge_adapter:
+        input:
+            base=adapter_base,
+            adapter=f"{R}/ckpt/{{trained}}.adapter",
+        output:
+            **tracked(model=directory(f"{R}/ckpt/{{trained}}")),
+        params:
+            p=as_json(weight_hooks=WEIGHT_HOOKS),
+        threads: 1
+        resources:
+            gpu=0,
+        log:
+            f"{R}/logs/merge-adapter-{{trained}}.log",
+        benchmark:
+            timing("merge_adapter", "{trained}")
+        conda:
+            ENV
+        wildcard_constraints:
+            trained="|".join(re.escape(name) for name in TRAINED),
+        shell:
+            stillroom_cli(
+                "merge_adapter",
+                "merge_adapter",
+                "--base {input.base} --adapter {input.adapter} --out-model {output.model}",
+            )
 
 
 rule merge:

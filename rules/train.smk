@@ -2,7 +2,9 @@
 # train.distributed (stillroom/stages/train.py), rendered with train.chat_template if set. With
 # train.stages, one job of this rule per stage (ckpt/sft-<name>; the last stage's is ckpt/sft),
 # each from the previous stage's checkpoint and with only its own rows and epochs in its params, so
-# a change to a later stage never reruns an earlier one (its helpers are in rules/common.smk).
+# a change to a later stage never reruns an earlier one (its helpers are in rules/common.smk). LoRA
+# and QLoRA jobs write the adapter, ckpt/sft<stage>.adapter; rule merge_adapter (rules/merge.smk), a
+# CPU job, merges it into ckpt/sft<stage>.
 
 
 rule train:
@@ -11,7 +13,7 @@ rule train:
         dataset=f"{R}/dataset/train.jsonl",
         **({"chat_template": repo_path(TRAIN_TEMPLATE)} if TRAIN_TEMPLATE else {}),
     output:
-        **tracked(model=directory(f"{R}/ckpt/sft{{stage}}")),
+        **tracked(model=directory(f"{R}/ckpt/sft{{stage}}{TRAINED_AS}")),
     params:
         p=train_params,
     threads: 2
@@ -35,14 +37,14 @@ rule train:
 
 
 # The dataset ablation (dataset.ablation): the student fine-tuned as sft is, from the base, on each
-# other selection's dataset (ckpt/select-<selection>).
+# other selection's dataset (ckpt/select-<selection>; LoRA / QLoRA: its adapter, merged as above).
 rule train_ablation:
     input:
         base=f"{R}/ckpt/base",
         dataset=f"{R}/dataset/select-{{selection}}.jsonl",
         **({"chat_template": repo_path(TRAIN_TEMPLATE)} if TRAIN_TEMPLATE else {}),
     output:
-        **tracked(model=directory(f"{R}/ckpt/select-{{selection}}")),
+        **tracked(model=directory(f"{R}/ckpt/select-{{selection}}{TRAINED_AS}")),
     params:
         p=as_json(**TRAIN_COMMON, **TRAIN_STUDENT),
     threads: 2

@@ -114,7 +114,7 @@ STAGES: dict[str, Stage] = {
         "merge:run_adapter",
         ("base", "adapter"),
         ("model",),
-        "merge a LoRA / QLoRA adapter into its full-precision base",
+        "merge a LoRA / QLoRA adapter into its full-precision base, streamed shard by shard",
     ),
     "select": Stage(
         "merge:select",

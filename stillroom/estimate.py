@@ -725,6 +725,22 @@ class _Planner:
                     tokens_kind="trained",
                 )
             )
+        if train.method != "full":
+            # each run's adapter is merged into its base by a CPU job of its own (rule
+            # merge_adapter) before the next stage starts from it: on the training path, no GPUs
+            seconds = [self.figure(student, "merge_s")] * len(runs)
+            self.durations["training"] += seconds
+            self.rows.append(
+                self._gpu_row(
+                    "training",
+                    "merge_adapter",
+                    f"{train.method} adapter into its base, after each training run",
+                    seconds,
+                    gpus=0,
+                    tokens=None,
+                    tokens_kind="",
+                )
+            )
         if exp.grpo:
             seconds = exp.grpo.max_steps * est.grpo_step_s
             self.durations["training"].append(seconds)

@@ -1,6 +1,8 @@
 """``stillroom.merge.interpolate`` at the path it was first published under (it lives in
-stillroom/runtime/merge.py; the merge stages in stillroom/stages/merge.py)."""
+stillroom/runtime/merge.py; the adapter merge, ``stream_merge``, in
+stillroom/runtime/adapter_merge.py; the merge stages in stillroom/stages/merge.py)."""
 
-from .runtime.merge import interpolate, merge_adapter
+from .runtime.adapter_merge import stream_merge
+from .runtime.merge import interpolate
 
-__all__ = ["interpolate", "merge_adapter"]
+__all__ = ["interpolate", "stream_merge"]

@@ -256,6 +256,12 @@ def test_an_overlay_fine_tuning_beam_is_billed_at_beams_size():
     )
     assert {r.gpus_per_job for r in p.rows if r.phase == "evaluation"} == {8}
     assert rows(p, "merge")[0].wall_s == beam["merge_s"]
+    # the adapter merged by a CPU job of its own, after the training and before anything reads it
+    (merge,) = rows(p, "merge_adapter")
+    assert (merge.phase, merge.jobs, merge.gpus_per_job, merge.gpu_usd) == ("training", 1, 0, 0)
+    assert merge.job_hours == pytest.approx(beam["merge_s"] / 3600)
+    assert p.phases["training"]["wall_s"] == pytest.approx(train.wall_s + beam["merge_s"])
+    assert not rows(estimate(DISTILL), "merge_adapter")  # full fine-tunes merge nothing
     assert any(n.startswith("student reflection/beam: 501B parameters") for n in p.notes)
     assert "cost.estimate.models.reflection/beam.train_tokens_per_gpu_s 1100" in markdown(p)
 

@@ -382,7 +382,11 @@ class Estimate(_Figures):
         "per_effort by teacher_output_tokens' ratio to the reference effort (the student inherits "
         "the teacher's spacing)",
     )
-    merge_s: Seconds = Field(120.0, description="seconds per merge job (two checkpoints read)")
+    merge_s: Seconds = Field(
+        120.0,
+        description="seconds per merge job (two checkpoints read); an adapter merge (one "
+        "checkpoint and the adapter) is billed the same",
+    )
     grpo_step_s: PositiveFloat = Field(
         60.0, description="seconds per GRPO step (generation, rewards and update)"
     )

@@ -11,6 +11,7 @@ callback the rest.
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import shutil
@@ -120,25 +121,44 @@ def last_checkpoint(checkpoints: Path, fingerprint: Mapping, log, main: bool = T
     return None
 
 
-def save_for_inference(model, tokenizer, base_dir, out_dir, end_of_turn: int | None = None) -> None:
-    """A trained model as the stages after training load it: the KV cache back on, the base's
-    generation config (or a student's own), and the tokenizer beside the weights.
-
-    ``end_of_turn`` (the token the model was trained to end its turn with) joins the generation
-    config's stop tokens: a base model's is end-of-text (Qwen3-Base's ``<|endoftext|>``), and a
-    server (SGLang, vLLM, transformers serve) stops only there, so a chat-tuned model would run
-    past its ``<|im_end|>`` to the token limit."""
+def inference_generation_config(model, tokenizer, base_dir, end_of_turn: int | None = None):
+    """The generation config a trained model is served with: the base's (or, when the base has
+    none, a student's own), with ``end_of_turn`` (the token the model was trained to end its turn
+    with) among its stop tokens: a base model's is end-of-text (Qwen3-Base's ``<|endoftext|>``),
+    and a server (SGLang, vLLM, transformers serve) stops only there, so a chat-tuned model would
+    run past its ``<|im_end|>`` to the token limit."""
     from .student import generation_config
 
-    model.config.use_cache = True
-    if not (Path(base_dir) / "generation_config.json").exists():
-        model.generation_config = generation_config(tokenizer)
+    if (Path(base_dir) / "generation_config.json").exists():
+        config = copy.deepcopy(model.generation_config)
+    else:
+        config = generation_config(tokenizer)
     if end_of_turn is not None:
-        eos = model.generation_config.eos_token_id
+        eos = config.eos_token_id
         eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         if end_of_turn not in eos:
-            model.generation_config.eos_token_id = [*eos, end_of_turn]
+            config.eos_token_id = [*eos, end_of_turn]
+    return config
+
+
+def save_for_inference(model, tokenizer, base_dir, out_dir, end_of_turn: int | None = None) -> None:
+    """A trained model as the stages after training load it: the KV cache back on, the generation
+    config it is served with (``inference_generation_config``), and the tokenizer beside the
+    weights."""
+    model.config.use_cache = True
+    model.generation_config = inference_generation_config(model, tokenizer, base_dir, end_of_turn)
     model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+def save_adapter_for_inference(
+    model, tokenizer, base_dir, out_dir, end_of_turn: int | None = None, state_dict=None
+) -> None:
+    """A PEFT model's adapter in PEFT's format (``state_dict``: the adapter gathered from FSDP
+    shards), with the tokenizer and generation config the merged model is served with: the adapter
+    merge (runtime/adapter_merge.py) puts them beside the merged weights."""
+    model.save_pretrained(out_dir, state_dict=state_dict)
+    inference_generation_config(model, tokenizer, base_dir, end_of_turn).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
 
 

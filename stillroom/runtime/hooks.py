@@ -62,6 +62,10 @@ class WeightHooks:
                         f"(e.g. {', '.join(names[:4])})"
                     )
 
+    def matches(self, name: str) -> bool:
+        """Whether some hook applies to the tensor ``name``."""
+        return any(p.search(name) for _, patterns, _ in self.hooks for p in patterns)
+
     def apply(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         for fn, patterns, kwargs in self.hooks:
             if any(p.search(name) for p in patterns):

@@ -1,7 +1,7 @@
-"""Weight merges: linear interpolation of two Hugging Face checkpoints of the same architecture,
-and LoRA / QLoRA adapters merged into their full-precision base. Both apply the student's weight
-hooks (e.g. nGPT row re-normalisation) to the result, since a merge moves weights off their
-constraint.
+"""Weight merges: linear interpolation of two Hugging Face checkpoints of the same architecture
+(here), and LoRA / QLoRA adapters merged into their full-precision base (adapter_merge.py). Both
+apply the student's weight hooks (e.g. nGPT row re-normalisation) to the result, since a merge moves
+weights off their constraint.
 
 Interpolation streams tensor by tensor: memory holds one output shard plus one tensor, never the
 whole model.
@@ -158,18 +158,3 @@ def interpolate(
         "tuned_weight": w,
         "seconds": round(time.perf_counter() - started, 3),
     }
-
-
-def merge_adapter(base, adapter, hooks: WeightHooks | None = None):
-    """The model in ``base``, loaded in the dtype it was saved in (bf16 for a real QLoRA base, never
-    the NF4 weights the adapter was trained against), with the LoRA adapter in ``adapter`` merged
-    in."""
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(Path(base), dtype="auto")
-    model = PeftModel.from_pretrained(model, Path(adapter)).merge_and_unload()
-    if hooks:
-        hooks.check_names([n for n, _ in model.named_parameters()], f"{base} + {adapter}")
-        hooks.apply_to_model(model)
-    return model

@@ -1,13 +1,11 @@
 """Rules merge and select_merge: base and fine-tune interpolated at each ratio (runtime/merge.py),
 and the ratio chosen on a dev split that no reported table uses (choosing on a reported benchmark
-would make its row optimistic). Also the ``merge_adapter`` stage: a LoRA / QLoRA adapter merged
-into its full-precision base."""
+would make its row optimistic). Also rule merge_adapter: a LoRA / QLoRA adapter streamed into its
+full-precision base (runtime/adapter_merge.py), a CPU job of its own after the training job."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -16,9 +14,10 @@ from ..analysis.grids import score_matrix
 from ..analysis.stats import paired_bootstrap
 from ..config import Section, Tables, WeightHook
 from ..ids import normalize_prompt
-from ..io import DataError, atomic_dir, iter_jsonl, write_json
+from ..io import DataError, iter_jsonl, write_json
+from ..runtime.adapter_merge import stream_merge
 from ..runtime.hooks import WeightHooks
-from ..runtime.merge import interpolate, merge_adapter
+from ..runtime.merge import interpolate
 
 
 class Params(Section):
@@ -58,27 +57,21 @@ def run_adapter(
     adapter: str,
     out_model: str,
     params: Mapping[str, Any] | AdapterParams,
+    threads: int = 1,
     log: Callable[[str], None] = print,
     **_: Any,
 ) -> dict[str, Any]:
-    """An adapter (e.g. a QLoRA one) into its full-precision base, saved with the base's tokenizer
-    and generation config."""
-    from transformers import AutoTokenizer
+    """An adapter (e.g. a QLoRA one) streamed into its full-precision base, shard by shard: the
+    training job's adapter made the checkpoint that evaluation and merges read."""
+    import torch
 
     p = AdapterParams.parse(params, where="merge_adapter")
-    started = time.perf_counter()
-    model = merge_adapter(base, adapter, WeightHooks(p.weight_hooks))
-    with atomic_dir(out_model) as tmp:
-        model.save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(Path(base)).save_pretrained(tmp)
-    summary = {
-        "parameters": sum(t.numel() for t in model.parameters()),
-        "dtype": str(model.dtype),
-        "seconds": round(time.perf_counter() - started, 3),
-    }
+    torch.set_num_threads(threads)
+    summary = stream_merge(base, adapter, out_model, hooks=WeightHooks(p.weight_hooks))
     log(
-        f"merged adapter {adapter} into {base}: {summary['parameters']:,} parameters, "
-        f"{summary['dtype']}"
+        f"merged adapter {adapter} into {base}: {summary['tensors_merged']} of "
+        f"{summary['tensors']} tensors ({summary['parameters']:,} parameters, "
+        f"{summary['shards']} shards) in {summary['seconds']:.2f}s"
     )
     return summary
 

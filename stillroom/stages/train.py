@@ -1,6 +1,6 @@
 """Rule train: SFT of the student on the teacher's traces (full, LoRA or QLoRA; runtime/sft.py),
 in this process or on every process of ``train.distributed``; a killed job resumes from its last
-checkpoint beside the output."""
+checkpoint beside the output. LoRA / QLoRA save the adapter; rule merge_adapter merges it."""
 
 from __future__ import annotations
 
@@ -22,7 +22,11 @@ from ..io import DataError, atomic_dir, write_json
 from ..provenance import digest
 from ..runtime import launch
 from ..runtime.adapters import check_saved_adapter, resolve_targets, trainable_breakdown
-from ..runtime.checkpoints import last_checkpoint, save_for_inference
+from ..runtime.checkpoints import (
+    last_checkpoint,
+    save_adapter_for_inference,
+    save_for_inference,
+)
 from ..runtime.hooks import WeightHooks, step_callback
 from ..runtime.sft import (
     build_trainer,
@@ -140,12 +144,11 @@ def train_sft(
     log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """Fine-tune the model in ``base_dir`` on ``dataset_path``, rendered with ``chat_template`` or
-    the one ``training_template`` finds; save it to ``out_dir`` with its own template; return
-    metrics. In a torchrun worker every rank runs this; rank 0 alone writes files and logs."""
+    the one ``training_template`` finds; save it to ``out_dir`` with its own template (LoRA / QLoRA:
+    the adapter, which ``stream_merge`` merges into the base); return metrics. In a torchrun worker
+    every rank runs this; rank 0 alone writes files and logs."""
     import torch
     from transformers import AutoTokenizer
-
-    from ..runtime.merge import merge_adapter
 
     p = Params.parse(params, where="train")
     check_optimizer(p)
@@ -215,17 +218,17 @@ def train_sft(
         if p.sharded:
             state = gather_adapter(model) if p.lora else launch.gather_state(model)
         if main:
+            end_of_turn = template.end_of_turn(tokenizer)
             if p.lora:
-                # Keep the adapter, and give later stages the adapter merged into the full-precision
-                # base: for QLoRA the original bf16/fp32 base, not the NF4 weights trained against.
-                model.save_pretrained(tmp / "adapter", state_dict=state)
-                check_saved_adapter(tmp / "adapter", base_dir, p.lora)
-                model = merge_adapter(base_dir, tmp / "adapter")
-            elif state is not None:
-                model = launch.unsharded(model, state)
-            save_for_inference(
-                model, tokenizer, base_dir, tmp, end_of_turn=template.end_of_turn(tokenizer)
-            )
+                # The adapter alone: rule merge_adapter, a CPU job, streams it into the
+                # full-precision base (for QLoRA the original bf16 checkpoint, never the NF4
+                # weights trained against), so this GPU job never holds the merged model.
+                save_adapter_for_inference(model, tokenizer, base_dir, tmp, end_of_turn, state)
+                check_saved_adapter(tmp, base_dir, p.lora)
+            else:
+                if state is not None:
+                    model = launch.unsharded(model, state)
+                save_for_inference(model, tokenizer, base_dir, tmp, end_of_turn=end_of_turn)
     if main:
         shutil.rmtree(checkpoints, ignore_errors=True)
 

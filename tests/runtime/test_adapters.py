@@ -1,6 +1,7 @@
 """LoRA on attention and fused MoE experts of a tiny random Qwen3-MoE; the router is never
 adapted."""
 
+import json
 import re
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from stillroom.config import Lora, Train
+from stillroom.runtime.adapter_merge import stream_merge
 from stillroom.runtime.adapters import check_saved_adapter, meta_model, resolve_targets, routers
 from stillroom.stages.train import train_sft
 
@@ -41,14 +43,19 @@ def test_lora_trains_attention_and_experts_but_never_the_router(moe, tmp_path):
         and m["trainable"]["other"] == 0
     )
     assert m["adapter_bytes"] == 4 * m["trainable_total"] and m["final_loss"] < m["first_loss"]
-    adapter = load_file(tmp_path / "sft" / "adapter" / "adapter_model.safetensors")
+    # the training job saves the adapter alone (with what the merged model is served with); the
+    # merge is a job of its own
+    assert not (tmp_path / "sft" / "model.safetensors").exists()
+    assert (tmp_path / "sft" / "generation_config.json").exists()
+    adapter = load_file(tmp_path / "sft" / "adapter_model.safetensors")
     lora_b = {k: v for k, v in adapter.items() if "lora_B" in k}
     assert lora_b and all(
         v.abs().sum() > 0 for v in lora_b.values()
     )  # every adapter got gradients (B starts at 0)
+    stream_merge(root / "base", tmp_path / "sft", tmp_path / "merged")
     base, tuned = (
         load_file(root / "base" / "model.safetensors"),
-        load_file(tmp_path / "sft" / "model.safetensors"),
+        load_file(tmp_path / "merged" / "model.safetensors"),
     )
     assert set(base) == set(tuned)
     routers = [k for k in base if k.endswith("mlp.gate.weight")]
@@ -165,12 +172,13 @@ def test_a_router_adapter_trains_only_when_allowed_and_the_saved_check_catches_i
     train_sft(
         root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None
     )
-    adapter = tmp_path / "sft" / "adapter"
+    adapter = tmp_path / "sft"
     names = list(load_file(adapter / "adapter_model.safetensors"))
     assert any(".mlp.gate." in n for n in names), names
+    stream_merge(root / "base", adapter, tmp_path / "merged")
     base, tuned = (
         load_file(root / "base" / "model.safetensors"),
-        load_file(tmp_path / "sft" / "model.safetensors"),
+        load_file(tmp_path / "merged" / "model.safetensors"),
     )
     routers_ = [k for k in base if k.endswith("mlp.gate.weight")]
     assert routers_ and all(not torch.equal(base[k], tuned[k]) for k in routers_)
@@ -227,40 +235,33 @@ def test_qlora_adapter_merges_onto_the_full_precision_base(moe, tmp_path):
         root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None
     )
     assert m["trainable"]["attention"] > 0 and m["trainable"]["experts"] == 0
-    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "sft")
+    # The merge job's stage: the adapter streamed into the unquantised base.
+    from stillroom.cli import main
+
+    argv = ["--base", str(root / "base"), "--adapter", str(tmp_path / "sft")]
+    assert main(["merge_adapter", *argv, "--out-model", str(tmp_path / "merged")]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     assert not getattr(merged, "is_loaded_in_4bit", False)
     assert all(q.dtype == torch.float32 for q in merged.parameters())
     # The merge is W + BA on the unquantised base, identical to applying the adapter to it at run
     # time.
     base = AutoModelForCausalLM.from_pretrained(root / "base")
-    with_adapter = PeftModel.from_pretrained(base, tmp_path / "sft" / "adapter").eval()
+    with_adapter = PeftModel.from_pretrained(base, tmp_path / "sft").eval()
     ids = torch.randint(0, merged.config.vocab_size, (1, 12))
     with torch.no_grad():
         torch.testing.assert_close(
-            merged(input_ids=ids).logits, with_adapter(input_ids=ids).logits, rtol=1e-4, atol=1e-4
+            merged(input_ids=ids).logits, with_adapter(input_ids=ids).logits, rtol=1e-5, atol=1e-5
         )
-    tuned = load_file(tmp_path / "sft" / "model.safetensors")
+    tuned = load_file(tmp_path / "merged" / "model.safetensors")
     assert any(
         not torch.equal(load_file(root / "base" / "model.safetensors")[k], tuned[k])
         for k in tuned
         if "q_proj" in k
     )
-    # The standalone stage merges the same adapter onto the same base to the same weights.
-    from stillroom.cli import main
-
-    assert (
-        main(
-            [
-                "merge_adapter",
-                "--base",
-                str(root / "base"),
-                "--adapter",
-                str(tmp_path / "sft" / "adapter"),
-                "--out-model",
-                str(tmp_path / "again"),
-            ]
-        )
-        == 0
-    )
-    again = load_file(tmp_path / "again" / "model.safetensors")
-    assert set(again) == set(tuned) and all(torch.equal(again[k], tuned[k]) for k in tuned)
+    prov = json.loads((tmp_path / "merged.prov.json").read_text())
+    assert prov["stage"] == "merge_adapter" and prov["metrics"]["tensors_merged"] == 2 * 4
+    # The same adapter onto the same base merges to the same bytes.
+    assert main(["merge_adapter", *argv, "--out-model", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "model.safetensors").read_bytes() == (
+        tmp_path / "merged" / "model.safetensors"
+    ).read_bytes()

@@ -247,8 +247,8 @@ def test_lora_on_two_fsdp_ranks_saves_the_whole_adapter(setup, tmp_path):
         log=lambda _: None,
     )
     assert two["losses"] == pytest.approx(one["losses"], rel=1e-3)
-    a = load_file(tmp_path / "one" / "adapter" / "adapter_model.safetensors")
-    b = load_file(tmp_path / "two" / "adapter" / "adapter_model.safetensors")
+    a = load_file(tmp_path / "one" / "adapter_model.safetensors")
+    b = load_file(tmp_path / "two" / "adapter_model.safetensors")
     assert set(a) == set(b) and all(a[k].shape == b[k].shape for k in a)
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-3, atol=1e-4)

@@ -78,10 +78,14 @@ def test_beam_tiny_smoke_runs_end_to_end(tmp_path):
     )
     routers = [k for k in base if k.endswith("mlp.gate.weight")]
     assert routers and all(torch.equal(base[k], sft[k]) for k in routers)
-    prov = json.loads((r / "ckpt" / "sft.prov.json").read_text())
-    assert (
+    # the GPU job trained the adapter; a CPU job of its own merged it
+    prov = json.loads((r / "ckpt" / "sft.adapter.prov.json").read_text())
+    assert prov["rule"] == "train" and (
         prov["metrics"]["trainable"]["experts"] > 0 and prov["metrics"]["trainable"]["other"] == 0
     )
+    merged = json.loads((r / "ckpt" / "sft.prov.json").read_text())
+    assert merged["rule"] == "merge_adapter" and merged["metrics"]["tensors_merged"] > 0
+    assert set(merged["inputs"]) == {"base", "adapter"}
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 from stillroom.io import read_json, read_jsonl
 from stillroom.provenance import digest, sidecar_path
 
-from ..conftest import run_snakemake
+from ..conftest import run_snakemake, small_config
 
 pytestmark = pytest.mark.slow
 
@@ -240,3 +240,43 @@ def test_snakemake_rejects_bad_config_before_any_job(tmp_path, small_cfg):
     assert proc.returncode != 0
     assert "train.lr" in out and "eval: unknown key 'temprature'" in out
     assert not (tmp_path / "results" / "small" / "pool").exists()
+
+
+STAGES = [
+    {"name": "medium", "efforts": ["medium"], "tags": "none", "epochs": 1},
+    {"name": "mixed", "epochs": 1},
+]
+
+
+@pytest.mark.parametrize(
+    "change, merges",
+    [
+        # each stage from the previous one's merged checkpoint
+        ({"train": {"stages": STAGES}}, (("base", "sft-medium"), ("sft-medium", "sft"))),
+        (
+            {"dataset": {"ablation": ["unfiltered"]}},
+            (("base", "sft"), ("base", "select-unfiltered")),
+        ),
+    ],
+)
+def test_each_lora_training_job_has_its_adapter_merged_by_a_cpu_job(tmp_path, change, merges):
+    """LoRA: every training job (each stage, each ablation selection) writes its adapter, and a
+    merge_adapter job of its own writes the checkpoint the next stage and the evaluations read."""
+    cfg = small_config()
+    cfg["train"].update(method="lora", lora={"r": 4, "alpha": 8, "target_modules": ["q_proj"]})
+    if "stages" in change.get("train", {}):
+        cfg["train"].pop("epochs", None)  # the stages give their own
+    for section, values in change.items():
+        cfg[section].update(values)
+    plan = run_snakemake(tmp_path, cfg, "-n", "-p")
+    jobs = scheduled(plan)
+    trained = jobs["train"] + jobs.get("train_ablation", 0)
+    assert trained == jobs["merge_adapter"] == len(merges)
+    ckpt = "results/small/ckpt"
+    for base, name in merges:
+        assert f"--base {ckpt}/{base} --dataset" in plan.stdout  # trained from the merged one
+        assert f"--out-model {ckpt}/{name}.adapter " in plan.stdout
+        assert (
+            f"--base {ckpt}/{base} --adapter {ckpt}/{name}.adapter --out-model {ckpt}/{name} "
+            in plan.stdout
+        )

@@ -105,6 +105,17 @@ def test_multi_node_training_is_one_launcher_task_per_node_with_gpus_per_node(
     )
 
 
+def test_an_adapter_is_merged_by_a_cpu_job_after_the_gpu_one(distill):
+    """LoRA: the GPU job saves the adapter; the merge is a job of its own on the CPU partition, with
+    memory for two shards and the adapter, not the model."""
+    lora = plan([DISTILL, EXP / "beam-lora-fsdp.yaml"])
+    merge = opts(lora["merge_adapter"].sbatch)
+    assert lora["merge_adapter"].jobs == lora["train"].jobs == 1
+    assert (merge["-p"], merge["--cpus-per-task"], merge["--mem"]) == ("cpu", "2", "32000")
+    assert "--gpus" not in merge and "--gres" not in merge
+    assert "merge_adapter" not in distill  # a full fine-tune has nothing to merge
+
+
 def test_device_map_training_is_one_process_over_the_nodes_gpus():
     train = opts(plan([DISTILL, EXP / "beam-qlora-mp.yaml"])["train"].sbatch)
     assert (train["--nodes"], train["--gpus"]) == ("1", "8") and "--ntasks" not in train
