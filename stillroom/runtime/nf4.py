@@ -82,14 +82,14 @@ class NF4Linear(nn.Linear):
     dequantised again for the backward, never kept). Being an ``nn.Linear``, PEFT's LoRA wraps it
     as it wraps any linear layer."""
 
-    def __init__(self, linear: nn.Linear, *, shards: int = SHARDS, where: str = "linear"):
+    def __init__(self, weight, bias=None, *, shards: int = SHARDS, where: str = "linear"):
         nn.Module.__init__(self)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight = _frozen(to_nf4(linear.weight, shards=shards, where=where))
-        if linear.bias is None:
+        self.out_features, self.in_features = weight.shape
+        self.weight = _frozen(to_nf4(weight, shards=shards, where=where))
+        if bias is None:
             self.register_parameter("bias", None)
         else:
-            self.bias = _frozen(linear.bias.detach())
+            self.bias = _frozen(bias.detach())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.linear(x, self.weight)
@@ -104,42 +104,69 @@ def is_fused_experts(module: nn.Module) -> bool:
     )
 
 
+EXPERTS_LAYOUT = {
+    "is_transposed": False,
+    "has_bias": False,
+    "has_gate": True,
+    "is_concatenated": True,
+    "has_post_expert_norm": False,
+}
+
+
+def check_experts_layout(experts: nn.Module, where: str) -> None:
+    """NF4 experts compute the Qwen3-MoE layout: [gate; up] stacked, (out, in) matrices."""
+    odd = {k: getattr(experts, k) for k, v in EXPERTS_LAYOUT.items() if getattr(experts, k, v) != v}
+    if odd:
+        raise NotImplementedError(
+            f"{where}: {type(experts).__name__} has {odd}; NF4 experts support the Qwen3-MoE "
+            f"layout ({EXPERTS_LAYOUT})"
+        )
+
+
 class NF4Experts(nn.Module):
     """Fused experts with each expert's ``gate_up_proj`` (2I, H) and ``down_proj`` (H, I) its own
     NF4 tensor. The forward is transformers' (Qwen3-MoE) loop over the experts the batch routes
     to, each dequantised on its own, with the LoRA terms its ``ExpertsLora`` wrappers pass in."""
 
-    def __init__(self, experts: nn.Module, *, shards: int = SHARDS, where: str = "experts"):
+    def __init__(
+        self,
+        gate_up_proj: Iterable[torch.Tensor],
+        down_proj: Iterable[torch.Tensor],
+        act_fn: nn.Module,
+        *,
+        shards: int = SHARDS,
+        where: str = "experts",
+    ):
+        """One (2I, H) ``gate_up_proj`` and one (H, I) ``down_proj`` matrix per expert, each
+        quantised as it comes (an iterator holds one expert's weights at a time)."""
         super().__init__()
-        layout = {
-            "is_transposed": False,
-            "has_bias": False,
-            "has_gate": True,
-            "is_concatenated": True,
-            "has_post_expert_norm": False,
-        }
-        odd = {k: getattr(experts, k) for k, v in layout.items() if getattr(experts, k, v) != v}
-        if odd:
-            raise NotImplementedError(
-                f"{where}: {type(experts).__name__} has {odd}; NF4 experts support the "
-                f"Qwen3-MoE layout ({layout})"
-            )
-        self.num_experts = experts.num_experts
-        self.act_fn = experts.act_fn
-        # (out, in) of one expert's matrix, per fused parameter
-        self.expert_shape = {
-            name: tuple(getattr(experts, name).shape[1:]) for name in EXPERT_PARAMETERS
-        }
-        for name in EXPERT_PARAMETERS:
-            fused = getattr(experts, name)
+        self.act_fn = act_fn
+        for name, matrices in (("gate_up_proj", gate_up_proj), ("down_proj", down_proj)):
             setattr(
                 self,
                 f"{name}_nf4",
                 nn.ParameterList(
-                    _frozen(to_nf4(fused[e], shards=shards, where=f"{where}.{name}[{e}]"))
-                    for e in range(self.num_experts)
+                    _frozen(to_nf4(w, shards=shards, where=f"{where}.{name}[{e}]"))
+                    for e, w in enumerate(matrices)
                 ),
             )
+        self.num_experts = len(self.gate_up_proj_nf4)
+        # (out, in) of one expert's matrix, per fused parameter
+        self.expert_shape = {
+            name: tuple(getattr(self, f"{name}_nf4")[0].shape) for name in EXPERT_PARAMETERS
+        }
+
+    @classmethod
+    def from_fused(cls, experts: nn.Module, *, shards: int = SHARDS, where: str = "experts"):
+        """From a transformers fused experts module (``check_experts_layout``)."""
+        check_experts_layout(experts, where)
+        return cls(
+            experts.gate_up_proj.unbind(0),
+            experts.down_proj.unbind(0),
+            experts.act_fn,
+            shards=shards,
+            where=where,
+        )
 
     def _project(self, x, name: str, expert: int, lora: dict) -> torch.Tensor:
         y = F.linear(x, getattr(self, f"{name}_nf4")[expert])
@@ -196,10 +223,14 @@ class ExpertsLora(nn.Module, BaseTunerLayer):
         rank = r * experts.num_experts
         self.lora_A = nn.ModuleDict({adapter: nn.Linear(in_features, rank, bias=False)})
         self.lora_B = nn.ModuleDict({adapter: nn.Linear(rank, out_features, bias=False)})
-        # PEFT's default init: B = 0, so the adapted model starts as the base
+        self.scaling = {adapter: alpha / (math.sqrt(r) if use_rslora else r)}
+        self.reset_lora_parameters(adapter)
+
+    @torch.no_grad()
+    def reset_lora_parameters(self, adapter: str, init_lora_weights: bool = True) -> None:
+        """PEFT's default init: B = 0, so the adapted model starts as the base."""
         nn.init.kaiming_uniform_(self.lora_A[adapter].weight, a=math.sqrt(5))
         nn.init.zeros_(self.lora_B[adapter].weight)
-        self.scaling = {adapter: alpha / (math.sqrt(r) if use_rslora else r)}
 
     def merge(self, safe_merge: bool = False, adapter_names=None) -> None:
         raise NotImplementedError(
@@ -255,47 +286,23 @@ def quantize_nf4(
             if not name or skip & set(name.split(".")):
                 continue
             if is_fused_experts(module):
-                _set(layer, name, NF4Experts(module, shards=shards, where=where))
+                _set(layer, name, NF4Experts.from_fused(module, shards=shards, where=where))
                 counts["experts"] += 1
             elif type(module) is nn.Linear:
-                _set(layer, name, NF4Linear(module, shards=shards, where=where))
+                _set(
+                    layer,
+                    name,
+                    NF4Linear(module.weight, module.bias, shards=shards, where=where),
+                )
                 counts["linear"] += 1
     return counts
 
 
-def _expert_targets(model: nn.Module, targets: Iterable[str]) -> dict[str, list[str]]:
-    """NF4 experts module name -> the fused parameters ``targets`` adapt there, in the order PEFT
-    nests its ParamWrappers (the module's registration order, the first one innermost)."""
-    found: dict[str, list[str]] = {}
-    names = {
-        f"{module_name}.{param}": (module_name, param)
-        for module_name, module in model.named_modules()
-        if isinstance(module, NF4Experts)
-        for param in EXPERT_PARAMETERS
-    }
-    for target in targets:
-        hits = [v for k, v in names.items() if k == target or k.endswith("." + target)]
-        if not hits:
-            raise ValueError(
-                f"lora target_parameters: '{target}' names no NF4 fused expert parameter "
-                f"(quantize_nf4 the model first; the experts' parameters are "
-                f"{', '.join(EXPERT_PARAMETERS)})"
-            )
-        for module_name, param in hits:
-            found.setdefault(module_name, [])
-            if param not in found[module_name]:
-                found[module_name].append(param)
-    return {m: [p for p in EXPERT_PARAMETERS if p in ps] for m, ps in found.items()}
-
-
-def nf4_lora(model: nn.Module, config, adapter: str = "default"):
-    """A PEFT model with LoRA on ``model`` (quantised by ``quantize_nf4``) as ``config`` (a peft
-    ``LoraConfig``) says: ``target_modules`` by PEFT itself, fused experts' ``target_parameters``
-    by ``ExpertsLora``. Its ``peft_config`` is what ``get_peft_model`` would keep for ``config``
-    on the unquantised model, so ``save_pretrained`` writes PEFT's adapter for it. LoRA weights
-    are float32 whatever the base's dtype (a bf16 master copy would lose small updates)."""
-    from peft import get_peft_model
-    from peft.utils.constants import DUMMY_TARGET_MODULES
+def _lora_plan(model: nn.Module, config, kind) -> tuple[object, dict[str, list[tuple]]]:
+    """``config`` as ``get_peft_model`` would keep it for ``model``, and the fused experts LoRA it
+    asks for: experts module name -> [(parameter, r, alpha)] in the order PEFT nests its
+    ParamWrappers (the module's registration order, the first one innermost). ``kind`` tells the
+    experts modules (``NF4Experts``, or fused ones on the meta device for the staged loader)."""
     from peft.utils.other import get_pattern_key
     from peft.utils.transformers_weight_conversion import (
         convert_peft_config_for_transformers,
@@ -306,47 +313,106 @@ def nf4_lora(model: nn.Module, config, adapter: str = "default"):
     # target_parameters of the fused ones (with rank / alpha patterns); so do we
     config = copy.deepcopy(config)
     convert_peft_config_for_transformers(config, model, get_model_conversion_mapping(model))
-    experts_targets = sorted(config.target_parameters or [])
-    if experts_targets:
-        refused = {
+    refused = {
+        "use_dora": config.use_dora,  # its weight norm would need the dequantised base
+        "lora_bias": config.lora_bias,
+    }
+    if config.target_parameters:  # as PEFT's ParamWrapper, which loads the adapter
+        refused |= {
             "lora_dropout": config.lora_dropout,
-            "use_dora": config.use_dora,
-            "lora_bias": config.lora_bias,
             "fan_in_fan_out": config.fan_in_fan_out,
             "init_lora_weights": config.init_lora_weights is not True,
         }
-        refused = {k: getattr(config, k) for k, v in refused.items() if v}
-        if refused:
+    refused = {k: getattr(config, k) for k, v in refused.items() if v}
+    if refused:
+        raise ValueError(f"lora: LoRA on an NF4 base works without {refused}")
+    names = {
+        f"{module_name}.{param}": (module_name, param)
+        for module_name, module in model.named_modules()
+        if kind(module)
+        for param in EXPERT_PARAMETERS
+    }
+    found: dict[str, set[str]] = {}
+    for target in sorted(config.target_parameters or []):
+        hits = [v for k, v in names.items() if k == target or k.endswith("." + target)]
+        if not hits:
             raise ValueError(
-                f"lora target_parameters: LoRA on NF4 fused experts works without {refused} "
-                "(as PEFT's ParamWrapper, which loads the adapter, and with PEFT's default init)"
+                f"lora target_parameters: '{target}' names no fused expert parameter of the NF4 "
+                f"model (its experts' parameters: {', '.join(EXPERT_PARAMETERS)})"
             )
-    by_module = _expert_targets(model, experts_targets)
+        for module_name, param in hits:
+            found.setdefault(module_name, set()).add(param)
+    plan = {}
+    for module_name, params in found.items():
+        plan[module_name] = []
+        for param in (p for p in EXPERT_PARAMETERS if p in params):
+            key = f"{module_name}.{param}"
+            r_key = get_pattern_key(config.rank_pattern.keys(), key)
+            alpha_key = get_pattern_key(config.alpha_pattern.keys(), key)
+            plan[module_name].append(
+                (
+                    param,
+                    config.rank_pattern.get(r_key, config.r),
+                    config.alpha_pattern.get(alpha_key, config.lora_alpha),
+                )
+            )
+    return config, plan
+
+
+def _peft_linears(model: nn.Module, config, adapter: str, *, empty: bool = False):
+    """PEFT's own LoRA on ``config.target_modules`` (an empty frame on the meta device when
+    ``empty``); the PEFT model keeps ``config`` whole, experts targets included."""
+    from peft import get_peft_model
+    from peft.utils.constants import DUMMY_TARGET_MODULES
+
     modules_only = copy.deepcopy(config)
     modules_only.target_parameters = None
     if not modules_only.target_modules:
         modules_only.target_modules = DUMMY_TARGET_MODULES
-    peft_model = get_peft_model(model, modules_only, adapter_name=adapter)
+    peft_model = get_peft_model(model, modules_only, adapter_name=adapter, low_cpu_mem_usage=empty)
     peft_model.peft_config[adapter] = config
-    inner = peft_model.get_base_model()
-    for module_name, params in by_module.items():
-        wrapped = inner.get_submodule(module_name)
-        for param in params:
-            key = f"{module_name}.{param}"
-            r_key = get_pattern_key(config.rank_pattern.keys(), key)
-            alpha_key = get_pattern_key(config.alpha_pattern.keys(), key)
+    return peft_model
+
+
+def _wrap_experts(root: nn.Module, plan: dict, config, adapter: str) -> None:
+    for module_name, params in plan.items():
+        wrapped = root.get_submodule(module_name)
+        for param, r, alpha in params:
             wrapped = ExpertsLora(
-                wrapped,
-                param,
-                r=config.rank_pattern.get(r_key, config.r),
-                alpha=config.alpha_pattern.get(alpha_key, config.lora_alpha),
-                use_rslora=config.use_rslora,
-                adapter=adapter,
+                wrapped, param, r=r, alpha=alpha, use_rslora=config.use_rslora, adapter=adapter
             )
-        _set(inner, module_name, wrapped)
-    for name, p in peft_model.named_parameters():
-        if "lora_" in name:
-            p.data = p.data.float()
+        _set(root, module_name, wrapped)
+
+
+def _init_lora(layer: nn.Module, seed: int, config, adapter: str) -> None:
+    """(Re)initialise the LoRA weights of one decoder layer from ``seed`` alone, in float32: every
+    loading path and every rank starts from the same adapter."""
+    from peft.tuners.lora import LoraLayer
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for module in layer.modules():
+            if isinstance(module, (LoraLayer, ExpertsLora)) and adapter in module.lora_A:
+                for name in ("lora_A", "lora_B"):
+                    factor = getattr(module, name)[adapter]
+                    if factor.weight.is_meta:
+                        factor.to_empty(device="cpu")
+                    factor.float()
+                module.reset_lora_parameters(adapter, config.init_lora_weights)
+
+
+def nf4_lora(model: nn.Module, config, adapter: str = "default", seed: int = 0):
+    """A PEFT model with LoRA on ``model`` (quantised by ``quantize_nf4``) as ``config`` (a peft
+    ``LoraConfig``) says: ``target_modules`` by PEFT itself, fused experts' ``target_parameters``
+    by ``ExpertsLora``. Its ``peft_config`` is what ``get_peft_model`` would keep for ``config``
+    on the unquantised model, so ``save_pretrained`` writes PEFT's adapter for it. LoRA weights
+    are float32 whatever the base's dtype (a bf16 master copy would lose small updates), each
+    decoder layer's drawn from ``seed`` + its index."""
+    config, plan = _lora_plan(model, config, lambda m: isinstance(m, NF4Experts))
+    peft_model = _peft_linears(model, config, adapter)
+    _wrap_experts(peft_model.get_base_model(), plan, config, adapter)
+    for index, layer in enumerate(decoder_layers(peft_model)):
+        _init_lora(layer, seed + index, config, adapter)
     return peft_model
 
 

@@ -117,7 +117,7 @@ def test_nf4_refuses_what_it_cannot_quantise_or_adapt(moe):
         to_nf4(torch.randn(24, 40), where="layer")
     model = load(root)
     quantize_nf4(model)
-    with pytest.raises(ValueError, match="'mlp.experts.up_proj' names no NF4 fused expert"):
+    with pytest.raises(ValueError, match="'mlp.experts.up_proj' names no fused expert parameter"):
         nf4_lora(model, LoraConfig(**{**LORA, "target_parameters": ["mlp.experts.up_proj"]}))
     with pytest.raises(ValueError, match="without {'lora_dropout': 0.1}"):
         nf4_lora(model, LoraConfig(**{**LORA, "lora_dropout": 0.1}))
