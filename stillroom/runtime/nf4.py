@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -439,6 +440,166 @@ def fully_shard_layers(model: nn.Module, mesh=None, **kwargs) -> nn.Module:
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, **kwargs)
     fully_shard(model, mesh=mesh, **kwargs)
+    return model
+
+
+class _Checkpoint:
+    """A safetensors checkpoint's tensors by name, in ``dtype``: each file memory-mapped from its
+    first read until ``close``."""
+
+    def __init__(self, model_dir: Path, dtype: torch.dtype):
+        from .merge import _weight_map
+
+        self.dir, self.dtype = model_dir, dtype
+        self.files = _weight_map(model_dir)
+        self.handles: dict[str, object] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.files
+
+    def __call__(self, key: str, index: int | None = None) -> torch.Tensor:
+        """Tensor ``key`` (only its ``index``-th row of the first dimension when given)."""
+        from safetensors import safe_open
+
+        if key not in self.files:
+            raise ValueError(f"{self.dir}: the checkpoint has no tensor '{key}'")
+        name = self.files[key]
+        if name not in self.handles:
+            self.handles[name] = safe_open(self.dir / name, framework="pt")
+        handle = self.handles[name]
+        tensor = handle.get_tensor(key) if index is None else handle.get_slice(key)[index]
+        return tensor.to(self.dtype)
+
+    def close(self) -> None:
+        self.handles.clear()
+
+
+def _unwrapped(name: str) -> str:
+    """A module's name in the checkpoint: without PEFT's ``base_layer`` levels."""
+    return name.replace(".base_layer", "")
+
+
+def _read_experts(read: _Checkpoint, key: str, meta: nn.Module, shards: int) -> NF4Experts:
+    """The NF4 experts of ``key`` from the checkpoint, one expert at a time: saved per expert
+    (``experts.{e}.gate_proj`` / ``up_proj`` / ``down_proj``, transformers' files) or fused
+    (``experts.gate_up_proj`` / ``down_proj``)."""
+    check_experts_layout(meta, key)
+    count = meta.num_experts
+    if f"{key}.0.gate_proj.weight" in read:
+        gate_up = (
+            torch.cat([read(f"{key}.{e}.gate_proj.weight"), read(f"{key}.{e}.up_proj.weight")])
+            for e in range(count)
+        )
+        down = (read(f"{key}.{e}.down_proj.weight") for e in range(count))
+    else:
+        gate_up = (read(f"{key}.gate_up_proj", e) for e in range(count))
+        down = (read(f"{key}.down_proj", e) for e in range(count))
+    experts = NF4Experts(gate_up, down, meta.act_fn, shards=shards, where=key)
+    want = {name: tuple(getattr(meta, name).shape[1:]) for name in EXPERT_PARAMETERS}
+    if experts.num_experts != count or experts.expert_shape != want:
+        raise ValueError(
+            f"{key}: the checkpoint holds {experts.num_experts} experts of {experts.expert_shape}"
+            f" but the config describes {count} of {want}"
+        )
+    return experts
+
+
+def _read_rest(root: nn.Module, prefix: str, read: _Checkpoint) -> None:
+    """Every parameter of ``root`` still on the meta device (norms, routers, embeddings, LM head),
+    read as it is and frozen; LoRA weights are drawn, not read."""
+    for name, p in list(root.named_parameters()):
+        if p.is_meta and "lora_" not in name:
+            _set(root, name, _frozen(read(prefix + _unwrapped(name))))
+
+
+@torch.no_grad()
+def _read_layer(layer, prefix: str, read: _Checkpoint, shards: int, skip: set) -> dict[str, int]:
+    counts = {"linear": 0, "experts": 0}
+    for name, module in list(layer.named_modules()):
+        parts = set(name.split("."))
+        if not name or skip & parts or any(p.startswith("lora_") for p in parts):
+            continue
+        key = prefix + _unwrapped(name)
+        if is_fused_experts(module):
+            _set(layer, name, _read_experts(read, key, module, shards))
+            counts["experts"] += 1
+        elif type(module) is nn.Linear:
+            bias = read(f"{key}.bias") if module.bias is not None else None
+            _set(layer, name, NF4Linear(read(f"{key}.weight"), bias, shards=shards, where=key))
+            counts["linear"] += 1
+    _read_rest(layer, prefix, read)
+    return counts
+
+
+def load_staged(
+    model_dir,
+    lora=None,
+    *,
+    mesh=None,
+    dtype: torch.dtype = torch.bfloat16,
+    shards: int = SHARDS,
+    skip: Iterable[str] = ROUTER_NAMES,
+    adapter: str = "default",
+    seed: int = 0,
+    log=lambda _: None,
+    **fsdp_kwargs,
+):
+    """The NF4 model of ``model_dir`` (with LoRA as ``lora``, a peft ``LoraConfig``, says), built
+    layer by layer: the model is built empty (meta device), then each decoder layer's tensors are
+    read from the safetensors shards (experts one at a time), quantised, given their LoRA
+    weights and, when there are several processes (``mesh``, or the default process group),
+    sharded by FSDP2 before the next layer is read; embeddings, final norm and LM head come last,
+    then the root is sharded. Each process holds one layer's quantisation at a time besides its
+    shards. The result equals ``nf4_lora(quantize_nf4(from_pretrained(model_dir)), lora)`` with
+    the same seed."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_dir = Path(model_dir)
+    config = AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.config.use_cache = False
+    if lora is not None:
+        lora, plan = _lora_plan(model, lora, is_fused_experts)
+        model = _peft_linears(model, lora, adapter, empty=True)
+    inner = model.get_base_model() if lora is not None else model
+    if mesh is not None:
+        world = mesh.size()
+    else:
+        world = dist.get_world_size() if dist.is_initialized() else 1
+    read, skip = _Checkpoint(model_dir, dtype), set(skip)
+    counts = {"linear": 0, "experts": 0}
+    for index, layer in enumerate(decoder_layers(model)):
+        prefix = f"model.layers.{index}."
+        for kind, n in _read_layer(layer, prefix, read, shards, skip).items():
+            counts[kind] += n
+        if lora is not None:
+            mine = {k.removeprefix(prefix): v for k, v in plan.items() if k.startswith(prefix)}
+            _wrap_experts(layer, mine, lora, adapter)
+            _init_lora(layer, seed + index, lora, adapter)
+        if world > 1:
+            _check_shardable(layer, world)
+            fully_shard(layer, mesh=mesh, **fsdp_kwargs)
+        # the bf16 copies went with the replaced modules; the files' pages go with their maps
+        read.close()
+        log(f"layer {index}: read, quantised{', sharded' if world > 1 else ''}")
+    _read_rest(inner, "", read)
+    read.close()
+    if config.get_text_config().tie_word_embeddings:
+        inner.tie_weights()
+    for name, module in list(inner.named_modules()):
+        # a rotary embedding's frequencies are computed, not saved
+        computed = "Rotary" in type(module).__name__
+        if computed and any(b.is_meta for b in module.buffers(recurse=False)):
+            _set(inner, name, type(module)(config=inner.config))
+    missing = [n for n, t in [*inner.named_parameters(), *inner.named_buffers()] if t.is_meta]
+    if missing:
+        raise ValueError(f"{model_dir}: nothing read or computed for {missing[:10]}")
+    if world > 1:
+        fully_shard(model, mesh=mesh, **fsdp_kwargs)
+    log(f"NF4 model: {counts['linear']} linear layers, {counts['experts']} experts modules")
     return model
 
 

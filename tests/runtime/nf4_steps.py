@@ -19,32 +19,52 @@ def token_blocks(base, dataset, steps: int, rows: int, seq: int) -> torch.Tensor
     return ids.repeat(need // ids.numel() + 1)[:need].view(steps, rows, seq)
 
 
-def qlora_steps(*, base, dataset, out_dir, lora, steps, rows, seq, lr, seed, threads, log):
+def qlora_steps(*, base, dataset, out_dir, lora, steps, rows, seq, lr, seed, staged, threads, log):
     """Train LoRA over the NF4 base for ``steps`` steps of ``rows`` rows (split over the ranks),
     save the adapter to ``out_dir``; the per-step mean losses and whether every router kept its
-    exact weights."""
+    exact weights. The model is loaded whole then quantised and sharded, or by the staged
+    loader."""
+    from pathlib import Path
+
     import torch.distributed as dist
     from peft import LoraConfig
+    from safetensors.torch import load_file
     from torch.distributed.tensor import DTensor
     from transformers import AutoModelForCausalLM
 
-    from stillroom.runtime.nf4 import fully_shard_layers, nf4_lora, quantize_nf4, save_adapter
+    from stillroom.runtime.nf4 import (
+        NF4Experts,
+        NF4Linear,
+        fully_shard_layers,
+        load_staged,
+        nf4_lora,
+        quantize_nf4,
+        save_adapter,
+    )
 
     torch.set_num_threads(threads)
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     if world > 1:
         dist.init_process_group("gloo")
     blocks = token_blocks(base, dataset, steps, rows, seq)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    model.config.use_cache = False
     routers = {
-        n: p.detach().clone() for n, p in model.named_parameters() if n.endswith("mlp.gate.weight")
+        k: v
+        for k, v in load_file(Path(base) / "model.safetensors").items()
+        if k.endswith("mlp.gate.weight")
     }
-    counts = quantize_nf4(model)
-    torch.manual_seed(seed)
-    model = nf4_lora(model, LoraConfig(**lora))
-    if world > 1:
-        fully_shard_layers(model)
+    if staged:
+        model = load_staged(base, LoraConfig(**lora), dtype=torch.float32, seed=seed, log=log)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        model.config.use_cache = False
+        quantize_nf4(model)
+        model = nf4_lora(model, LoraConfig(**lora), seed=seed)
+        if world > 1:
+            fully_shard_layers(model)
+    counts = {
+        "linear": sum(isinstance(m, NF4Linear) for m in model.modules()),
+        "experts": sum(isinstance(m, NF4Experts) for m in model.modules()),
+    }
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     losses = []
     for step in range(steps):
