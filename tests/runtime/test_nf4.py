@@ -3,11 +3,12 @@ tiny Qwen3-MoE: the quantised forward, the adapter in PEFT's format, FSDP2 on 2 
 one process, and the memory."""
 
 import json
+import shutil
 
 import pytest
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from torchao.quantization import NF4Tensor
 from transformers import AutoModelForCausalLM
 
@@ -120,16 +121,52 @@ def test_staged_loader_builds_the_same_model_layer_by_layer(moe):
     model = load(root)
     quantize_nf4(model)
     model = nf4_lora(model, LoraConfig(**LORA), seed=3)
-    got, want = dict(staged.named_parameters()), dict(model.named_parameters())
-    assert got.keys() == want.keys()
-    inner = ("quantized_data", "quantized_scalers", "quantization_factor", "scaler_mean")
-    for name, p in got.items():
-        assert p.requires_grad == want[name].requires_grad == ("lora_" in name)
-        if isinstance(p, NF4Tensor):
-            assert all(torch.equal(getattr(p, t), getattr(want[name], t)) for t in inner), name
-        else:
-            assert torch.equal(p, want[name]), name
+    assert same(nf4_state(staged), nf4_state(model))
+    assert all(p.requires_grad == ("lora_" in name) for name, p in staged.named_parameters())
     ids = token_blocks(root / "base", root / "train.jsonl", 1, 2, 24)[0]
+    with torch.no_grad():
+        assert torch.equal(staged(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def nf4_state(model) -> dict:
+    """Every parameter, an NF4 one as its packed data and scales."""
+    inner = ("quantized_data", "quantized_scalers", "quantization_factor", "scaler_mean")
+    return {
+        name: [getattr(p, t) for t in inner] if isinstance(p, NF4Tensor) else [p]
+        for name, p in model.named_parameters()
+    }
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(
+        all(torch.equal(x, y) for x, y in zip(a[k], b[k], strict=True)) for k in a
+    )
+
+
+def test_staged_loader_reads_fused_experts_and_ties_embeddings(moe, setup, tmp_path):
+    """Experts saved fused (one (E, 2I, H) tensor, as other tools write them) read expert by
+    expert; a dense model with tied embeddings keeps them tied."""
+    root, _ = moe
+    # the in-memory state dict is the fused layout
+    fused = {k: v.contiguous() for k, v in load(root).state_dict().items()}
+    assert fused["model.layers.0.mlp.experts.gate_up_proj"].shape == (4, 64, 32)
+    (tmp_path / "fused").mkdir()
+    save_file(fused, tmp_path / "fused" / "model.safetensors")
+    shutil.copy(root / "base" / "config.json", tmp_path / "fused")
+    lora = LoraConfig(**LORA)
+    assert same(
+        nf4_state(load_staged(tmp_path / "fused", lora, dtype=torch.float32)),
+        nf4_state(load_staged(root / "base", lora, dtype=torch.float32)),
+    )
+    dense_lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
+    staged = load_staged(setup / "base", dense_lora, dtype=torch.float32)
+    model = load(setup)
+    assert quantize_nf4(model) == {"linear": 14, "experts": 0}  # 4 attention + 3 MLP, x 2
+    model = nf4_lora(model, dense_lora)
+    assert same(nf4_state(staged), nf4_state(model))
+    inner = staged.get_base_model()
+    assert inner.lm_head.weight is inner.model.embed_tokens.weight
+    ids = token_blocks(setup / "base", setup / "train.jsonl", 1, 2, 24)[0]
     with torch.no_grad():
         assert torch.equal(staged(input_ids=ids).logits, model(input_ids=ids).logits)
 
