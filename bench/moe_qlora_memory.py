@@ -11,8 +11,10 @@ reclaimable): at start (imports done), its peak while loading, after loading, an
 the step; and the bytes of its shards (NF4 weights, LoRA, frozen bf16 rest).
 
 What to expect: after loading, a rank holds its half of the NF4 model (~28% of bf16 for the
-quantised weights) plus its half of embeddings and LM head; the loading peak exceeds that by about
-one decoder layer in bf16 and its quantisation, the same at both depths. Prints numbers only.
+quantised weights) plus its half of embeddings and LM head; the loading peak exceeds that by less
+than one decoder layer in bf16 (a layer's attention and one expert's quantisation temporaries),
+the same at both depths. The step's peak (CPU autograd, dequantised experts, the root's gathered
+embeddings and LM head) is printed for reference. Prints numbers only.
 
     .venv/bin/python bench/moe_qlora_memory.py [--depths 8,16] [--experts 24] [--hidden 1024]
         [--moe-intermediate 768] [--dir DIR]
