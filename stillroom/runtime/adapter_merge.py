@@ -32,7 +32,7 @@ import torch
 
 from ..io import atomic_dir
 from .hooks import WeightHooks
-from .merge import INDEX, _is_weight_file, _weight_map
+from .merge import INDEX, is_weight_file, shard_map
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -374,7 +374,7 @@ def stream_merge(
         raise ValueError(f"output {out} must differ from the base and the adapter")
     _check_base(adapter, base, _adapter_config(adapter))
     _check_full_precision(base)
-    weight_map = _weight_map(base)
+    weight_map = shard_map(base)
     shards = sorted(set(weight_map.values()))
     headers = {s: _read_header(base / s) for s in shards}
     infos = {k: headers[s][1][k] for k, s in weight_map.items()}
@@ -457,10 +457,10 @@ def stream_merge(
         if (base / INDEX).exists():
             shutil.copy2(base / INDEX, tmp / INDEX)
         for src in sorted(base.iterdir()):
-            if src.is_file() and not _is_weight_file(src):
+            if src.is_file() and not is_weight_file(src):
                 shutil.copy2(src, tmp / src.name)
         for src in sorted(adapter.iterdir()):
-            if src.is_file() and src.name not in NOT_SERVED and not _is_weight_file(src):
+            if src.is_file() and src.name not in NOT_SERVED and not is_weight_file(src):
                 shutil.copy2(src, tmp / src.name)
         (tmp / "adapter").mkdir()
         for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):

@@ -28,7 +28,7 @@ SINGLE = "model.safetensors"
 _WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf"}
 
 
-def _weight_map(model_dir: Path) -> dict[str, str]:
+def shard_map(model_dir: Path) -> dict[str, str]:
     """Tensor name -> shard file name, from the index when there is one."""
     if (model_dir / INDEX).exists():
         return json.loads((model_dir / INDEX).read_text(encoding="utf-8"))["weight_map"]
@@ -53,7 +53,7 @@ def _check_keys(base: Path, tuned: Path, base_map: dict, tuned_map: dict) -> Non
         )
 
 
-def _is_weight_file(path: Path) -> bool:
+def is_weight_file(path: Path) -> bool:
     return path.suffix in _WEIGHT_SUFFIXES or path.name.endswith(".index.json")
 
 
@@ -77,7 +77,7 @@ def interpolate(
         raise ValueError(f"tuned_weight must be in [0, 1], got {tuned_weight}")
     if out.resolve() in (base.resolve(), tuned.resolve()):
         raise ValueError(f"output {out} must differ from the input checkpoints")
-    base_map, tuned_map = _weight_map(base), _weight_map(tuned)
+    base_map, tuned_map = shard_map(base), shard_map(tuned)
     _check_keys(base, tuned, base_map, tuned_map)
     hooks = hooks or WeightHooks(None)
     hooks.check_names(sorted(base_map), str(base))
@@ -146,7 +146,7 @@ def interpolate(
             }
             write_json(tmp / INDEX, {"metadata": {"total_size": n_bytes}, "weight_map": weight_map})
         for src in sorted(tuned.iterdir()):
-            if src.is_file() and not _is_weight_file(src):
+            if src.is_file() and not is_weight_file(src):
                 shutil.copy2(src, tmp / src.name)
         file_bytes = sum((tmp / name).stat().st_size for name in names)
 

@@ -462,10 +462,10 @@ class _Checkpoint:
     first read until ``close``."""
 
     def __init__(self, model_dir: Path, dtype: torch.dtype):
-        from .merge import _weight_map
+        from .merge import shard_map
 
         self.dir, self.dtype = model_dir, dtype
-        self.files = _weight_map(model_dir)
+        self.files = shard_map(model_dir)
         self.handles: dict[str, object] = {}
 
     def __contains__(self, key: str) -> bool:

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from stillroom.runtime.adapter_merge import stream_merge
 from stillroom.runtime.hooks import WeightHooks
-from stillroom.runtime.merge import _weight_map
+from stillroom.runtime.merge import shard_map
 
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 EXPERTS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
@@ -75,7 +75,7 @@ def _peft_merged(base, adapter, dtype=torch.float32):
 
 def _tensors(model_dir):
     out = {}
-    for key, shard in _weight_map(model_dir).items():
+    for key, shard in shard_map(model_dir).items():
         with safe_open(model_dir / shard, framework="pt") as fh:
             out[key] = fh.get_tensor(key)
     return out
@@ -83,7 +83,7 @@ def _tensors(model_dir):
 
 def _raw(model_dir, key):
     """The stored bytes of tensor ``key``."""
-    shard = model_dir / _weight_map(model_dir)[key]
+    shard = model_dir / shard_map(model_dir)[key]
     with open(shard, "rb") as fh:
         n = int.from_bytes(fh.read(8), "little")
         begin, end = json.loads(fh.read(n))[key]["data_offsets"]
@@ -113,7 +113,7 @@ def test_merged_logits_equal_the_adapter_models(merged):
     from transformers import AutoModelForCausalLM
 
     base, adapter, out, summary = merged
-    on_disk = _weight_map(base)
+    on_disk = shard_map(base)
     assert any(".experts.0.gate_proj." in k for k in on_disk)  # one tensor per expert on disk
     with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter)
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -217,13 +217,13 @@ def test_fused_expert_stacks_on_disk_are_merged_expert_by_expert(moe, tmp_path):
     model.config.save_pretrained(fused)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     save_file(state, fused / "model.safetensors", metadata={"format": "pt"})
-    assert any(k.endswith("mlp.experts.gate_up_proj") for k in _weight_map(fused))
+    assert any(k.endswith("mlp.experts.gate_up_proj") for k in shard_map(fused))
     adapter = _adapter(root / "base", tmp_path / "adapter", seed=3)
     cfg = json.loads((adapter / "adapter_config.json").read_text())
     cfg["base_model_name_or_path"] = str(fused)
     (adapter / "adapter_config.json").write_text(json.dumps(cfg))
     stream_merge(fused, adapter, tmp_path / "out")
-    assert _weight_map(tmp_path / "out").keys() == _weight_map(fused).keys()
+    assert shard_map(tmp_path / "out").keys() == shard_map(fused).keys()
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out").state_dict()
     reference = _peft_merged(root / "base", adapter)
     for key, value in reference.items():
