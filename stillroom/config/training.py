@@ -346,7 +346,8 @@ class Train(Section):
         "flex_attention also load",
     )
     optim: Optimizer = Field(
-        "adamw_torch",
+        # transformers' own default: the fused kernel (numbers as before this key existed)
+        "adamw_torch_fused",
         description="the optimizer (a transformers optim name); its package is checked when the "
         "job starts. adamw_torch_4bit / adamw_torch_8bit (torchao) only on one GPU",
     )

@@ -187,7 +187,7 @@ def test_optim_names_are_transformers_own_with_their_packages():
     ):
         assert {OPTIMIZERS[o.value][0] for o in group} == {module}
     assert set(ONE_DEVICE_OPTIMIZERS) == {o.value for o in trainer_optimizer._TORCHAO_OPTIMIZERS}
-    assert Train.parse({}).optim == "adamw_torch"
+    assert Train.parse({}).optim == "adamw_torch_fused"  # transformers' default
     assert Train.parse({"optim": "sgd"}).optim == "sgd"
     with pytest.raises(ConfigError, match=r"train.optim: Input should be 'adamw_torch', .*'adamw"):
         Train.parse({"optim": "adam"}, where="train")
