@@ -335,7 +335,17 @@ class Train(Section):
     method: Literal["full", "lora", "qlora"] = Field(
         "full", description="full-parameter SFT, or LoRA / QLoRA adapters merged into the base"
     )
-    load_in_4bit: bool = Field(False, description="load the base in NF4 (method qlora only)")
+    load_in_4bit: bool = Field(
+        False,
+        description="load the base in NF4 (method qlora only): bitsandbytes, nn.Linear layers "
+        "only (fused experts stay bf16), as data-parallel replicas or under device_map",
+    )
+    quantize_moe_experts: bool = Field(
+        False,
+        description="with load_in_4bit: attention, dense MLP and the fused experts in NF4 "
+        "(torchao), read layer by layer from the checkpoint by the staged loader and "
+        "FSDP2-sharded over train.distributed's processes as each layer is read",
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description="auto: float32 weights (bf16 compute on GPU); bf16 only for a frozen base",
@@ -396,6 +406,18 @@ class Train(Section):
             problems.append("load_in_4bit: method 'qlora' needs load_in_4bit: true")
         if self.method == "lora" and self.load_in_4bit:
             problems.append("method: LoRA on a 4-bit base is QLoRA; set method: qlora")
+        if self.quantize_moe_experts and not self.load_in_4bit:
+            problems.append(
+                "quantize_moe_experts: needs method qlora with load_in_4bit: true (a full "
+                "fine-tune drops all three)"
+            )
+        if self.quantize_moe_experts and self.device_map is not None:
+            problems.append(
+                "quantize_moe_experts: the staged NF4 loader places each layer on its process's "
+                "GPU and shards it with FSDP2; it does not spread a device_map (drop device_map "
+                "and run one process per GPU, or drop quantize_moe_experts for bitsandbytes' "
+                "nn.Linear-only NF4 under the device_map)"
+            )
         if not full and not self.lora:
             problems.append(
                 f"lora: method '{self.method}' needs a lora section "
@@ -424,14 +446,16 @@ class Train(Section):
                 )
             if (
                 self.load_in_4bit
+                and not self.quantize_moe_experts
                 and self.device_map is None
                 and d.nodes * d.gpus_per_node > 1
                 and (d.fsdp_size or d.dp_replicate_size > 1)
             ):
                 problems.append(
-                    f"{key}: fsdp_size / dp_replicate_size with load_in_4bit: 4-bit weights "
-                    "cannot be FSDP-sharded here, QLoRA processes are data-parallel replicas "
-                    "(or use device_map)"
+                    f"{key}: fsdp_size / dp_replicate_size with load_in_4bit: bitsandbytes' 4-bit "
+                    "weights do not survive FSDP2 sharding, so its QLoRA processes are "
+                    "data-parallel replicas. Set quantize_moe_experts: true (torchao NF4, "
+                    "FSDP2-sharded by the staged loader), or use device_map"
                 )
         if self.optim in ONE_DEVICE_OPTIMIZERS and self.device_map is not None:
             spread = [
@@ -486,10 +510,10 @@ class Train(Section):
 
     @property
     def sharded(self) -> bool:
-        """FSDP2 shards full-precision models. A 4-bit one cannot be (bitsandbytes' packed NF4
-        parameters do not survive the DTensor conversion, measured): QLoRA processes are
-        replicas."""
-        return self.layout.world_size > 1 and not self.load_in_4bit
+        """FSDP2 shards full-precision models and torchao's NF4 ones (quantize_moe_experts).
+        bitsandbytes' packed NF4 parameters do not survive the DTensor conversion (measured): its
+        QLoRA processes are replicas."""
+        return self.layout.world_size > 1 and (not self.load_in_4bit or self.quantize_moe_experts)
 
 
 # TRL's loss types that work with token-level importance sampling (luspo needs sequence level).

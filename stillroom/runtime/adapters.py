@@ -170,19 +170,43 @@ def disable_cpu_repacking(model) -> int:
 
 
 def trainable_breakdown(model) -> dict[str, Any]:
-    """Trainable parameters by place (attention / experts / other) and the adapter's memory."""
+    """Trainable parameters by place (attention / experts / other), the adapter's memory, and the
+    frozen weights held in 4 bits by each library (bitsandbytes packs two weights a byte; a
+    sharded parameter counts whole)."""
     counts = {"attention": 0, "experts": 0, "other": 0}
+    four_bit = {"bitsandbytes": 0, "torchao": 0}
     nbytes = total = 0
     for name, p in model.named_parameters():
-        total += p.numel()
+        n = p.numel()
+        local = p.to_local() if hasattr(p, "to_local") else p
+        if type(p).__name__ == "Params4bit":
+            n *= 2
+            four_bit["bitsandbytes"] += n
+        elif type(local).__name__ == "NF4Tensor":
+            four_bit["torchao"] += n
+        total += n
         if not p.requires_grad:
             continue
         place = "experts" if ".experts" in name else "attention" if "self_attn" in name else "other"
-        counts[place] += p.numel()
-        nbytes += p.numel() * p.element_size()
+        counts[place] += n
+        nbytes += n * p.element_size()
     return {
         "trainable": counts,
         "trainable_total": sum(counts.values()),
         "parameters_total": total,
         "adapter_bytes": nbytes,
+        "frozen_4bit": four_bit,
+    }
+
+
+def gather_adapter(model) -> dict:
+    """The LoRA tensors of an FSDP2-sharded PEFT model, whole, on CPU; every rank must call it. Only
+    the adapter crosses the network: gathering the base too would be the full model in one
+    process."""
+    from torch.distributed.tensor import DTensor
+
+    return {
+        name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
+        for name, p in model.named_parameters()
+        if "lora_" in name
     }

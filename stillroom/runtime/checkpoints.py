@@ -21,29 +21,37 @@ from pathlib import Path
 import numpy as np
 
 
-def _states(model, optimizer) -> dict:
+def _states(model, optimizer, options=None) -> dict:
     from torch.distributed.checkpoint.state_dict import (
         get_model_state_dict,
         get_optimizer_state_dict,
     )
 
     return {
-        "model": get_model_state_dict(model),
-        "optim": get_optimizer_state_dict(model, optimizer),
+        "model": get_model_state_dict(model, options=options),
+        "optim": get_optimizer_state_dict(model, optimizer, options=options),
     }
 
 
-def sharded_checkpoints(directory: Path, every: int, resume: str | None, keep: int = 2):
+def sharded_checkpoints(
+    directory: Path, every: int, resume: str | None, keep: int = 2, adapter_only: bool = False
+):
     """A TrainerCallback saving ``directory/checkpoint-<step>`` every ``every`` steps and restoring
-    ``resume`` (one such directory) when training begins."""
+    ``resume`` (one such directory) when training begins. ``adapter_only``: the frozen base is
+    left out (it is reloaded from the base checkpoint), so a LoRA checkpoint of a 501B model
+    holds the adapter and its optimizer state, not the base again (nor NF4 tensors, which
+    torch.distributed.checkpoint does not write)."""
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
         set_model_state_dict,
         set_optimizer_state_dict,
     )
     from transformers import TrainerCallback
+
+    options = StateDictOptions(ignore_frozen_params=adapter_only, strict=not adapter_only)
 
     class ShardedCheckpoints(TrainerCallback):
         def on_train_begin(
@@ -51,10 +59,10 @@ def sharded_checkpoints(directory: Path, every: int, resume: str | None, keep: i
         ):
             if not resume:
                 return
-            states = _states(model, optimizer)
+            states = _states(model, optimizer, options)
             dcp.load(states, checkpoint_id=Path(resume) / "dcp")
-            set_model_state_dict(model, states["model"])
-            set_optimizer_state_dict(model, optimizer, states["optim"])
+            set_model_state_dict(model, states["model"], options=options)
+            set_optimizer_state_dict(model, optimizer, states["optim"], options=options)
             lr_scheduler.load_state_dict(
                 torch.load(Path(resume) / "scheduler.pt", weights_only=True)
             )
@@ -65,7 +73,7 @@ def sharded_checkpoints(directory: Path, every: int, resume: str | None, keep: i
             if state.global_step % every:
                 return
             target = directory / f"checkpoint-{state.global_step}"
-            dcp.save(_states(model, optimizer), checkpoint_id=target / "dcp")
+            dcp.save(_states(model, optimizer, options), checkpoint_id=target / "dcp")
             # Each rank's RNG state, in the Trainer's own file layout so its resume restores it
             # (dropout).
             rng = {

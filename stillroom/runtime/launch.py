@@ -61,6 +61,27 @@ def load_kwargs(params: Train | Grpo) -> dict[str, Any]:
     return kwargs
 
 
+def fsdp_mesh(layout: Layout, cuda: bool):
+    """The device mesh FSDP2 shards over for ``layout``, on this torchrun worker (the process group
+    started here when nothing has started it): one dimension of fsdp_size, or (replicas,
+    fsdp_size) for HSDP, whose shards then stay within a node and only the gradient all-reduce
+    crosses nodes. transformers builds the same from ``DistributedConfig``; the staged NF4 loader
+    builds its model itself and takes this one."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if not dist.is_initialized():
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if cuda else "gloo")
+    if layout.dp_replicate_size == 1:
+        shape, names = (layout.fsdp_size,), ("dp_shard",)
+    else:
+        shape, names = (layout.dp_replicate_size, layout.fsdp_size), ("dp_replicate", "dp_shard")
+    return init_device_mesh("cuda" if cuda else "cpu", shape, mesh_dim_names=names)
+
+
 def gather_state(model) -> dict:
     """The full state dict of an FSDP2-sharded model, on CPU; every rank must call it (it
     all-gathers)."""

@@ -630,7 +630,7 @@ def save_adapter(model, out_dir, *, write: bool = True) -> dict[str, torch.Tenso
     """Gather the adapter of ``model`` (``nf4_lora``'s, sharded or not; every rank must call) and,
     when ``write`` (rank 0), save it in PEFT's format to ``out_dir``. Returns the gathered LoRA
     tensors under the model's parameter names."""
-    from .sft import gather_adapter
+    from .adapters import gather_adapter
 
     state = gather_adapter(model)
     if write:

@@ -22,9 +22,9 @@ from typing import Any
 from ..config import ConfigError, Train
 from ..config.training import OPTIMIZERS
 from ..io import DataError
+from . import launch
 from .adapters import disable_cpu_repacking, lora_config, quantization_config
 from .checkpoints import sharded_checkpoints
-from .launch import load_kwargs
 from .templates import TrainingTemplate
 
 
@@ -158,7 +158,7 @@ def load_model(base_dir, params: Train):
 
     cuda = torch.cuda.is_available()
     dtype = _dtype(params, cuda)
-    kwargs = load_kwargs(params)
+    kwargs = launch.load_kwargs(params)
     if params.load_in_4bit:
         # a whole 4-bit replica on this process's device, unless a map spreads it
         kwargs["quantization_config"] = quantization_config(dtype)
@@ -175,6 +175,41 @@ def load_model(base_dir, params: Train):
     return model
 
 
+def load_staged_model(base_dir, params: Train, seed: int = 0, log: Callable[[str], Any] = print):
+    """QLoRA with every weight matrix in torchao NF4, fused experts included
+    (``quantize_moe_experts``): the PEFT model built by the staged loader, each layer read,
+    quantised, given its LoRA and FSDP2-sharded over this job's processes before the next is
+    read. Sharded, it is marked as sharded at load time, so the Trainer neither wraps it in DDP
+    nor shards it again, and defers gradient reduction across accumulation steps as it does for
+    transformers' own load-time FSDP2."""
+    import math
+
+    import torch
+    from transformers.distributed import DistributedConfig
+
+    from .nf4 import SHARDS, load_staged
+
+    cuda = torch.cuda.is_available()
+    layout = params.layout
+    mesh = launch.fsdp_mesh(layout, cuda) if params.sharded else None
+    model = load_staged(
+        Path(base_dir),
+        lora_config(params.lora),
+        mesh=mesh,
+        dtype=_dtype(params, cuda),
+        # the same quantised values on every layout whose shards divide 8; more shards otherwise
+        shards=math.lcm(SHARDS, layout.fsdp_size),
+        seed=seed,
+        log=log,
+    )
+    if mesh is not None:
+        model.is_distributed_loading_by_transformers = True
+        model.config.distributed_config = DistributedConfig(
+            fsdp_size=layout.fsdp_size, dp_replicate_size=layout.dp_replicate_size
+        )
+    return model
+
+
 def build_trainer(
     base_dir,
     encoded: list[dict],
@@ -183,6 +218,7 @@ def build_trainer(
     callbacks=(),
     resume: str | None = None,
     seed: int = 0,
+    log: Callable[[str], Any] = print,
 ):
     """The SFTTrainer for ``encoded`` examples (``encode_examples``), the model loaded fresh from
     ``base_dir``."""
@@ -194,7 +230,10 @@ def build_trainer(
     cuda = torch.cuda.is_available()
     sharded = params.sharded
     tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
-    model = load_model(base_dir, params)
+    staged = params.quantize_moe_experts
+    model = (
+        load_staged_model(base_dir, params, seed, log) if staged else load_model(base_dir, params)
+    )
     config = SFTConfig(
         output_dir=str(output_dir),
         learning_rate=params.lr,
@@ -237,7 +276,8 @@ def build_trainer(
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=list(callbacks),
-        peft_config=lora_config(params.lora) if params.lora else None,
+        # the staged loader's model carries its adapter already
+        peft_config=lora_config(params.lora) if params.lora and not staged else None,
     )
     # TRL refuses a custom collator with BFD packing (it assumes flash-attention varlen); swap it in
     # after.
@@ -249,21 +289,12 @@ def build_trainer(
     # progress goes through our own log callable
     trainer.remove_callback(PrinterCallback)
     if sharded and params.save_steps:
-        trainer.add_callback(sharded_checkpoints(Path(output_dir), params.save_steps, resume))
+        trainer.add_callback(
+            sharded_checkpoints(
+                Path(output_dir), params.save_steps, resume, adapter_only=params.lora is not None
+            )
+        )
         # The Trainer cannot load weights into a load-time-sharded model; the callback restores
         # them.
         trainer._load_from_checkpoint = lambda *args, **kwargs: None
     return trainer
-
-
-def gather_adapter(model) -> dict:
-    """The LoRA tensors of an FSDP2-sharded PEFT model, whole, on CPU; every rank must call it. Only
-    the adapter crosses the network: gathering the base too would be the full model in one
-    process."""
-    from torch.distributed.tensor import DTensor
-
-    return {
-        name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
-        for name, p in model.named_parameters()
-        if "lora_" in name
-    }

@@ -21,7 +21,12 @@ from ..grading.formats import with_effort_tag
 from ..io import DataError, atomic_dir, write_json
 from ..provenance import digest
 from ..runtime import launch
-from ..runtime.adapters import check_saved_adapter, resolve_targets, trainable_breakdown
+from ..runtime.adapters import (
+    check_saved_adapter,
+    gather_adapter,
+    resolve_targets,
+    trainable_breakdown,
+)
 from ..runtime.checkpoints import (
     last_checkpoint,
     save_adapter_for_inference,
@@ -32,7 +37,6 @@ from ..runtime.sft import (
     build_trainer,
     check_optimizer,
     encode_examples,
-    gather_adapter,
     progress_callback,
     supervision_stats,
 )
@@ -198,12 +202,24 @@ def train_sft(
     with atomic_dir(out_dir) if main else tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         trainer = build_trainer(
-            base_dir, encoded, p, checkpoints, callbacks=callbacks, resume=last, seed=p.seed
+            base_dir,
+            encoded,
+            p,
+            checkpoints,
+            callbacks=callbacks,
+            resume=last,
+            seed=p.seed,
+            log=log if main else lambda _: None,
         )
         breakdown = trainable_breakdown(trainer.model)
+        four_bit = {k: v for k, v in breakdown["frozen_4bit"].items() if v}
         log(
             f"trainable parameters {breakdown['trainable']} of {breakdown['parameters_total']:,} "
             f"({breakdown['adapter_bytes'] / 2**20:.2f} MiB)"
+            + "".join(
+                f"; {n:,} frozen in 4 bits by {lib} ({n / breakdown['parameters_total']:.0%})"
+                for lib, n in four_bit.items()
+            )
         )
         packed = trainer.train_dataset
         real = sum(len(ids) for ids in packed["input_ids"])

@@ -18,6 +18,21 @@ LORA = {
     "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
 }
 
+QLORA = {"method": "qlora", "lora": LORA, "load_in_4bit": True}
+
+
+def test_only_torchao_nf4_is_sharded_by_fsdp2():
+    """bitsandbytes' QLoRA processes are replicas; with quantize_moe_experts the staged NF4 model
+    is FSDP2-sharded like a full-precision one, HSDP included."""
+    node = {"distributed": {"gpus_per_node": 8}}
+    assert not Train.parse({**QLORA, **node}).sharded
+    staged = {**QLORA, "quantize_moe_experts": True}
+    assert Train.parse({**staged, **node}).sharded and not Train.parse(staged).sharded
+    hsdp = Train.parse(
+        {**staged, "distributed": {"nodes": 2, "gpus_per_node": 8, "dp_replicate_size": 2}}
+    )
+    assert hsdp.sharded and (hsdp.layout.fsdp_size, hsdp.layout.dp_replicate_size) == (8, 2)
+
 
 @pytest.mark.parametrize(
     "params, message",
@@ -47,6 +62,18 @@ LORA = {
             "train.lora.target_modules: mlp.gate is the router",
         ),
         ({"method": "lora", "lora": {**LORA, "rank": 8}}, "train.lora: unknown key 'rank'"),
+        (
+            {"method": "lora", "lora": LORA, "quantize_moe_experts": True},
+            "train.quantize_moe_experts: needs method qlora with load_in_4bit: true",
+        ),
+        (
+            {**QLORA, "quantize_moe_experts": True, "device_map": "auto"},
+            "train.quantize_moe_experts: the staged NF4 loader .* does not spread a device_map",
+        ),
+        (
+            {**QLORA, "distributed": {"gpus_per_node": 8, "fsdp_size": 8}},
+            "train.distributed: .* do not survive FSDP2 sharding.* Set quantize_moe_experts: true",
+        ),
     ],
 )
 def test_lora_config_fails_before_loading(params, message):

@@ -118,25 +118,14 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
-    """SIGKILL the whole 2-rank job after a sharded checkpoint; the rerun restores model, Adam
-    moments and lr schedule from it and ends where an uninterrupted run ends."""
+def kill_and_resume(base: Path, dataset: Path, params: dict, tmp_path: Path, kill_at: int):
+    """Train with ``params`` straight through; then again, SIGKILLing the whole job once its
+    checkpoint of step ``kill_at`` is complete, and once more, which must resume from it. Returns
+    the two outputs (straight, resumed)."""
     import json
-    import os
     import signal
     import subprocess
     import time
-
-    params = {
-        "lr": 3e-3,
-        "max_steps": 14,
-        "batch_size": 2,
-        "max_length": 128,
-        "logging_steps": 2,
-        "seed": 0,
-        "save_steps": 3,
-        "distributed": {"gpus_per_node": 2},
-    }
 
     def cmd(out):
         return [
@@ -145,9 +134,9 @@ def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
             "stillroom",
             "train",
             "--base",
-            str(setup / "base"),
+            str(base),
             "--dataset",
-            str(setup / "train.jsonl"),
+            str(dataset),
             "--out-model",
             str(out),
             "--params",
@@ -158,17 +147,14 @@ def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
 
     straight = subprocess.run(cmd(tmp_path / "straight"), capture_output=True, text=True)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    out, marker = (
-        tmp_path / "killed",
-        tmp_path / "killed.checkpoints" / "checkpoint-6" / "trainer_state.json",
-    )
+    out = tmp_path / "killed"
+    marker = tmp_path / "killed.checkpoints" / f"checkpoint-{kill_at}" / "trainer_state.json"
     proc = subprocess.Popen(cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    # Preemption kills every process of the job at once (SLURM's cgroup): the launcher, torchrun and
-    # both
-    # ranks, which torchrun starts in sessions of their own.
+    # Preemption kills every process of the job at once (SLURM's cgroup): the launcher, torchrun
+    # and both ranks, which torchrun starts in sessions of their own.
     for pid in [proc.pid, *descendants(proc.pid)]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -177,12 +163,28 @@ def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
     resumed = subprocess.run(cmd(out), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr, resumed.stderr[-4000:]
-    a, b = (
-        load_file(tmp_path / "straight" / "model.safetensors"),
-        load_file(out / "model.safetensors"),
-    )
-    assert set(a) == set(b) and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
     assert not (tmp_path / "killed.checkpoints").exists()
+    return tmp_path / "straight", out
+
+
+def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
+    """SIGKILL the whole 2-rank job after a sharded checkpoint; the rerun restores model, Adam
+    moments and lr schedule from it and ends where an uninterrupted run ends."""
+    params = {
+        "lr": 3e-3,
+        "max_steps": 14,
+        "batch_size": 2,
+        "max_length": 128,
+        "logging_steps": 2,
+        "seed": 0,
+        "save_steps": 3,
+        "distributed": {"gpus_per_node": 2},
+    }
+    straight, out = kill_and_resume(
+        setup / "base", setup / "train.jsonl", params, tmp_path, kill_at=6
+    )
+    a, b = load_file(straight / "model.safetensors"), load_file(out / "model.safetensors")
+    assert set(a) == set(b) and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
 
 
 def test_qlora_processes_are_data_parallel_replicas(setup, tmp_path):
@@ -213,7 +215,7 @@ def test_qlora_processes_are_data_parallel_replicas(setup, tmp_path):
         )
     assert runs["two"]["world_size"] == 2
     assert runs["two"]["losses"] == pytest.approx(runs["one"]["losses"], rel=1e-3)
-    with pytest.raises(ConfigError, match="train.distributed: .* cannot be FSDP-sharded"):
+    with pytest.raises(ConfigError, match="train.distributed: .* do not survive FSDP2 sharding"):
         Params.parse({**common, "distributed": {"gpus_per_node": 2, "fsdp_size": 2}}, where="train")
 
 
