@@ -19,6 +19,20 @@ from .base import Effort, PositiveInt, Regex, Section
 # what each target resolves to (runtime/adapters.py); this is the early refusal by spelling.
 ROUTER = re.compile(r"(^|\.)(gate|router)(\.|$)")
 
+# LoRA on a parameter that expert parallelism shards (PEFT's ParamWrapper, i.e. target_parameters
+# on the fused experts) fails in the first forward, on any backend: PEFT adds its plain-tensor
+# delta to the expert DTensor before transformers' dispatch swaps in the local shard (measured on 2
+# gloo ranks, transformers 5.24, peft 0.21; tests/runtime/test_expert_parallel.py re-runs it).
+EP_PARAMETER_ERROR = (
+    "aten.baddbmm.default got mixed torch.Tensor and DTensor, need to convert all torch.Tensor "
+    "to DTensor before calling distributed operators!"
+)
+EP_PARAMETER_LORA = (
+    "PEFT's LoRA on expert-parallel fused experts fails in the forward on any backend "
+    f"(RuntimeError: {EP_PARAMETER_ERROR}); put LoRA on target_modules only (attention, dense "
+    "MLP), or drop expert_parallel_size"
+)
+
 # transformers' optimizer names (its OptimizerNames), each with the package it needs beyond torch
 # and transformers: (module imported, distribution to install). GaLore and APOLLO are left out:
 # they need optim_target_modules, which train does not set.
@@ -237,16 +251,26 @@ class Layout:
     fsdp_size: int
     dp_replicate_size: int
     world_size: int
+    # ranks of an FSDP group that split the experts between them (1: every rank holds them all)
+    expert_parallel_size: int = 1
 
 
 class Distributed(Section):
     """Processes: nodes x gpus_per_node, FSDP2-sharded (fsdp_size), replicated
-    (dp_replicate_size)."""
+    (dp_replicate_size); the MoE experts optionally split over the ranks of each FSDP group
+    (expert_parallel_size)."""
 
     nodes: PositiveInt = 1
     gpus_per_node: PositiveInt = 1
     fsdp_size: PositiveInt | None = None
     dp_replicate_size: PositiveInt = 1
+    expert_parallel_size: PositiveInt = Field(
+        1,
+        description="expert parallelism: each FSDP group's ranks split the MoE experts between "
+        "them and send each token to its experts' rank (all-to-all); dense weights stay "
+        "FSDP-sharded over the same ranks, so the world size is unchanged. Must divide fsdp_size "
+        "and the model's expert count (checked when the job starts)",
+    )
 
     @model_validator(mode="after")
     def _sizes(self) -> Distributed:
@@ -262,6 +286,14 @@ class Distributed(Section):
                 f"fsdp_size: {fsdp} x dp_replicate_size {self.dp_replicate_size} must equal the "
                 f"world size {world} (nodes {self.nodes} x gpus_per_node {self.gpus_per_node})"
             )
+        # transformers lays the experts over (dp_replicate, fsdp / ep, ep): an EP group lies
+        # within one FSDP group, whose ranks then hold fsdp / ep copies of each expert
+        if fsdp % self.expert_parallel_size:
+            raise ValueError(
+                f"expert_parallel_size: {self.expert_parallel_size} does not divide fsdp_size "
+                f"{fsdp} (the experts are split over the ranks of one FSDP group; world size "
+                f"{world})"
+            )
         return self
 
     def layout(self, device_map: bool = False) -> Layout:
@@ -270,7 +302,14 @@ class Distributed(Section):
             return Layout(self.nodes, self.gpus_per_node, 1, 1, 1)
         world = self.nodes * self.gpus_per_node
         fsdp = self.fsdp_size or world // self.dp_replicate_size
-        return Layout(self.nodes, self.gpus_per_node, fsdp, self.dp_replicate_size, world)
+        return Layout(
+            self.nodes,
+            self.gpus_per_node,
+            fsdp,
+            self.dp_replicate_size,
+            world,
+            self.expert_parallel_size,
+        )
 
 
 class TrainStage(Section):
@@ -369,6 +408,11 @@ class Train(Section):
         "the checkpoint keeps the student's own",
     )
     distributed: Distributed = Distributed()
+    expert_parallel_backend: Literal["torch"] = Field(
+        "torch",
+        description="how distributed.expert_parallel_size moves tokens to their experts: torch "
+        "(transformers' all-to-all over torch.distributed, NCCL or gloo)",
+    )
     device_map: str | dict[str, Any] | None = Field(
         None, description="model parallel in one process (e.g. auto)"
     )
@@ -498,6 +542,41 @@ class Train(Section):
             object.__setattr__(self, "epochs", 1.0)  # the default of an unstaged fine-tune
         return self
 
+    @model_validator(mode="after")
+    def _expert_parallel(self) -> Train:
+        layouts = {"distributed": self.distributed}
+        layouts.update(
+            (f"stages.{i}.distributed", st.distributed)
+            for i, st in enumerate(self.stages)
+            if st.distributed is not None
+        )
+        problems = []
+        for key, d in layouts.items():
+            ep = d.expert_parallel_size
+            if ep == 1:
+                continue
+            if self.device_map is not None:
+                problems.append(
+                    f"{key}.expert_parallel_size: {ep} with device_map: expert parallelism splits "
+                    "the experts over FSDP2 processes; a device map is one process"
+                )
+            if self.load_in_4bit:
+                problems.append(
+                    f"{key}.expert_parallel_size: {ep} with load_in_4bit: expert parallelism "
+                    "splits the experts of a bf16 base loaded sharded by transformers. "
+                    "bitsandbytes' 4-bit base loads whole in each process, and the staged NF4 "
+                    "loader (quantize_moe_experts) shards every expert's NF4 weights over the "
+                    "FSDP2 ranks instead of placing whole experts: drop expert_parallel_size"
+                )
+            if self.lora and self.lora.target_parameters:
+                problems.append(
+                    f"{key}.expert_parallel_size: {ep} with lora.target_parameters "
+                    f"{self.lora.target_parameters}: {EP_PARAMETER_LORA}"
+                )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
     def stage_layout(self, stage: TrainStage | None) -> Layout:
         """The processes of ``stage``'s job: its own distributed, else train.distributed."""
         if stage is None or stage.distributed is None:
@@ -575,6 +654,12 @@ class Grpo(Section):
 
     @model_validator(mode="after")
     def _groups(self) -> Grpo:
+        if self.distributed.expert_parallel_size > 1:
+            raise ValueError(
+                f"distributed.expert_parallel_size: {self.distributed.expert_parallel_size}: "
+                "expert parallelism is wired for train only (GRPO's generation is not tested "
+                "with it); drop the key"
+            )
         world = self.layout.world_size
         if self.prompts_per_step % world:
             raise ValueError(

@@ -30,8 +30,8 @@ BASE_PORT, PORT_RANGE = 20000, 30000
 
 
 def load_kwargs(params: Train | Grpo) -> dict[str, Any]:
-    """Extra ``from_pretrained`` arguments: the FSDP2 mesh for several processes, or a device
-    map."""
+    """Extra ``from_pretrained`` arguments: the FSDP2 mesh for several processes (with the
+    experts split over each FSDP group's ranks under expert parallelism), or a device map."""
     layout = params.layout
     if params.sharded:
         import torch
@@ -43,6 +43,8 @@ def load_kwargs(params: Train | Grpo) -> dict[str, Any]:
             "distributed_config": DistributedConfig(
                 fsdp_size=layout.fsdp_size,
                 dp_replicate_size=layout.dp_replicate_size,
+                # experts split over the ranks of each FSDP group, reached by all-to-all
+                ep_size=layout.expert_parallel_size,
                 fsdp_mixed_precision=torch.cuda.is_available(),
             )
         }

@@ -23,7 +23,7 @@ from ..config import ConfigError, Train
 from ..config.training import OPTIMIZERS
 from ..io import DataError
 from . import launch
-from .adapters import disable_cpu_repacking, lora_config, quantization_config
+from .adapters import disable_cpu_repacking, lora_config, meta_model, quantization_config
 from .checkpoints import sharded_checkpoints
 from .templates import TrainingTemplate
 
@@ -138,6 +138,38 @@ def check_optimizer(params: Train) -> None:
             f"train.optim: {params.optim} needs the package {package} (module {module}), which "
             f"this environment ({sys.prefix}) lacks: install it on the training nodes, or use "
             "adamw_torch"
+        )
+
+
+def check_expert_parallel(base_dir, params: Train) -> None:
+    """``params``' expert parallelism can split the experts of the model in ``base_dir`` evenly:
+    checked on a meta-device build before any weight loads (transformers finds out mid-load)."""
+    import re
+
+    ep = params.layout.expert_parallel_size
+    if ep == 1:
+        return
+    where = f"train.distributed.expert_parallel_size: {ep}"
+    model = meta_model(base_dir)
+    dispatched = [
+        re.compile(pattern.replace(".", r"\.").replace("*", r"\d+"))
+        for pattern, style in model.ep_plan.items()
+        if style == "ep_dispatch_experts"
+    ]
+    counts = {
+        module.num_experts
+        for name, module in model.named_modules()
+        if any(p.fullmatch(name) for p in dispatched)
+    }
+    if not counts:
+        raise ConfigError(
+            f"{where}, but {type(model).__name__} ({base_dir}) has no experts transformers can "
+            "split (no expert-parallel plan): drop the key"
+        )
+    if uneven := sorted(n for n in counts if n % ep):
+        raise ConfigError(
+            f"{where} does not divide the {', '.join(map(str, uneven))} experts per layer of "
+            f"{base_dir}: each rank must hold as many experts"
         )
 
 

@@ -35,6 +35,7 @@ from ..runtime.checkpoints import (
 from ..runtime.hooks import WeightHooks, step_callback
 from ..runtime.sft import (
     build_trainer,
+    check_expert_parallel,
     check_optimizer,
     encode_examples,
     progress_callback,
@@ -156,6 +157,7 @@ def train_sft(
 
     p = Params.parse(params, where="train")
     check_optimizer(p)
+    check_expert_parallel(base_dir, p)
     if p.lora:
         resolve_targets(base_dir, p.lora)
     main = launch.rank() == 0

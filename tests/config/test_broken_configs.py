@@ -1080,7 +1080,13 @@ def test_every_recipe_resolves_with_every_default_filled_in(base):
         resolve(resolved, REPO) == resolved
     )  # resolving is idempotent: jobs re-check their params
     assert resolved["train"]["distributed"] == {
-        **{"nodes": 1, "gpus_per_node": 1, "fsdp_size": None, "dp_replicate_size": 1},
+        **{
+            "nodes": 1,
+            "gpus_per_node": 1,
+            "fsdp_size": None,
+            "dp_replicate_size": 1,
+            "expert_parallel_size": 1,
+        },
         **base.get("train", {}).get("distributed", {}),
     }
 

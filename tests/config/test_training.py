@@ -7,7 +7,7 @@ import typing
 
 import pytest
 
-from stillroom.config import ConfigError, Train
+from stillroom.config import ConfigError, Grpo, Train
 from stillroom.config.training import ONE_DEVICE_OPTIMIZERS, OPTIMIZERS, Attention
 
 LORA = {
@@ -291,3 +291,78 @@ def test_attention_is_one_transformers_accepts_and_unshipped_keys_go_with_unknow
     lines = str(err.value).splitlines()
     assert lines[1].strip().startswith("train.use_sonicmoe: this repository does not ship")
     assert "unknown key 'optimiser' (did you mean 'optim'?)" in lines[2]
+
+
+def test_expert_parallelism_splits_each_fsdp_group_and_keeps_the_world_size():
+    d = Train.parse(
+        {
+            "distributed": {"nodes": 2, "gpus_per_node": 8, "expert_parallel_size": 8},
+            "expert_parallel_backend": "torch",
+        }
+    ).layout
+    assert (d.world_size, d.fsdp_size, d.expert_parallel_size) == (16, 16, 8)
+    assert Train.parse({}).layout.expert_parallel_size == 1
+    assert Train.parse({}).expert_parallel_backend == "torch"
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (
+            {"distributed": {"gpus_per_node": 4, "expert_parallel_size": 3}},
+            r"train.distributed.expert_parallel_size: 3 does not divide fsdp_size 4",
+        ),
+        (
+            {
+                "distributed": {
+                    "nodes": 2,
+                    "gpus_per_node": 4,
+                    "dp_replicate_size": 2,
+                    "expert_parallel_size": 8,
+                }
+            },
+            r"expert_parallel_size: 8 does not divide fsdp_size 4 .*world size 8",
+        ),
+        (
+            {"distributed": {"expert_parallel_size": 2}},
+            r"expert_parallel_size: 2 does not divide fsdp_size 1",
+        ),
+        (
+            {"device_map": "auto", "distributed": {"gpus_per_node": 2, "expert_parallel_size": 2}},
+            r"train.distributed.expert_parallel_size: 2 with device_map: .* is one process",
+        ),
+        (
+            {
+                "method": "lora",
+                "lora": LORA,
+                "distributed": {"gpus_per_node": 2, "expert_parallel_size": 2},
+            },
+            r"train.distributed.expert_parallel_size: 2 with lora.target_parameters \[.*\]: "
+            r".*got mixed torch.Tensor and DTensor.*put LoRA on target_modules only",
+        ),
+        (
+            {
+                "method": "qlora",
+                "load_in_4bit": True,
+                "lora": {**LORA, "target_parameters": []},
+                "stages": [
+                    {
+                        "name": "a",
+                        "epochs": 1,
+                        "distributed": {"gpus_per_node": 2, "expert_parallel_size": 2},
+                    }
+                ],
+            },
+            r"stages.0.distributed.expert_parallel_size: 2 with load_in_4bit",
+        ),
+        ({"expert_parallel_backend": "nccl"}, r"train.expert_parallel_backend: Input should be"),
+    ],
+)
+def test_expert_parallelism_is_refused_where_it_cannot_run(params, message):
+    with pytest.raises(ConfigError, match=message):
+        Train.parse(params, where="train")
+
+
+def test_grpo_refuses_expert_parallelism():
+    with pytest.raises(ConfigError, match=r"expert parallelism is wired for train only"):
+        Grpo.parse({"distributed": {"gpus_per_node": 2, "expert_parallel_size": 2}}, where="grpo")
