@@ -13,6 +13,7 @@ QLoRA loads the base in bitsandbytes NF4 (double quantisation). bitsandbytes qua
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -169,33 +170,47 @@ def disable_cpu_repacking(model) -> int:
     return len(layers)
 
 
+def four_bit_types() -> tuple[type, ...]:
+    """The 4-bit weight classes (bitsandbytes' ``Params4bit``, torchao's ``NF4Tensor``) of the
+    libraries this process has imported: one not imported holds no weight, and importing it costs
+    seconds."""
+    types: list[type] = []
+    if "bitsandbytes" in sys.modules:
+        from bitsandbytes.nn import Params4bit
+
+        types.append(Params4bit)
+    if "torchao" in sys.modules:
+        from torchao.quantization import NF4Tensor
+
+        types.append(NF4Tensor)
+    return tuple(types)
+
+
 def trainable_breakdown(model) -> dict[str, Any]:
     """Trainable parameters by place (attention / experts / other), the adapter's memory, and the
-    frozen weights held in 4 bits by each library (bitsandbytes packs two weights a byte; a
-    sharded parameter counts whole)."""
+    frozen weights stored in 4 bits by place (what QLoRA quantised; an FSDP2 shard by its local
+    tensor)."""
+    from torch.distributed.tensor import DTensor
+
     counts = {"attention": 0, "experts": 0, "other": 0}
-    four_bit = {"bitsandbytes": 0, "torchao": 0}
+    four_bit = dict.fromkeys(counts, 0)
+    quantized = four_bit_types()
     nbytes = total = 0
     for name, p in model.named_parameters():
-        n = p.numel()
-        local = p.to_local() if hasattr(p, "to_local") else p
-        if type(p).__name__ == "Params4bit":
-            n *= 2
-            four_bit["bitsandbytes"] += n
-        elif type(local).__name__ == "NF4Tensor":
-            four_bit["torchao"] += n
-        total += n
+        total += p.numel()
+        place = "experts" if ".experts" in name else "attention" if "self_attn" in name else "other"
+        local = p.to_local() if isinstance(p, DTensor) else p
+        four_bit[place] += bool(quantized) and isinstance(local, quantized)
         if not p.requires_grad:
             continue
-        place = "experts" if ".experts" in name else "attention" if "self_attn" in name else "other"
-        counts[place] += n
-        nbytes += n * p.element_size()
+        counts[place] += p.numel()
+        nbytes += p.numel() * p.element_size()
     return {
         "trainable": counts,
         "trainable_total": sum(counts.values()),
         "parameters_total": total,
         "adapter_bytes": nbytes,
-        "frozen_4bit": four_bit,
+        "four_bit_weights": four_bit,
     }
 
 

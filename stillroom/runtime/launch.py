@@ -54,8 +54,10 @@ def load_kwargs(params: Train | Grpo) -> dict[str, Any]:
     if params.gpu_memory_limit is not None:
         import torch
 
-        gpus = range(torch.cuda.device_count())
-        kwargs["max_memory"] = {i: params.gpu_memory_limit for i in gpus}
+        # Without GPUs there is nothing to limit: an empty max_memory leaves the map no device at
+        # all, and transformers then offloads to disk (refused for 4-bit weights).
+        if gpus := range(torch.cuda.device_count()):
+            kwargs["max_memory"] = {i: params.gpu_memory_limit for i in gpus}
     elif params.max_memory is not None:
         kwargs["max_memory"] = {
             int(k) if str(k).isdigit() else k: v for k, v in params.max_memory.items()

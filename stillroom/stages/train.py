@@ -214,14 +214,11 @@ def train_sft(
             log=log if main else lambda _: None,
         )
         breakdown = trainable_breakdown(trainer.model)
-        four_bit = {k: v for k, v in breakdown["frozen_4bit"].items() if v}
+        four_bit = {k: v for k, v in breakdown["four_bit_weights"].items() if v}
         log(
             f"trainable parameters {breakdown['trainable']} of {breakdown['parameters_total']:,} "
             f"({breakdown['adapter_bytes'] / 2**20:.2f} MiB)"
-            + "".join(
-                f"; {n:,} frozen in 4 bits by {lib} ({n / breakdown['parameters_total']:.0%})"
-                for lib, n in four_bit.items()
-            )
+            + (f"; weight tensors in 4 bits {four_bit}" if four_bit else "")
         )
         packed = trainer.train_dataset
         real = sum(len(ids) for ids in packed["input_ids"])

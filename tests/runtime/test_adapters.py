@@ -13,6 +13,8 @@ from stillroom.runtime.adapter_merge import stream_merge
 from stillroom.runtime.adapters import check_saved_adapter, meta_model, resolve_targets, routers
 from stillroom.stages.train import train_sft
 
+from ..conftest import MOE
+
 LORA = {
     "r": 4,
     "alpha": 8,
@@ -43,6 +45,7 @@ def test_lora_trains_attention_and_experts_but_never_the_router(moe, tmp_path):
         and m["trainable"]["other"] == 0
     )
     assert m["adapter_bytes"] == 4 * m["trainable_total"] and m["final_loss"] < m["first_loss"]
+    assert m["four_bit_weights"] == {"attention": 0, "experts": 0, "other": 0}
     # the training job saves the adapter alone (with what the merged model is served with); the
     # merge is a job of its own
     assert not (tmp_path / "sft" / "model.safetensors").exists()
@@ -235,6 +238,9 @@ def test_qlora_adapter_merges_onto_the_full_precision_base(moe, tmp_path):
         root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None
     )
     assert m["trainable"]["attention"] > 0 and m["trainable"]["experts"] == 0
+    # bitsandbytes quantised the attention projections (4 per layer) and nothing else
+    layers = MOE["num_hidden_layers"]
+    assert m["four_bit_weights"] == {"attention": 4 * layers, "experts": 0, "other": 0}
     # The merge job's stage: the adapter streamed into the unquantised base.
     from stillroom.cli import main
 

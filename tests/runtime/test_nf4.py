@@ -291,8 +291,16 @@ def test_train_stage_runs_staged_qlora_on_two_fsdp2_ranks_as_on_one(moe, tmp_pat
     assert "[rank 0] layer 1: read, quantised, sharded" in capfd.readouterr().err
     assert any("8 linear layers, 2 experts modules" in line for line in logs["one"])
     assert one["trainable"]["experts"] > 0 and one["trainable"]["attention"] > 0
-    assert one["frozen_4bit"]["torchao"] > 0 and one["frozen_4bit"]["bitsandbytes"] == 0
-    assert two["frozen_4bit"] == one["frozen_4bit"]  # counted whole through the shards
+    # q, k, v, o x 2 layers; gate_up and down of 4 experts x 2 layers (each expert its own)
+    assert (
+        one["four_bit_weights"]
+        == two["four_bit_weights"]
+        == {
+            "attention": 8,
+            "experts": 16,
+            "other": 0,
+        }
+    )
     assert one["losses"][-1] < one["losses"][0]
     # Tolerance: the ranks sum their gradients in another order (measured: losses within 4e-7
     # relative); Adam turns a near-zero gradient's rounding into up to a step of lr, so the

@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 from stillroom.config import Train, resolve
 from stillroom.io import read_jsonl
 
-from ..conftest import REPO, run_snakemake
+from ..conftest import REPO, run_snakemake, structural_differences
 from .test_pipeline import scheduled
 
 
@@ -190,60 +190,6 @@ def test_autotriton_tiny_runs_end_to_end(tmp_path):
     )  # back through GRPO, SFT and grading to the problem generator
     assert report.ok, report.to_dict()
     assert any(n.path.endswith("grpo") for n in report.nodes())
-
-
-# What a smoke twin may change: names of things on this machine, never what the recipe does.
-# The server entries are its command line and the values filled into it (how a server starts here).
-# values that name a model, a file or a server, or say how to talk to the server
-IDENTITY = {
-    "experiment",
-    "path",
-    "pretrained",
-    "model",
-    "model_path",
-    "ledger",
-    "base_url",
-    "stop_by",
-}
-
-
-def structural_differences(recipe, twin, where: str = "") -> list[str]:
-    """Where ``twin`` differs from ``recipe`` in more than sizes (numbers, lists of numbers),
-    model ids, paths, URLs and server command lines."""
-    key = where.rsplit(".", 1)[-1]
-    if isinstance(recipe, dict) and isinstance(twin, dict):
-        if key == "models":  # figures keyed by model id: compared in order
-            return structural_differences(list(recipe.values()), list(twin.values()), where)
-        if recipe.keys() != twin.keys():
-            return [f"{where or '<top>'}: keys {sorted(recipe.keys() ^ twin.keys())} differ"]
-        if key == "server":  # a command template and its values: how to start it here
-            return []
-        return [
-            d
-            for k in recipe
-            for d in structural_differences(recipe[k], twin[k], f"{where}.{k}".lstrip("."))
-        ]
-    number = (int, float)
-    if isinstance(recipe, list) and isinstance(twin, list):
-        if all(isinstance(v, number) and not isinstance(v, bool) for v in recipe + twin):
-            return []
-        if len(recipe) != len(twin):
-            return [f"{where}: {len(recipe)} entries against {len(twin)}"]
-        return [
-            d
-            for i, (a, b) in enumerate(zip(recipe, twin, strict=True))
-            for d in structural_differences(a, b, f"{where}.{i}")
-        ]
-    if recipe == twin or key in IDENTITY:
-        return []
-    if (
-        isinstance(recipe, number)
-        and isinstance(twin, number)
-        and not isinstance(recipe, bool)
-        and not isinstance(twin, bool)
-    ):
-        return []
-    return [f"{where}: {recipe!r} against {twin!r}"]
 
 
 def test_the_smoke_twin_differs_from_the_recipe_only_in_sizes_ids_paths_and_urls():
