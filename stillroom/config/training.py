@@ -560,15 +560,14 @@ class Train(Section):
                     f"{key}.expert_parallel_size: {ep} with device_map: expert parallelism splits "
                     "the experts over FSDP2 processes; a device map is one process"
                 )
-            if self.load_in_4bit:
+            if self.load_in_4bit and not self.quantize_moe_experts:
                 problems.append(
-                    f"{key}.expert_parallel_size: {ep} with load_in_4bit: expert parallelism "
-                    "splits the experts of a bf16 base loaded sharded by transformers. "
-                    "bitsandbytes' 4-bit base loads whole in each process, and the staged NF4 "
-                    "loader (quantize_moe_experts) shards every expert's NF4 weights over the "
-                    "FSDP2 ranks instead of placing whole experts: drop expert_parallel_size"
+                    f"{key}.expert_parallel_size: {ep} with load_in_4bit: bitsandbytes' 4-bit "
+                    "base loads whole in each process. Set quantize_moe_experts: true (the "
+                    "staged NF4 loader places each process's share of the experts)"
                 )
-            if self.lora and self.lora.target_parameters:
+            # the NF4 experts run their LoRA themselves (runtime/nf4.py), not through PEFT's
+            if self.lora and self.lora.target_parameters and not self.quantize_moe_experts:
                 problems.append(
                     f"{key}.expert_parallel_size: {ep} with lora.target_parameters "
                     f"{self.lora.target_parameters}: {EP_PARAMETER_LORA}"

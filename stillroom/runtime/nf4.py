@@ -132,7 +132,14 @@ def check_experts_layout(experts: nn.Module, where: str) -> None:
 class NF4Experts(nn.Module):
     """Fused experts with each expert's ``gate_up_proj`` (2I, H) and ``down_proj`` (H, I) its own
     NF4 tensor. The forward is transformers' (Qwen3-MoE) loop over the experts the batch routes
-    to, each dequantised on its own, with the LoRA terms its ``ExpertsLora`` wrappers pass in."""
+    to, each dequantised on its own, with the LoRA terms its ``ExpertsLora`` wrappers pass in.
+
+    Under expert parallelism (``group``, set by the staged loader) this process holds only the
+    experts ``first`` .. ``first`` + its count of the model's ``num_experts``: each routed row is
+    sent to the process holding its expert and its output sent back (all-to-all, differentiable),
+    while the LoRA weights stay whole on every process (FSDP2 gathers them with the layer), so
+    each expert's LoRA gradient comes from the one process that ran it and FSDP2's reduction
+    sums it like any data-parallel gradient."""
 
     def __init__(
         self,
@@ -142,9 +149,12 @@ class NF4Experts(nn.Module):
         *,
         shards: int = SHARDS,
         where: str = "experts",
+        first: int = 0,
+        num_experts: int | None = None,
     ):
-        """One (2I, H) ``gate_up_proj`` and one (H, I) ``down_proj`` matrix per expert, each
-        quantised as it comes (an iterator holds one expert's weights at a time)."""
+        """One (2I, H) ``gate_up_proj`` and one (H, I) ``down_proj`` matrix per expert held here
+        (experts ``first``, ``first`` + 1, ...), each quantised as it comes (an iterator holds
+        one expert's weights at a time); ``num_experts``: the model's (default: those given)."""
         super().__init__()
         self.act_fn = act_fn
         for name, matrices in (("gate_up_proj", gate_up_proj), ("down_proj", down_proj)):
@@ -152,11 +162,14 @@ class NF4Experts(nn.Module):
                 self,
                 f"{name}_nf4",
                 nn.ParameterList(
-                    _frozen(to_nf4(w, shards=shards, where=f"{where}.{name}[{e}]"))
+                    _frozen(to_nf4(w, shards=shards, where=f"{where}.{name}[{first + e}]"))
                     for e, w in enumerate(matrices)
                 ),
             )
-        self.num_experts = len(self.gate_up_proj_nf4)
+        self.first = first
+        self.held = len(self.gate_up_proj_nf4)
+        self.num_experts = self.held if num_experts is None else num_experts
+        self.group = None  # the expert-parallel process group, when there is one
         # (out, in) of one expert's matrix, per fused parameter
         self.expert_shape = {
             name: tuple(getattr(self, f"{name}_nf4")[0].shape) for name in EXPERT_PARAMETERS
@@ -175,7 +188,7 @@ class NF4Experts(nn.Module):
         )
 
     def _project(self, x, name: str, expert: int, lora: dict) -> torch.Tensor:
-        y = F.linear(x, getattr(self, f"{name}_nf4")[expert])
+        y = F.linear(x, getattr(self, f"{name}_nf4")[expert - self.first])
         if name in lora:
             # PEFT's ParamWrapper layout: lora_A (E*r, in) holds expert e's rows e*r..(e+1)*r;
             # lora_B (out, r*E) holds its columns at e, e+E, ... (delta_e = B_e @ A_e * scaling)
@@ -186,19 +199,55 @@ class NF4Experts(nn.Module):
             y = y + (F.linear(F.linear(x.to(a.dtype), a_e), b_e) * scaling).to(y.dtype)
         return y
 
+    def _run(self, x: torch.Tensor, expert: torch.Tensor, lora: dict) -> torch.Tensor:
+        """Rows ``x`` through their experts ``expert`` (held here, ascending), one expert at a
+        time. The output depends on ``x`` and every LoRA weight even when no row came: under
+        expert parallelism each process must take part in the backward's collectives."""
+        counts = torch.bincount(expert - self.first, minlength=self.held).tolist()
+        outs = []
+        for index, (rows, n) in enumerate(zip(x.split(counts), counts, strict=True)):
+            if n:
+                e = self.first + index
+                gate, up = self._project(rows, "gate_up_proj", e, lora).chunk(2, dim=-1)
+                outs.append(self._project(self.act_fn(gate) * up, "down_proj", e, lora))
+        if outs:
+            return torch.cat(outs)
+        hidden = self.expert_shape["down_proj"][0]
+        touch = x.sum() + sum(a.sum() + b.sum() for a, b, _ in lora.values())
+        return x.new_zeros(0, hidden) + 0 * touch
+
+    def _dispatched(self, x: torch.Tensor, expert: torch.Tensor, lora: dict) -> torch.Tensor:
+        """``_run`` on the processes of the expert-parallel group holding each row's expert: the
+        rows (sorted by expert, so by process) go out and their outputs come back in order."""
+        import torch.distributed as dist
+        from torch.distributed._functional_collectives import all_to_all_single_autograd
+
+        group, held = self.group, self.held
+        send = torch.bincount(expert // held, minlength=dist.get_world_size(group))
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=group)
+        send, recv = send.tolist(), recv.tolist()
+        rows = all_to_all_single_autograd(x, recv, send, group)
+        experts = expert.new_empty(sum(recv))
+        dist.all_to_all_single(experts, expert.contiguous(), recv, send, group=group)
+        # rows from each process come sorted by expert; together they are sorted again
+        order = torch.argsort(experts, stable=True)
+        back = torch.empty_like(order)
+        back[order] = torch.arange(order.numel(), device=order.device)
+        done = self._run(rows[order], experts[order], lora)[back]
+        return all_to_all_single_autograd(done, send, recv, group)
+
     def forward(self, hidden_states, top_k_index, top_k_weights, lora: dict | None = None):
         lora = lora or {}
+        k = top_k_index.shape[1]
+        order = torch.argsort(top_k_index.flatten(), stable=True)
+        expert = top_k_index.flatten()[order]
+        token = order // k
+        x = hidden_states[token]
+        y = self._run(x, expert, lora) if self.group is None else self._dispatched(x, expert, lora)
+        weight = top_k_weights.flatten()[order]
         out = torch.zeros_like(hidden_states)
-        with torch.no_grad():
-            hit = torch.bincount(top_k_index.flatten(), minlength=self.num_experts)
-            hit = hit[: self.num_experts].nonzero().flatten().tolist()
-        for expert in hit:
-            token, slot = torch.where(top_k_index == expert)
-            x = hidden_states[token]
-            gate, up = self._project(x, "gate_up_proj", expert, lora).chunk(2, dim=-1)
-            y = self._project(self.act_fn(gate) * up, "down_proj", expert, lora)
-            out.index_add_(0, token, (y * top_k_weights[token, slot, None]).to(out.dtype))
-        return out
+        return out.index_add_(0, token, (y * weight[:, None]).to(out.dtype))
 
 
 class ExpertsLora(nn.Module, BaseTunerLayer):
@@ -504,27 +553,38 @@ def _unwrapped(name: str) -> str:
     return name.replace(".base_layer", "")
 
 
-def _read_experts(read: _Checkpoint, key: str, meta: nn.Module, shards: int) -> NF4Experts:
+def _read_experts(
+    read: _Checkpoint, key: str, meta: nn.Module, shards: int, part: tuple[int, int] = (0, 1)
+) -> NF4Experts:
     """The NF4 experts of ``key`` from the checkpoint, one expert at a time: saved per expert
     (``experts.{e}.gate_proj`` / ``up_proj`` / ``down_proj``, transformers' files) or fused
-    (``experts.gate_up_proj`` / ``down_proj``)."""
+    (``experts.gate_up_proj`` / ``down_proj``). ``part``: (index, count) of an expert-parallel
+    group, whose ``index``-th process reads only its ``1 / count`` of the experts."""
     check_experts_layout(meta, key)
     count = meta.num_experts
+    index, parts = part
+    if count % parts:
+        raise ValueError(
+            f"{key}: {count} experts cannot be split over {parts} expert-parallel processes"
+        )
+    held = range(index * count // parts, (index + 1) * count // parts)
     if f"{key}.0.gate_proj.weight" in read:
         gate_up = (
             torch.cat([read(f"{key}.{e}.gate_proj.weight"), read(f"{key}.{e}.up_proj.weight")])
-            for e in range(count)
+            for e in held
         )
-        down = (read(f"{key}.{e}.down_proj.weight") for e in range(count))
+        down = (read(f"{key}.{e}.down_proj.weight") for e in held)
     else:
-        gate_up = (read(f"{key}.gate_up_proj", e) for e in range(count))
-        down = (read(f"{key}.down_proj", e) for e in range(count))
-    experts = NF4Experts(gate_up, down, meta.act_fn, shards=shards, where=key)
+        gate_up = (read(f"{key}.gate_up_proj", e) for e in held)
+        down = (read(f"{key}.down_proj", e) for e in held)
+    experts = NF4Experts(
+        gate_up, down, meta.act_fn, shards=shards, where=key, first=held.start, num_experts=count
+    )
     want = {name: tuple(getattr(meta, name).shape[1:]) for name in EXPERT_PARAMETERS}
-    if experts.num_experts != count or experts.expert_shape != want:
+    if experts.held != len(held) or experts.expert_shape != want:
         raise ValueError(
-            f"{key}: the checkpoint holds {experts.num_experts} experts of {experts.expert_shape}"
-            f" but the config describes {count} of {want}"
+            f"{key}: the checkpoint holds {experts.held} experts of {experts.expert_shape}"
+            f" but the config describes {len(held)} of {want}"
         )
     return experts
 
@@ -538,7 +598,9 @@ def _read_rest(root: nn.Module, prefix: str, read: _Checkpoint) -> None:
 
 
 @torch.no_grad()
-def _read_layer(layer, prefix: str, read: _Checkpoint, shards: int, skip: set) -> dict[str, int]:
+def _read_layer(
+    layer, prefix: str, read: _Checkpoint, shards: int, skip: set, part: tuple[int, int] = (0, 1)
+) -> dict[str, int]:
     counts = {"linear": 0, "experts": 0}
     for name, module in list(layer.named_modules()):
         parts = set(name.split("."))
@@ -546,7 +608,7 @@ def _read_layer(layer, prefix: str, read: _Checkpoint, shards: int, skip: set) -
             continue
         key = prefix + _unwrapped(name)
         if is_fused_experts(module):
-            _set(layer, name, _read_experts(read, key, module, shards))
+            _set(layer, name, _read_experts(read, key, module, shards, part))
             counts["experts"] += 1
         elif type(module) is nn.Linear:
             bias = read(f"{key}.bias") if module.bias is not None else None
@@ -567,6 +629,7 @@ def load_staged(
     adapter: str = "default",
     seed: int = 0,
     log=lambda _: None,
+    expert_group=None,
     **fsdp_kwargs,
 ):
     """The NF4 model of ``model_dir`` (with LoRA as ``lora``, a peft ``LoraConfig``, says), built
@@ -576,7 +639,9 @@ def load_staged(
     sharded by FSDP2 before the next layer is read; embeddings, final norm and LM head come last,
     then the root is sharded. Each process holds one layer's quantisation at a time besides its
     shards. The result equals ``nf4_lora(quantize_nf4(from_pretrained(model_dir)), lora)`` with
-    the same seed."""
+    the same seed. ``expert_group``: a process group for expert parallelism, each of whose
+    processes reads and holds only its share of every layer's experts, whole (``NF4Experts``),
+    outside FSDP2's shards; the LoRA weights stay FSDP2-sharded like the rest."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -592,18 +657,32 @@ def load_staged(
     inner = model.get_base_model() if lora is not None else model
     sharded = mesh is not None or (dist.is_initialized() and dist.get_world_size() > 1)
     read, skip = _Checkpoint(model_dir, dtype), set(skip)
+    part = (0, 1)
+    if expert_group is not None:
+        part = (dist.get_rank(expert_group), dist.get_world_size(expert_group))
     counts = {"linear": 0, "experts": 0}
+    # experts placed whole by expert parallelism: neither sharded nor moved by FSDP2
+    placed: set[nn.Parameter] = set()
     for index, layer in enumerate(decoder_layers(model)):
         prefix = f"model.layers.{index}."
-        for kind, n in _read_layer(layer, prefix, read, shards, skip).items():
+        for kind, n in _read_layer(layer, prefix, read, shards, skip, part).items():
             counts[kind] += n
         if lora is not None:
             mine = {k.removeprefix(prefix): v for k, v in plan.items() if k.startswith(prefix)}
             _wrap_experts(layer, mine, lora, adapter)
             _init_lora(layer, seed + index, lora, adapter)
+        mine = set()
+        if expert_group is not None:
+            for module in layer.modules():
+                if isinstance(module, NF4Experts):
+                    module.group = expert_group
+                    if mesh is not None:
+                        module.to(mesh.device_type)
+                    mine |= set(module.parameters())
+            placed |= mine
         if sharded:
             _check_shardable(layer, _shard_count(mesh))
-            fully_shard(layer, mesh=mesh, **fsdp_kwargs)
+            fully_shard(layer, mesh=mesh, ignored_params=mine or None, **fsdp_kwargs)
         # the bf16 copies went with the replaced modules; the files' pages go with their maps
         read.close()
         log(f"layer {index}: read, quantised{', sharded' if sharded else ''}")
@@ -621,8 +700,9 @@ def load_staged(
     if missing:
         raise ValueError(f"{model_dir}: nothing read or computed for {missing[:10]}")
     if sharded:
-        fully_shard(model, mesh=mesh, **fsdp_kwargs)
-    log(f"NF4 model: {counts['linear']} linear layers, {counts['experts']} experts modules")
+        fully_shard(model, mesh=mesh, ignored_params=placed or None, **fsdp_kwargs)
+    held = f", {part[1]}-way expert parallel" if expert_group is not None else ""
+    log(f"NF4 model: {counts['linear']} linear layers, {counts['experts']} experts modules{held}")
     return model
 
 

@@ -151,20 +151,27 @@ def check_expert_parallel(base_dir, params: Train) -> None:
         return
     where = f"train.distributed.expert_parallel_size: {ep}"
     model = meta_model(base_dir)
-    dispatched = [
-        re.compile(pattern.replace(".", r"\.").replace("*", r"\d+"))
-        for pattern, style in model.ep_plan.items()
-        if style == "ep_dispatch_experts"
-    ]
-    counts = {
-        module.num_experts
-        for name, module in model.named_modules()
-        if any(p.fullmatch(name) for p in dispatched)
-    }
+    if params.quantize_moe_experts:
+        # the staged NF4 loader splits any transformers-5 fused experts module
+        from .nf4 import is_fused_experts
+
+        counts = {m.num_experts for m in model.modules() if is_fused_experts(m)}
+    else:
+        dispatched = [
+            re.compile(pattern.replace(".", r"\.").replace("*", r"\d+"))
+            for pattern, style in model.ep_plan.items()
+            if style == "ep_dispatch_experts"
+        ]
+        counts = {
+            module.num_experts
+            for name, module in model.named_modules()
+            if any(p.fullmatch(name) for p in dispatched)
+        }
     if not counts:
         raise ConfigError(
-            f"{where}, but {type(model).__name__} ({base_dir}) has no experts transformers can "
-            "split (no expert-parallel plan): drop the key"
+            f"{where}, but {type(model).__name__} ({base_dir}) has no experts to split "
+            f"({'no fused experts' if params.quantize_moe_experts else 'no expert-parallel plan'}"
+            "): drop the key"
         )
     if uneven := sorted(n for n in counts if n % ep):
         raise ConfigError(
@@ -224,6 +231,12 @@ def load_staged_model(base_dir, params: Train, seed: int = 0, log: Callable[[str
     cuda = torch.cuda.is_available()
     layout = params.layout
     mesh = launch.fsdp_mesh(layout, cuda) if params.sharded else None
+    experts = None
+    if layout.expert_parallel_size > 1:
+        import torch.distributed as dist
+
+        # consecutive ranks (on one node, under the FSDP dimension) split the experts
+        experts, _ = dist.new_subgroups(group_size=layout.expert_parallel_size)
     model = load_staged(
         Path(base_dir),
         lora_config(params.lora),
@@ -233,6 +246,7 @@ def load_staged_model(base_dir, params: Train, seed: int = 0, log: Callable[[str
         shards=math.lcm(SHARDS, layout.fsdp_size),
         seed=seed,
         log=log,
+        expert_group=experts,
     )
     if mesh is not None:
         model.is_distributed_loading_by_transformers = True

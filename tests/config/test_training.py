@@ -353,7 +353,8 @@ def test_expert_parallelism_splits_each_fsdp_group_and_keeps_the_world_size():
                     }
                 ],
             },
-            r"stages.0.distributed.expert_parallel_size: 2 with load_in_4bit",
+            r"stages.0.distributed.expert_parallel_size: 2 with load_in_4bit: .*Set "
+            r"quantize_moe_experts: true",
         ),
         ({"expert_parallel_backend": "nccl"}, r"train.expert_parallel_backend: Input should be"),
     ],
@@ -361,6 +362,20 @@ def test_expert_parallelism_splits_each_fsdp_group_and_keeps_the_world_size():
 def test_expert_parallelism_is_refused_where_it_cannot_run(params, message):
     with pytest.raises(ConfigError, match=message):
         Train.parse(params, where="train")
+
+
+def test_nf4_experts_take_expert_parallelism_with_lora_on_the_experts():
+    """The staged NF4 loader places each rank's experts and runs their LoRA itself, so neither
+    refusal of transformers' bf16 expert parallelism applies to it."""
+    train = Train.parse(
+        {
+            **QLORA,
+            "quantize_moe_experts": True,
+            "distributed": {"gpus_per_node": 8, "expert_parallel_size": 8},
+        }
+    )
+    assert train.sharded and train.lora.target_parameters
+    assert (train.layout.fsdp_size, train.layout.expert_parallel_size) == (8, 8)
 
 
 def test_grpo_refuses_expert_parallelism():

@@ -91,3 +91,65 @@ def qlora_steps(*, base, dataset, out_dir, lora, steps, rows, seq, lr, seed, sta
     if world > 1:
         dist.destroy_process_group()
     return {"losses": losses, "quantized": counts, "routers_unchanged": unchanged}
+
+
+def skewed_dispatch(*, threads, log, out_dir):
+    """Expert-parallel NF4 experts on every rank against all of them in one process, with LoRA,
+    when every row goes to rank 0's experts: rank 1 runs no expert yet takes part in the forward's
+    and the backward's collectives. Returns the largest differences."""
+    import torch.distributed as dist
+    from torch import nn
+
+    from stillroom.runtime.nf4 import NF4Experts
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    experts, hidden, inner, r = 4, 64, 64, 2
+    torch.manual_seed(0)
+    gate_up, down = torch.randn(experts, 2 * inner, hidden), torch.randn(experts, hidden, inner)
+    held = experts // world
+    mine = slice(rank * held, (rank + 1) * held)
+    whole = NF4Experts(gate_up.unbind(0), down.unbind(0), nn.SiLU())
+    part = NF4Experts(
+        gate_up[mine].unbind(0), down[mine].unbind(0), nn.SiLU(), first=mine.start, num_experts=4
+    )
+    part.group = dist.group.WORLD
+    lora = {
+        name: (torch.randn(experts * r, fan_in) / 8, torch.randn(out, r * experts) / 8, 2.0)
+        for name, out, fan_in in (
+            ("gate_up_proj", 2 * inner, hidden),
+            ("down_proj", hidden, inner),
+        )
+    }
+    torch.manual_seed(1 + rank)
+    x = torch.randn(6, hidden)
+    index = torch.randint(0, held, (6, 2))  # rank 0's experts only
+    weights = torch.softmax(torch.randn(6, 2), dim=-1)
+    diffs = {}
+    outs, grads = [], []
+    for module in (whole, part):
+        xs = x.clone().requires_grad_()
+        factors = {
+            k: (a.clone().requires_grad_(), b.clone().requires_grad_(), s)
+            for k, (a, b, s) in lora.items()
+        }
+        y = module(xs, index, weights, lora=factors)
+        y.square().sum().backward()
+        outs.append(y.detach())
+        grads.append([xs.grad, *(t.grad for a, b, _ in factors.values() for t in (a, b))])
+
+    def rel(a, b):
+        return ((a - b).abs().max() / a.abs().max()).item()
+
+    diffs["output"] = rel(outs[0], outs[1])
+    # LoRA gradients: the whole module's on this rank's rows, the expert-parallel one's from the
+    # rank that ran each expert, summed over the ranks as FSDP2's reduction sums them
+    lora_whole, lora_ep = grads[0][1:], grads[1][1:]
+    for t in (*lora_whole, *lora_ep):
+        dist.all_reduce(t)
+    diffs["input_grad"] = rel(grads[0][0], grads[1][0])
+    pairs = zip(lora_whole, lora_ep, strict=True)
+    diffs["lora_grad"] = max(rel(a, b) for a, b in pairs)
+    dist.destroy_process_group()
+    return diffs

@@ -261,10 +261,11 @@ STAGED = {
 
 def test_train_stage_runs_staged_qlora_on_two_fsdp2_ranks_as_on_one(moe, tmp_path, capfd):
     """``stillroom train`` with quantize_moe_experts: the staged loader's NF4 model under TRL's
-    trainer, on one process and on 2 FSDP2 gloo ranks (with gradient checkpointing) with the
-    same global batch; the adapter saved in PEFT's format without the router."""
+    trainer, on one process, on 2 FSDP2 gloo ranks (with gradient checkpointing), and on 2 ranks
+    with expert parallelism, with the same global batch; the adapter saved in PEFT's format
+    without the router."""
     root, _ = moe
-    logs: dict[str, list[str]] = {"one": [], "two": []}
+    logs: dict[str, list[str]] = {"one": [], "two": [], "ep": []}
     runs = {}
     for name, extra in (
         ("one", {"batch_size": 4}),
@@ -276,6 +277,8 @@ def test_train_stage_runs_staged_qlora_on_two_fsdp2_ranks_as_on_one(moe, tmp_pat
                 "distributed": {"gpus_per_node": 2, "fsdp_size": 2},
             },
         ),
+        # each rank holds 2 of the 4 experts whole; tokens go to them by all-to-all
+        ("ep", {"batch_size": 2, "distributed": {"gpus_per_node": 2, "expert_parallel_size": 2}}),
     ):
         runs[name] = train_stage(
             base=str(root / "base"),
@@ -285,10 +288,14 @@ def test_train_stage_runs_staged_qlora_on_two_fsdp2_ranks_as_on_one(moe, tmp_pat
             threads=2,
             log=logs[name].append,
         )
-    one, two = runs["one"], runs["two"]
+    one, two, ep = runs["one"], runs["two"], runs["ep"]
     assert one["world_size"] == 1 and two["world_size"] == 2 and one["steps"] == two["steps"] == 4
     # the workers' log lines go to the job's stderr
-    assert "[rank 0] layer 1: read, quantised, sharded" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert "[rank 0] layer 1: read, quantised, sharded" in err
+    assert "[rank 0] NF4 model: 8 linear layers, 2 experts modules, 2-way expert parallel" in err
+    # each rank holds half of the experts
+    assert ep["four_bit_weights"] == {"attention": 8, "experts": 8, "other": 0}
     assert any("8 linear layers, 2 experts modules" in line for line in logs["one"])
     assert one["trainable"]["experts"] > 0 and one["trainable"]["attention"] > 0
     # q, k, v, o x 2 layers; gate_up and down of 4 experts x 2 layers (each expert its own)
@@ -305,13 +312,31 @@ def test_train_stage_runs_staged_qlora_on_two_fsdp2_ranks_as_on_one(moe, tmp_pat
     # Tolerance: the ranks sum their gradients in another order (measured: losses within 4e-7
     # relative); Adam turns a near-zero gradient's rounding into up to a step of lr, so the
     # adapters are compared within lr / 20 (measured 1.1e-4 at lr 5e-3).
-    assert two["losses"] == pytest.approx(one["losses"], rel=1e-5)
-    a, b = (load_file(tmp_path / d / "adapter_model.safetensors") for d in ("one", "two"))
-    assert a.keys() == b.keys() and not [k for k in a if ".gate." in k]
-    for key in a:
-        torch.testing.assert_close(b[key], a[key], rtol=1e-3, atol=STAGED["lr"] / 20)
-    tuned = PeftModel.from_pretrained(load(root), tmp_path / "two")
-    assert sum("lora_" in n for n, _ in tuned.named_parameters()) == len(b)
+    a = load_file(tmp_path / "one" / "adapter_model.safetensors")
+    assert not [k for k in a if ".gate." in k]
+    for name in ("two", "ep"):
+        assert runs[name]["losses"] == pytest.approx(one["losses"], rel=1e-5)
+        b = load_file(tmp_path / name / "adapter_model.safetensors")
+        assert a.keys() == b.keys()
+        for key in a:
+            torch.testing.assert_close(b[key], a[key], rtol=1e-3, atol=STAGED["lr"] / 20)
+        tuned = PeftModel.from_pretrained(load(root), tmp_path / name)
+        assert sum("lora_" in n for n, _ in tuned.named_parameters()) == len(b)
+
+
+def test_expert_parallel_dispatch_matches_the_whole_experts_when_a_rank_gets_no_row(tmp_path):
+    """Every row routed to rank 0's experts: rank 1 runs none, yet the outputs, the input
+    gradients and the LoRA gradients (summed over ranks) equal one module holding every expert,
+    and nothing hangs."""
+    diffs = spawn(
+        Train.parse({"distributed": {"gpus_per_node": 2}}).layout,
+        {"out_dir": str(tmp_path / "out"), "threads": 1},
+        log=lambda _: None,
+        cpus=2,
+        target="tests.runtime.nf4_steps:skewed_dispatch",
+    )
+    # relative to the largest value: float32 rounding of the same products summed in another order
+    assert max(diffs.values()) < 1e-5, diffs
 
 
 def test_killed_staged_qlora_resumes_from_its_adapter_checkpoint(moe, tmp_path):

@@ -95,6 +95,8 @@ def test_beam_tiny_smoke_runs_end_to_end(tmp_path):
         ("beam-qlora-mp", (1, 1, 1)),
         ("beam-qlora-experts-mp", (1, 1, 1)),
         ("beam-full-fsdp", (64, 64, 1)),
+        ("beam-qlora-fsdp-staged", (8, 8, 1)),
+        ("beam-nf4-qlora-b200", (8, 8, 1)),
     ],
 )
 def test_seed_000_overlays_merge_onto_the_distill_recipe_and_pass_the_training_checks(

@@ -22,6 +22,7 @@ TWINS = [
     ("beam-qlora-experts-mp", "beam-qlora-experts-mp-smoke"),
     ("beam-lora-fsdp", "beam-lora-fsdp-smoke"),
     ("beam-qlora-fsdp-staged", "beam-qlora-fsdp-staged-smoke"),
+    ("beam-nf4-qlora-b200", "beam-nf4-qlora-b200-smoke"),
 ]
 IDS = [twin for _, twin in TWINS]
 
@@ -79,8 +80,10 @@ def test_the_twin_trains_and_merges_the_tiny_moe(tmp_path, recipe, twin):
     assert m["world_size"] == p.layout.world_size
     layers = cfg["student"]["model"]["num_hidden_layers"]
     # bitsandbytes quantises every attention projection and leaves the fused experts in bf16;
-    # the staged NF4 loader quantises each expert's two projections too
-    experts_nf4 = 2 * cfg["student"]["model"]["num_experts"] * layers
+    # the staged NF4 loader quantises each expert's two projections too (each rank its share
+    # under expert parallelism; the metrics are rank 0's)
+    held = cfg["student"]["model"]["num_experts"] // p.layout.expert_parallel_size
+    experts_nf4 = 2 * held * layers
     quantized = {
         "attention": 4 * layers if p.load_in_4bit else 0,
         "experts": experts_nf4 if p.quantize_moe_experts else 0,
