@@ -566,6 +566,7 @@ def load_staged(
     skip: Iterable[str] = ROUTER_NAMES,
     adapter: str = "default",
     seed: int = 0,
+    attn_implementation: str | None = None,
     log=lambda _: None,
     **fsdp_kwargs,
 ):
@@ -576,7 +577,7 @@ def load_staged(
     sharded by FSDP2 before the next layer is read; embeddings, final norm and LM head come last,
     then the root is sharded. Each process holds one layer's quantisation at a time besides its
     shards. The result equals ``nf4_lora(quantize_nf4(from_pretrained(model_dir)), lora)`` with
-    the same seed."""
+    the same seed; ``attn_implementation`` as ``from_pretrained`` takes it (None: its default)."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -584,7 +585,9 @@ def load_staged(
     model_dir = Path(model_dir)
     config = AutoConfig.from_pretrained(model_dir)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=dtype, attn_implementation=attn_implementation
+        )
     model.config.use_cache = False
     if lora is not None:
         lora, plan = _lora_plan(model, lora, is_fused_experts)
