@@ -21,7 +21,7 @@ from .conftest import REPO
 CPU = SIZES["cpu"]
 # the GPU model (a leak must show through bf16 noise), fewer steps, two kernels
 GPU = dataclasses.replace(
-    SIZES["cuda"], conversations=256, steps=4, kernel_problems=("relu", "add")
+    SIZES["cuda"], conversations=256, steps=4, moe_steps=4, kernel_problems=("relu", "add")
 )
 
 
@@ -90,6 +90,36 @@ def test_qlora_trains_its_adapters_on_an_nf4_base(fixture, cpu_only):
     # LoRA B starts at zero, so A gets no gradient at step 0; every tensor does after
     assert first["none"] == 0 and first["zero"] == first["total"] / 2
     assert last["zero"] == 0 and r["trainable"]["other"] > 0
+
+
+def test_flagship_trains_nf4_experts_on_two_fsdp2_ranks_and_merges_by_streaming(fixture, cpu_only):
+    # the train stage's torchrun workers on 2 gloo ranks (the GPUs hidden from them too), then
+    # the merge in a process of its own
+    r = run("qlora_fsdp_staged", fixture)
+    assert r["status"] == "pass", r["failures"]
+    assert (r["processes"], r["fsdp2"], r["dtype"]) == (2, True, "float32")
+    assert len(r["losses"]) == CPU.moe_steps and r["losses"][-1] < r["losses"][0]
+    assert r["tokens_per_s"] > 0 and r["train_s"] > 0
+    shape = CPU.moe_model
+    layers, experts = shape["num_hidden_layers"], shape["num_experts"]
+    # q, k, v, o per layer; gate_up and down per expert and layer
+    assert r["four_bit_weights"] == {
+        "attention": 4 * layers,
+        "experts": 2 * experts * layers,
+        "other": 0,
+    }
+    assert r["trainable"]["experts"] > 0 and r["trainable"]["attention"] > 0
+    # A and B for each of 4 attention projections and 2 fused expert parameters per layer
+    assert r["adapter_tensors"] == 2 * 6 * layers
+    assert r["peak_gpu_memory_mib"] is None and len(r["peak_host_rss_mib"]) == 2
+    merge = r["merge"]
+    assert merge["status"] == "pass" and merge["adapted_parameters"] == 6 * layers
+    # the checkpoint stores one tensor per expert: gate, up and down of each
+    assert r["expert_tensors_changed"] == 3 * experts * layers
+    assert merge["tensors_changed"] == 4 * layers + r["expert_tensors_changed"]
+    assert merge["peak_rss_mib"] >= merge["rss_before_mib"] > 0 and merge["seconds"] > 0
+    assert r["routers"] == layers and r["routers_unchanged"]
+    assert r["logits_max_abs_diff"] <= r["logits_tolerance"] < r["adapter_logits_effect"]
 
 
 def test_evaluate_writes_every_sample(fixture, cpu_only):

@@ -117,6 +117,30 @@ def unsharded(model, state: dict):
     return plain
 
 
+def peak_memory_mib() -> dict[str, list[float] | None]:
+    """Every process's peak memory so far in MiB, in rank order: host RSS (the kernel's high-water
+    mark, Linux) and, with CUDA, the most torch's allocator held on the process's GPU (None
+    without). Under torch.distributed every rank must call it (it all-gathers)."""
+    import resource
+
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    mine = {
+        "host_rss": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "gpu": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
+    }
+    every = [mine]
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, mine)
+    return {
+        "host_rss": [m["host_rss"] for m in every],
+        "gpu": [m["gpu"] for m in every] if cuda else None,
+    }
+
+
 def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 

@@ -628,6 +628,7 @@ def load_staged(
     skip: Iterable[str] = ROUTER_NAMES,
     adapter: str = "default",
     seed: int = 0,
+    attn_implementation: str | None = None,
     log=lambda _: None,
     expert_group=None,
     **fsdp_kwargs,
@@ -639,9 +640,10 @@ def load_staged(
     sharded by FSDP2 before the next layer is read; embeddings, final norm and LM head come last,
     then the root is sharded. Each process holds one layer's quantisation at a time besides its
     shards. The result equals ``nf4_lora(quantize_nf4(from_pretrained(model_dir)), lora)`` with
-    the same seed. ``expert_group``: a process group for expert parallelism, each of whose
-    processes reads and holds only its share of every layer's experts, whole (``NF4Experts``),
-    outside FSDP2's shards; the LoRA weights stay FSDP2-sharded like the rest."""
+    the same seed; ``attn_implementation`` as ``from_pretrained`` takes it (None: its default).
+    ``expert_group``: a process group for expert parallelism, each of whose processes reads and
+    holds only its share of every layer's experts, whole (``NF4Experts``), outside FSDP2's
+    shards; the LoRA weights stay FSDP2-sharded like the rest."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -649,7 +651,9 @@ def load_staged(
     model_dir = Path(model_dir)
     config = AutoConfig.from_pretrained(model_dir)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=dtype, attn_implementation=attn_implementation
+        )
     model.config.use_cache = False
     if lora is not None:
         lora, plan = _lora_plan(model, lora, is_fused_experts)

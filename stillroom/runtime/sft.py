@@ -245,6 +245,8 @@ def load_staged_model(base_dir, params: Train, seed: int = 0, log: Callable[[str
         # the same quantised values on every layout whose shards divide 8; more shards otherwise
         shards=math.lcm(SHARDS, layout.fsdp_size),
         seed=seed,
+        # the kernel the recipe names (FlashAttention on GPU), as load_model passes it
+        attn_implementation=attention(params, cuda),
         log=log,
         expert_group=experts,
     )

@@ -228,6 +228,7 @@ def train_sft(
             write_json(checkpoints / "fingerprint.json", fingerprint)
         trainer.train(resume_from_checkpoint=last)
         seconds = time.perf_counter() - start
+        peaks = launch.peak_memory_mib()  # every rank's, gathered while all of them are here
         model = trainer.accelerator.unwrap_model(trainer.model)
         state = None
         if p.sharded:
@@ -258,6 +259,7 @@ def train_sft(
         "tokens_per_second": round(trainer.state.num_input_tokens_seen / max(seconds, 1e-9), 1),
         "packing_efficiency": round(real / (len(packed) * p.max_length), 4),
         "world_size": p.layout.world_size,
+        "peak_memory_mib": peaks,
         "chat_template": template.origin,
         "template_check": checked,
         **({"sampled_options": sampled} if sampled else {}),
