@@ -91,9 +91,19 @@ def resolve_targets(model_dir: str | Path, lora: Lora) -> dict[str, list[str]]:
         for target in names:
             hits = [n for n in pool if _suffix_match(target, n)]
             if not hits:
+                # PEFT would silently rewrite a transformers-4 per-expert name into LoRA on the
+                # fused experts at twice the rank; here it is refused with the spelling to use
+                per_expert = target.split(".")[-1] in ("gate_proj", "up_proj", "down_proj")
+                fused = per_expert and any(n.endswith(".experts.gate_up_proj") for n in params)
+                hint = (
+                    "; this model's experts are fused: name them in target_parameters "
+                    "(mlp.experts.gate_up_proj, mlp.experts.down_proj)"
+                    if fused
+                    else ""
+                )
                 raise ValueError(
                     f"train.lora.{kind}: '{target}' matches nothing in {model_dir} "
-                    f"(e.g. {', '.join(sorted({n.split('.')[-1] for n in pool})[:12])})"
+                    f"(e.g. {', '.join(sorted({n.split('.')[-1] for n in pool})[:12])}){hint}"
                 )
             matches[target] = hits
             reached = [(n, r) for n in hits if (r := _router_of(n, found))]

@@ -74,6 +74,10 @@ def test_router_override_and_unresolvable_targets(moe):
     ).lora
     with pytest.raises(ValueError, match="target_modules: 'qproj' matches nothing"):
         resolve_targets(root / "base", Lora.parse({**LORA, "target_modules": ["qproj"]}))
+    # a transformers-4 per-expert name, which PEFT would turn into LoRA on the fused experts at
+    # twice the rank without a word, is refused with the spelling to use
+    with pytest.raises(ValueError, match="down_proj' matches nothing.*experts are fused"):
+        resolve_targets(root / "base", Lora.parse({**LORA, "target_modules": ["down_proj"]}))
     resolve_targets(root / "base", Lora.parse(LORA))
 
 
