@@ -89,6 +89,10 @@ def qlora_steps(*, base, dataset, out_dir, lora, steps, rows, seq, lr, seed, sta
         torch.equal(routers[n], after[n]) for n in routers
     )
     if world > 1:
+        # every rank past its last collective before any tears gloo down: a rank destroying the
+        # group while another's gather is in flight aborted once ("terminate called without an
+        # active exception", transformers 5.25's venv)
+        dist.barrier()
         dist.destroy_process_group()
     return {"losses": losses, "quantized": counts, "routers_unchanged": unchanged}
 
@@ -151,5 +155,6 @@ def skewed_dispatch(*, threads, log, out_dir):
     diffs["input_grad"] = rel(grads[0][0], grads[1][0])
     pairs = zip(lora_whole, lora_ep, strict=True)
     diffs["lora_grad"] = max(rel(a, b) for a, b in pairs)
+    dist.barrier()
     dist.destroy_process_group()
     return diffs
