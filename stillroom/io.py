@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -153,6 +154,8 @@ def parse_row(
         ) from None
     if not isinstance(rec, dict):
         raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+    if _SURROGATE_ESCAPE.search(line):
+        _no_lone_surrogates(path, lineno, rec)
     for key in required:
         if key not in rec:
             raise DataError(
@@ -166,6 +169,44 @@ def parse_row(
                 f"got {type(rec[key]).__name__} {rec[key]!r:.60}"
             )
     return rec
+
+
+# A \uD800-\uDFFF escape: the only way a line that decoded as UTF-8 can give a surrogate. JSON
+# accepts a lone one, but no UTF-8 writer does, so such a row would fail later, far from its file
+# and line. Most lines hold no such escape, and their strings are never walked.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _shown(text: str) -> str:
+    """``text`` with surrogates as \\uXXXX escapes: a message naming one must still print."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _no_lone_surrogates(path: str | os.PathLike, lineno: int, value: Any, key: str = "") -> None:
+    """A DataError naming the key (dotted, with list indices) of the first string, or key name,
+    holding a surrogate that is not half of a pair (json.loads joins a valid pair into one
+    character)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            name = f"{key}.{_shown(k)}" if key else _shown(k)
+            _check_text(path, lineno, k, f"key name '{name}'")
+            _no_lone_surrogates(path, lineno, v, name)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _no_lone_surrogates(path, lineno, v, f"{key}[{i}]")
+    elif isinstance(value, str):
+        _check_text(path, lineno, value, f"key '{key}'")
+
+
+def _check_text(path: str | os.PathLike, lineno: int, text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(
+            f"{path}:{lineno}: {what} holds a lone surrogate (\\u{ord(text[exc.start]):04x} at "
+            f"character {exc.start + 1}), which is not text; expected a character or a whole "
+            "surrogate pair"
+        ) from None
 
 
 def iter_jsonl(

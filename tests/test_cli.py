@@ -105,3 +105,26 @@ def test_cli_bad_input_is_a_clear_error(tmp_path, capsys):
         )
         == 2
     )
+
+
+def test_a_lone_surrogate_in_a_source_is_one_line_naming_file_line_and_key(tmp_path, capsys):
+    """Issue 29: it was "'utf-8' codec can't encode character '\\ud800' in position 12:
+    surrogates not allowed", raised when the pool was written, naming no file."""
+    src = tmp_path / "web.jsonl"
+    src.write_text(
+        '{"prompt": "What is 1 + 1?", "answer": "2", "kind": "math"}\n'
+        '{"prompt": "What is \\ud800 + 2?", "answer": "4", "kind": "math"}\n'
+    )
+    params = {
+        "heldout": {"size": 0},
+        "sources": [{"name": "web", "kind": "jsonl", "path": str(src)}],
+    }
+    out = [f"--out-{k}={tmp_path / k}.jsonl" for k in ("pool", "heldout", "dev")]
+    rc = cli.main(["pool", "--benchmarks", *out, "--params", json.dumps(params)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == [
+        f"stillroom pool: error: source 'web': {src}:2: key 'prompt' holds a lone surrogate "
+        "(\\ud800 at character 9), which is not text; expected a character or a whole "
+        "surrogate pair"
+    ]
+    assert not (tmp_path / "pool.jsonl").exists()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from stillroom.io import DataError, Journal, fingerprint_diff, iter_lines, read_jsonl
+from stillroom.io import DataError, Journal, fingerprint_diff, iter_lines, parse_row, read_jsonl
 
 
 def test_a_journal_resumes_and_finishes(tmp_path):
@@ -118,3 +118,34 @@ def test_the_reader_names_file_and_line(tmp_path):
     with pytest.raises(DataError, match=r"rows.jsonl:2: expected a JSON object, got list"):
         read_jsonl(path)
     assert list(iter_lines(path)) == [(1, '{"prompt": "a"}\n'), (2, "[1]\n")]
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        (
+            r'{"prompt": "ab\ud800c"}',
+            r"key 'prompt' holds a lone surrogate \(\\ud800 at character 3\)",
+        ),
+        (
+            r'{"meta": {"options": ["x", "\uDC00"]}}',
+            r"key 'meta.options\[1\]' .+\\udc00 at character 1",
+        ),
+        (r'{"ok": 1, "a\ud83d": 2}', r"key name 'a\\ud83d' holds a lone surrogate"),
+        (r'{"prompt": "\ude00\ud83d"}', r"key 'prompt' .+\\ude00 at character 1"),  # pair reversed
+    ],
+)
+def test_a_lone_surrogate_is_named_where_the_row_is_read(tmp_path, line, expected):
+    """Issue 29: JSON accepts "\\ud800", no UTF-8 writer does: it failed later, when the stage
+    wrote it, as "'utf-8' codec can't encode character" without file or line."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "a"}\n' + line + "\n")
+    with pytest.raises(DataError, match=rf"^\S+rows.jsonl:2: {expected}") as info:
+        read_jsonl(path)
+    str(info.value).encode("utf-8")  # the message itself prints
+
+
+def test_escapes_that_are_text_pass():
+    # a whole pair is one character; an escaped backslash before "ud800" is no escape at all
+    row = parse_row("f.jsonl", 1, r'{"p": "\ud83d\ude00 and \\ud800"}')
+    assert row == {"p": "\U0001f600 and \\ud800"}

@@ -11,6 +11,8 @@ from .base import Name, PositiveInt, Section, tag
 # Local files a dataset spec may name instead of a hub id: suffix -> the datasets loader.
 LOCAL_DATA = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 AnswerKind = Literal["math", "choice", "code", "kernel", "ifeval"]
+# the largest operand a generated source may draw
+MAX_OPERAND = 1000
 # kernels.max_input_elements halves no size below this (why 16: stillroom/kernels/scaling.py)
 MIN_SCALED_SIZE = 16
 
@@ -89,7 +91,7 @@ class _Source(Section):
 
 class _Generated(_Source):
     count: PositiveInt
-    max_operand: Annotated[int, Field(ge=2, le=1000)] = 12
+    max_operand: Annotated[int, Field(ge=2, le=MAX_OPERAND)] = 12
 
 
 class ArithmeticSource(_Generated):

@@ -135,6 +135,14 @@ class Experiment(Section):
                 problems.append(
                     f"sources.{i}.benchmark: '{s.benchmark}' is not a key of benchmarks"
                 )
+            if s.kind in ("arithmetic", "choice"):
+                # the same check the generator makes, here before any job (lazy: data imports
+                # config)
+                from ..data.sources import count_problem
+
+                problem = count_problem(s.kind, s.count, s.max_operand)
+                if problem:
+                    problems.append(f"sources.{i}.count: {problem}")
         if (
             (self.heldout.size or self.heldout.dev_size)
             and not self.heldout.sources

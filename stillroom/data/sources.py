@@ -20,9 +20,10 @@ from string import Template
 from typing import Any
 
 from ..config import LOCAL_DATA, DatasetSpec, Source
-from ..config.data import WhereRule
+from ..config.data import MAX_OPERAND, WhereRule
 from ..grading.dispatch import KINDS
 from ..grading.instructions import InstructionError, from_ifeval
+from ..ids import prompt_id
 from ..io import DataError, iter_jsonl, iter_lines, parse_row
 from ..provenance import note_dataset, note_file
 from .records import record
@@ -116,38 +117,112 @@ def _choice(rng: random.Random, hi: int) -> tuple[str, str, dict[str, Any]]:
     return f"{stem} {listing}", letter, {"op": op, "options": options, "right": right, **extra}
 
 
+def distinct_problems(kind: str, max_operand: int) -> int:
+    """How many distinct prompts ``_math`` (``arithmetic``) or ``_choice`` (``choice``) can draw
+    at ``max_operand`` (2 or more): each template's choices multiplied out (no two templates share
+    a prompt). Exact: tests/data/test_sources.py draws every one at max_operand 2."""
+    hi, people, things = max_operand, len(NAMES), len(OBJECTS)
+    if kind == "arithmetic":
+        add = mul = people * things * hi * hi
+        # a >= b, and a friend of another name
+        sub = people * (people - 1) * things * hi * (hi + 1) // 2
+        two_step = people * things * hi * hi * (hi + 2)  # c in 0..a+b: sum of a+b+1 over a, b
+        linear = hi * hi * (hi + 1)  # x in 0..hi
+        return add + sub + mul + two_step + linear
+    orders = 24  # the four options' orders
+    pool = 10 * hi - 1  # range(1, 10 * hi)
+    extreme = 2 * pool * (pool - 1) * (pool - 2) * (pool - 3)  # largest, smallest: ordered draws
+    # sum: three wrong options of the deltas -3..3 that stay positive: 4 of them (4 choices) when
+    # a + b is 2 (one pair), 5 (10 choices) when it is 3 (two pairs), 6 (20) otherwise
+    total = 4 + 2 * 10 + 20 * (hi * hi - 3)
+    odds, evens = 5 * hi, 5 * hi - 1
+    even = odds * (odds - 1) * (odds - 2) // 6 * evens * orders
+    return extreme + total * orders + even
+
+
+# The most prompts one generated source may be asked for. The pool holds every record in memory
+# (about 1 KB each) and a draw takes some 35 microseconds, so 10^7 is already ~10 GB and minutes;
+# a count beyond it is a slip (1e15), not a recipe, whatever max_operand allows. Pools that large
+# come from dataset sources.
+MAX_GENERATED = 10_000_000
+# Draws in a row that add no new prompt before the generator gives up: five times the draws the
+# rarest prompt of a small space needs on average (~4e5 for choice at max_operand 2), so only a
+# count at the very edge of what distinct_problems allows can end here.
+STALL = 2_000_000
+
+
+def count_problem(kind: str, count: int, max_operand: int) -> str | None:
+    """Why a generated source cannot give ``count`` distinct prompts, or None when it can."""
+    have = distinct_problems(kind, max_operand)
+    if count > have:
+        bigger = range(max_operand + 1, MAX_OPERAND + 1)
+        enough = count <= MAX_GENERATED and next(
+            (m for m in bigger if distinct_problems(kind, m) >= count), None
+        )
+        fix = f"raise max_operand to {enough} or lower count" if enough else "lower count"
+        return (
+            f"count {count} but only {have} distinct prompts are available "
+            f"(kind {kind}, max_operand {max_operand}); {fix}"
+        )
+    if count > MAX_GENERATED:
+        return (
+            f"count {count} is more than the {MAX_GENERATED} prompts a generated source may "
+            "give (every record is held in memory); use a dataset source for a pool that large"
+        )
+    return None
+
+
 def generate(
-    kind: str, source: str, count: int, seed: int, max_operand: int
+    kind: str, source: str, count: int, seed: int, max_operand: int, where: str | None = None
 ) -> list[dict[str, Any]]:
-    """``count`` distinct problems (by prompt id) of one family, deterministic under ``seed``."""
+    """``count`` distinct problems (by prompt id) of one family, deterministic under ``seed``.
+    A count the family cannot give is refused before any draw; ``where`` (``"sources.0
+    (arith)"``) starts the message, by default ``source 'NAME'``."""
+    where = where or f"source '{source}'"
+    problem = count_problem(kind, count, max_operand)
+    if problem:
+        raise DataError(f"{where}: {problem}")
     rng = random.Random(f"{source}:{seed}")
     make = {"arithmetic": _math, "choice": _choice}[kind]
     out: dict[str, dict[str, Any]] = {}
-    attempts = 0
+    attempts = stale = 0
     while len(out) < count:
         attempts += 1
-        if attempts > 50 * count + 1000:
-            raise ValueError(
-                f"source '{source}': only {len(out)} distinct problems after {attempts} draws; "
-                f"raise max_operand or lower count ({count})"
+        stale += 1
+        if stale > STALL:
+            raise DataError(
+                f"{where}: only {len(out)} distinct prompts after {attempts - 1} draws, the last "
+                f"{STALL} adding none, of the {distinct_problems(kind, max_operand)} that exist "
+                f"(kind {kind}, max_operand {max_operand}); lower count ({count}) or raise "
+                "max_operand"
             )
         prompt, answer, meta = make(rng, max_operand)
         rec = record(
             source, "math" if kind == "arithmetic" else "choice", prompt, str(answer), meta
         )
-        out.setdefault(rec["prompt_id"], rec)
+        if rec["prompt_id"] not in out:
+            out[rec["prompt_id"]] = rec
+            stale = 0
     return list(out.values())
 
 
-def echo(source: str, benchmark_path: str, count: int, seed: int) -> list[dict[str, Any]]:
-    """Copies of benchmark items with case, punctuation and spacing disturbed.
+def echo(
+    source: str, benchmark_path: str, count: int, seed: int, where: str | None = None
+) -> list[dict[str, Any]]:
+    """``count`` copies of distinct benchmark items with case, punctuation and spacing disturbed;
+    more than the benchmark holds is an error (``where`` starts its message).
 
     Stands in for the benchmark text that web-scraped pools carry; decontamination must drop them.
     """
     items = load_benchmark(benchmark_path, f"source '{source}'")
+    if count > len(items):
+        raise DataError(
+            f"{where or f'source {source!r}'}: count {count} but the benchmark "
+            f"{benchmark_path} has only {len(items)} items to copy; lower count"
+        )
     rng = random.Random(f"{source}:{seed}")
     out = []
-    for item in rng.sample(items, min(count, len(items))):
+    for item in rng.sample(items, count):
         words = item["prompt"].split()
         noisy = " ".join(w.upper() if rng.random() < 0.2 else w.rstrip(".,?") for w in words)
         rec = record(
@@ -161,21 +236,59 @@ BENCHMARK_KEYS = ("prompt", "answer", "kind")
 
 
 def load_benchmark(
-    path: str, what: str | None = None, allow_empty: bool = False
+    path: str, what: str | None = None, allow_empty: bool = False, benchmark: str | None = None
 ) -> list[dict[str, Any]]:
     """Items of a benchmark (or ``jsonl`` source) file: one object a line with a known ``kind``
     and a non-empty ``prompt`` and ``answer`` (every kind is graded against its answer, so none
     may lack one), and at least one item unless ``allow_empty`` (a split of the pool, which may
-    be configured empty). ``what`` (``"benchmark 'aime'"``) starts every error message."""
+    be configured empty). ``what`` (``"benchmark 'aime'"``) starts every error message.
+
+    With ``benchmark`` (its name, which prompt ids are derived under) each item gets its
+    ``prompt_id`` (a row's own, else the id of its normalised prompt), and two items with one id
+    are an error naming both lines: evaluation pairs answers by id, so a benchmark lists each
+    problem once."""
+    return [row for _, row in benchmark_lines(path, what, allow_empty, benchmark)]
+
+
+def benchmark_lines(
+    path: str, what: str | None = None, allow_empty: bool = False, benchmark: str | None = None
+) -> list[tuple[int, dict[str, Any]]]:
+    """``load_benchmark``'s items with their line numbers."""
     try:
-        return _benchmark_rows(path, allow_empty)
+        rows = _benchmark_rows(path, allow_empty)
+        if benchmark is not None:
+            _unique_ids(path, rows, benchmark)
+        return rows
     except DataError as exc:
         if what:
             raise DataError(f"{what}: {exc}") from None
         raise
 
 
-def _benchmark_rows(path: str, allow_empty: bool) -> list[dict[str, Any]]:
+def _unique_ids(path: str, rows: list[tuple[int, dict[str, Any]]], benchmark: str) -> None:
+    first: dict[Any, int] = {}
+    for lineno, row in rows:
+        own = "prompt_id" in row
+        pid = row.setdefault("prompt_id", prompt_id(row["prompt"], benchmark))
+        if isinstance(pid, bool) or not isinstance(pid, str | int):
+            raise DataError(
+                f"{path}:{lineno}: key 'prompt_id' should be str, got {type(pid).__name__}"
+            )
+        if pid in first:
+            why = (
+                f"key 'prompt_id' {pid!r} is also line {first[pid]}'s"
+                if own
+                else f"the prompt is also line {first[pid]}'s (prompt id {pid}, from the text "
+                "with whitespace and Unicode normalised)"
+            )
+            raise DataError(
+                f"{path}:{lineno}: {why}; a benchmark lists each problem once (drop one of "
+                f"lines {first[pid]} and {lineno})"
+            )
+        first[pid] = lineno
+
+
+def _benchmark_rows(path: str, allow_empty: bool) -> list[tuple[int, dict[str, Any]]]:
     rows = []
     for lineno, line in iter_lines(path):
         row = parse_row(
@@ -189,7 +302,7 @@ def _benchmark_rows(path: str, allow_empty: bool) -> list[dict[str, Any]]:
         for key in ("prompt", "answer"):
             if not row[key].strip():
                 raise DataError(f"{path}:{lineno}: key '{key}' is empty; expected text")
-        rows.append(row)
+        rows.append((lineno, row))
     if not rows and not allow_empty:
         empty = "the file is empty" if Path(path).stat().st_size == 0 else "only blank lines"
         raise DataError(
@@ -283,29 +396,48 @@ def iter_sources(
 ) -> Iterator[dict[str, Any]]:
     """All records of the configured sources, in config order; ``benchmarks``: name -> JSONL
     file."""
-    for spec in specs:
+    for _, rec in iter_source_rows(specs, benchmarks, seed):
+        yield rec
+
+
+def iter_source_rows(
+    specs: Sequence[Source], benchmarks: Mapping[str, str], seed: int
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``iter_sources``' records, each after where it came from (``source 'web' (web.jsonl:3)``),
+    for a message that must point at the row."""
+    for i, spec in enumerate(specs):
+        where = f"sources.{i} ({spec.name})"
+        named = f"source '{spec.name}'"
         if spec.kind in ("arithmetic", "choice"):
-            yield from generate(spec.kind, spec.name, spec.count, seed, spec.max_operand)
+            recs = generate(spec.kind, spec.name, spec.count, seed, spec.max_operand, where)
+            origin = f"{named} (generated {spec.kind})"
+            for rec in recs:
+                yield origin, rec
         elif spec.kind == "echo":
             if spec.benchmark not in benchmarks:
                 raise DataError(
                     f"source '{spec.name}': benchmark '{spec.benchmark}' "
                     "is not in config 'benchmarks'"
                 )
-            yield from echo(spec.name, benchmarks[spec.benchmark], spec.count, seed)
+            origin = f"{named} (a copy of a {spec.benchmark} item)"
+            for rec in echo(spec.name, benchmarks[spec.benchmark], spec.count, seed, where):
+                yield origin, rec
         elif spec.kind == "jsonl":
             note_file(spec.path)
-            for row in load_benchmark(spec.path, f"source '{spec.name}'"):
+            for lineno, row in benchmark_lines(spec.path, named):
                 meta = row.get("meta", {})
-                yield record(spec.name, row["kind"], row["prompt"], row["answer"], meta)
+                rec = record(spec.name, row["kind"], row["prompt"], row["answer"], meta)
+                yield f"{named} ({spec.path}:{lineno})", rec
         elif spec.kind == "dataset":
-            yield from dataset_records(spec, spec.name)
+            for rec in dataset_records(spec, spec.name):
+                yield f"{named} ({spec.path} row {rec['meta']['row']})", rec
         else:
             from ..kernels.problemset import kernel_files, kernel_records
 
             for path in [spec.path] if spec.path else kernel_files(spec).values():
                 note_file(path)
-            yield from kernel_records(spec)
+            for rec in kernel_records(spec):
+                yield f"{named} (problem {rec['meta']['problem']})", rec
 
 
 def lettered(question: str, options: list[str]) -> tuple[str, str, dict[str, Any]]:

@@ -33,7 +33,9 @@ def run(
     p = Params.parse(params, where="decontam")
     # the pool's own splits come along as benchmarks; they may be configured empty
     items = {
-        name: load_benchmark(path, f"benchmark '{name}'", allow_empty=name in SPLITS)
+        name: load_benchmark(
+            path, f"benchmark '{name}'", allow_empty=name in SPLITS, benchmark=name
+        )
         for name, path in benchmarks.items()
     }
     prompts = {name: [r["prompt"] for r in rows] for name, rows in items.items()}

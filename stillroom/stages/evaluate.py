@@ -20,7 +20,6 @@ from ..config import Decoding, Forcing, Student
 from ..config.training import EffortTagIn
 from ..data.sources import load_benchmark
 from ..grading.formats import END_THINK, effort_tag, user_content, with_effort_tag
-from ..ids import prompt_id
 from ..io import DataError, Journal, stat_fingerprint
 from ..provenance import digest
 from ..runtime.checkpoints import context_length
@@ -38,13 +37,9 @@ class Params(Decoding, Forcing):
 
 
 def load_problems(path: str, benchmark: str) -> list[dict[str, Any]]:
-    rows = load_benchmark(path, f"benchmark '{benchmark}'")
-    for row in rows:
-        row.setdefault("prompt_id", prompt_id(row["prompt"], benchmark))
-    ids = [r["prompt_id"] for r in rows]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{path}: duplicate prompt ids; a benchmark must list each problem once")
-    return rows
+    """The benchmark's items, each with its prompt id (a problem listed twice is refused, naming
+    both lines; the pool job already checked every configured benchmark)."""
+    return load_benchmark(path, f"benchmark '{benchmark}'", benchmark=benchmark)
 
 
 def _generate(lm, prefixes: list[list[int]], p: Params, seed: int, room: int) -> list[Answer]:

@@ -12,7 +12,7 @@ from pydantic import Field
 from ..config import DatasetSpec, Heldout, Section, Source
 from ..config.data import GENERATED
 from ..data.records import POOL_KEYS
-from ..data.sources import dataset_records, iter_sources
+from ..data.sources import dataset_records, iter_source_rows, load_benchmark
 from ..ids import bucket, normalize_prompt, shard_of
 from ..io import DataError, read_jsonl, write_jsonl
 
@@ -33,7 +33,19 @@ def fetch_benchmark(
     """A benchmark given as a dataset spec (hub id or file) as a JSONL of prompt/answer/kind."""
     p = BenchmarkParams.parse(params, where="benchmark")
     keys = ("prompt_id", "prompt", "answer", "kind")
-    rows = [{k: r[k] for k in keys} for r in dataset_records(p.spec, p.name)]
+    rows, first = [], {}
+    for r in dataset_records(p.spec, p.name):
+        # evaluation pairs answers by prompt id: a problem listed twice is refused here, where
+        # the dataset's rows are still known, rather than when evaluation starts
+        if r["prompt_id"] in first:
+            raise DataError(
+                f"benchmark '{p.name}': {p.spec.path} rows {first[r['prompt_id']]} and "
+                f"{r['meta']['row']} give the same prompt (prompt id {r['prompt_id']}, from the "
+                "text with whitespace and Unicode normalised); a benchmark lists each problem "
+                "once: filter one out (where) or dedupe the file"
+            )
+        first[r["prompt_id"]] = r["meta"]["row"]
+        rows.append({k: r[k] for k in keys})
     if not rows:
         raise DataError(f"benchmark '{p.name}': no rows from {p.spec.path}")
     write_jsonl(out_benchmark, rows)
@@ -57,18 +69,30 @@ def build_pool(
     log: Callable[[str], None] = print,
     **_: Any,
 ) -> dict[str, Any]:
-    """Deduplicate all sources by prompt id, then move the ``heldout.size`` generated problems with
+    """Deduplicate all sources by prompt, then move the ``heldout.size`` generated problems with
     the lowest id hash into the held-out test split and the next ``heldout.dev_size`` into the dev
     split (for choices such as the merge ratio, never reported). Disjoint by construction (each id
-    lands in exactly one file); checked again on normalised text before anything is written."""
+    lands in exactly one file); checked again on normalised text before anything is written.
+
+    Every benchmark is read first: this is the first job that has them all, so a bad one (a
+    problem listed twice) stops here rather than when evaluation starts. One prompt is the same
+    prompt in any source when its normalised text (``normalize_prompt``: what its id hashes) is:
+    a second copy with the same kind and answer is dropped and counted, one with another is an
+    error naming both rows."""
     p = PoolParams.parse(params)  # its keys are top-level config keys
     seed = p.seed
+    for name, path in benchmarks.items():
+        load_benchmark(path, f"benchmark '{name}'", benchmark=name)
     records: dict[str, dict[str, Any]] = {}
+    first: dict[str, tuple[str, dict[str, Any]]] = {}  # prompt text -> (where, record)
     duplicates = 0
-    for rec in iter_sources(p.sources, benchmarks, seed):
-        if rec["prompt_id"] in records:
+    for where, rec in iter_source_rows(p.sources, benchmarks, seed):
+        text = normalize_prompt(rec["prompt"])
+        if text in first:
+            _same_gold(first[text], (where, rec))
             duplicates += 1
             continue
+        first[text] = (where, rec)
         records[rec["prompt_id"]] = rec
     carved = set(p.heldout.sources or (s.name for s in p.sources if s.kind in GENERATED))
     candidates = sorted(
@@ -102,7 +126,7 @@ def build_pool(
     per_source = Counter(r["source"] for r in pool)
     log(
         f"pool: {len(pool)} prompts {dict(per_source)}; held-out: {len(heldout)}; dev: {len(dev)}; "
-        f"duplicates dropped: {duplicates}"
+        f"duplicates dropped (same prompt and answer): {duplicates}"
     )
     return {
         "pool": len(pool),
@@ -112,6 +136,24 @@ def build_pool(
         "per_source": dict(per_source),
         "heldout_kinds": dict(Counter(r["kind"] for r in heldout)),
     }
+
+
+def _same_gold(a: tuple[str, Mapping[str, Any]], b: tuple[str, Mapping[str, Any]]) -> None:
+    """Two rows of one prompt must agree on its kind and gold answer (surrounding whitespace
+    aside): which one the pool kept would otherwise depend on source order, silently."""
+    (where_a, ra), (where_b, rb) = a, b
+    if ra["kind"] == rb["kind"] and ra["answer"].strip() == rb["answer"].strip():
+        return
+    if ra["kind"] == rb["kind"]:
+        golds = f"{ra['answer']!r:.80} and {rb['answer']!r:.80}"
+    else:
+        golds = (
+            f"{ra['answer']!r:.80} (kind {ra['kind']}) and {rb['answer']!r:.80} (kind {rb['kind']})"
+        )
+    raise DataError(
+        f"{where_a} and {where_b} give one prompt different answers: {golds}; a prompt has one "
+        f"gold answer: fix or drop one of the rows (prompt: {ra['prompt']!r:.100})"
+    )
 
 
 class ShardParams(Section):

@@ -149,6 +149,26 @@ BROKEN = [
         _set("sources.0.count", True),
         "sources.0.count: Input should be a valid integer",
     ),
+    (  # issue 29: drew for ever in the pool job
+        "source count beyond what the generator can draw",
+        DEFAULT,
+        _set("sources.0.count", 10**15),
+        "sources.0.count: count 1000000000000000 but only 223722 distinct prompts are available "
+        "(kind arithmetic, max_operand 9); lower count",
+    ),
+    (
+        "source count just beyond, a larger operand would do",
+        DEFAULT,
+        _set("sources.0.count", 300000),
+        "sources.0.count: count 300000 but only 223722 distinct prompts are available "
+        "(kind arithmetic, max_operand 9); raise max_operand to 11 or lower count",
+    ),
+    (
+        "source count within reach of the operands but not of memory",
+        DEFAULT,
+        _all(_set("sources.1.count", 10**8), _set("sources.1.max_operand", 1000)),
+        "sources.1.count: count 100000000 is more than the 10000000 prompts a generated source",
+    ),
     ("source operand", DEFAULT, _set("sources.0.max_operand", 1), "sources.0.max_operand"),
     (
         "source key of another kind",

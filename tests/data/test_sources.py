@@ -1,5 +1,7 @@
 import json
+import random
 import re
+import time
 
 import pytest
 
@@ -33,6 +35,130 @@ def test_echo_copies_benchmark_items_with_noise():
     rows = sources.echo("scraped", TINYBENCH, 10, seed=1)
     bench = {r["prompt"] for r in sources.load_benchmark(TINYBENCH)}
     assert len(rows) == 10 and all(r["prompt"] not in bench for r in rows)
+
+
+def test_distinct_problems_counts_every_arithmetic_prompt_and_no_more():
+    """The capacity the sampler refuses counts by is exact: drawing long enough finds every
+    arithmetic prompt at max_operand 2, and many more draws find none beyond it."""
+    want = sources.distinct_problems("arithmetic", 2)
+    rng, seen, draws = random.Random(0), set(), 0
+    while len(seen) < want and draws < 2_000_000:
+        seen.add(sources._math(rng, 2)[0])
+        draws += 1
+    assert len(seen) == want == 8220
+    for _ in range(100_000):
+        seen.add(sources._math(rng, 2)[0])
+    assert len(seen) == want
+    # choice: the sum template in full (the others are ordered draws of distinct numbers)
+    rng, sums = random.Random(0), set()
+    for _ in range(60_000):
+        prompt, _, meta = sources._choice(rng, 2)
+        if meta["op"] == "sum":
+            sums.add(prompt)
+    assert len(sums) == 24 * (4 + 2 * 10 + 20)
+    assert sources.distinct_problems("choice", 2) == 2 * 19 * 18 * 17 * 16 + len(sums) + (
+        10 * 9 * 8 // 6 * 9 * 24
+    )
+
+
+@pytest.mark.parametrize(
+    "kind, count, max_operand, expected",
+    [
+        (
+            "arithmetic",
+            10**15,
+            12,
+            r"^source 'gen': count 1000000000000000 but only 457200 distinct prompts are "
+            r"available \(kind arithmetic, max_operand 12\); lower count$",
+        ),
+        (
+            "arithmetic",
+            8221,
+            2,
+            r"^source 'gen': count 8221 but only 8220 distinct prompts are available \(kind "
+            r"arithmetic, max_operand 2\); raise max_operand to 3 or lower count$",
+        ),
+        (  # max_operand 1000 has room for 10^15, memory does not
+            "choice",
+            10**15,
+            1000,
+            r"^source 'gen': count 1000000000000000 is more than the 10000000 prompts a generated "
+            r"source may give \(every record is held in memory\); use a dataset source",
+        ),
+    ],
+)
+def test_an_impossible_count_fails_before_any_draw(kind, count, max_operand, expected):
+    """Issue 29: count 1e15 drew for ever (the guard allowed 50 x count draws)."""
+    start = time.monotonic()
+    with pytest.raises(DataError, match=expected):
+        sources.generate(kind, "gen", count, seed=0, max_operand=max_operand)
+    assert time.monotonic() - start < 1
+
+
+def test_a_large_count_within_reach_is_drawn_and_a_stalled_one_is_named(monkeypatch):
+    rows = sources.generate("arithmetic", "gen", 4000, seed=0, max_operand=2)  # half of all
+    assert len({r["prompt_id"] for r in rows}) == 4000
+    # at the very edge of capacity the rarest prompts can stall the sampler: it stops, naming
+    # what it found (STALL draws in a row without a new prompt; a small one to see it here)
+    monkeypatch.setattr(sources, "STALL", 200)
+    with pytest.raises(
+        DataError,
+        match=r"^sources.0 \(gen\): only \d+ distinct prompts after \d+ draws, the last 200 "
+        r"adding none, of the 8220 that exist \(kind arithmetic, max_operand 2\); lower count "
+        r"\(8220\) or raise max_operand$",
+    ):
+        sources.generate("arithmetic", "gen", 8220, seed=0, max_operand=2, where="sources.0 (gen)")
+
+
+def test_iter_sources_names_the_source_of_an_impossible_count():
+    def specs(count):
+        return PoolParams.parse(
+            {
+                "heldout": {"size": 0},
+                "sources": [
+                    {"name": "arith", "kind": "arithmetic", "count": 10},
+                    {"name": "scraped", "kind": "echo", "benchmark": "tinybench", "count": count},
+                ],
+            }
+        ).sources
+
+    # was: 64 copies of the 64 items, without a word
+    with pytest.raises(
+        DataError,
+        match=r"^sources.1 \(scraped\): count 65 but the benchmark \S+tinybench.jsonl has only "
+        r"64 items to copy; lower count$",
+    ):
+        list(sources.iter_sources(specs(65), {"tinybench": TINYBENCH}, seed=0))
+    # every item is a legal count
+    assert len(list(sources.iter_sources(specs(64), {"tinybench": TINYBENCH}, seed=0))) == 74
+
+
+def test_a_benchmark_listing_a_problem_twice_names_both_lines(tmp_path):
+    """Issue 29: found only when evaluation started, naming the file but not the lines."""
+    bench = tmp_path / "b.jsonl"
+    rows = [
+        {"prompt": "What is 2 + 2?", "answer": "4", "kind": "math"},
+        {"prompt": "What is 3 + 3?", "answer": "6", "kind": "math"},
+        {"prompt": "What is  2 +\t2? ", "answer": "4", "kind": "math"},  # the same, normalised
+    ]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]) + "\n" + json.dumps(rows[2]))
+    with pytest.raises(
+        DataError,
+        match=r"^benchmark 'aime': \S+b.jsonl:4: the prompt is also line 1's \(prompt id "
+        r"[0-9a-f]{16}, from the text with whitespace and Unicode normalised\); a benchmark lists "
+        r"each problem once \(drop one of lines 1 and 4\)$",
+    ):
+        sources.load_benchmark(str(bench), "benchmark 'aime'", benchmark="aime")
+    assert len(sources.load_benchmark(str(bench))) == 3  # a source's rows: the pool dedupes them
+    with_ids = [{**r, "prompt_id": pid} for r, pid in zip(rows, ["a", "b", "b"], strict=True)]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in with_ids))
+    with pytest.raises(
+        DataError, match=r"b.jsonl:3: key 'prompt_id' 'b' is also line 2's; a benchmark lists"
+    ):
+        sources.load_benchmark(str(bench), benchmark="aime")
+    bench.write_text(json.dumps(rows[0]) + "\n")
+    (item,) = sources.load_benchmark(str(bench), benchmark="aime")
+    assert item["prompt_id"] == sources.prompt_id(rows[0]["prompt"], "aime")
 
 
 def test_bad_benchmark_rows_name_file_line_and_key(tmp_path):

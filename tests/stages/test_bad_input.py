@@ -19,6 +19,11 @@ ROW = {"prompt": "What is 2 + 2?", "answer": "4", "kind": "math"}
 LINE = json.dumps(ROW).encode() + b"\n"
 # a valid line but for one byte that is not UTF-8
 BAD_BYTE = b'{"prompt": "What is 2 \xff 2?", "answer": "4", "kind": "math"}\n'
+# valid JSON, but a lone surrogate is no text: no UTF-8 writer takes it
+SURROGATE = b'{"prompt": "What is 2 \\ud800 2?", "answer": "4", "kind": "math"}\n'
+LONE = r"key 'prompt' holds a lone surrogate \(\\ud800 at character 11\), which is not text"
+# the same problem twice, once with other spacing
+TWICE = LINE + json.dumps({**ROW, "prompt": "What is 2  +  2? "}).encode() + b"\n"
 
 
 def _pool(tmp_path, source, benchmarks=None):
@@ -110,6 +115,14 @@ CASES = {
         lambda t: _jsonl_source(t, json.dumps({**ROW, "prompt": ""}).encode()),
         r"^source 'web': \S+in\.jsonl:1: key 'prompt' is empty; expected text$",
     ),
+    "pool source, lone surrogate": (
+        lambda t: _jsonl_source(t, LINE + SURROGATE),
+        rf"^source 'web': \S+in\.jsonl:2: {LONE}; expected a character or a whole surrogate pair$",
+    ),
+    "dataset source, lone surrogate": (
+        lambda t: _dataset_source(t, SURROGATE),
+        rf"^source 'ds': \S+in\.jsonl:1: {LONE}",
+    ),
     "dataset source, truncated JSONL": (
         lambda t: _dataset_source(t, LINE + LINE[:20]),
         r"^source 'ds': \S+in\.jsonl:2: not valid JSON \(Unterminated string "
@@ -139,6 +152,16 @@ CASES = {
         lambda t: _decontam(t, b"\n\n"),
         r"^benchmark 'aime': \S+in\.jsonl: no items \(only blank lines\)",
     ),
+    "decontam benchmark, a problem listed twice": (
+        lambda t: _decontam(t, TWICE),
+        r"^benchmark 'aime': \S+in\.jsonl:2: the prompt is also line 1's \(prompt id [0-9a-f]+, "
+        r"from the text with whitespace and Unicode normalised\); a benchmark lists each problem "
+        r"once \(drop one of lines 1 and 2\)$",
+    ),
+    "evaluation benchmark, a problem listed twice": (
+        lambda t: _evaluate(t, TWICE),
+        r"^benchmark 'aime': \S+in\.jsonl:2: the prompt is also line 1's",
+    ),
     "evaluation benchmark, empty file": (
         lambda t: _evaluate(t, b""),
         r"^benchmark 'aime': \S+in\.jsonl: no items \(the file is empty\)",
@@ -146,6 +169,10 @@ CASES = {
     "grade, undecodable byte in a generated shard": (
         lambda t: _grade(t, json.dumps(SAMPLE).encode() + b"\n" + SAMPLE_BAD),
         r"^\S+in\.jsonl:2: not UTF-8 text \(byte 0xff at column \d+\)$",
+    ),
+    "grade, lone surrogate in a generated shard": (
+        lambda t: _grade(t, json.dumps(SAMPLE).encode().replace(b"4}", b"\\udfff}", 1) + b"\n"),
+        r"^\S+in\.jsonl:1: key 'response' holds a lone surrogate \(\\udfff at character 8\)",
     ),
     "train, undecodable byte in the dataset": (
         lambda t: _train(t, SFT_LINE + SFT_LINE.replace(b'"user"', b'"us\xffer"')),

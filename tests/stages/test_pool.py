@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from stillroom.data import sources
@@ -122,3 +124,115 @@ def test_benchmark_from_a_dataset_spec(tmp_path):
         "kind": "math",
     }
     assert sources.load_benchmark(str(out))  # the format every stage reads
+
+
+def _build(tmp_path, sources_, benchmarks=None):
+    return pool.build_pool(
+        benchmarks=benchmarks or {},
+        **{k: str(tmp_path / f"{k}.jsonl") for k in ("out_pool", "out_heldout", "out_dev")},
+        params={"heldout": {"size": 0}, "sources": sources_},
+        log=lambda _: None,
+    )
+
+
+def _rows(tmp_path, name, rows):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps({"kind": "math", **r}) + "\n" for r in rows))
+    return str(path)
+
+
+def test_one_prompt_with_two_answers_is_an_error_naming_both_rows(tmp_path):
+    """Issue 29: the first row won silently ("duplicates dropped: 1"). One prompt is one
+    normalised text (what its id hashes), in one source or across two."""
+    web = _rows(
+        tmp_path,
+        "web.jsonl",
+        [
+            {"prompt": "What is 2 + 2?", "answer": "4"},
+            {"prompt": "What is 3 + 3?", "answer": "6"},
+            {"prompt": "What is  2 +\t2? ", "answer": "5"},
+        ],
+    )
+    with pytest.raises(
+        DataError,
+        match=r"^source 'web' \(\S+web.jsonl:1\) and source 'web' \(\S+web.jsonl:3\) give one "
+        r"prompt different answers: '4' and '5'; a prompt has one gold answer: fix or drop one "
+        r"of the rows \(prompt: 'What is 2 \+ 2\?'\)$",
+    ):
+        _build(tmp_path, [{"name": "web", "kind": "jsonl", "path": web}])
+    # across sources: a dataset row against a JSONL line, the kind differing too
+    ok = _rows(tmp_path, "ok.jsonl", [{"prompt": "What is 3 + 3?", "answer": "6"}])
+    table = _write(
+        tmp_path,
+        [{"prompt": "Pick one.", "answer": "B"}, {"prompt": "What is 3 + 3?", "answer": "C"}],
+        "table.jsonl",
+    )
+    dataset = {"name": "hub", "kind": "dataset", "path": table, "answer_kind": "choice"}
+    with pytest.raises(
+        DataError,
+        match=r"^source 'web' \(\S+ok.jsonl:1\) and source 'hub' \(\S+table.jsonl row 1\) give "
+        r"one prompt different answers: '6' \(kind math\) and 'C' \(kind choice\);",
+    ):
+        _build(tmp_path, [{"name": "web", "kind": "jsonl", "path": ok}, dataset])
+
+
+def test_identical_copies_of_a_prompt_are_dropped_and_counted(tmp_path):
+    web = _rows(
+        tmp_path,
+        "web.jsonl",
+        [
+            {"prompt": "What is 2 + 2?", "answer": "4"},
+            {"prompt": "What is 3 + 3?", "answer": "6"},
+            {"prompt": "What is 2 +  2?", "answer": " 4"},  # the same prompt and answer
+        ],
+    )
+    again = _rows(tmp_path, "again.jsonl", [{"prompt": "What is 3 + 3?", "answer": "6"}])
+    m = _build(
+        tmp_path,
+        [
+            {"name": "web", "kind": "jsonl", "path": web},
+            {"name": "again", "kind": "jsonl", "path": again},  # was kept: another id
+        ],
+    )
+    assert m["pool"] == 2 and m["duplicates_dropped"] == 2 and m["per_source"] == {"web": 2}
+    kept = read_jsonl(tmp_path / "out_pool.jsonl")
+    assert [(r["prompt"], r["answer"]) for r in kept] == [
+        ("What is 2 + 2?", "4"),
+        ("What is 3 + 3?", "6"),
+    ]
+
+
+def test_a_benchmark_listing_a_problem_twice_stops_the_pool(tmp_path):
+    """Issue 29: the pool job is the first to read every benchmark (caught only when evaluation
+    started, naming no line)."""
+    lines = (REPO / "config" / "benchmarks" / "tinybench.jsonl").read_text().splitlines()
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("\n".join(lines[:3] + [lines[1]]) + "\n")
+    pid = json.loads(lines[1])["prompt_id"]
+    with pytest.raises(
+        DataError,
+        match=rf"^benchmark 'tinybench': \S+bench.jsonl:4: key 'prompt_id' '{pid}' is also line "
+        r"2's; a benchmark lists each problem once \(drop one of lines 2 and 4\)$",
+    ):
+        _build(
+            tmp_path,
+            [{"name": "arith", "kind": "arithmetic", "count": 20}],  # no source reads it
+            {"tinybench": str(bench)},
+        )
+
+
+def test_a_dataset_benchmark_listing_a_problem_twice_names_both_rows(tmp_path):
+    rows = [{"problem": f"Find {i} + {i}.", "answer": str(2 * i)} for i in range(4)]
+    path = _write(tmp_path, [*rows, {**rows[1], "problem": " Find 1 +  1."}])
+    with pytest.raises(
+        DataError,
+        match=r"^benchmark 'aime': \S+data.jsonl rows 1 and 4 give the same prompt \(prompt id "
+        r"[0-9a-f]{16}, from the text with whitespace and Unicode normalised\); a benchmark lists "
+        r"each problem once: filter one out \(where\) or dedupe the file$",
+    ):
+        pool.fetch_benchmark(
+            out_benchmark=str(tmp_path / "bench.jsonl"),
+            log=lambda _: None,
+            params={"name": "aime", "spec": {"path": path, "prompt": "problem"}},
+        )
+    assert not (tmp_path / "bench.jsonl").exists()
