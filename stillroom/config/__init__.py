@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .base import Boxed, ConfigError, Effort, Letters, Section
+from .base import Boxed, ConfigError, Effort, Letters, Section, Seed
 from .data import LOCAL_DATA, DatasetSpec, Decontam, Heldout, Source
 from .evaluation import (
     Backend,
@@ -82,6 +82,7 @@ __all__ = [
     "ModelShape",
     "Sampling",
     "Section",
+    "Seed",
     "Server",
     "Source",
     "Student",
@@ -103,21 +104,80 @@ __all__ = [
 ]
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """YAML that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+_MERGE = "tag:yaml.org,2002:merge"
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (PyYAML keeps the last silently). Merge
+    keys (``<<: *base``, ``<<: [*a, *b]``) merge as Snakemake's loader (PyYAML) merges them: a
+    key written in the mapping overrides a merged one, and is no duplicate of it."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._checked: set[int] = set()
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # Flattening rewrites node.value (the merged keys, then the mapping's own), and a mapping
+        # merged elsewhere may be flattened before it is itself constructed: its keys are checked
+        # as written, before the first flattening, and once.
+        if id(node) not in self._checked:
+            self._checked.add(id(node))
+            own = self._refuse_duplicates(node)
+            self._refuse_ambiguous_merges(node, own)
+        super().flatten_mapping(node)
+
+    def _key(self, key_node: yaml.Node) -> Any:
+        key = self.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:  # an unhashable key: PyYAML's own construction refuses it
+            return None
+        return key
+
+    def _refuse_duplicates(self, node: yaml.MappingNode) -> set[Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            merge = key_node.tag == _MERGE
+            key = "<<" if merge else self._key(key_node)
+            if key is None:
+                continue
             if key in seen:
+                hint = " (merge several mappings with <<: [*a, *b])" if merge else ""
                 raise ConfigError(
                     f"{key_node.start_mark.name}:{line}: key '{key}' is given twice "
-                    f"(first on line {seen[key]})"
+                    f"(first on line {seen[key]}){hint}"
                 )
             seen[key] = line
-        return super().construct_mapping(node, deep=deep)
+        return set(seen) - {"<<"}
+
+    def _refuse_ambiguous_merges(self, node: yaml.MappingNode, own: set[Any]) -> None:
+        """A key that reaches a mapping from two merged mappings (``<<: [*a, *b]`` both giving it,
+        or a merged mapping that overrides its own merge): YAML takes the first, PyYAML (so
+        Snakemake) keeps whichever its key's string identity happens to favour. Refused unless
+        the mapping gives the key itself, where both agree."""
+        subnodes = [
+            sub
+            for key_node, value in node.value
+            if key_node.tag == _MERGE
+            for sub in (value.value if isinstance(value, yaml.SequenceNode) else [value])
+            if isinstance(sub, yaml.MappingNode)  # else PyYAML's own error, with its line
+        ]
+        seen: dict[Any, yaml.Node] = {}
+        for sub in subnodes:
+            self.flatten_mapping(sub)
+            for key_node, _ in sub.value:
+                key = self._key(key_node)
+                if key is None or key in own:
+                    continue
+                first = seen.setdefault(key, key_node)
+                if first is not key_node:  # the same mapping merged twice gives the same node
+                    raise ConfigError(
+                        f"{node.start_mark.name}:{node.start_mark.line + 1}: key '{key}' is "
+                        f"merged from two mappings (lines {first.start_mark.line + 1} and "
+                        f"{key_node.start_mark.line + 1}), and YAML loaders disagree on which "
+                        f"wins: give '{key}' in this mapping itself"
+                    )
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

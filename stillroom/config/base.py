@@ -4,11 +4,14 @@ and errors that name the config key and what was expected."""
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from string import Formatter
 from typing import Annotated, Any, ClassVar, Literal, Self
 
+import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
@@ -22,9 +25,13 @@ _UNION_TAGS: set[str] = set()
 
 
 class Section(BaseModel):
-    """A config section: frozen, strict (no "3" for 3), every key known."""
+    """A config section: frozen, strict (no "3" for 3), every key known, every float finite."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+    # allow_inf_nan=False: YAML's .inf and .nan are floats, and would run (a temperature of .inf
+    # samples random tokens) or fail deep inside a job (epochs .inf overflows a step count).
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
     # Said after an unknown key of this section: where such a key belongs instead.
     unknown_hint: ClassVar[str] = ""
     # Keys (known or not) that need software this repository does not ship: key -> what is
@@ -89,8 +96,11 @@ def explain(exc: ValidationError, where: str = "") -> str:
     lines = []
     for err in exc.errors(include_url=False):
         loc = _key_path(err["loc"])
-        key = ".".join(([where] if where else []) + loc)
         msg = err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        if loc[-1:] == ["[key]"]:  # a bad key of a mapping (a teacher's name): under its parent
+            *loc, name, _ = loc
+            msg = f"key {name!r}: {msg}"
+        key = ".".join(([where] if where else []) + loc)
         if err["type"] == "missing":
             msg = "required key missing"
         elif (
@@ -98,7 +108,7 @@ def explain(exc: ValidationError, where: str = "") -> str:
             and "input" in err
             and _scalar(err["input"])
         ):
-            msg += f" (got {err['input']!r:.80})"
+            msg += f" (got {err['input']!r:.80})" + _string_number(err)
         # A check over several keys writes one problem a line, each starting with its key
         # relative to the section that checks it.
         for m in msg.split("\n"):
@@ -109,6 +119,50 @@ def explain(exc: ValidationError, where: str = "") -> str:
             else:
                 lines.append(f"{key}: {m}")
     return "invalid config:\n  " + "\n  ".join(dict.fromkeys(lines))
+
+
+def _string_number(err: Any) -> str:
+    """Where a number was expected and got a string that Python reads as one, how to write it: YAML
+    1.1 reads 3e-3 as a string (a float needs a dot and a signed exponent), and "8" quoted."""
+    text = err["input"]
+    want = {"float_type": (int, float), "int_type": (int,)}.get(err["type"])
+    if want is None or not isinstance(text, str):
+        return ""
+    try:
+        number = float(text)
+    except ValueError:
+        return ""
+    if not math.isfinite(number):
+        return ""
+    text = text.strip()
+    candidates = [text]  # a number as it stands: the string was quoted
+    if err["type"] == "int_type":
+        if not number.is_integer():
+            return ""
+        candidates.append(str(int(Decimal(text))))  # exact, where float(1e30) is not
+    else:
+        mantissa, _, exponent = text.replace("E", "e").partition("e")
+        if "." not in mantissa:
+            mantissa += ".0"
+        if exponent[:1] not in ("+", "-", ""):
+            exponent = "+" + exponent
+        candidates += [mantissa + (f"e{exponent}" if exponent else ""), repr(number)]
+    for spelling in candidates:
+        # only a spelling YAML reads back as this number, of a type the key takes
+        read = _yaml_scalar(spelling)
+        exact = Decimal(read) == Decimal(text) if type(read) is int else read == number
+        if type(read) in want and exact:
+            if spelling == text:
+                return f": a string, as quoted; write {spelling} without quotes"
+            return f": YAML reads {text} as a string; write {spelling}"
+    return ": YAML reads it as a string"
+
+
+def _yaml_scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
 
 
 def _scalar(value: Any) -> bool:
@@ -176,9 +230,67 @@ def placeholders(template: str) -> set[str]:
     return {name for _, name, _, _ in Formatter().parse(template) if name}
 
 
+def _segment(name: str) -> str:
+    if not _SEGMENT.match(name) or name in (".", ".."):
+        raise ValueError(
+            "a plain directory name: letters, digits, '_', '-' and '.', not '.' or '..' "
+            f"(got {name!r})"
+        )
+    return name
+
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _seed(seed: int) -> int:
+    if not 0 <= seed < 2**32:
+        raise ValueError(
+            f"a seed is 0 <= seed < 2**32 = {2**32}, the range numpy and torch share (got {seed})"
+        )
+    return seed
+
+
+def _finite(value: Any) -> Any:
+    problems = list(_non_finite(value, ""))
+    if problems:
+        raise ValueError("\n".join(problems))
+    return value
+
+
+def _non_finite(value: Any, key: str) -> Iterable[str]:
+    if isinstance(value, float) and not math.isfinite(value):
+        yield (f"{key}: " if key else "") + f"Input should be a finite number (got {value!r})"
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _non_finite(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _non_finite(v, f"{key}.{i}" if key else str(i))
+
+
+# An untyped value (sent on to a server as it is, compared with rows): allow_inf_nan covers typed
+# floats only, so .inf and .nan are refused here anywhere inside it.
+Plain = Annotated[Any, AfterValidator(_finite)]
 Probability = Annotated[float, Field(ge=0, le=1)]
 Effort = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]
+# A name the user chooses that becomes a path segment (results/<experiment>/gen/<teacher>/...).
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")]
+# The experiment's directory under results/: '..' would write into the repository itself, '.'
+# straight under results/ beside the other experiments.
+Segment = Annotated[
+    str,
+    AfterValidator(_segment),
+    Field(json_schema_extra={"pattern": r"^(?!\.\.?$)[A-Za-z0-9_.-]+$"}),
+]
+# numpy's and torch's common range: numpy refuses a seed of 2**32 and up, torch one of 2**64.
+Seed = Annotated[
+    int,
+    AfterValidator(_seed),
+    Field(
+        description="0 <= seed < 2**32, the range numpy and torch share",
+        json_schema_extra={"minimum": 0, "exclusiveMaximum": 2**32},
+    ),
+]
 PositiveInt = Annotated[int, Field(ge=1)]
 Regex = Annotated[str, AfterValidator(_regex)]
 # Multiple-choice letters, e.g. ABCDEFGHIJ: read by evaluation's grading and by nothing else.

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
-from .base import Name, PositiveInt, Section, tag
+from .base import Name, Plain, PositiveInt, Section, tag
 
 # Local files a dataset spec may name instead of a hub id: suffix -> the datasets loader.
 LOCAL_DATA = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -22,8 +22,8 @@ class WhereRule(Section):
 
     min: float | None = None
     max: float | None = None
-    equals: Any = None
-    in_: list[Any] | None = Field(None, alias="in")
+    equals: Plain = None
+    in_: list[Plain] | None = Field(None, alias="in")
 
     @model_serializer(mode="wrap")
     def _given(self, handler: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
-from .base import Boxed, Effort, Letters, Name, PositiveInt, Probability, Section, tag
+from .base import Boxed, Effort, Letters, Name, PositiveInt, Probability, Section, Seed, tag
 from .generation import Server
 
 # the kernel validator's generated test cases (stillroom/kernels/cases.py)
@@ -232,7 +232,7 @@ class Tables(Section):
 class SeededTables(Tables):
     """A table's settings with the seed of its bootstraps."""
 
-    seed: int = 0
+    seed: Seed = 0
 
     @property
     def boot(self) -> dict[str, Any]:

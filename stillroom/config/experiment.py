@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from .base import Name, Section, tag
+from .base import Name, Section, Seed, Segment, tag
 from .data import GENERATED, DatasetSpec, Decontam, Heldout, KernelSource, Source
 from .evaluation import Cost, Eval, Kernels, Tables
 from .generation import DatasetSelection, Generation, ProceduralSpec, TeacherSpec
@@ -29,8 +29,8 @@ TEACHERS_TABLE = "teachers"
 class Experiment(Section):
     """The whole config of one experiment; results go to results/<experiment>/."""
 
-    experiment: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    seed: int = Field(ge=0)
+    experiment: Segment
+    seed: Seed
     benchmarks: dict[Name, Benchmark] = Field(
         {}, description="what the pool is decontaminated against and evaluation may report"
     )
@@ -38,7 +38,7 @@ class Experiment(Section):
     heldout: Heldout
     decontam: Decontam = Decontam()
     generation: Generation
-    teachers: Annotated[dict[str, TeacherSpec], Field(min_length=1)]
+    teachers: Annotated[dict[Name, TeacherSpec], Field(min_length=1)]
     dataset: DatasetSelection
     student: Student
     train: Train = Train()

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, model_serializer, model_validator
 
-from .base import Effort, PositiveInt, Probability, Section, placeholders, tag
+from .base import Effort, Plain, PositiveInt, Probability, Section, placeholders, tag
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ class Sampling(Section):
     frequency_penalty: float | None = None
     repetition_penalty: float | None = Field(None, gt=0)
     stop: str | list[str] | None = None
-    extra: dict[str, Any] = {}
+    extra: dict[str, Plain] = {}
 
     unknown_hint = "; a server's own sampling fields go under extra"
 
@@ -250,7 +250,7 @@ class EffortSpec(Section):
 
     field: str | None = None
     system: str | None = None
-    extra_body: dict[str, Any] = {}
+    extra_body: dict[str, Plain] = {}
 
     @model_validator(mode="after")
     def _templates(self) -> EffortSpec:
@@ -316,6 +316,7 @@ class Server(Section):
     chosen per job) and ``{python}`` are filled in; every other key here fills its ``{key}``."""
 
     model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, Plain]
 
     command: str
     health_path: str = "/health"

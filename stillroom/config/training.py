@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from string import Template
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from .base import Effort, PositiveInt, Regex, Section
+from .base import Effort, Plain, PositiveInt, Regex, Section
 
 # A MoE router by the names a target can reach it under (mlp.gate, gate.weight, router,
 # mlp.router.weight, a router's own submodules): adapting it destabilises routing. gate_proj and
@@ -413,7 +413,7 @@ class Train(Section):
         description="how distributed.expert_parallel_size moves tokens to their experts: torch "
         "(transformers' all-to-all over torch.distributed, NCCL or gloo)",
     )
-    device_map: str | dict[str, Any] | None = Field(
+    device_map: str | dict[str, Plain] | None = Field(
         None, description="model parallel in one process (e.g. auto)"
     )
     gpu_memory_limit: str | int | None = Field(
@@ -422,7 +422,7 @@ class Train(Section):
     max_memory: dict[int | str, str | int] | None = Field(
         None, description="max memory by GPU index (and 'cpu') for device_map"
     )
-    sampled_options: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(
+    sampled_options: dict[str, Annotated[list[Plain], Field(min_length=1)]] = Field(
         {}, description="model config attributes sampled per optimizer step from a list"
     )
     save_steps: int = Field(
@@ -676,8 +676,18 @@ class Grpo(Section):
         return self.layout.world_size > 1
 
 
+def _ratio(ratio: float) -> float:
+    # merge-<ratio> names a model and its directories, matched as merge-[0-9.]+: Python writes
+    # 0.00001 as 1e-05, which no rule would match
+    if not re.fullmatch(r"[0-9.]+", str(ratio)):
+        raise ValueError(
+            f"a ratio names its model merge-<ratio>, so it is at least 0.0001 (got {ratio})"
+        )
+    return ratio
+
+
 class Merge(Section):
-    ratios: list[Annotated[float, Field(gt=0, lt=1)]] = Field(
+    ratios: list[Annotated[float, Field(gt=0, lt=1), AfterValidator(_ratio)]] = Field(
         [], description="tuned_weight of each merge: tuned_weight x fine-tune + rest x base"
     )
     select_on: str | None = Field(

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import Boxed, Letters, Section, ValidatorOptions
+from ..config import Boxed, Letters, Section, Seed, ValidatorOptions
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ TIMEOUT_S = 5  # seconds, hard limit per item in a grading worker, unless a kind
 class Options(Section):
     """How answers are graded: the grade stage's params."""
 
-    seed: int = 0
+    seed: Seed = 0
     letters: Letters
     boxed: Boxed
     kernel: ValidatorOptions = ValidatorOptions()

@@ -21,13 +21,13 @@ from typing import Any
 from pydantic import Field
 
 from .. import estimate
-from ..config import ConfigError, Cost
+from ..config import ConfigError, Cost, Seed
 from ..io import DataError, write_text
 from ..provenance import read_sidecar
 
 
 class Params(Cost):
-    seed: int = 0
+    seed: Seed = 0
     config: dict[str, Any] | None = Field(
         None,
         description="the resolved experiment config, local paths resolved: the estimate the "

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import DatasetSelection
+from ..config import DatasetSelection, Seed
 from ..grading.formats import effort_tag, user_content
 from ..ids import bucket
 from ..io import DataError, iter_jsonl, write_jsonl
@@ -33,7 +33,7 @@ GRADED_KEYS = (
 
 
 class Params(DatasetSelection):
-    seed: int = 0
+    seed: Seed = 0
     effort_tag: str = Field(pattern=r"\$effort")
 
 

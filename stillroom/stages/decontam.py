@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import SPLITS, Decontam
+from ..config import SPLITS, Decontam, Seed
 from ..data.decontam import NgramIndex
 from ..data.records import POOL_KEYS
 from ..data.sources import load_benchmark
@@ -17,7 +17,7 @@ from ..io import read_jsonl, write_json, write_jsonl
 
 
 class Params(Decontam):
-    seed: int = 0
+    seed: Seed = 0
 
 
 def run(

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import Decoding, Forcing, Student
+from ..config import Decoding, Forcing, Seed, Student
 from ..config.training import EffortTagIn
 from ..data.sources import load_benchmark
 from ..grading.formats import END_THINK, effort_tag, user_content, with_effort_tag
@@ -28,7 +28,7 @@ from ..runtime.stops import stop_set
 
 
 class Params(Decoding, Forcing):
-    seed: int = 0
+    seed: Seed = 0
     model_name: str
     benchmark: str
     effort_tag: str = Field(pattern=r"\$effort")

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from ..config import Effort, Section, TeacherSpec
+from ..config import Effort, Section, Seed, TeacherSpec
 from ..data.records import POOL_KEYS
 from ..io import DataError, Journal, read_jsonl
 from ..provenance import note_resolved, now
@@ -29,7 +29,7 @@ class Params(Section):
     """One shard at ``effort``, or at several ``efforts`` (one output each, in order) in one run, so
     that one server start serves them all."""
 
-    seed: int = 0
+    seed: Seed = 0
     teacher: str
     spec: TeacherSpec
     effort: Effort | None = None

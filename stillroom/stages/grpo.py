@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..config import Grpo, ValidatorOptions
+from ..config import Grpo, Seed, ValidatorOptions
 from ..grading.formats import user_content
 from ..io import DataError, atomic_dir, read_jsonl, write_jsonl
 from ..kernels.reward import harness_failed, score
@@ -33,7 +33,7 @@ REQUIRED = ("prompt_id", "kind", "prompt", "answer")
 
 
 class Params(Grpo):
-    seed: int = 0
+    seed: Seed = 0
     validator: ValidatorOptions = ValidatorOptions()
 
 

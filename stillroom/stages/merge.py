@@ -12,7 +12,7 @@ from pydantic import Field
 
 from ..analysis.grids import score_matrix
 from ..analysis.stats import paired_bootstrap
-from ..config import Section, Tables, WeightHook
+from ..config import Section, Seed, Tables, WeightHook
 from ..ids import normalize_prompt
 from ..io import DataError, iter_jsonl, write_json
 from ..runtime.adapter_merge import stream_merge
@@ -21,7 +21,7 @@ from ..runtime.merge import interpolate
 
 
 class Params(Section):
-    seed: int = 0
+    seed: Seed = 0
     tuned_weight: float = Field(ge=0, le=1, description="tuned_weight x fine-tune + rest x base")
     weight_hooks: list[WeightHook] = []
 
@@ -47,7 +47,7 @@ def run(
 
 
 class AdapterParams(Section):
-    seed: int = 0
+    seed: Seed = 0
     weight_hooks: list[WeightHook] = []
 
 
@@ -100,7 +100,7 @@ def _prompts(path: str) -> set[str]:
 
 
 class SelectParams(Tables):
-    seed: int = 0
+    seed: Seed = 0
     benchmark: str = Field(description="the dev split the ratio is chosen on")
     select_by: Literal["accuracy", "tokens"] = "accuracy"
 

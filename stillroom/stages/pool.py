@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from ..config import DatasetSpec, Heldout, Section, Source
+from ..config import DatasetSpec, Heldout, Section, Seed, Source
 from ..config.data import GENERATED
 from ..data.records import POOL_KEYS
 from ..data.sources import dataset_records, iter_source_rows, load_benchmark
@@ -18,7 +18,7 @@ from ..io import DataError, read_jsonl, write_jsonl
 
 
 class BenchmarkParams(Section):
-    seed: int = 0
+    seed: Seed = 0
     name: str
     spec: DatasetSpec
 
@@ -54,7 +54,7 @@ def fetch_benchmark(
 
 
 class PoolParams(Section):
-    seed: int = 0
+    seed: Seed = 0
     sources: Annotated[list[Source], Field(min_length=1)]
     heldout: Heldout
 
@@ -157,7 +157,7 @@ def _same_gold(a: tuple[str, Mapping[str, Any]], b: tuple[str, Mapping[str, Any]
 
 
 class ShardParams(Section):
-    seed: int = 0
+    seed: Seed = 0
     shards: int = Field(ge=1)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import ModelShape, Section
+from ..config import ModelShape, Section, Seed
 from ..config.training import Tokenizer
 from ..grading.formats import user_content
 from ..io import atomic_dir, iter_jsonl, read_json
@@ -26,7 +26,7 @@ def _solution(rec: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 class TokenizerParams(Tokenizer):
-    seed: int = 0  # recorded; BPE training has no randomness
+    seed: Seed = 0  # recorded; BPE training has no randomness
 
 
 def run_tokenizer(
@@ -63,7 +63,7 @@ def run_tokenizer(
 
 
 class BaseParams(Section):
-    seed: int = 0
+    seed: Seed = 0
     model: ModelShape
 
 
@@ -92,7 +92,7 @@ def random_weights(pretrained: str | None) -> bool:
 
 
 class PretrainedParams(Section):
-    seed: int = 0
+    seed: Seed = 0
     pretrained: str
 
 
@@ -124,7 +124,7 @@ def run_pretrained(
 
 
 class TinyParams(Section):
-    seed: int = 0
+    seed: Seed = 0
     like: str
     shrink: dict[str, int] = {}
 

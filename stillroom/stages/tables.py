@@ -23,7 +23,7 @@ from pydantic import Field
 
 from ..analysis.grids import INSTRUCTION_METRICS, instruction_metrics, score_matrix
 from ..analysis.stats import VERDICT, Comparison, holm_comparisons, mcnemar_exact, paired_bootstrap
-from ..config import Effort, PairedTables, Section, SeededTables, Tables
+from ..config import Effort, PairedTables, Section, Seed, SeededTables, Tables
 from ..io import DataError, atomic_path, iter_jsonl, read_json, write_text
 from ..tables import fmt, frame, write_csv
 
@@ -864,7 +864,7 @@ class TeacherParams(Section):
     ``reference`` generation.teacher. One-level bootstrap over prompts (two_level does not apply:
     a prompt's failed samples leave it fewer, so samples per prompt may differ)."""
 
-    seed: int = 0
+    seed: Seed = 0
     reference: str
     teachers: dict[Effort, str] = Field(min_length=1)
     # tables.n_resamples and tables.confidence, their bounds defined once (config.Tables)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from ..config import Student, Train, WeightHook
+from ..config import Seed, Student, Train, WeightHook
 from ..config.training import EffortTagIn, TrainStage, hooks_problem
 from ..data.conversations import check_renders, load_conversations
 from ..grading.formats import with_effort_tag
@@ -45,7 +45,7 @@ from ..runtime.templates import check_supervision, check_system_turn, training_t
 
 
 class Params(Train):
-    seed: int = 0
+    seed: Seed = 0
     weight_hooks: list[WeightHook] = []
     stage: TrainStage | None = Field(None, description="this job's stage of train.stages")
     effort_tag_in: EffortTagIn = Student.model_fields["effort_tag_in"].default

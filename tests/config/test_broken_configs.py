@@ -5,6 +5,7 @@ key and what was wrong."""
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
 import pytest
@@ -77,19 +78,107 @@ API = {"backend": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"}
 VERBOSE = _add_teacher("verbose", {"backend": "procedural", "detail": {"high": 3}})
 SERVER = {"command": "python -m sglang.launch_server --model-path {model_path} --port {port}"}
 
+NAME_RULE = "a plain directory name: letters, digits, '_', '-' and '.', not '.' or '..'"
+SEED_RULE = "a seed is 0 <= seed < 2**32 = 4294967296, the range numpy and torch share"
+FINITE = "Input should be a finite number"
+
 # (name, base config, mutation, what the message must say)
 BROKEN = [
     # top level
     ("unknown section", DEFAULT, _set("evals", {}), "unknown key 'evals' (did you mean 'eval'?)"),
     ("missing section", DEFAULT, _drop("generation"), "generation: required key missing"),
-    ("experiment name", DEFAULT, _set("experiment", "a b"), "experiment: String should match"),
-    (
-        "negative seed",
-        DEFAULT,
-        _set("seed", -1),
-        "seed: Input should be greater than or equal to 0",
-    ),
+    ("experiment name", DEFAULT, _set("experiment", "a b"), f"experiment: {NAME_RULE} (got 'a b')"),
+    # results/<experiment>/ is one directory: '..' wrote into the repository's own config/
+    ("experiment ..", DEFAULT, _set("experiment", ".."), f"experiment: {NAME_RULE} (got '..')"),
+    ("experiment .", DEFAULT, _set("experiment", "."), f"experiment: {NAME_RULE} (got '.')"),
+    ("experiment path", DEFAULT, _set("experiment", "a/b"), f"experiment: {NAME_RULE} (got 'a/b')"),
+    ("experiment empty", DEFAULT, _set("experiment", ""), f"experiment: {NAME_RULE} (got '')"),
+    ("experiment with a dot", DEFAULT, _set("experiment", "tiny.v2"), None),
+    ("negative seed", DEFAULT, _set("seed", -1), f"seed: {SEED_RULE} (got -1)"),
     ("string seed", DEFAULT, _set("seed", "1"), "seed: Input should be a valid integer"),
+    # numpy refused 2**32 only in the train job, after generation; 2**64 named no key
+    ("seed 2**32", DEFAULT, _set("seed", 2**32), f"seed: {SEED_RULE} (got 4294967296)"),
+    ("seed 2**64", DEFAULT, _set("seed", 2**64), f"seed: {SEED_RULE} (got {2**64})"),
+    ("largest seed", DEFAULT, _set("seed", 2**32 - 1), None),
+    # .inf and .nan: a temperature of .inf sampled random tokens without a word
+    (
+        "infinite temperature",
+        DEFAULT,
+        _set("eval.temperature", math.inf),
+        f"eval.temperature: {FINITE} (got inf)",
+    ),
+    (
+        "infinite epochs",
+        DEFAULT,
+        _set("train.epochs", math.inf),
+        f"train.epochs: {FINITE} (got inf)",
+    ),
+    ("nan lr", DEFAULT, _set("train.lr", math.nan), f"train.lr: {FINITE} (got nan)"),
+    (
+        "nan confidence",
+        DEFAULT,
+        _set("tables.confidence", math.nan),
+        f"tables.confidence: {FINITE}",
+    ),
+    (
+        "inf error rate",
+        DEFAULT,
+        _set("teachers.procedural.error_rate.low", -math.inf),
+        f"teachers.procedural.error_rate.low: {FINITE} (got -inf)",
+    ),
+    (
+        "inf source operand",
+        DEFAULT,
+        _set("cost.estimate.train_tokens_per_gpu_s", math.inf),
+        f"cost.estimate.train_tokens_per_gpu_s: {FINITE}",
+    ),
+    (
+        "nan in a server's own sampling field",
+        DEFAULT,
+        _add_teacher("api", {**API, "sampling": {"extra": {"guided": {"top_a": [0.1, math.nan]}}}}),
+        f"teachers.api.sampling.extra.guided.top_a.1: {FINITE} (got nan)",
+    ),
+    (
+        "nan in a row filter",
+        DISTILL,
+        _set("benchmarks.aime24.where", {"year": {"equals": math.nan}}),
+        f"benchmarks.aime24.where.year.equals: {FINITE} (got nan)",
+    ),
+    # YAML 1.1 reads 3e-3 as a string (a float needs a dot and a signed exponent)
+    (
+        "lr with an exponent but no dot",
+        DEFAULT,
+        _set("train.lr", "3e-3"),
+        "train.lr: Input should be a valid number (got '3e-3'): YAML reads 3e-3 as a string; "
+        "write 3.0e-3",
+    ),
+    (
+        "epochs with an unsigned exponent",
+        DEFAULT,
+        _set("train.epochs", "1.5E1"),
+        "train.epochs: Input should be a valid number (got '1.5E1'): YAML reads 1.5E1 as a "
+        "string; write 1.5e+1",
+    ),
+    (
+        "count with an exponent",
+        DEFAULT,
+        _set("sources.0.count", "2e3"),
+        "sources.0.count: Input should be a valid integer (got '2e3'): YAML reads 2e3 as a "
+        "string; write 2000",
+    ),
+    (
+        "a word where a number goes",
+        DEFAULT,
+        _set("train.lr", "fast"),
+        "train.lr: Input should be a valid number (got 'fast')",
+    ),
+    # a teacher's name is a directory of gen/ and graded/
+    (
+        "teacher ..",
+        DEFAULT,
+        _all(_add_teacher("..", {"backend": "procedural"}), _set("generation.teacher", "..")),
+        "teachers: key '..': String should match pattern '^[A-Za-z0-9_-]+$' (got '..')",
+    ),
     # benchmarks
     (
         "benchmark typo",
@@ -132,7 +221,7 @@ BROKEN = [
         "benchmark bad name",
         DEFAULT,
         _set("benchmarks.a/b", "config/benchmarks/tinybench.jsonl"),
-        "benchmarks.a/b",
+        "benchmarks: key 'a/b': String should match pattern",
     ),
     (
         "benchmark not a spec",
@@ -927,6 +1016,15 @@ BROKEN = [
     ),
     # merges
     ("ratio of one", DEFAULT, _set("merge.ratios", [0.5, 1.0]), "merge.ratios.1"),
+    # merge-1e-05 matched no rule: a MissingInputException when the DAG was built
+    (
+        "ratio Python writes with an exponent",
+        DEFAULT,
+        _set("merge.ratios", [0.00001, 0.5]),
+        "merge.ratios.0: a ratio names its model merge-<ratio>, so it is at least 0.0001 "
+        "(got 1e-05)",
+    ),
+    ("smallest ratio", DEFAULT, _set("merge.ratios", [0.0001, 0.5]), None),
     (
         "ratio twice",
         DEFAULT,

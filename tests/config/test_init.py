@@ -2,6 +2,7 @@
 and what was wrong, and the config hash is canonical."""
 
 import pytest
+import yaml
 
 from stillroom.config import (
     ConfigError,
@@ -182,3 +183,71 @@ def test_the_schema_agrees_with_the_typed_config():
         validator.validate(resolve(raw, root=REPO))
     bad = {**resolve(default_config(), root=REPO), "evals": {}}
     assert not validator.is_valid(bad)
+
+
+def _loaded(tmp_path, text: str):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return load_yaml(path)
+
+
+def test_merge_keys_merge_as_yaml_and_snakemake_read_them(tmp_path):
+    # `<<` was built as a key before merging ("could not determine a constructor for the tag
+    # 'tag:yaml.org,2002:merge'"); a key written beside it overrides the merged one.
+    text = (
+        "base: &base\n  lr: 0.1\n  epochs: 2\n"
+        "train:\n  <<: *base\n  lr: 0.2\n"
+        "size: &size {hidden_size: 8}\nheads: &heads {num_heads: 2}\n"
+        "model: {<<: [*size, *heads], tie: true}\n"
+        "twice: {<<: [*size, *size]}\n"
+    )
+    loaded = _loaded(tmp_path, text)
+    assert loaded["train"] == {"lr": 0.2, "epochs": 2}
+    assert loaded["model"] == {"hidden_size": 8, "num_heads": 2, "tie": True}
+    assert loaded["twice"] == {"hidden_size": 8}
+    assert loaded == yaml.load(text, Loader=yaml.FullLoader)  # what Snakemake's loader reads
+    # a merged mapping with a merge of its own, merged again: no key of it is a duplicate
+    nested = "a: &a {x: 1}\nb: &b\n  <<: *a\n  y: 2\nc:\n  <<: *b\n  x: 3\n"
+    assert _loaded(tmp_path, nested)["c"] == {"x": 3, "y": 2}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # a real duplicate beside a merge is still refused
+        (
+            "a: &a {x: 1}\nb:\n  <<: *a\n  y: 1\n  y: 2\n",
+            ":5: key 'y' is given twice (first on line 4)",
+        ),
+        ("a: {x: 1, x: 2}\n", ":1: key 'x' is given twice (first on line 1)"),
+        (
+            "a: &a {x: 1}\nb: &b {y: 1}\nc:\n  <<: *a\n  <<: *b\n",
+            ":5: key '<<' is given twice (first on line 4) (merge several mappings with "
+            "<<: [*a, *b])",
+        ),
+        # inside a mapping that is only ever merged
+        ("a: {<<: &z {k: 1, k: 2}}\n", ":1: key 'k' is given twice (first on line 1)"),
+        # two merged mappings giving one key: YAML takes the first, PyYAML the last
+        (
+            "a: &a {temperature: 1}\nb: &b {temperature: 2}\nc: {<<: [*a, *b]}\n",
+            ":3: key 'temperature' is merged from two mappings (lines 1 and 2), and YAML loaders "
+            "disagree on which wins: give 'temperature' in this mapping itself",
+        ),
+        (
+            "z: &z {top_p: 1}\nb: &b\n  <<: *z\n  top_p: 2\nc:\n  <<: *b\n",
+            ":6: key 'top_p' is merged from two mappings (lines 1 and 4)",
+        ),
+        ("a:\n  <<: 3\n", ":2:7: not valid YAML: expected a mapping or list of mappings"),
+    ],
+)
+def test_duplicated_and_ambiguous_keys_are_refused_with_merge_keys(tmp_path, text, message):
+    with pytest.raises(ConfigError) as err:
+        _loaded(tmp_path, text)
+    assert str(err.value).startswith(str(tmp_path / "c.yaml") + message), str(err.value)
+
+
+def test_a_key_of_the_mapping_settles_what_its_merges_disagree_on(tmp_path):
+    # PyYAML 6 reads temperature 2 here (YAML says 1): refused above, settled by the mapping
+    ambiguous = "a: &a {temperature: 1}\nb: &b {temperature: 2}\nc: {<<: [*a, *b]}\n"
+    settled = ambiguous.replace("[*a, *b]}", "[*a, *b], temperature: 3}")
+    assert _loaded(tmp_path, settled)["c"] == {"temperature": 3}

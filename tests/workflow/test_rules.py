@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from stillroom import cli
 from stillroom.cli import STAGES
+from stillroom.config import resolve
 
 from ..conftest import REPO, recipe_files
 
@@ -118,6 +120,38 @@ def test_a_duplicated_key_in_a_config_file_names_the_file_and_line(tmp_path):
     line = text.splitlines().index("seed: 7") + 1
     message = f"{dup}:{line}: key 'seed' is given twice (first on line {line - 1})"
     assert message in proc.stdout + proc.stderr
+
+
+def test_a_config_with_merge_keys_is_read_alike_by_the_cli_and_a_dry_run(tmp_path, capsys):
+    # The strict loader built `<<` as a key and refused it; Snakemake's loader merges it.
+    default = (REPO / "config" / "config.yaml").read_text()
+    block = (
+        "  budget_force:          # accuracy against thinking budget: thinking closed at B "
+        "tokens, then a short answer\n"
+        "    budgets: [16, 48]\n    answer_tokens: 24\n    models: [sft]\n"
+        "    benchmarks: [heldout]\n"
+        "  per_effort:            # the fine-tune at each effort it was trained with, against "
+        "medium\n    models: [sft]\n    benchmarks: [heldout]\n    reference: medium\n"
+    )
+    assert block in default
+    merged = tmp_path / "merged.yaml"
+    merged.write_text(
+        default.replace(
+            block,
+            "  budget_force:\n"
+            "    <<: &focus {models: [sft], benchmarks: [tinyifeval]}\n"
+            "    budgets: [16, 48]\n    answer_tokens: 24\n"
+            "    benchmarks: [heldout]   # overrides the merged one\n"
+            "  per_effort:\n    <<: *focus\n    benchmarks: [heldout]\n    reference: medium\n",
+        )
+    )
+    assert cli.main(["config", str(merged), "--root", str(REPO)]) in (0, None)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == resolve(yaml.safe_load(default), REPO)
+    assert printed["eval"]["per_effort"]["models"] == ["sft"]  # from the merge
+    dry = _snakemake("-n", "--cores", "1", cwd=tmp_path, configfiles=[merged])
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "evaluate_budget" in dry.stdout  # the merged section's jobs are planned
 
 
 def test_the_snakefile_needs_stillroom_on_path(tmp_path):
