@@ -428,6 +428,14 @@ class Train(Section):
     save_steps: int = Field(
         0, ge=0, description="checkpoint every N steps beside the output; a killed job resumes"
     )
+    save_minutes: float = Field(
+        30.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="also checkpoint once this many minutes of training have passed since the "
+        "start or the last checkpoint (rank 0's clock, agreed by every rank), so a preempted job "
+        "loses at most that; fractions allowed; 0: off. With save_steps, either one saves",
+    )
     lora: Lora | None = None
     stages: list[TrainStage] = Field(
         [],
@@ -587,6 +595,11 @@ class Train(Section):
         return self.distributed.layout(device_map=self.device_map is not None)
 
     @property
+    def checkpointing(self) -> bool:
+        """Whether the job writes preemption checkpoints (by steps, by time or both)."""
+        return bool(self.save_steps or self.save_minutes)
+
+    @property
     def sharded(self) -> bool:
         """FSDP2 shards full-precision models and torchao's NF4 ones (quantize_moe_experts).
         bitsandbytes' packed NF4 parameters do not survive the DTensor conversion (measured): its
@@ -670,6 +683,11 @@ class Grpo(Section):
     @property
     def layout(self) -> Layout:
         return self.distributed.layout()
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether the job writes preemption checkpoints (by steps, by time or both)."""
+        return bool(self.save_steps or self.save_minutes)
 
     @property
     def sharded(self) -> bool:

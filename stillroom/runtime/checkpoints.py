@@ -7,6 +7,10 @@ its own shards of the model and optimizer state with torch.distributed.checkpoin
 rank 0: at 501B that would be a terabyte through one process), and rank 0 adds the scheduler and
 trainer state. The Trainer's own resume then restores the step and data position, and this
 callback the rest.
+
+Checkpoints are written every ``train.save_steps`` steps and, by default, every
+``train.save_minutes`` of training (``SaveClock``): a preempted job loses at most that much
+however long its steps are. The time is rank 0's, so every rank saves at the same step.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import copy
 import json
 import random
 import shutil
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -33,14 +38,73 @@ def _states(model, optimizer, options=None) -> dict:
     }
 
 
+def rank0_decides(flag: bool, device) -> bool:
+    """Rank 0's ``flag``, on every rank of the job (as is, in one process). A checkpoint is a
+    collective under FSDP (and a barrier under DDP): ranks that decided by their own clocks could
+    fall on either side of the interval at one step and hang there."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return flag
+    # on the device the job's backend reduces on (args.device: the rank's GPU for NCCL, else CPU)
+    decision = torch.tensor([int(flag)], dtype=torch.int32, device=device)
+    dist.broadcast(decision, src=0)
+    return bool(decision.item())
+
+
+class SaveClock:
+    """When ``minutes`` of training have passed since training (re)started or the last checkpoint
+    was written (0: never). Every rank asks at each step end and gets rank 0's answer."""
+
+    def __init__(self, minutes: float, clock: Callable[[], float] = time.monotonic):
+        self.minutes = minutes
+        self.clock = clock
+        self.since = clock()
+
+    def restart(self) -> None:
+        self.since = self.clock()
+
+    def due(self, state, device) -> bool:
+        """Whether to checkpoint at this step end. Never at the last step (the trained model is
+        saved right after it); the same answer on every rank, which all call this at each step."""
+        if not self.minutes or state.global_step >= state.max_steps:
+            return False
+        return rank0_decides(self.clock() - self.since >= 60 * self.minutes, device)
+
+
+def timed_saves(clock: SaveClock):
+    """A TrainerCallback asking the Trainer for a checkpoint whenever ``clock`` says so: its own
+    save, retention (save_total_limit) and resume, as for a step-based one."""
+    from transformers import TrainerCallback
+
+    class TimedSaves(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            clock.restart()  # loading the model (and a checkpoint) is not training time
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if clock.due(state, args.device):
+                control.should_save = True
+
+        def on_save(self, args, state, control, **kwargs):
+            clock.restart()  # after every checkpoint, a save_steps one too
+
+    return TimedSaves()
+
+
 def sharded_checkpoints(
-    directory: Path, every: int, resume: str | None, keep: int = 2, adapter_only: bool = False
+    directory: Path,
+    every: int,
+    resume: str | None,
+    keep: int = 2,
+    adapter_only: bool = False,
+    clock: SaveClock | None = None,
 ):
-    """A TrainerCallback saving ``directory/checkpoint-<step>`` every ``every`` steps and restoring
-    ``resume`` (one such directory) when training begins. ``adapter_only``: the frozen base is
-    left out (it is reloaded from the base checkpoint), so a LoRA checkpoint of a 501B model
-    holds the adapter and its optimizer state, not the base again (nor NF4 tensors, which
-    torch.distributed.checkpoint does not write)."""
+    """A TrainerCallback saving ``directory/checkpoint-<step>`` every ``every`` steps (0: not by
+    steps) and whenever ``clock`` says so, and restoring ``resume`` (one such directory) when
+    training begins. ``adapter_only``: the frozen base is left out (it is reloaded from the base
+    checkpoint), so a LoRA checkpoint of a 501B model holds the adapter and its optimizer state,
+    not the base again (nor NF4 tensors, which torch.distributed.checkpoint does not write)."""
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -52,12 +116,14 @@ def sharded_checkpoints(
     from transformers import TrainerCallback
 
     options = StateDictOptions(ignore_frozen_params=adapter_only, strict=not adapter_only)
+    clock = clock or SaveClock(0)
 
     class ShardedCheckpoints(TrainerCallback):
         def on_train_begin(
             self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs
         ):
             if not resume:
+                clock.restart()
                 return
             states = _states(model, optimizer, options)
             dcp.load(states, checkpoint_id=Path(resume) / "dcp")
@@ -66,11 +132,13 @@ def sharded_checkpoints(
             lr_scheduler.load_state_dict(
                 torch.load(Path(resume) / "scheduler.pt", weights_only=True)
             )
+            clock.restart()  # restoring is not training time
 
         def on_step_end(
             self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs
         ):
-            if state.global_step % every:
+            by_steps = bool(every) and state.global_step % every == 0
+            if not by_steps and not clock.due(state, args.device):
                 return
             target = directory / f"checkpoint-{state.global_step}"
             dcp.save(_states(model, optimizer, options), checkpoint_id=target / "dcp")
@@ -96,6 +164,7 @@ def sharded_checkpoints(
                 for old in done[:-keep]:
                     shutil.rmtree(old, ignore_errors=True)
             dist.barrier()
+            clock.restart()
 
     return ShardedCheckpoints()
 

@@ -24,7 +24,7 @@ from ..config.training import OPTIMIZERS
 from ..io import DataError
 from . import launch
 from .adapters import disable_cpu_repacking, lora_config, meta_model, quantization_config
-from .checkpoints import sharded_checkpoints
+from .checkpoints import SaveClock, sharded_checkpoints, timed_saves
 from .templates import TrainingTemplate
 
 
@@ -305,7 +305,8 @@ def build_trainer(
         use_cpu=not cuda,
         bf16=cuda,  # bf16 autocast on GPU, whatever the storage dtype
         include_num_input_tokens_seen="non_padding",
-        # Sharded runs checkpoint through their own callback (checkpoints.py)
+        # Sharded runs checkpoint through their own callback, and save_minutes through one that
+        # sets should_save (checkpoints.py)
         save_strategy="steps" if params.save_steps and not sharded else "no",
         save_steps=params.save_steps or 500,
         save_total_limit=2,
@@ -336,13 +337,21 @@ def build_trainer(
     )
     # progress goes through our own log callable
     trainer.remove_callback(PrinterCallback)
-    if sharded and params.save_steps:
+    clock = SaveClock(params.save_minutes)
+    if sharded and params.checkpointing:
         trainer.add_callback(
             sharded_checkpoints(
-                Path(output_dir), params.save_steps, resume, adapter_only=params.lora is not None
+                Path(output_dir),
+                params.save_steps,
+                resume,
+                adapter_only=params.lora is not None,
+                clock=clock,
             )
         )
         # The Trainer cannot load weights into a load-time-sharded model; the callback restores
         # them.
         trainer._load_from_checkpoint = lambda *args, **kwargs: None
+    elif params.save_minutes:
+        # the Trainer's own checkpoints (and resume), asked for by time as well as by save_steps
+        trainer.add_callback(timed_saves(clock))
     return trainer

@@ -138,6 +138,19 @@ def run(
     return launch.run(p.layout, train_sft, kwargs, threads=threads, log=log, where="train")
 
 
+def checkpoint_fingerprint(p: Params, base_dir, dataset_path, template_text: str) -> dict:
+    """What a preemption checkpoint must have been made with to be resumed: the params, base,
+    dataset and template. save_minutes is left out: when checkpoints were written does not change
+    the weights, so a job resubmitted with another interval still resumes (save_steps stays in: a
+    resumed Trainer keeps the checkpoint's step interval)."""
+    return {
+        "params": {k: v for k, v in p.dump().items() if k != "save_minutes"},
+        "base": digest(base_dir)["sha256"],
+        "dataset": digest(dataset_path)["sha256"],
+        "chat_template": hashlib.sha256(template_text.encode()).hexdigest(),
+    }
+
+
 def train_sft(
     base_dir,
     dataset_path,
@@ -186,13 +199,8 @@ def train_sft(
     # stale one.
     checkpoints = Path(str(out_dir).rstrip("/") + ".checkpoints")
     fingerprint, last = None, None
-    if p.save_steps:
-        fingerprint = {
-            "params": p.dump(),
-            "base": digest(base_dir)["sha256"],
-            "dataset": digest(dataset_path)["sha256"],
-            "chat_template": hashlib.sha256(template.text.encode()).hexdigest(),
-        }
+    if p.checkpointing:
+        fingerprint = checkpoint_fingerprint(p, base_dir, dataset_path, template.text)
         last = last_checkpoint(checkpoints, fingerprint, log, main)
     sampled: dict[str, dict] = {}
     callbacks = [progress_callback(log)] if main else []
@@ -223,7 +231,7 @@ def train_sft(
         packed = trainer.train_dataset
         real = sum(len(ids) for ids in packed["input_ids"])
         start = time.perf_counter()
-        if p.save_steps and main:
+        if p.checkpointing and main:
             checkpoints.mkdir(parents=True, exist_ok=True)
             write_json(checkpoints / "fingerprint.json", fingerprint)
         trainer.train(resume_from_checkpoint=last)

@@ -381,3 +381,20 @@ def test_nf4_experts_take_expert_parallelism_with_lora_on_the_experts():
 def test_grpo_refuses_expert_parallelism():
     with pytest.raises(ConfigError, match=r"expert parallelism is wired for train only"):
         Grpo.parse({"distributed": {"gpus_per_node": 2, "expert_parallel_size": 2}}, where="grpo")
+
+
+def test_save_minutes_checkpoints_by_time_by_default_and_must_be_a_finite_interval():
+    """A job without save_steps still checkpoints every 30 minutes of training; 0 turns it off;
+    an interval that could never come (inf, nan) or a negative one is refused, naming the key."""
+    default = Train.parse({})
+    assert default.save_minutes == 30 and default.save_steps == 0 and default.checkpointing
+    assert Train.parse({"save_minutes": 0.001}).save_minutes == 0.001  # fractions are allowed
+    assert not Train.parse({"save_minutes": 0}).checkpointing
+    assert Train.parse({"save_minutes": 0, "save_steps": 5}).checkpointing
+    for value, message in (
+        (float("inf"), "Input should be a finite number"),
+        (float("nan"), "Input should be a finite number"),
+        (-1, "Input should be greater than or equal to 0"),
+    ):
+        with pytest.raises(ConfigError, match=rf"train\.save_minutes: {message}"):
+            Train.parse({"save_minutes": value}, where="train")

@@ -118,10 +118,12 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def kill_and_resume(base: Path, dataset: Path, params: dict, tmp_path: Path, kill_at: int):
+def kill_and_resume(
+    base: Path, dataset: Path, params: dict, tmp_path: Path, kill_at: int | None = None
+):
     """Train with ``params`` straight through; then again, SIGKILLing the whole job once its
-    checkpoint of step ``kill_at`` is complete, and once more, which must resume from it. Returns
-    the two outputs (straight, resumed)."""
+    checkpoint of step ``kill_at`` (None: of any step, e.g. one saved by time) is complete, and
+    once more, which must resume from it. Returns the two outputs (straight, resumed)."""
     import json
     import signal
     import subprocess
@@ -148,10 +150,11 @@ def kill_and_resume(base: Path, dataset: Path, params: dict, tmp_path: Path, kil
     straight = subprocess.run(cmd(tmp_path / "straight"), capture_output=True, text=True)
     assert straight.returncode == 0, straight.stderr[-3000:]
     out = tmp_path / "killed"
-    marker = tmp_path / "killed.checkpoints" / f"checkpoint-{kill_at}" / "trainer_state.json"
+    step = "*" if kill_at is None else kill_at
+    marker = f"killed.checkpoints/checkpoint-{step}/trainer_state.json"
     proc = subprocess.Popen(cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
-    while not marker.exists() and time.monotonic() < deadline:
+    while not any(tmp_path.glob(marker)) and time.monotonic() < deadline:
         time.sleep(0.02)
     # Preemption kills every process of the job at once (SLURM's cgroup): the launcher, torchrun
     # and both ranks, which torchrun starts in sessions of their own.
@@ -159,7 +162,7 @@ def kill_and_resume(base: Path, dataset: Path, params: dict, tmp_path: Path, kil
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     proc.wait()
-    assert marker.exists() and not out.exists()
+    assert any(tmp_path.glob(marker)) and not out.exists()
     resumed = subprocess.run(cmd(out), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr, resumed.stderr[-4000:]
@@ -183,6 +186,40 @@ def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
     straight, out = kill_and_resume(
         setup / "base", setup / "train.jsonl", params, tmp_path, kill_at=6
     )
+    a, b = load_file(straight / "model.safetensors"), load_file(out / "model.safetensors")
+    assert set(a) == set(b) and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+
+
+def test_every_rank_checkpoints_by_time_when_rank_0_says_so(tmp_path):
+    """A time-based checkpoint is a collective: each rank gets rank 0's answer, whatever its own
+    clock reads (one rank past the interval and the other not would hang FSDP's save)."""
+    from stillroom.runtime.launch import spawn
+
+    out = spawn(
+        Train.parse({"distributed": {"gpus_per_node": 2}}).layout,
+        {"out_dir": str(tmp_path / "probe"), "threads": 1},
+        log=lambda _: None,
+        cpus=2,
+        target="tests.runtime.clock_probe:probe",
+    )
+    assert out["answers"] == [[False, True], [False, True]]
+
+
+def test_killed_sharded_training_resumes_from_a_time_based_checkpoint(setup, tmp_path):
+    """save_minutes alone (no save_steps) on 2 FSDP2 ranks: both write their shards of the same
+    step (a checkpoint is complete only once every rank's are in), and a job SIGKILLed after one
+    resumes from it to the weights of an uninterrupted run."""
+    params = {
+        "lr": 3e-3,
+        "max_steps": 14,
+        "batch_size": 2,
+        "max_length": 128,
+        "logging_steps": 2,
+        "seed": 0,
+        "save_minutes": 0.001,  # 60 ms: about every step
+        "distributed": {"gpus_per_node": 2},
+    }
+    straight, out = kill_and_resume(setup / "base", setup / "train.jsonl", params, tmp_path)
     a, b = load_file(straight / "model.safetensors"), load_file(out / "model.safetensors")
     assert set(a) == set(b) and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
 

@@ -271,6 +271,75 @@ def test_killed_training_resumes_to_the_same_weights(setup, tmp_path):
     assert not (tmp_path / "killed.checkpoints").exists()  # cleaned once the model is in place
 
 
+def test_killed_training_resumes_from_a_time_based_checkpoint(setup, tmp_path):
+    """With save_steps 0 (the default), save_minutes alone checkpoints: a job SIGKILLed after such
+    a checkpoint resumes from it to the bytes of an uninterrupted run, and those bytes are the
+    ones a run that never checkpoints writes."""
+    from safetensors.torch import load_file
+
+    from tests.runtime.test_launch import kill_and_resume
+
+    params = {
+        "lr": 3e-3,
+        "max_steps": 24,
+        "batch_size": 2,
+        "max_length": 128,
+        "logging_steps": 4,
+        "seed": 0,
+        "save_minutes": 0.002,  # 120 ms: every few steps
+    }
+    straight, out = kill_and_resume(setup / "base", setup / "train.jsonl", params, tmp_path)
+    never = train_sft(
+        setup / "base",
+        setup / "train.jsonl",
+        tmp_path / "never",
+        params={**params, "save_minutes": 0},
+        threads=2,
+        log=lambda _: None,
+    )
+    assert never["steps"] == 24 and not (tmp_path / "never.checkpoints").exists()
+    a, b = load_file(straight / "model.safetensors"), load_file(out / "model.safetensors")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    assert (straight / "model.safetensors").read_bytes() == (
+        tmp_path / "never" / "model.safetensors"
+    ).read_bytes()
+
+
+def test_save_clock_counts_training_time_since_the_last_checkpoint():
+    """Due once the interval has passed since the start or the last save, never at the last step
+    (the model is saved right after it), never with 0 minutes; in one process nothing is sent."""
+    from transformers import TrainerState
+
+    from stillroom.runtime.checkpoints import SaveClock
+
+    now = 100.0
+    clock = SaveClock(0.5, clock=lambda: now)
+    mid, last = TrainerState(global_step=5, max_steps=9), TrainerState(global_step=9, max_steps=9)
+    now = 129.0
+    assert not clock.due(mid, "cpu")
+    now = 130.0
+    assert clock.due(mid, "cpu") and not clock.due(last, "cpu")
+    clock.restart()
+    now = 150.0
+    assert not clock.due(mid, "cpu")
+    now = 1e9
+    assert not SaveClock(0, clock=lambda: now).due(mid, "cpu")
+
+
+def test_a_changed_save_minutes_still_resumes_and_any_other_change_does_not(setup):
+    """When checkpoints were written does not change the weights: a job resubmitted with another
+    save_minutes resumes; another lr (or save_steps, which a resumed Trainer keeps) starts over."""
+    from stillroom.stages.train import checkpoint_fingerprint
+
+    def fingerprint(**params):
+        p = Params.parse(params, where="train")
+        return checkpoint_fingerprint(p, setup / "base", setup / "train.jsonl", "{{ x }}")
+
+    assert fingerprint(save_minutes=30) == fingerprint(save_minutes=5) == fingerprint()
+    assert fingerprint(lr=1e-4) != fingerprint()
+    assert fingerprint(save_steps=10) != fingerprint()
+
+
 def test_a_stage_selects_its_efforts_and_can_drop_the_tags():
     from stillroom.config.training import TrainStage
     from stillroom.stages.train import select_rows
