@@ -227,6 +227,29 @@ def tracked(**outputs):
     return declared
 
 
+def sidecars(paths):
+    """The provenance sidecars of the workflow's own artifacts (everything under results/<experiment>)
+    among ``paths``, a path or a list; a user's source, benchmark or template file has none."""
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    return [f"{Path(p)}.prov.json" for p in paths if str(p).startswith(f"{R}/")]
+
+
+def sidecars_of(function):
+    """``sidecars`` of what an input function gives, as an input function."""
+    return lambda wildcards: sidecars(function(wildcards))
+
+
+def consumed(**inputs):
+    """A rule's inputs (a path, a list of paths or an input function each), every artifact with its
+    provenance sidecar (`<name>_prov`): the job reads it (its own sidecars hash it), and so a
+    deleted sidecar makes Snakemake run the job that writes it again, as a deleted artifact does."""
+    declared = {}
+    for name, value in inputs.items():
+        declared[name] = value
+        declared[f"{name}_prov"] = sidecars_of(value) if callable(value) else sidecars(value)
+    return declared
+
+
 def as_json(**values):
     """Params for one rule: only what that stage depends on, so only real changes rerun it."""
     return json.dumps({"seed": config["seed"], **values}, sort_keys=True)
@@ -273,13 +296,24 @@ EFFORT_MODELS = PER_EFFORT.get("models", [])
 EFFORT_BENCHMARKS = (PER_EFFORT["benchmarks"] or config["eval"]["benchmarks"]) if PER_EFFORT else []
 
 
+def written(rule, benchmarks=None):
+    """Every file a rule's jobs write, artifacts and sidecars (one job per benchmark if given)."""
+    files = [str(f) for f in rule.output]
+    return files if benchmarks is None else expand(files, bench=benchmarks)
+
+
 def all_tables():
-    tables = [f"{R}/tables/{b}.md" for b in config["eval"]["benchmarks"]]
-    tables += [f"{R}/tables/{b}-budgets.md" for b in BUDGET_BENCHMARKS if BUDGETS]
-    tables += [f"{R}/tables/{b}-efforts.md" for b in EFFORT_BENCHMARKS]
-    tables += [f"{R}/tables/{b}-kernels.md" for b in KERNEL_BENCHMARKS]
-    tables += [TEACHERS_MD] if GENERATION.mixed else []
-    return tables + [f"{R}/cost/ledger.md"]
+    """Rule all's input: every file of the jobs whose outputs no job reads (the tables, plots and
+    their CSV and LaTeX, the cost ledger, the decontamination report), sidecars too: Snakemake checks
+    only the outputs something asks for, so one deleted would never be written again. (Called in
+    the Snakefile's rule all, after every rule is defined.)"""
+    benchmarks = config["eval"]["benchmarks"]
+    targets = written(rules.tables, benchmarks)
+    targets += written(rules.budget_tables, BUDGET_BENCHMARKS if BUDGETS else [])
+    targets += written(rules.effort_tables, EFFORT_BENCHMARKS)
+    targets += written(rules.kernel_tables, KERNEL_BENCHMARKS)
+    targets += written(rules.teacher_tables) if GENERATION.mixed else []
+    return targets + written(rules.cost) + written(rules.decontam)
 
 
 # Per-stage helpers (lint: rule files hold rules only).
