@@ -313,7 +313,37 @@ def all_tables():
     targets += written(rules.effort_tables, EFFORT_BENCHMARKS)
     targets += written(rules.kernel_tables, KERNEL_BENCHMARKS)
     targets += written(rules.teacher_tables) if GENERATION.mixed else []
-    return targets + written(rules.cost) + written(rules.decontam)
+    targets += written(rules.cost) + written(rules.decontam)
+    return list(dict.fromkeys(targets + all_sidecars()))
+
+
+def all_sidecars():
+    """The sidecar of every artifact the config's DAG writes. Snakemake looks for a missing output
+    of a job only when something asks for it and is about to run, so a deleted intermediate sidecar
+    would be found only with the next change upstream; as targets, a deleted one reruns its job
+    (and what reads the artifact). Artifacts stay as they were: a checkpoint deleted to save space,
+    its sidecar kept, is not rebuilt. Every path here is an output of a job the DAG has anyway."""
+    runs = cost_artifacts()  # generation shards, every checkpoint, every evaluation's samples
+    graded = [
+        p.removesuffix("samples.jsonl") + "graded.jsonl"
+        for p in runs.values()
+        if p.startswith(f"{R}/eval/")
+    ]
+    artifacts = [
+        *BENCHMARKS.values(),
+        f"{R}/pool/pool.jsonl",
+        *EVAL_SPLITS.values(),
+        *(f"{R}/shards/shard-{s}.jsonl" for s in SHARDS),
+        *graded_shards().values(),
+        f"{R}/dataset/train.jsonl",
+        *(f"{R}/dataset/select-{s}.jsonl" for s in ABLATION),
+        *([] if config["student"]["pretrained"] else [f"{R}/student/tokenizer"]),
+        f"{R}/ckpt/base",
+        *runs.values(),
+        *graded,
+        *([f"{R}/merge/selected.json"] if SELECT_ON else []),
+    ]
+    return sidecars(artifacts)
 
 
 # Per-stage helpers (lint: rule files hold rules only).
