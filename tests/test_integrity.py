@@ -249,6 +249,26 @@ def test_a_rerun_removes_what_a_killed_attempt_left_beside_its_outputs(tmp_path,
     )
 
 
+def test_a_training_rerun_after_a_kill_leaves_no_temporary_checkpoint(setup, tmp_path):
+    """The issue's case: ``ckpt/.sft.<random>.tmp/`` of a killed training job survived the rerun
+    that succeeded. The rerun's ``stillroom train`` removes it before it trains."""
+    out = tmp_path / "ckpt" / "sft"
+    killed = _killed_mid_write(out)
+    params = {"max_steps": 2, "batch_size": 2, "max_length": 128, "seed": 0}
+    argv = ["--base", str(setup / "base"), "--dataset", str(setup / "train.jsonl")]
+    done = subprocess.run(
+        [sys.executable, "-m", "stillroom", "train", *argv, "--out-model", str(out)]
+        + ["--params", json.dumps(params)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"removed {killed}" in done.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["sft", "sft.prov.json"]
+
+
 def test_removing_temporaries_touches_only_the_outputs_own(tmp_path):
     out = tmp_path / "ckpt" / "sft"
     killed = _killed_mid_write(out)

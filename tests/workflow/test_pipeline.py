@@ -119,7 +119,8 @@ def test_nothing_is_stale_after_a_complete_run(done):
 def reasons(proc) -> dict[str, list[str]]:
     """The reason Snakemake gives for each job of a dry run, by rule."""
     out: dict[str, list[str]] = {}
-    for m in re.finditer(r"^rule (\w+):\n(?:[ \t]+.*\n)*?[ \t]+reason: (.*)$", proc.stdout, re.M):
+    pattern = r"^(?:local)?rule (\w+):\n(?:[ \t]+.*\n)*?[ \t]+reason: (.*)$"
+    for m in re.finditer(pattern, proc.stdout, re.M):
         out.setdefault(m[1], []).append(m[2])
     return out
 
@@ -164,6 +165,7 @@ def test_a_deleted_sidecar_of_an_intermediate_artifact_reruns_the_job_that_wrote
         ("graded/procedural/low/shard-00000.jsonl.prov.json", "grade_generation"),
         ("ckpt/base.prov.json", "base"),
         ("eval/sft/heldout/graded.jsonl.prov.json", "grade_eval"),
+        ("pool/dev.jsonl.prov.json", "pool"),
     ]:
         path = r / rel
         saved = path.with_name(path.name + ".saved")
@@ -179,6 +181,19 @@ def test_a_deleted_sidecar_of_an_intermediate_artifact_reruns_the_job_that_wrote
         ), (rel, reasons(plan))
         assert "tables" in jobs, (rel, jobs)  # and what reads it downstream
     assert scheduled(run_snakemake(workdir, cfg, "-n")) == {}
+
+
+def test_every_sidecar_the_run_wrote_is_a_target_of_rule_all(done):
+    """Snakemake looks for a missing output only where something asks for it and is about to run,
+    so rule all asks for every sidecar of the DAG (rules/common.smk all_sidecars): none missed."""
+    workdir, cfg, proc = done
+    log = proc.stdout + proc.stderr
+    written = {p for line in re.findall(r"^\s+output: (.*)$", log, re.M) for p in line.split(", ")}
+    plan = run_snakemake(workdir, cfg, "-n", "--forcerun", "all")
+    targets = re.search(r"^(?:local)?rule all:\n\s+input: (.*)$", plan.stdout, re.M)[1]
+    sidecars = {p for p in written if p.endswith(".prov.json")}
+    assert len(sidecars) > 50 and sidecars <= set(targets.split(", ")), sidecars - set(targets)
+    assert scheduled(plan) == {"all": 1}
 
 
 def test_changing_merge_ratios_reruns_only_those_merges(done):
