@@ -241,8 +241,9 @@ def sidecars_of(function):
 
 def consumed(**inputs):
     """A rule's inputs (a path, a list of paths or an input function each), every artifact with its
-    provenance sidecar (`<name>_prov`): the job reads it (its own sidecars hash it), and so a
-    deleted sidecar makes Snakemake run the job that writes it again, as a deleted artifact does."""
+    provenance sidecar (`<name>_prov`): the job reads it (its own sidecars hash it), so a missing one
+    is written again, by the job that writes it, before this job runs (rule all asks for them all:
+    all_sidecars)."""
     declared = {}
     for name, value in inputs.items():
         declared[name] = value
@@ -320,9 +321,10 @@ def all_tables():
 def all_sidecars():
     """The sidecar of every artifact the config's DAG writes. Snakemake looks for a missing output
     of a job only when something asks for it and is about to run, so a deleted intermediate sidecar
-    would be found only with the next change upstream; as targets, a deleted one reruns its job
-    (and what reads the artifact). Artifacts stay as they were: a checkpoint deleted to save space,
-    its sidecar kept, is not rebuilt. Every path here is an output of a job the DAG has anyway."""
+    would be found only when a job reading its artifact runs anyway; as targets, a deleted one
+    reruns its job (and what reads the artifact). Artifacts stay as they were: a checkpoint deleted
+    to save space, its sidecar kept, is not rebuilt. Every path here is an output of a job the DAG
+    has anyway (the recipes' dry runs schedule the same jobs)."""
     runs = cost_artifacts()  # generation shards, every checkpoint, every evaluation's samples
     graded = [
         p.removesuffix("samples.jsonl") + "graded.jsonl"
