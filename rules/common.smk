@@ -227,6 +227,30 @@ def tracked(**outputs):
     return declared
 
 
+def sidecars(paths):
+    """The provenance sidecars of the workflow's own artifacts (everything under results/<experiment>)
+    among ``paths``, a path or a list; a user's source, benchmark or template file has none."""
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    return [f"{Path(p)}.prov.json" for p in paths if str(p).startswith(f"{R}/")]
+
+
+def sidecars_of(function):
+    """``sidecars`` of what an input function gives, as an input function."""
+    return lambda wildcards: sidecars(function(wildcards))
+
+
+def consumed(**inputs):
+    """A rule's inputs (a path, a list of paths or an input function each), every artifact with its
+    provenance sidecar (`<name>_prov`): the job reads it (its own sidecars hash it), so a missing one
+    is written again, by the job that writes it, before this job runs (rule all asks for them all:
+    all_sidecars)."""
+    declared = {}
+    for name, value in inputs.items():
+        declared[name] = value
+        declared[f"{name}_prov"] = sidecars_of(value) if callable(value) else sidecars(value)
+    return declared
+
+
 def as_json(**values):
     """Params for one rule: only what that stage depends on, so only real changes rerun it."""
     return json.dumps({"seed": config["seed"], **values}, sort_keys=True)
@@ -273,13 +297,55 @@ EFFORT_MODELS = PER_EFFORT.get("models", [])
 EFFORT_BENCHMARKS = (PER_EFFORT["benchmarks"] or config["eval"]["benchmarks"]) if PER_EFFORT else []
 
 
+def written(rule, benchmarks=None):
+    """Every file a rule's jobs write, artifacts and sidecars (one job per benchmark if given)."""
+    files = [str(f) for f in rule.output]
+    return files if benchmarks is None else expand(files, bench=benchmarks)
+
+
 def all_tables():
-    tables = [f"{R}/tables/{b}.md" for b in config["eval"]["benchmarks"]]
-    tables += [f"{R}/tables/{b}-budgets.md" for b in BUDGET_BENCHMARKS if BUDGETS]
-    tables += [f"{R}/tables/{b}-efforts.md" for b in EFFORT_BENCHMARKS]
-    tables += [f"{R}/tables/{b}-kernels.md" for b in KERNEL_BENCHMARKS]
-    tables += [TEACHERS_MD] if GENERATION.mixed else []
-    return tables + [f"{R}/cost/ledger.md"]
+    """Rule all's input: every file of the jobs whose outputs no job reads (the tables, plots and
+    their CSV and LaTeX, the cost ledger, the decontamination report), sidecars too: Snakemake checks
+    only the outputs something asks for, so one deleted would never be written again. (Called in
+    the Snakefile's rule all, after every rule is defined.)"""
+    benchmarks = config["eval"]["benchmarks"]
+    targets = written(rules.tables, benchmarks)
+    targets += written(rules.budget_tables, BUDGET_BENCHMARKS if BUDGETS else [])
+    targets += written(rules.effort_tables, EFFORT_BENCHMARKS)
+    targets += written(rules.kernel_tables, KERNEL_BENCHMARKS)
+    targets += written(rules.teacher_tables) if GENERATION.mixed else []
+    targets += written(rules.cost) + written(rules.decontam)
+    return list(dict.fromkeys(targets + all_sidecars()))
+
+
+def all_sidecars():
+    """The sidecar of every artifact the config's DAG writes. Snakemake looks for a missing output
+    of a job only when something asks for it and is about to run, so a deleted intermediate sidecar
+    would be found only when a job reading its artifact runs anyway; as targets, a deleted one
+    reruns its job (and what reads the artifact). Artifacts stay as they were: a checkpoint deleted
+    to save space, its sidecar kept, is not rebuilt. Every path here is an output of a job the DAG
+    has anyway (the recipes' dry runs schedule the same jobs)."""
+    runs = cost_artifacts()  # generation shards, every checkpoint, every evaluation's samples
+    graded = [
+        p.removesuffix("samples.jsonl") + "graded.jsonl"
+        for p in runs.values()
+        if p.startswith(f"{R}/eval/")
+    ]
+    artifacts = [
+        *BENCHMARKS.values(),
+        f"{R}/pool/pool.jsonl",
+        *EVAL_SPLITS.values(),
+        *(f"{R}/shards/shard-{s}.jsonl" for s in SHARDS),
+        *graded_shards().values(),
+        f"{R}/dataset/train.jsonl",
+        *(f"{R}/dataset/select-{s}.jsonl" for s in ABLATION),
+        *([] if config["student"]["pretrained"] else [f"{R}/student/tokenizer"]),
+        f"{R}/ckpt/base",
+        *runs.values(),
+        *graded,
+        *([f"{R}/merge/selected.json"] if SELECT_ON else []),
+    ]
+    return sidecars(artifacts)
 
 
 # Per-stage helpers (lint: rule files hold rules only).

@@ -4,7 +4,7 @@
 
 rule cost:
     input:
-        list(cost_artifacts().values()),
+        **consumed(artifacts=list(cost_artifacts().values())),
     output:
         **tracked(
             markdown=f"{R}/cost/ledger.md",

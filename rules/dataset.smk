@@ -4,7 +4,7 @@
 
 rule dataset:
     input:
-        list(graded_shards().values()),
+        **consumed(graded=list(graded_shards().values())),
     output:
         **tracked(dataset=f"{R}/dataset/train.jsonl"),
     params:
@@ -22,7 +22,7 @@ rule dataset:
 
 rule dataset_ablation:
     input:
-        list(graded_shards().values()),
+        **consumed(graded=list(graded_shards().values())),
     output:
         **tracked(dataset=f"{R}/dataset/select-{{selection}}.jsonl"),
     params:

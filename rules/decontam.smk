@@ -4,10 +4,12 @@
 
 rule decontam:
     input:
-        pool=f"{R}/pool/pool.jsonl",
-        heldout=f"{R}/pool/heldout.jsonl",
-        dev=f"{R}/pool/dev.jsonl",
-        benchmarks=list(BENCHMARKS.values()),
+        **consumed(
+            pool=f"{R}/pool/pool.jsonl",
+            heldout=f"{R}/pool/heldout.jsonl",
+            dev=f"{R}/pool/dev.jsonl",
+            benchmarks=list(BENCHMARKS.values()),
+        ),
     output:
         **tracked(clean=f"{R}/pool/decontaminated.jsonl", report=f"{R}/pool/decontam_report.json"),
     params:

@@ -13,8 +13,7 @@ EVAL_THREADS = 1
 
 rule evaluate:
     input:
-        model=f"{R}/ckpt/{{model}}",
-        problems=benchmark_file,
+        **consumed(model=f"{R}/ckpt/{{model}}", problems=benchmark_file),
     output:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/samples.jsonl"),
     params:
@@ -39,8 +38,7 @@ rule evaluate:
 
 rule evaluate_budget:
     input:
-        model=f"{R}/ckpt/{{model}}",
-        problems=benchmark_file,
+        **consumed(model=f"{R}/ckpt/{{model}}", problems=benchmark_file),
     output:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/budget-{{budget}}/samples.jsonl"),
     params:
@@ -65,8 +63,7 @@ rule evaluate_budget:
 
 rule evaluate_effort:
     input:
-        model=f"{R}/ckpt/{{model}}",
-        problems=benchmark_file,
+        **consumed(model=f"{R}/ckpt/{{model}}", problems=benchmark_file),
     output:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/effort-{{effort}}/samples.jsonl"),
     params:

@@ -13,8 +13,10 @@ for gen_rule in GENERATION.rules():
             name:
                 gen_rule.name
             input:
-                shard=f"{R}/shards/shard-{{shard}}.jsonl",
-                teacher=teacher_files(gen_rule.teacher),
+                **consumed(
+                    shard=f"{R}/shards/shard-{{shard}}.jsonl",
+                    teacher=teacher_files(gen_rule.teacher),
+                ),
             output:
                 **tracked(samples=f"{R}/gen/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
             wildcard_constraints:
@@ -48,8 +50,10 @@ for gen_rule in GENERATION.rules():
             name:
                 gen_rule.name
             input:
-                shard=f"{R}/shards/shard-{{shard}}.jsonl",
-                teacher=teacher_files(gen_rule.teacher),
+                **consumed(
+                    shard=f"{R}/shards/shard-{{shard}}.jsonl",
+                    teacher=teacher_files(gen_rule.teacher),
+                ),
             output:
                 **tracked(
                     **{e: f"{R}/gen/{{teacher}}/{e}/shard-{{shard}}.jsonl" for e in gen_rule.efforts}

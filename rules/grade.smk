@@ -4,7 +4,7 @@
 
 rule grade_generation:
     input:
-        f"{R}/gen/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl",
+        **consumed(samples=f"{R}/gen/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
     output:
         **tracked(graded=f"{R}/graded/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
     params:
@@ -21,12 +21,12 @@ rule grade_generation:
     conda:
         ENV
     shell:
-        stillroom_cli("grade", "grade_generation", "--samples {input} --out-graded {output.graded}")
+        stillroom_cli("grade", "grade_generation", "--samples {input.samples} --out-graded {output.graded}")
 
 
 rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
     input:
-        f"{R}/eval/{{run}}/samples.jsonl",
+        **consumed(samples=f"{R}/eval/{{run}}/samples.jsonl"),
     output:
         **tracked(graded=f"{R}/eval/{{run}}/graded.jsonl"),
     params:
@@ -43,4 +43,4 @@ rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
     conda:
         ENV
     shell:
-        stillroom_cli("grade", "grade_eval", "--samples {input} --out-graded {output.graded}")
+        stillroom_cli("grade", "grade_eval", "--samples {input.samples} --out-graded {output.graded}")

@@ -6,8 +6,7 @@ if GRPO:
 
     rule grpo:
         input:
-            base=f"{R}/ckpt/sft",
-            problems=f"{R}/pool/decontaminated.jsonl",
+            **consumed(base=f"{R}/ckpt/sft", problems=f"{R}/pool/decontaminated.jsonl"),
         output:
             **tracked(model=directory(f"{R}/ckpt/grpo")),
         params:

@@ -10,8 +10,7 @@ if ADAPTER:
 
     rule merge_adapter:
         input:
-            base=adapter_base,
-            adapter=f"{R}/ckpt/{{trained}}.adapter",
+            **consumed(base=adapter_base, adapter=f"{R}/ckpt/{{trained}}.adapter"),
         output:
             **tracked(model=directory(f"{R}/ckpt/{{trained}}")),
         params:
@@ -37,8 +36,7 @@ if ADAPTER:
 
 rule merge:
     input:
-        base=f"{R}/ckpt/base",
-        tuned=f"{R}/ckpt/sft",
+        **consumed(base=f"{R}/ckpt/base", tuned=f"{R}/ckpt/sft"),
     output:
         **tracked(model=directory(f"{R}/ckpt/merge-{{ratio}}")),
     params:
@@ -61,9 +59,11 @@ if SELECT_ON:
 
     rule select_merge:
         input:
-            graded=list(DEV_GRADED.values()),
-            dev=SPLITS.get(SELECT_ON) or BENCHMARKS[SELECT_ON],
-            reported=list(REPORTED.values()),
+            **consumed(
+                graded=list(DEV_GRADED.values()),
+                dev=SPLITS.get(SELECT_ON) or BENCHMARKS[SELECT_ON],
+                reported=list(REPORTED.values()),
+            ),
         output:
             **tracked(selection=f"{R}/merge/selected.json"),
         params:

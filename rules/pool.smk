@@ -21,9 +21,11 @@ rule benchmark:
 
 rule pool:
     input:
-        benchmarks=list(BENCHMARKS.values()),
-        files=[s["path"] for s in SOURCES if (s.get("path") or "").endswith(LOCAL_DATA)],
-        kernels=KERNEL_FILES,
+        **consumed(
+            benchmarks=list(BENCHMARKS.values()),
+            files=[s["path"] for s in SOURCES if (s.get("path") or "").endswith(LOCAL_DATA)],
+            kernels=KERNEL_FILES,
+        ),
     output:
         **tracked(
             pool=f"{R}/pool/pool.jsonl",
@@ -50,7 +52,7 @@ rule pool:
 
 rule shard:
     input:
-        f"{R}/pool/decontaminated.jsonl",
+        **consumed(pool=f"{R}/pool/decontaminated.jsonl"),
     output:
         **tracked(**{f"shard{s}": f"{R}/shards/shard-{s}.jsonl" for s in SHARDS}),
     params:
@@ -63,4 +65,4 @@ rule shard:
     conda:
         ENV
     shell:
-        stillroom_cli("shard", "shard", "--pool {input} --out-shards {params.shards}")
+        stillroom_cli("shard", "shard", "--pool {input.pool} --out-shards {params.shards}")

@@ -22,8 +22,10 @@ else:
 
     rule tokenizer:
         input:
-            pool=f"{R}/pool/decontaminated.jsonl",
-            solutions=SOLUTION_FILES,  # a kernel problem's reference solution is tokenizer text
+            **consumed(
+                pool=f"{R}/pool/decontaminated.jsonl",
+                solutions=SOLUTION_FILES,  # a kernel problem's reference solution is tokenizer text
+            ),
         output:
             **tracked(tokenizer=directory(f"{R}/student/tokenizer")),
         params:
@@ -41,7 +43,7 @@ else:
 
     rule base:
         input:
-            f"{R}/student/tokenizer",
+            **consumed(tokenizer=f"{R}/student/tokenizer"),
         output:
             **tracked(model=directory(f"{R}/ckpt/base")),
         params:
@@ -53,4 +55,4 @@ else:
         conda:
             ENV
         shell:
-            stillroom_cli("base", "base", "--tokenizer {input} --out-model {output.model}")
+            stillroom_cli("base", "base", "--tokenizer {input.tokenizer} --out-model {output.model}")

@@ -9,7 +9,9 @@ SELECTION_ARG = f" --selection {SELECTION[0]}" if SELECTION else ""
 
 rule tables:
     input:
-        lambda wildcards: list(graded_models(wildcards).values()) + SELECTION,
+        **consumed(
+            graded=lambda wildcards: list(graded_models(wildcards).values()), selection=SELECTION
+        ),
     output:
         **tracked(
             markdown=f"{R}/tables/{{bench}}.md",
@@ -47,7 +49,7 @@ rule tables:
 
 rule budget_tables:
     input:
-        lambda wildcards: list(budget_graded(wildcards).values()),
+        **consumed(graded=lambda wildcards: list(budget_graded(wildcards).values())),
     output:
         **tracked(
             markdown=f"{R}/tables/{{bench}}-budgets.md",
@@ -88,8 +90,10 @@ rule budget_tables:
 
 rule effort_tables:
     input:
-        lambda wildcards: list(effort_graded(wildcards).values()),
-        list(graded_shards().values()),
+        **consumed(
+            graded=lambda wildcards: list(effort_graded(wildcards).values()),
+            teacher=list(graded_shards().values()),
+        ),
     output:
         **tracked(
             markdown=f"{R}/tables/{{bench}}-efforts.md",
@@ -126,7 +130,7 @@ ruleorder: effort_tables > tables
 
 rule kernel_tables:
     input:
-        lambda wildcards: list(graded_models(wildcards).values()),
+        **consumed(graded=lambda wildcards: list(graded_models(wildcards).values())),
     output:
         **tracked(
             markdown=f"{R}/tables/{{bench}}-kernels.md",
@@ -162,7 +166,7 @@ if GENERATION.mixed:
 
     rule teacher_tables:
         input:
-            list(graded_shards().values()),
+            **consumed(graded=list(graded_shards().values())),
         output:
             **tracked(
                 markdown=TEACHERS_MD,

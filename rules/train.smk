@@ -9,9 +9,11 @@
 
 rule train:
     input:
-        base=lambda wildcards: train_stage(wildcards)[1],
-        dataset=f"{R}/dataset/train.jsonl",
-        **({"chat_template": repo_path(TRAIN_TEMPLATE)} if TRAIN_TEMPLATE else {}),
+        **consumed(
+            base=lambda wildcards: train_stage(wildcards)[1],
+            dataset=f"{R}/dataset/train.jsonl",
+            **({"chat_template": repo_path(TRAIN_TEMPLATE)} if TRAIN_TEMPLATE else {}),
+        ),
     output:
         **tracked(model=directory(f"{R}/ckpt/sft{{stage}}{TRAINED_AS}")),
     params:
@@ -40,9 +42,11 @@ rule train:
 # other selection's dataset (ckpt/select-<selection>; LoRA / QLoRA: its adapter, merged as above).
 rule train_ablation:
     input:
-        base=f"{R}/ckpt/base",
-        dataset=f"{R}/dataset/select-{{selection}}.jsonl",
-        **({"chat_template": repo_path(TRAIN_TEMPLATE)} if TRAIN_TEMPLATE else {}),
+        **consumed(
+            base=f"{R}/ckpt/base",
+            dataset=f"{R}/dataset/select-{{selection}}.jsonl",
+            **({"chat_template": repo_path(TRAIN_TEMPLATE)} if TRAIN_TEMPLATE else {}),
+        ),
     output:
         **tracked(model=directory(f"{R}/ckpt/select-{{selection}}{TRAINED_AS}")),
     params:

@@ -8,6 +8,7 @@ sidecar of every output. Rules call these commands and nothing else.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import os
@@ -203,8 +204,18 @@ def _logger(stage: str) -> Callable[[str], None]:
     return log
 
 
+def _paths(value: Any) -> list[str]:
+    """The paths of one input or output argument: a path, a list of them, or NAME=PATH by name."""
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        return list(value.values())
+    return list(value) if isinstance(value, list) else [value]
+
+
 def run_stage(name: str, args: argparse.Namespace) -> None:
-    from .provenance import Job, now, take_noted, write_sidecars
+    from .io import remove_stale_temporaries
+    from .provenance import Job, check_input, now, sidecar_path, take_noted, write_sidecars
 
     stage = STAGES[name]
     inputs: dict[str, Any] = {}
@@ -216,6 +227,17 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
     params = _load_params(args.params)
     job = Job(rule=args.rule, config_path=args.config, workflow=args.workflow)
     log = _logger(name)
+    # Before any work: every input that has a sidecar still has the records (or files) and size
+    # its job wrote (a shard cut short at a line boundary parses cleanly, and would be used short).
+    for value in inputs.values():
+        for path in _paths(value):
+            check_input(path)
+    # The job owns its outputs: what an earlier, killed attempt left beside them goes.
+    for value in outputs.values():
+        for path in _paths(value):
+            for artifact in (path, sidecar_path(path)):
+                for stale in remove_stale_temporaries(artifact):
+                    log(f"removed {stale}, left by an earlier attempt that was killed")
     module, func = stage.target.split(":")
     fn = getattr(importlib.import_module(f"stillroom.stages.{module}"), func)
     take_noted()  # only what this stage reads
@@ -466,10 +488,29 @@ def main(argv: list[str] | None = None) -> int:
             build_for_config(args.paths, args.root)
         else:
             run_stage(args.command, args)
-    except (DataError, ValueError, FileNotFoundError, TeacherError, BudgetExhausted) as exc:
+    except (DataError, ValueError, TeacherError, BudgetExhausted) as exc:
         print(f"stillroom {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk, a read-only or forbidden path, a missing file
+        print(f"stillroom {args.command}: error: {os_error(exc)}", file=sys.stderr)
+        return 2
     return 0
+
+
+def os_error(exc: OSError) -> str:
+    """One line naming the path(s), the system's reason and its errno name, e.g.
+    ``results/x/dataset/train.jsonl: No space left on device (ENOSPC)``."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in errno.errorcode:
+        reason += f" ({errno.errorcode[exc.errno]})"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        reason += "; free some space there and run again"
+    names = [
+        os.fsdecode(f) if isinstance(f, str | bytes | os.PathLike) else str(f)
+        for f in (exc.filename, exc.filename2)
+        if f is not None
+    ]
+    return f"{' -> '.join(names)}: {reason}" if names else reason
 
 
 if __name__ == "__main__":

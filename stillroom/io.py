@@ -8,6 +8,7 @@ data.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -26,25 +27,98 @@ class DataError(ValueError):
     """Bad input data; the message names the file, the row and the key."""
 
 
-def _tmp_beside(path: Path, suffix: str = "") -> Path:
+# How a full, read-only or over-quota filesystem fails a write(): the OSError names no file.
+_WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
+)
+# The random part tempfile puts between a temporary file's prefix and suffix.
+_TMP_RANDOM = r"[a-z0-9_]{8}"
+
+
+def _tmp_beside(path: Path, suffix: str = "", directory: bool = False) -> Path:
+    """A new temporary file (or directory) beside ``path``; on a full disk the error names
+    ``path``, not the temporary's random name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
+    where = {"prefix": f".{path.name}.", "suffix": suffix + ".tmp", "dir": path.parent}
+    try:
+        if directory:
+            return Path(tempfile.mkdtemp(**where))
+        fd, tmp = tempfile.mkstemp(**where)
+    except OSError as exc:
+        if exc.errno in _WRITE_ERRNOS:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     os.close(fd)
     return Path(tmp)
 
 
+def stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """The temporary siblings ``atomic_path`` and ``atomic_dir`` make for ``path``
+    (``.<name>.<8 random>.tmp``) that are there now: what a killed writer of ``path`` left behind.
+    Nothing else matches, not even another output's (``.sft.adapter.<random>.tmp`` is not
+    ``sft``'s)."""
+    path = Path(str(path).rstrip("/"))
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.{_TMP_RANDOM}\.tmp")
+    if not path.parent.is_dir():
+        return []
+    return sorted(p for p in path.parent.iterdir() if pattern.fullmatch(p.name))
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove what ``stale_temporaries`` finds; return it. Only for a job that owns ``path`` (the
+    workflow runs one job per output at a time): a concurrent writer's temporary would go too."""
+    stale = stale_temporaries(path)
+    for p in stale:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return stale
+
+
+def _destination(path: Path, tmp: Path, filename: Any) -> Path | None:
+    """Where a failed operation on ``filename`` would have landed in ``path`` (the temporary stands
+    for the artifact); None for a file outside the temporary."""
+    if filename is None:
+        return path
+    try:
+        rel = Path(os.fsdecode(filename)).relative_to(tmp)
+    except (TypeError, ValueError):
+        return None
+    return path / rel if rel.parts else path
+
+
+@contextlib.contextmanager
+def _writing(
+    path: Path, tmp: Path, errnos: frozenset[int] | None = _WRITE_ERRNOS
+) -> Iterator[None]:
+    """Raise a write error that names no file, or only the temporary, again naming the artifact:
+    a write() on a full disk says only ``[Errno 28] No space left on device``. ``errnos``: the
+    errors taken as the write's (None: any)."""
+    try:
+        yield
+    except OSError as exc:
+        where = _destination(path, tmp, exc.filename)
+        if where is None or (errnos is not None and exc.errno not in errnos):
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(where)) from exc
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary file path; on success fsync it and rename it onto ``path``."""
+    """Yield a temporary file path; on success fsync it and rename it onto ``path``. An OSError
+    of the write names ``path``."""
     path = Path(path)
     tmp = _tmp_beside(path)
     try:
-        yield tmp
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        # mkstemp makes 0600; artifacts are shared like normal files
-        os.chmod(tmp, 0o666 & ~_UMASK)
-        os.replace(tmp, path)
+        with _writing(path, tmp):
+            yield tmp
+        with _writing(path, tmp, errnos=None):
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            # mkstemp makes 0600; artifacts are shared like normal files
+            os.chmod(tmp, 0o666 & ~_UMASK)
+            os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -52,16 +126,18 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary directory; on success replace ``path`` with it in one rename."""
+    """Yield a temporary directory; on success replace ``path`` with it in one rename. An OSError
+    of the writes names the file under ``path`` (or ``path``)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = _tmp_beside(path, directory=True)
     try:
-        yield tmp
-        os.chmod(tmp, 0o777 & ~_UMASK)
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        with _writing(path, tmp):
+            yield tmp
+        with _writing(path, tmp, errnos=None):
+            os.chmod(tmp, 0o777 & ~_UMASK)
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

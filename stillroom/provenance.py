@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .io import read_json, write_json
+from .io import DataError, read_json, write_json
 
 SCHEMA = "stillroom.provenance/2"
 PACKAGES = (
@@ -94,20 +94,109 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+# Files whose lines are records: their sidecar says how many the job wrote (``records``).
+RECORDS = (".jsonl",)
+
+
+def _scan(path: str | os.PathLike, h: Any = None, chunk: int = 1 << 20) -> int:
+    """Lines of a file, a last one without its newline included (``h``: also hashed)."""
+    n, last = 0, b"\n"
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            if h is not None:
+                h.update(block)
+            n += block.count(b"\n")
+            last = block[-1:]
+    return n + (last != b"\n")
+
+
+def count_records(path: str | os.PathLike) -> int:
+    """Records of a JSONL file: its lines, one record each as ``write_jsonl`` writes them."""
+    return _scan(path)
+
+
+def _file_digest(path: Path) -> dict[str, Any]:
+    """sha256 and size of a file, and for a JSONL file its records, in one pass."""
+    h = hashlib.sha256()
+    lines = _scan(path, h)
+    out: dict[str, Any] = {"sha256": h.hexdigest(), "bytes": path.stat().st_size}
+    if path.name.endswith(RECORDS):
+        out["records"] = lines
+    return out
+
+
+def _manifest(path: Path) -> list[Path]:
+    return [p for p in sorted(path.rglob("*")) if p.is_file() and p.name not in IGNORED]
+
+
 def digest(path: str | os.PathLike) -> dict[str, Any]:
-    """sha256 of a file, or for a directory a manifest of per-file hashes and a hash over it."""
+    """sha256 of a file with its size (and a JSONL file's records), or for a directory a manifest
+    of per-file hashes, a hash over it and each file's size (``sizes``, which a consumer compares
+    before it reads the directory)."""
     path = Path(path)
     if path.is_dir():
-        files = {
-            str(p.relative_to(path)): sha256_file(p)
-            for p in sorted(path.rglob("*"))
-            if p.is_file() and p.name not in IGNORED
-        }
+        listed = _manifest(path)
+        files = {str(p.relative_to(path)): sha256_file(p) for p in listed}
         total = hashlib.sha256(
             "".join(f"{k}\0{v}\n" for k, v in files.items()).encode()
         ).hexdigest()
-        return {"sha256": total, "files": files}
-    return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        sizes = {str(p.relative_to(path)): p.stat().st_size for p in listed}
+        return {"sha256": total, "files": files, "sizes": sizes}
+    return _file_digest(path)
+
+
+def _few(names: list[str], shown: int = 5) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def check_input(path: str | os.PathLike) -> None:
+    """Stop before a stage reads ``path`` when it is not what its job wrote, as far as cheap checks
+    tell: a JSONL file's records and a file's size against its sidecar, a directory's file names and
+    sizes against the sidecar's manifest. A file without a sidecar (a user's own data) or a
+    missing one (the stage says so) is not checked; the hashes are compared by ``audit``."""
+    path = Path(path)
+    side = sidecar_path(path)
+    if not path.exists() or not side.is_file():
+        return
+    prov = read_json(side)
+    if not isinstance(prov, dict) or "sha256" not in prov:
+        raise DataError(f"{side}: not a provenance sidecar (no 'sha256' of its artifact)")
+    fix = "it was cut short or changed since; delete it so the workflow builds it again"
+    if path.is_dir() != ("files" in prov):
+        kind = "a directory" if "files" in prov else "a file"
+        raise DataError(f"{path}: its sidecar {side} describes {kind}; {fix}")
+    if path.is_dir():
+        listed = {str(p.relative_to(path)): p for p in _manifest(path)}
+        missing = sorted(set(prov["files"]) - set(listed))
+        extra = sorted(set(listed) - set(prov["files"]))
+        if missing or extra:
+            parts = [
+                f"{label} {_few(names)}"
+                for label, names in (("lacks", missing), ("has", extra))
+                if names
+            ]
+            raise DataError(
+                f"{path}: {len(listed)} files, but its sidecar {side} lists {len(prov['files'])} "
+                f"(it {' and '.join(parts)}); {fix}"
+            )
+        for name, size in (prov.get("sizes") or {}).items():
+            if (now := listed[name].stat().st_size) != size:
+                raise DataError(
+                    f"{path}: {name} is {now} bytes, but its sidecar {side} says its job wrote "
+                    f"{size}; {fix}"
+                )
+        return
+    if "records" in prov and (now := count_records(path)) != prov["records"]:
+        raise DataError(
+            f"{path}: {now} records, but its sidecar {side} says its job wrote {prov['records']}; "
+            f"{fix}"
+        )
+    if "bytes" in prov and (size := path.stat().st_size) != prov["bytes"]:
+        raise DataError(
+            f"{path}: {size} bytes, but its sidecar {side} says its job wrote {prov['bytes']}; "
+            f"{fix}"
+        )
 
 
 def relative(path: str | os.PathLike) -> str:

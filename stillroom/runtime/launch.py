@@ -260,9 +260,11 @@ def spawn(
 
     The spec and the metrics live beside the output, on the filesystem every node shares (a
     node-local /tmp would not reach the other nodes, nor necessarily the node of global rank 0)."""
-    beside = Path(str(kwargs["out_dir"]).rstrip("/")).parent
-    beside.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".launch-", dir=beside) as tmp:
+    out = Path(str(kwargs["out_dir"]).rstrip("/"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # named like the output's own temporaries, so the next attempt removes it after a kill
+    # (stillroom.io.stale_temporaries)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent) as tmp:
         spec, metrics = Path(tmp) / "spec.json", Path(tmp) / "metrics.json"
         spec.write_text(json.dumps({**kwargs, "metrics": str(metrics), "target": target}))
         # torchrun runs a module with -m

@@ -250,7 +250,7 @@ def test_two_processes_share_the_groups_and_gather_the_rewards(kernel_setup, tmp
         ids = sorted(r["prompt_id"] for r in rewards if r["step"] == step)
         assert len(set(ids)) == 2 and ids == sorted(sorted(set(ids)) * 2), ids
     assert AutoModelForCausalLM.from_pretrained(out).config.use_cache
-    assert not list(tmp_path.glob(".launch-*"))
+    assert not list(tmp_path.glob(".*.tmp"))  # neither the launch spec nor a temporary is left
     with pytest.raises(
         ConfigError, match="grpo.prompts_per_step: 3 must be a multiple of the 2 processes"
     ):

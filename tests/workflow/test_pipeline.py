@@ -116,6 +116,86 @@ def test_nothing_is_stale_after_a_complete_run(done):
     assert scheduled(run_snakemake(workdir, cfg, "-n")) == {}
 
 
+def reasons(proc) -> dict[str, list[str]]:
+    """The reason Snakemake gives for each job of a dry run, by rule."""
+    out: dict[str, list[str]] = {}
+    pattern = r"^(?:local)?rule (\w+):\n(?:[ \t]+.*\n)*?[ \t]+reason: (.*)$"
+    for m in re.finditer(pattern, proc.stdout, re.M):
+        out.setdefault(m[1], []).append(m[2])
+    return out
+
+
+def test_a_deleted_table_file_or_sidecar_is_written_again(done):
+    """Every file the table rules and the ledger write is a target of rule all, sidecars too: one
+    deleted reruns its job (the CSV: for real), and nothing else."""
+    workdir, cfg, _ = done
+    tables = workdir / "results" / "small" / "tables"
+    csv = tables / "heldout.csv"
+    csv.unlink()
+    plan = run_snakemake(workdir, cfg, "-n")
+    assert scheduled(plan) == {"tables": 1, "all": 1}
+    assert reasons(plan)["tables"] == ["Missing output files: results/small/tables/heldout.csv"]
+    run_snakemake(workdir, cfg)
+    assert csv.read_text().startswith("benchmark,model,") and sidecar_path(csv).exists()
+    for rel, rule in [
+        ("tables/heldout.png.prov.json", "tables"),
+        ("tables/heldout-budgets.csv.prov.json", "budget_tables"),
+        ("cost/ledger.md.prov.json", "cost"),
+        ("pool/decontam_report.json", "decontam"),
+    ]:
+        path = workdir / "results" / "small" / rel
+        saved = path.with_name(path.name + ".saved")
+        path.rename(saved)
+        try:
+            plan = run_snakemake(workdir, cfg, "-n")
+        finally:
+            saved.rename(path)
+        assert any(
+            f"Missing output files: results/small/{rel}" in why for why in reasons(plan)[rule]
+        ), (rel, reasons(plan))
+    assert scheduled(run_snakemake(workdir, cfg, "-n")) == {}
+
+
+def test_a_deleted_sidecar_of_an_intermediate_artifact_reruns_the_job_that_wrote_it(done):
+    """Each rule declares its inputs' sidecars as inputs (the job hashes them into its own), so a
+    missing one is a missing output of the job that writes it, as a missing artifact is."""
+    workdir, cfg, _ = done
+    r = workdir / "results" / "small"
+    for rel, rule in [
+        ("graded/procedural/low/shard-00000.jsonl.prov.json", "grade_generation"),
+        ("ckpt/base.prov.json", "base"),
+        ("eval/sft/heldout/graded.jsonl.prov.json", "grade_eval"),
+        ("pool/dev.jsonl.prov.json", "pool"),
+    ]:
+        path = r / rel
+        saved = path.with_name(path.name + ".saved")
+        path.rename(saved)
+        try:
+            plan = run_snakemake(workdir, cfg, "-n")
+        finally:
+            saved.rename(path)  # as it was, mtime too: the run stays complete
+        jobs = scheduled(plan)
+        assert jobs[rule] == 1, (rel, jobs)
+        assert any(
+            f"Missing output files: results/small/{rel}" in why for why in reasons(plan)[rule]
+        ), (rel, reasons(plan))
+        assert "tables" in jobs, (rel, jobs)  # and what reads it downstream
+    assert scheduled(run_snakemake(workdir, cfg, "-n")) == {}
+
+
+def test_every_sidecar_the_run_wrote_is_a_target_of_rule_all(done):
+    """Snakemake looks for a missing output only where something asks for it and is about to run,
+    so rule all asks for every sidecar of the DAG (rules/common.smk all_sidecars): none missed."""
+    workdir, cfg, proc = done
+    log = proc.stdout + proc.stderr
+    written = {p for line in re.findall(r"^\s+output: (.*)$", log, re.M) for p in line.split(", ")}
+    plan = run_snakemake(workdir, cfg, "-n", "--forcerun", "all")
+    targets = re.search(r"^(?:local)?rule all:\n\s+input: (.*)$", plan.stdout, re.M)[1]
+    sidecars = {p for p in written if p.endswith(".prov.json")}
+    assert len(sidecars) > 50 and sidecars <= set(targets.split(", ")), sidecars - set(targets)
+    assert scheduled(plan) == {"all": 1}
+
+
 def test_changing_merge_ratios_reruns_only_those_merges(done):
     workdir, cfg, _ = done
     cfg = copy.deepcopy(cfg)
