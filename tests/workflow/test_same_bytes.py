@@ -7,10 +7,13 @@ byte for byte.
 Not compared, because they record the environment by design: provenance sidecars (`*.prov.json`:
 host, paths, environment variables, clock readings), and the `logs/`, `timing/` and `env/` folders
 (job logs, wall times, the environment lock). Everything else under results/<experiment>/ is, byte
-for byte, but for the clock readings records hold by design (CLOCK): where a JSONL file's bytes
-differ, its records must be equal line for line once those keys are set aside.
+for byte, but for the clock readings artifacts hold by design, which differ between any two runs:
+where a JSONL file's bytes differ, its records must be equal line for line but for the CLOCK keys;
+where a table's do, only its wall-time columns may differ (the cost ledger's spent GPU-hours, as
+bench/chaos.py's comparison allows them).
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -95,10 +98,24 @@ def flatten(record, prefix: str = "") -> dict[str, object]:
     return {prefix: record}
 
 
-def difference(a: bytes, b: bytes, jsonl: bool) -> str | None:
-    """Where two files differ (None: only in CLOCK keys of a JSONL file's records): the first line
-    and, for records, the keys."""
-    la, lb = a.splitlines(), b.splitlines()
+@pytest.fixture(scope="module")
+def chaos():
+    """bench/chaos.py: its reading of tables and its wall-time columns."""
+    spec = importlib.util.spec_from_file_location("chaos_bench", REPO / "bench" / "chaos.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def difference(a: Path, b: Path, chaos) -> str | None:
+    """Where two files differ, None when only by their clock readings: the first line and, for
+    records, the keys; for a table, its columns."""
+    if a.suffix in (".csv", ".md") and (columns := chaos.table_columns_differing(a, b)):
+        if all(chaos.WALL_TIME_COLUMNS.match(c) for c in columns):
+            return None
+        return f"columns {sorted(columns)}"
+    jsonl = a.suffix == ".jsonl"
+    la, lb = a.read_bytes().splitlines(), b.read_bytes().splitlines()
     if len(la) != len(lb):
         return f"{len(la)} lines against {len(lb)}"
     for i, (x, y) in enumerate(zip(la, lb, strict=True), 1):
@@ -114,7 +131,20 @@ def difference(a: bytes, b: bytes, jsonl: bool) -> str | None:
     return None
 
 
-def test_make_run_and_plain_snakemake_in_two_checkouts_write_the_same_bytes(tmp_path):
+def differences(one: Path, two: Path, chaos) -> list[str]:
+    """The artifacts of two experiment folders that are not the same bytes, but for clock
+    readings: why, for each."""
+    a, b = artifacts(one), artifacts(two)
+    if a.keys() != b.keys():
+        return [f"in one run only: {rel}" for rel in sorted(a.keys() ^ b.keys())]
+    return [
+        f"{rel}: {why}"
+        for rel in a
+        if a[rel] != b[rel] and (why := difference(one / rel, two / rel, chaos))
+    ]
+
+
+def test_make_run_and_plain_snakemake_in_two_checkouts_write_the_same_bytes(tmp_path, chaos):
     cfg = small_config()
     # without these in its environment a job would see the test process's (conftest sets them)
     exports = makefile_exports(REPO / "Makefile")
@@ -137,14 +167,12 @@ def test_make_run_and_plain_snakemake_in_two_checkouts_write_the_same_bytes(tmp_
             + (root.parent / f"{root.name}.snakemake.log").read_text()[-6000:]
         )
 
-    a, b = (artifacts(root / "results" / cfg["experiment"]) for root in roots.values())
-    assert a.keys() == b.keys(), f"files in one run only: {sorted(a.keys() ^ b.keys())}"
+    dirs = [root / "results" / cfg["experiment"] for root in roots.values()]
+    compared = artifacts(dirs[0])
     # the DAG wrote a checkpoint with its tokenizer and graded code in the sandbox
-    assert Path("ckpt/sft/tokenizer_config.json") in a
-    assert any(p.parts[0] == "eval" and "tinycode" in p.parts for p in a)
-    differing = [
-        f"{rel}: {why}"
-        for rel in a
-        if a[rel] != b[rel] and (why := difference(a[rel], b[rel], rel.suffix == ".jsonl"))
-    ]
-    assert not differing, f"{len(differing)} of {len(a)} artifacts differ:\n" + "\n".join(differing)
+    assert Path("ckpt/sft/tokenizer_config.json") in compared
+    assert any(p.parts[0] == "eval" and "tinycode" in p.parts for p in compared)
+    differing = differences(*dirs, chaos)
+    assert not differing, f"{len(differing)} of {len(compared)} artifacts differ:\n" + "\n".join(
+        differing
+    )
