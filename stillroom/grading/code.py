@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -95,6 +96,41 @@ def _tail(f: Any, limit: int = _TAIL) -> str:
     f.seek(0, os.SEEK_END)
     f.seek(max(0, f.tell() - limit))
     return f.read().decode("utf-8", "replace")
+
+
+_LIBRARIES = {
+    "purelib": "<site-packages>",
+    "platlib": "<site-packages>",
+    "stdlib": "<stdlib>",
+    "platstdlib": "<stdlib>",
+}
+
+
+def _placeholders(box: str) -> list[tuple[str, str]]:
+    """(path, placeholder) pairs for ``portable``, longest path first: the run's temporary
+    directory, this package's directory (the checkout's or an installation's), the interpreter and
+    its library directories."""
+    package = os.path.dirname(os.path.dirname(RUNNER))
+    pairs = {box: "<box>", os.path.realpath(box): "<box>", package: "<stillroom>"}
+    pairs[PYTHON] = "<python>"
+    paths = sysconfig.get_paths()
+    for key, name in _LIBRARIES.items():
+        if paths.get(key):
+            pairs.setdefault(paths[key], name)
+            pairs.setdefault(os.path.realpath(paths[key]), name)
+    return sorted(pairs.items(), key=lambda kv: len(kv[0]), reverse=True)
+
+
+def portable(text: str, box: str) -> str:
+    """``text`` (a run's stderr) with the paths of this machine and checkout replaced by stable
+    placeholders: a result is an artifact, and its bytes must not depend on where the repository,
+    the interpreter or the temporary directory are (a traceback names the runner's file, a
+    refused write the candidate's directory). What is inside the box keeps its path below it:
+    ``<box>/candidate/out.txt``."""
+    for path, placeholder in _placeholders(box):
+        if path and path != os.sep:
+            text = text.replace(path, placeholder)
+    return text
 
 
 def _remove(box: str) -> None:
@@ -223,7 +259,7 @@ def run_program(
             except subprocess.TimeoutExpired:
                 candidate_rc = _kill(candidate)
             procs.clear()
-            stderr = (_tail(err) + _tail(judge_err))[-_TAIL:]
+            stderr = portable(_tail(err) + _tail(judge_err), box)[-_TAIL:]
     finally:
         for proc in procs:
             _kill(proc)

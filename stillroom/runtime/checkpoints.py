@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .saving import save_pretrained
+
 
 def _states(model, optimizer, options=None) -> dict:
     from torch.distributed.checkpoint.state_dict import (
@@ -224,8 +226,8 @@ def save_for_inference(model, tokenizer, base_dir, out_dir, end_of_turn: int | N
     weights."""
     model.config.use_cache = True
     model.generation_config = inference_generation_config(model, tokenizer, base_dir, end_of_turn)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    save_pretrained(model, out_dir)
+    save_pretrained(tokenizer, out_dir)
 
 
 def save_adapter_for_inference(
@@ -234,9 +236,9 @@ def save_adapter_for_inference(
     """A PEFT model's adapter in PEFT's format (``state_dict``: the adapter gathered from FSDP
     shards), with the tokenizer and generation config the merged model is served with: the adapter
     merge (runtime/adapter_merge.py) puts them beside the merged weights."""
-    model.save_pretrained(out_dir, state_dict=state_dict)
-    inference_generation_config(model, tokenizer, base_dir, end_of_turn).save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    save_pretrained(model, out_dir, state_dict=state_dict)
+    save_pretrained(inference_generation_config(model, tokenizer, base_dir, end_of_turn), out_dir)
+    save_pretrained(tokenizer, out_dir)
 
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")

@@ -38,6 +38,8 @@ from torch import nn
 from torchao.quantization import NF4Tensor
 from torchao.quantization import to_nf4 as _quantize
 
+from .saving import save_pretrained
+
 # torchao's (and torchtune's) defaults: 64 weights share an absmax scale; the scales are
 # quantised again (double quantisation) in blocks of up to 256.
 BLOCK_SIZE = 64
@@ -718,7 +720,7 @@ def save_adapter(model, out_dir, *, write: bool = True) -> dict[str, torch.Tenso
 
     state = gather_adapter(model)
     if write:
-        model.save_pretrained(out_dir, state_dict=state)
+        save_pretrained(model, out_dir, state_dict=state)
     return state
 
 

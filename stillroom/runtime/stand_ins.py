@@ -21,6 +21,7 @@ from typing import Any
 from ..config import ModelShape
 from ..grading.formats import user_content
 from ..io import DataError, atomic_dir
+from .saving import save_pretrained
 
 QWEN3_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 THINK = ["<think>", "</think>"]
@@ -173,13 +174,13 @@ def build(
     ends = student_tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     student = _model(student_tok, [student_tok.eos_token_id], seed)
     with atomic_dir(student_dir) as tmp:
-        student.save_pretrained(tmp)
-        student_tok.save_pretrained(tmp)
+        save_pretrained(student, tmp)
+        save_pretrained(student_tok, tmp)
     teacher = _model(teacher_tok, ends, seed + 1)
     loss, exact = memorise(teacher, teacher_tok, records, steps=steps, seed=seed)
     with atomic_dir(teacher_dir) as tmp:
-        teacher.save_pretrained(tmp)
-        teacher_tok.save_pretrained(tmp)
+        save_pretrained(teacher, tmp)
+        save_pretrained(teacher_tok, tmp)
     log(
         f"stand-ins: student {student_dir}, teacher {teacher_dir} "
         f"({len(records)} prompts memorised: loss {loss:.3f}, {exact:.0%} exact under greedy)"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..config import ModelShape
 from ..io import atomic_dir
+from .saving import save_pretrained
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 THINK_TOKENS = ["<think>", "</think>"]
@@ -107,7 +108,7 @@ def train_tokenizer(
     # decode(skip_special_tokens=True).
     hf.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
     with atomic_dir(out_dir) as tmp:
-        hf.save_pretrained(tmp)
+        save_pretrained(hf, tmp)
     return hf
 
 
@@ -162,8 +163,8 @@ def build_model(
     net = AutoModelForCausalLM.from_config(config)
     net.generation_config = generation_config(tokenizer)
     with atomic_dir(out_dir) as tmp:
-        net.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        save_pretrained(net, tmp)
+        save_pretrained(tokenizer, tmp)
     return {"parameters": sum(p.numel() for p in net.parameters()), "vocab_size": config.vocab_size}
 
 
@@ -208,8 +209,8 @@ def build_tiny_like(
     torch.manual_seed(seed)
     net = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with atomic_dir(out_dir) as tmp:
-        net.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        save_pretrained(net, tmp)
+        save_pretrained(tokenizer, tmp)
     return {
         "parameters": sum(p.numel() for p in net.parameters()),
         "model_type": config.model_type,

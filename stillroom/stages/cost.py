@@ -45,11 +45,15 @@ def _rates(p: Cost) -> str:
 
 def job_tokens(prov: Mapping[str, Any]) -> float | None:
     """A job's tokens as the estimate counts them: output tokens of generation and evaluation,
-    tokens trained (the dataset's, once per epoch) of training; None when it records neither."""
+    tokens trained (the dataset's, once per epoch; with ``max_steps``, those the trainer counted)
+    of training; None when it records neither."""
     metrics, params = prov.get("metrics", {}), prov.get("params", {})
     if prov["stage"] == "train" and "total_tokens" in metrics:
         if params.get("max_steps", -1) == -1:
             return metrics["total_tokens"] * params.get("epochs", 1)
+        if "tokens_seen" in metrics:
+            return metrics["tokens_seen"]
+        # a sidecar from before tokens_seen: the rate times the time, which rounding makes jitter
         return round(metrics.get("tokens_per_second", 0) * metrics.get("train_seconds", 0))
     return metrics.get("completion_tokens")
 

@@ -14,6 +14,7 @@ from ..grading.formats import user_content
 from ..io import atomic_dir, iter_jsonl, read_json
 from ..kernels.problemset import reference_solution
 from ..provenance import describe_model, note_model, note_resolved, sidecar_path
+from ..runtime.saving import save_pretrained
 from ..runtime.student import build_model, build_tiny_like, train_tokenizer
 
 
@@ -114,8 +115,8 @@ def run_pretrained(
         source, dtype=torch.bfloat16 if torch.cuda.is_available() else None
     )
     with atomic_dir(out_model) as tmp:
-        net.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        save_pretrained(net, tmp)
+        save_pretrained(tokenizer, tmp)
     # the commit transformers loaded from the hub (None for a local directory, hashed instead)
     note_model(source, "student", revision=getattr(net.config, "_commit_hash", None))
     n = sum(t.numel() for t in net.parameters())

@@ -264,6 +264,8 @@ def train_sft(
         "first_loss": losses[0] if losses else None,
         "final_loss": sum(losses[-3:]) / len(losses[-3:]) if losses else None,
         "train_seconds": round(seconds, 3),
+        # counted, not the rate times the time: the cost ledger's tokens are the same every run
+        "tokens_seen": int(trainer.state.num_input_tokens_seen),
         "tokens_per_second": round(trainer.state.num_input_tokens_seen / max(seconds, 1e-9), 1),
         "packing_efficiency": round(real / (len(packed) * p.max_length), 4),
         "world_size": p.layout.world_size,

@@ -329,3 +329,30 @@ def test_without_bubblewrap_one_loud_warning_and_the_same_verdicts(root, monkeyp
         assert grade_code(wrong, GOLD, timeout_s=5, tmp_root=str(root)).status == "failed"
     assert started == [os.path.realpath(sys.executable)] * 4  # no bwrap in front
     assert capsys.readouterr().err == ""
+
+
+def test_a_recorded_stderr_tail_names_no_path_of_this_machine(tmp_path):
+    """A result is an artifact: its stderr_tail is the same in two checkouts and two temporary
+    directories (a traceback names the runner's file, the program its own directory, a
+    standard-library frame the interpreter's), with those paths as placeholders."""
+    program = (
+        "import json, os, sys\n"
+        "print('in', os.getcwd(), os.path.abspath('out.txt'), file=sys.stderr)\n"
+        "def add(a, b):\n"
+        "    return json.loads('not json')\n"
+    )
+    tails = []
+    for where in ("one", "two/deeper/than/the/first"):
+        root = tmp_path / where
+        root.mkdir(parents=True)
+        result = run_program(program, "assert add(1, 2) == 3", "add", timeout_s=5, tmp_root=root)
+        assert result.status == "error"
+        tails.append(result.stderr_tail)
+    assert tails[0] == tails[1]
+    tail = tails[0]
+    for local in (str(tmp_path), str(REPO), sys.prefix, os.path.realpath(sys.prefix)):
+        assert local not in tail
+    # still a useful tail: where it ran, the frames and the error
+    assert "in <box>/candidate <box>/candidate/out.txt" in tail
+    assert 'File "<stillroom>/grading/code_runner.py"' in tail
+    assert 'File "<stdlib>/json/' in tail and "JSONDecodeError: Expecting value" in tail

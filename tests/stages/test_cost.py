@@ -258,3 +258,34 @@ def test_the_ledger_without_the_figures_it_needs_says_why(tmp_path, monkeypatch)
     md = (tmp_path / "c.md").read_text()
     assert "No estimate: cannot estimate:" in md and "cost.estimate.benchmark_sizes.hub" in md
     assert "est." not in md.split("No estimate")[0]  # the tables as without an estimate
+
+
+def test_tokens_trained_for_max_steps_are_counted_not_timed(tmp_path, monkeypatch):
+    """With max_steps the ledger charges the tokens the trainer counted: two runs of the same job
+    timed differently (a rate and a time, each rounded) bill the same tokens."""
+    rows = []
+    for seconds, rate in ((34.907, 99.5), (32.109, 108.2)):  # two runs of one job, as measured
+        train = artifact(
+            tmp_path,
+            f"train-{seconds}",
+            stage="train",
+            rule="train",
+            params={"epochs": 2.0, "max_steps": 8},
+            metrics={
+                "total_tokens": 51652,
+                "tokens_seen": 3473,
+                "train_seconds": seconds,
+                "tokens_per_second": rate,
+                "wall_s": 75,
+            },
+            monkeypatch=monkeypatch,
+        )
+        run(
+            artifacts={"t": train},
+            out_markdown=str(tmp_path / "c.md"),
+            out_csv=str(tmp_path / "c.csv"),
+            params={"gpu_hour_usd": 1.0, "gpus": {"train": 1}},
+            log=lambda _: None,
+        )
+        rows.append({r["name"]: r for r in csv.DictReader((tmp_path / "c.csv").open())})
+    assert rows[0]["train"]["tokens"] == rows[1]["train"]["tokens"] == "3473"

@@ -42,6 +42,7 @@ def test_train_sft_lowers_loss_and_saves_model(setup, tmp_path):
     assert 0 < metrics["supervised_tokens"] < metrics["total_tokens"]
     assert metrics["final_loss"] < 0.3 * metrics["first_loss"], metrics
     assert metrics["tokens_per_second"] > 0 and 0.5 < metrics["packing_efficiency"] <= 1
+    assert 0 < metrics["tokens_seen"] <= 60 * 4 * 256  # steps x batch x max_length
     assert any(line.startswith("step 60/60 loss") for line in lines), lines
     json.dumps(metrics, allow_nan=False)  # goes into the provenance sidecar
 
