@@ -17,6 +17,77 @@ MAX_OPERAND = 1000
 MIN_SCALED_SIZE = 16
 
 
+# The generated sources' vocabularies: they fix how many distinct prompts a source kind can give,
+# which the config checks against count before any job (data/sources.py draws from them).
+NAMES = ["Ava", "Ben", "Cara", "Dan", "Eli", "Fay", "Gus", "Hana", "Ivan", "Jade", "Kai", "Lena"]
+OBJECTS = [
+    "apples",
+    "pencils",
+    "marbles",
+    "stickers",
+    "books",
+    "coins",
+    "cards",
+    "shells",
+    "cookies",
+    "stamps",
+    "beads",
+    "toys",
+]
+
+
+def distinct_problems(kind: str, max_operand: int) -> int:
+    """How many distinct prompts data/sources.py's ``_math`` (``arithmetic``) or ``_choice``
+    (``choice``) can draw at ``max_operand`` (2 or more): each template's choices multiplied out
+    (no two templates share a prompt). Exact: tests/data/test_sources.py draws every one at
+    max_operand 2."""
+    hi, people, things = max_operand, len(NAMES), len(OBJECTS)
+    if kind == "arithmetic":
+        add = mul = people * things * hi * hi
+        # a >= b, and a friend of another name
+        sub = people * (people - 1) * things * hi * (hi + 1) // 2
+        two_step = people * things * hi * hi * (hi + 2)  # c in 0..a+b: sum of a+b+1 over a, b
+        linear = hi * hi * (hi + 1)  # x in 0..hi
+        return add + sub + mul + two_step + linear
+    orders = 24  # the four options' orders
+    pool = 10 * hi - 1  # range(1, 10 * hi)
+    extreme = 2 * pool * (pool - 1) * (pool - 2) * (pool - 3)  # largest, smallest: ordered draws
+    # sum: three wrong options of the deltas -3..3 that stay positive: 4 of them (4 choices) when
+    # a + b is 2 (one pair), 5 (10 choices) when it is 3 (two pairs), 6 (20) otherwise
+    total = 4 + 2 * 10 + 20 * (hi * hi - 3)
+    odds, evens = 5 * hi, 5 * hi - 1
+    even = odds * (odds - 1) * (odds - 2) // 6 * evens * orders
+    return extreme + total * orders + even
+
+
+# The most prompts one generated source may be asked for. The pool holds every record in memory
+# (about 1 KB each) and a draw takes some 35 microseconds, so 10^7 is already ~10 GB and minutes;
+# a count beyond it is a slip (1e15), not a recipe, whatever max_operand allows. Pools that large
+# come from dataset sources.
+MAX_GENERATED = 10_000_000
+
+
+def count_problem(kind: str, count: int, max_operand: int) -> str | None:
+    """Why a generated source cannot give ``count`` distinct prompts, or None when it can."""
+    have = distinct_problems(kind, max_operand)
+    if count > have:
+        bigger = range(max_operand + 1, MAX_OPERAND + 1)
+        enough = count <= MAX_GENERATED and next(
+            (m for m in bigger if distinct_problems(kind, m) >= count), None
+        )
+        fix = f"raise max_operand to {enough} or lower count" if enough else "lower count"
+        return (
+            f"count {count} but only {have} distinct prompts are available "
+            f"(kind {kind}, max_operand {max_operand}); {fix}"
+        )
+    if count > MAX_GENERATED:
+        return (
+            f"count {count} is more than the {MAX_GENERATED} prompts a generated source may "
+            "give (every record is held in memory); use a dataset source for a pool that large"
+        )
+    return None
+
+
 class WhereRule(Section):
     """A row filter on one field; only the given bounds apply."""
 

@@ -8,7 +8,15 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from .base import Name, Section, Seed, Segment, tag
-from .data import GENERATED, DatasetSpec, Decontam, Heldout, KernelSource, Source
+from .data import (
+    GENERATED,
+    DatasetSpec,
+    Decontam,
+    Heldout,
+    KernelSource,
+    Source,
+    count_problem,
+)
 from .evaluation import Cost, Eval, Kernels, Tables
 from .generation import DatasetSelection, Generation, ProceduralSpec, TeacherSpec
 from .training import Grpo, Merge, Student, Train, hooks_problem
@@ -136,10 +144,7 @@ class Experiment(Section):
                     f"sources.{i}.benchmark: '{s.benchmark}' is not a key of benchmarks"
                 )
             if s.kind in ("arithmetic", "choice"):
-                # the same check the generator makes, here before any job (lazy: data imports
-                # config)
-                from ..data.sources import count_problem
-
+                # the same check the generator makes, here before any job
                 problem = count_problem(s.kind, s.count, s.max_operand)
                 if problem:
                     problems.append(f"sources.{i}.count: {problem}")
