@@ -242,8 +242,8 @@ def sidecars_of(function):
 def consumed(**inputs):
     """A rule's inputs (a path, a list of paths or an input function each), every artifact with its
     provenance sidecar (`<name>_prov`): the job reads it (its own sidecars hash it), so a missing one
-    is written again, by the job that writes it, before this job runs (rule all asks for them all:
-    all_sidecars)."""
+    is written again, by the job that writes it, before this job runs (all_sidecars makes them all
+    targets)."""
     declared = {}
     for name, value in inputs.items():
         declared[name] = value
