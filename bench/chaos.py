@@ -55,11 +55,13 @@ DIGEST_KEYS = ("sha256", "bytes", "provenance_sha256")
 # Table columns computed from wall times: the cost ledger's spent GPU-hours, their price and the
 # estimate's error against them.
 WALL_TIME_COLUMNS = re.compile(r"gpu_hours|GPU-hours|GPU \$|est\. GPU-hours")
-# Record and sidecar keys that differ by design: a clock reading, a duration or a rate, and how many
-# records a resumed job found already done (evaluation's `resumed`).
+# Record and sidecar keys that differ by design: a clock reading, a duration or a rate, how many
+# records a resumed job found already done (evaluation's `resumed`), and a process's measured peak
+# memory (train's `peak_memory_mib.host_rss` / `.gpu`, per rank).
 BY_DESIGN_KEYS = re.compile(
     r"(^|_)(created_at|started_at|ended_at|s|runtime|seconds|per_second)$|^resumed$"
 )
+MEASURED_MEMORY = "peak_memory_mib."
 # What a run's records depend on, for sidecars that record two commits.
 WORKFLOW_PATHS = ("stillroom", "rules", "Snakefile", "config", "envs", "profiles", "pyproject.toml")
 
@@ -349,6 +351,7 @@ def sidecar_differences(
         digest = leaf in DIGEST_KEYS or key.startswith("output_digests.")
         if (
             BY_DESIGN_KEYS.search(leaf)
+            or MEASURED_MEMORY in key
             or (digest and (va, vb) in explained)
             or (key == "git.commit" and same_workflow_code(va, vb))
         ):
