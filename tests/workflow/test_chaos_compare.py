@@ -2,20 +2,7 @@
 finding (the chaos run itself takes far longer than the suite allows)."""
 
 import hashlib
-import importlib.util
 import json
-
-import pytest
-
-from ..conftest import REPO
-
-
-@pytest.fixture(scope="module")
-def chaos():
-    spec = importlib.util.spec_from_file_location("chaos_bench", REPO / "bench" / "chaos.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run(root, records, *, commit="c0"):

@@ -13,7 +13,6 @@ where a table's do, only its wall-time columns may differ (the cost ledger's spe
 bench/chaos.py's comparison allows them).
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -92,25 +91,6 @@ def artifacts(experiment: Path) -> dict[Path, bytes]:
     }
 
 
-def flatten(record, prefix: str = "") -> dict[str, object]:
-    if isinstance(record, dict):
-        return {
-            k: v
-            for key, value in record.items()
-            for k, v in flatten(value, f"{prefix}.{key}" if prefix else key).items()
-        }
-    return {prefix: record}
-
-
-@pytest.fixture(scope="module")
-def chaos():
-    """bench/chaos.py: its reading of tables and its wall-time columns."""
-    spec = importlib.util.spec_from_file_location("chaos_bench", REPO / "bench" / "chaos.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def difference(a: Path, b: Path, chaos) -> str | None:
     """Where two files differ, None when only by their clock readings: the first line and, for
     records, the keys; for a table, its columns."""
@@ -127,7 +107,7 @@ def difference(a: Path, b: Path, chaos) -> str | None:
             continue
         if not jsonl:
             return f"line {i}: {x[:300]!r} != {y[:300]!r}"
-        fx, fy = flatten(json.loads(x)), flatten(json.loads(y))
+        fx, fy = chaos.flatten(json.loads(x)), chaos.flatten(json.loads(y))
         keys = sorted(k for k in fx.keys() | fy.keys() if fx.get(k) != fy.get(k))
         if set(keys) - CLOCK:
             shown = "; ".join(f"{k}: {fx.get(k)!r:.300} != {fy.get(k)!r:.300}" for k in keys)
