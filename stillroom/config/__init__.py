@@ -46,10 +46,13 @@ from .generation import (
     SGLangSpec,
     TeacherSpec,
 )
+from .models import ModelId, ModelKind
 from .training import Distributed, Grpo, Layout, Lora, Merge, ModelShape, Student, Train, WeightHook
 
 __all__ = [
     "LOCAL_DATA",
+    "ModelId",
+    "ModelKind",
     "PROCEDURAL_DETAIL",
     "SPLITS",
     "TEACHERS_TABLE",

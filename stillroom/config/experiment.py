@@ -19,6 +19,7 @@ from .data import (
 )
 from .evaluation import Cost, Eval, Kernels, Tables
 from .generation import DatasetSelection, Generation, ProceduralSpec, TeacherSpec
+from .models import ModelId
 from .training import Grpo, Merge, Student, Train, hooks_problem
 
 # A benchmark is a JSONL file of prompt/answer/kind rows, or a dataset spec (hub id or local file).
@@ -68,11 +69,20 @@ class Experiment(Section):
         return value
 
     @property
+    def model_ids(self) -> list[ModelId]:
+        """Every model the tables compare, in table order, each built once here."""
+        return [
+            ModelId.base(),
+            ModelId.sft(),
+            *(ModelId.select(s) for s in self.dataset.ablation),
+            *([ModelId.grpo()] if self.grpo else []),
+            *(ModelId.merge(r) for r in self.merge.ratios),
+        ]
+
+    @property
     def models(self) -> list[str]:
-        """Every model the tables compare, in table order."""
-        grpo = ["grpo"] if self.grpo else []
-        ablation = [f"select-{s}" for s in self.dataset.ablation]
-        return ["base", "sft", *ablation, *grpo, *(f"merge-{r}" for r in self.merge.ratios)]
+        """The names of ``model_ids``."""
+        return [m.name for m in self.model_ids]
 
     @model_validator(mode="after")
     def _between_sections(self) -> Experiment:
