@@ -105,9 +105,10 @@ if MIXING_WARNING:
     logger.warning(f"WARNING: {MIXING_WARNING}")
 
 SHARDS = [f"{i:05d}" for i in range(config["generation"]["shards"])]
-RATIOS = [str(r) for r in config["merge"]["ratios"]]
 GRPO = config["grpo"] is not None  # kernel track: GRPO from the fine-tune (rules/grpo.smk)
-MODELS = EXPERIMENT.models  # base, sft, grpo?, merge-<ratio>...
+MODEL_IDS = EXPERIMENT.model_ids  # base, sft, select-<selection>..., grpo?, merge-<ratio>...
+MODELS = [m.name for m in MODEL_IDS]
+MERGES = {m.name: m for m in MODEL_IDS if m.kind == "merge"}
 # The dataset's params (its ablation list is not: adding a selection never rebuilds the fine-tune)
 # and the selections of the dataset ablation, each a model select-<selection> (rules/train.smk).
 DATASET_PARAMS = {
@@ -142,9 +143,9 @@ wildcard_constraints:
     effort="|".join(EFFORTS),
     teacher=r"[^/]+",
     shard=r"\d{5}",
-    model="base|sft|grpo|merge-[0-9.]+|select-[a-z]+",
+    model="|".join(re.escape(m) for m in MODELS),
+    merge="|".join(re.escape(m) for m in MERGES) or "(?!)",
     selection="|".join(ABLATION) or "none",
-    ratio=r"[0-9.]+",
     bench=r"[^/]+",
     budget=r"\d+",
     run=r"[^/]+/[^/]+(/budget-\d+|/effort-[^/]+)?",
@@ -450,7 +451,11 @@ def tables_params(wildcards, fast_p=None):
     fast = {"fast_p": fast_p} if fast_p is not None else {}
     random = {"base_random": True} if BASE_RANDOM else {}
     return as_json(
-        benchmark=wildcards.bench, base="base", tuned="sft", **config["tables"], **fast, **random
+        benchmark=wildcards.bench,
+        models=[m.dump() for m in MODEL_IDS],
+        **config["tables"],
+        **fast,
+        **random,
     )
 
 
@@ -473,7 +478,7 @@ def cost_artifacts():
         f"eval-{m}-{b}": f"{R}/eval/{m}/{b}/samples.jsonl"
         for m in MODELS
         for b in benches
-        if b in config["eval"]["benchmarks"] or m.startswith("merge-")
+        if b in config["eval"]["benchmarks"] or m in MERGES
     }
     budgets = {
         f"budget-{m}-{b}-{B}": f"{R}/eval/{m}/{b}/budget-{B}/samples.jsonl"
@@ -481,7 +486,7 @@ def cost_artifacts():
         for b in BUDGET_BENCHMARKS
         for B in BUDGETS
     }
-    merges = {f"merge-{r}": f"{R}/ckpt/merge-{r}" for r in RATIOS}
+    merges = {m: f"{R}/ckpt/{m}" for m in MERGES}
     grpo = {"grpo": f"{R}/ckpt/grpo"} if GRPO else {}
     per_effort = {
         f"effort-{m}-{b}-{e}": f"{R}/eval/{m}/{b}/effort-{e}/samples.jsonl"

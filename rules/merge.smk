@@ -38,13 +38,15 @@ rule merge:
     input:
         **consumed(base=f"{R}/ckpt/base", tuned=f"{R}/ckpt/sft"),
     output:
-        **tracked(model=directory(f"{R}/ckpt/merge-{{ratio}}")),
+        **tracked(model=directory(f"{R}/ckpt/{{merge}}")),
     params:
-        p=lambda wildcards: as_json(tuned_weight=float(wildcards.ratio), weight_hooks=WEIGHT_HOOKS),
+        p=lambda wildcards: as_json(
+            tuned_weight=MERGES[wildcards.merge].ratio, weight_hooks=WEIGHT_HOOKS
+        ),
     log:
-        f"{R}/logs/merge-{{ratio}}.log",
+        f"{R}/logs/{{merge}}.log",
     benchmark:
-        timing("merge", "{ratio}")
+        f"{R}/timing/{{merge}}.tsv"
     conda:
         ENV
     shell:
@@ -54,7 +56,7 @@ rule merge:
 
 
 if SELECT_ON:
-    DEV_GRADED = {f"merge-{r}": f"{R}/eval/merge-{r}/{SELECT_ON}/graded.jsonl" for r in RATIOS}
+    DEV_GRADED = {m: f"{R}/eval/{m}/{SELECT_ON}/graded.jsonl" for m in MERGES}
     REPORTED = {b: EVAL_SPLITS.get(b) or BENCHMARKS[b] for b in config["eval"]["benchmarks"]}
 
     rule select_merge:
@@ -68,7 +70,10 @@ if SELECT_ON:
             **tracked(selection=f"{R}/merge/selected.json"),
         params:
             p=as_json(
-                benchmark=SELECT_ON, select_by=config["merge"]["select_by"], **config["tables"]
+                benchmark=SELECT_ON,
+                select_by=config["merge"]["select_by"],
+                ratios={m.name: m.ratio for m in MERGES.values()},
+                **config["tables"],
             ),
             graded=named(DEV_GRADED),
             reported=named(REPORTED),
