@@ -412,10 +412,10 @@ class Plan:
         ], f"{self.results}/ckpt/sft{self.stage_suffix[i - 1]}" if i else base
 
     def adapter_base(self, trained: str) -> str:
-        """The checkpoint the training job of ckpt/<trained> started from."""
-        if trained.startswith("select-"):
-            return f"{self.results}/ckpt/base"
-        return self.train_stage(trained.removeprefix("sft"))[1]
+        """The checkpoint the training job of ckpt/<trained> (one of ``trained``) started from."""
+        starts = {f"sft{sfx}": self.train_stage(sfx)[1] for sfx in self.stage_suffix}
+        starts |= {f"select-{s}": f"{self.results}/ckpt/base" for s in self.ablation}
+        return starts[trained]
 
     @cached_property
     def _train_shapes(self) -> list[dict[str, Any]]:

@@ -122,7 +122,7 @@ def test_training_stages_chain_their_checkpoints_and_adapters_merge_into_them():
     assert constraint.fullmatch("") and constraint.fullmatch("-medium")
     assert not constraint.fullmatch("-efforts")
     assert plan.adapter_base("sft") == f"{r}/ckpt/sft-medium"
-    assert plan.adapter_base("select-longest") == f"{r}/ckpt/base"
+    assert plan.trained == ["sft-medium", "sft"]
 
 
 def test_an_ablation_trains_one_model_per_selection():
@@ -132,6 +132,7 @@ def test_an_ablation_trains_one_model_per_selection():
     for s in selections:
         assert f"select-{s}" in plan.models
         assert f"{plan.results}/dataset/select-{s}.jsonl.prov.json" in plan.all_sidecars()
+        assert plan.adapter_base(f"select-{s}") == f"{plan.results}/ckpt/base"
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
