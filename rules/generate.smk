@@ -1,9 +1,10 @@
 # Teacher samples per (teacher, effort, shard), resumable (stillroom/stages/generate.py). Each effort
 # goes to its teacher (generation.effort_teachers, default generation.teacher), and each teacher to
-# rules of its own (PLAN.generation.rules()): every job of a rule has one shape, which a SLURM array takes
-# from its first job. A teacher's efforts outside effort_groups run one effort a job (rule `generate`
-# for generation.teacher, `generate_<teacher>` for another); efforts in one of effort_groups share a
-# job per shard, so one server start serves them all (rule `generate_<efforts>`).
+# rules of its own (Generation.rules()): every job of a rule has one shape, which a SLURM array
+# takes from its first job. A teacher's efforts outside effort_groups run one effort a job (rule
+# `generate` for generation.teacher, `generate_<teacher>` for another); efforts in one of
+# effort_groups share a job per shard, so one server start serves them all (rule
+# `generate_<efforts>`).
 
 for gen_rule in PLAN.generation.rules():
 

@@ -37,6 +37,7 @@ if PLAN.adapter:
             )
 
 
+# keyed by the merge's model name (ckpt/merge-<ratio>): its tuned_weight is its identity's ratio
 rule merge:
     input:
         **consumed(base=f"{R}/ckpt/base", tuned=f"{R}/ckpt/sft"),

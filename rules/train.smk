@@ -2,9 +2,9 @@
 # train.distributed (stillroom/stages/train.py), rendered with train.chat_template if set. With
 # train.stages, one job of this rule per stage (ckpt/sft-<name>; the last stage's is ckpt/sft),
 # each from the previous stage's checkpoint and with only its own rows and epochs in its params, so
-# a change to a later stage never reruns an earlier one (its paths and params: stillroom/plan/dag.py). LoRA
-# and QLoRA jobs write the adapter, ckpt/sft<stage>.adapter; rule merge_adapter (rules/merge.smk), a
-# CPU job, merges it into ckpt/sft<stage>.
+# a change to a later stage never reruns an earlier one (paths and params: stillroom/plan/dag.py).
+# LoRA and QLoRA jobs write the adapter, ckpt/sft<stage>.adapter; rule merge_adapter
+# (rules/merge.smk), a CPU job, merges it into ckpt/sft<stage>.
 
 
 rule train:
