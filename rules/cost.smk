@@ -4,7 +4,7 @@
 
 rule cost:
     input:
-        **consumed(artifacts=list(cost_artifacts().values())),
+        **consumed(artifacts=list(PLAN.cost_artifacts().values())),
     output:
         **tracked(
             markdown=f"{R}/cost/ledger.md",
@@ -17,8 +17,8 @@ rule cost:
         ),
     params:
         # a function: the config's server commands hold {placeholders}, not wildcards
-        p=lambda wildcards: as_json(**COST_PARAMS),
-        artifacts=named(cost_artifacts()),
+        p=lambda wildcards: PLAN.cost_params(),
+        artifacts=named(PLAN.cost_artifacts()),
     log:
         f"{R}/logs/cost.log",
     benchmark:

@@ -4,12 +4,12 @@
 
 rule dataset:
     input:
-        **consumed(graded=list(graded_shards().values())),
+        **consumed(graded=list(PLAN.graded_shards().values())),
     output:
         **tracked(dataset=f"{R}/dataset/train.jsonl"),
     params:
-        p=as_json(**DATASET_PARAMS),
-        graded=named(graded_shards()),
+        p=PLAN.dataset_params(),
+        graded=named(PLAN.graded_shards()),
     log:
         f"{R}/logs/dataset.log",
     benchmark:
@@ -22,12 +22,12 @@ rule dataset:
 
 rule dataset_ablation:
     input:
-        **consumed(graded=list(graded_shards().values())),
+        **consumed(graded=list(PLAN.graded_shards().values())),
     output:
         **tracked(dataset=f"{R}/dataset/select-{{selection}}.jsonl"),
     params:
-        p=lambda wildcards: as_json(**{**DATASET_PARAMS, "select": wildcards.selection}),
-        graded=named(graded_shards()),
+        p=lambda wildcards: PLAN.dataset_params(wildcards.selection),
+        graded=named(PLAN.graded_shards()),
     log:
         f"{R}/logs/dataset-select-{{selection}}.log",
     benchmark:

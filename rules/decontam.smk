@@ -8,13 +8,13 @@ rule decontam:
             pool=f"{R}/pool/pool.jsonl",
             heldout=f"{R}/pool/heldout.jsonl",
             dev=f"{R}/pool/dev.jsonl",
-            benchmarks=list(BENCHMARKS.values()),
+            benchmarks=list(PLAN.benchmarks.values()),
         ),
     output:
         **tracked(clean=f"{R}/pool/decontaminated.jsonl", report=f"{R}/pool/decontam_report.json"),
     params:
-        p=as_json(**config["decontam"]),
-        benchmarks=named({**BENCHMARKS, **SPLITS}),
+        p=PLAN.decontam_params(),
+        benchmarks=named({**PLAN.benchmarks, **PLAN.splits}),
     log:
         f"{R}/logs/decontam.log",
     benchmark:

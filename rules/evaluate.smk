@@ -2,8 +2,8 @@
 # and at each effort the student was trained with (stillroom/stages/evaluate.py); graded by rule
 # grade_eval.
 
-EVAL_BACKEND = config["eval"]["backend"]
-EVAL_GPUS = backend_gpus(EVAL_BACKEND)  # an in-process model: 1
+EVAL_BACKEND = PLAN.eval_backend
+EVAL_GPUS = PLAN.eval_gpus  # an in-process model: 1
 # One core a job: a served model computes in its server, and an in-process one on a GPU. On a CPU,
 # two single-threaded evaluations of a small student beat one with two threads: each job spends its
 # first seconds importing, on one core (measured on 2 cores: the default run's 23 evaluations and
@@ -13,11 +13,11 @@ EVAL_THREADS = 1
 
 rule evaluate:
     input:
-        **consumed(model=f"{R}/ckpt/{{model}}", problems=benchmark_file),
+        **consumed(model=f"{R}/ckpt/{{model}}", problems=lambda w: PLAN.benchmark_file(w.bench)),
     output:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/samples.jsonl"),
     params:
-        p=eval_params,
+        p=lambda w: PLAN.eval_params(w.model, w.bench),
     threads: EVAL_THREADS
     resources:
         gpu=EVAL_GPUS,
@@ -27,7 +27,7 @@ rule evaluate:
     benchmark:
         timing("evaluate", "{model}-{bench}")
     conda:
-        conda_env(EVAL_BACKEND["backend"])
+        conda_env(EVAL_BACKEND)
     shell:
         stillroom_cli(
             "evaluate",
@@ -38,11 +38,11 @@ rule evaluate:
 
 rule evaluate_budget:
     input:
-        **consumed(model=f"{R}/ckpt/{{model}}", problems=benchmark_file),
+        **consumed(model=f"{R}/ckpt/{{model}}", problems=lambda w: PLAN.benchmark_file(w.bench)),
     output:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/budget-{{budget}}/samples.jsonl"),
     params:
-        p=budget_params,
+        p=lambda w: PLAN.budget_params(w.model, w.bench, w.budget),
     threads: EVAL_THREADS
     resources:
         gpu=EVAL_GPUS,
@@ -52,7 +52,7 @@ rule evaluate_budget:
     benchmark:
         timing("evaluate_budget", "{model}-{bench}-{budget}")
     conda:
-        conda_env(EVAL_BACKEND["backend"])
+        conda_env(EVAL_BACKEND)
     shell:
         stillroom_cli(
             "evaluate",
@@ -63,11 +63,11 @@ rule evaluate_budget:
 
 rule evaluate_effort:
     input:
-        **consumed(model=f"{R}/ckpt/{{model}}", problems=benchmark_file),
+        **consumed(model=f"{R}/ckpt/{{model}}", problems=lambda w: PLAN.benchmark_file(w.bench)),
     output:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/effort-{{effort}}/samples.jsonl"),
     params:
-        p=effort_params,
+        p=lambda w: PLAN.effort_params(w.model, w.bench, w.effort),
     threads: EVAL_THREADS
     resources:
         gpu=EVAL_GPUS,
@@ -77,7 +77,7 @@ rule evaluate_effort:
     benchmark:
         timing("evaluate_effort", "{model}-{bench}-{effort}")
     conda:
-        conda_env(EVAL_BACKEND["backend"])
+        conda_env(EVAL_BACKEND)
     shell:
         stillroom_cli(
             "evaluate",

@@ -8,12 +8,10 @@ rule grade_generation:
     output:
         **tracked(graded=f"{R}/graded/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
     params:
-        p=as_json(
-            letters=config["eval"]["letters"], boxed=config["eval"]["boxed"], kernel=VALIDATOR
-        ),
+        p=PLAN.grade_params(),
     resources:
-        gpu=KERNEL_GRADE_GPUS,
-        slurm_partition=partition_for(KERNEL_GRADE_GPUS),
+        gpu=PLAN.kernel_grade_gpus,
+        slurm_partition=partition_for(PLAN.kernel_grade_gpus),
     log:
         f"{R}/logs/grade/{{teacher}}-{{effort}}-{{shard}}.log",
     benchmark:
@@ -30,12 +28,10 @@ rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
     output:
         **tracked(graded=f"{R}/eval/{{run}}/graded.jsonl"),
     params:
-        p=as_json(
-            letters=config["eval"]["letters"], boxed=config["eval"]["boxed"], kernel=VALIDATOR
-        ),
+        p=PLAN.grade_params(),
     resources:
-        gpu=KERNEL_GRADE_GPUS,
-        slurm_partition=partition_for(KERNEL_GRADE_GPUS),
+        gpu=PLAN.kernel_grade_gpus,
+        slurm_partition=partition_for(PLAN.kernel_grade_gpus),
     log:
         f"{R}/logs/grade-eval/{{run}}.log",
     benchmark:

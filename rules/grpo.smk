@@ -2,7 +2,7 @@
 # (stillroom/stages/grpo.py).
 
 
-if GRPO:
+if PLAN.grpo:
 
     rule grpo:
         input:
@@ -10,10 +10,10 @@ if GRPO:
         output:
             **tracked(model=directory(f"{R}/ckpt/grpo")),
         params:
-            p=as_json(**config["grpo"], validator=VALIDATOR),
+            p=PLAN.grpo_params(),
         threads: 2
         resources:
-            **train_resources(config, "grpo"),  # nodes and GPUs follow grpo.distributed
+            **PLAN.grpo_resources,  # nodes and GPUs follow grpo.distributed
         log:
             f"{R}/logs/grpo.log",
         benchmark:

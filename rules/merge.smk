@@ -6,15 +6,18 @@
 # One CPU job per training job with an adapter: streamed shard by shard in float32 into the
 # full-precision base (for QLoRA the original checkpoint, never NF4 weights), so memory holds the
 # adapter and one tensor, and the output is sharded like the base.
-if ADAPTER:
+if PLAN.adapter:
 
     rule merge_adapter:
         input:
-            **consumed(base=adapter_base, adapter=f"{R}/ckpt/{{trained}}.adapter"),
+            **consumed(
+                base=lambda w: PLAN.adapter_base(w.trained),
+                adapter=f"{R}/ckpt/{{trained}}.adapter",
+            ),
         output:
             **tracked(model=directory(f"{R}/ckpt/{{trained}}")),
         params:
-            p=as_json(weight_hooks=WEIGHT_HOOKS),
+            p=PLAN.merge_adapter_params(),
         threads: 1
         resources:
             gpu=0,
@@ -25,7 +28,7 @@ if ADAPTER:
         conda:
             ENV
         wildcard_constraints:
-            trained="|".join(re.escape(name) for name in TRAINED),
+            trained=one_of(PLAN.trained),
         shell:
             stillroom_cli(
                 "merge_adapter",
@@ -34,17 +37,18 @@ if ADAPTER:
             )
 
 
+# keyed by the merge's model name (ckpt/merge-<ratio>): its tuned_weight is its identity's ratio
 rule merge:
     input:
         **consumed(base=f"{R}/ckpt/base", tuned=f"{R}/ckpt/sft"),
     output:
-        **tracked(model=directory(f"{R}/ckpt/merge-{{ratio}}")),
+        **tracked(model=directory(f"{R}/ckpt/{{merge}}")),
     params:
-        p=lambda wildcards: as_json(tuned_weight=float(wildcards.ratio), weight_hooks=WEIGHT_HOOKS),
+        p=lambda w: PLAN.merge_params(w.merge),
     log:
-        f"{R}/logs/merge-{{ratio}}.log",
+        f"{R}/logs/{{merge}}.log",
     benchmark:
-        timing("merge", "{ratio}")
+        f"{R}/timing/{{merge}}.tsv"
     conda:
         ENV
     shell:
@@ -53,25 +57,21 @@ rule merge:
         )
 
 
-if SELECT_ON:
-    DEV_GRADED = {f"merge-{r}": f"{R}/eval/merge-{r}/{SELECT_ON}/graded.jsonl" for r in RATIOS}
-    REPORTED = {b: EVAL_SPLITS.get(b) or BENCHMARKS[b] for b in config["eval"]["benchmarks"]}
+if PLAN.select_on:
 
     rule select_merge:
         input:
             **consumed(
-                graded=list(DEV_GRADED.values()),
-                dev=SPLITS.get(SELECT_ON) or BENCHMARKS[SELECT_ON],
-                reported=list(REPORTED.values()),
+                graded=list(PLAN.dev_graded().values()),
+                dev=PLAN.benchmark_file(PLAN.select_on),
+                reported=list(PLAN.reported().values()),
             ),
         output:
             **tracked(selection=f"{R}/merge/selected.json"),
         params:
-            p=as_json(
-                benchmark=SELECT_ON, select_by=config["merge"]["select_by"], **config["tables"]
-            ),
-            graded=named(DEV_GRADED),
-            reported=named(REPORTED),
+            p=PLAN.select_params(),
+            graded=named(PLAN.dev_graded()),
+            reported=named(PLAN.reported()),
         log:
             f"{R}/logs/select-merge.log",
         benchmark:

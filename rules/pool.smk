@@ -6,9 +6,7 @@ rule benchmark:
     output:
         **tracked(benchmark=f"{R}/benchmarks/{{bench}}.jsonl"),
     params:
-        p=lambda wildcards: as_json(
-            name=wildcards.bench, spec=local_path(config["benchmarks"][wildcards.bench])
-        ),
+        p=lambda w: PLAN.benchmark_params(w.bench),
     log:
         f"{R}/logs/benchmark-{{bench}}.log",
     benchmark:
@@ -22,9 +20,9 @@ rule benchmark:
 rule pool:
     input:
         **consumed(
-            benchmarks=list(BENCHMARKS.values()),
-            files=[s["path"] for s in SOURCES if (s.get("path") or "").endswith(LOCAL_DATA)],
-            kernels=KERNEL_FILES,
+            benchmarks=list(PLAN.benchmarks.values()),
+            files=PLAN.source_files(),
+            kernels=PLAN.kernel_files,
         ),
     output:
         **tracked(
@@ -33,8 +31,8 @@ rule pool:
             dev=f"{R}/pool/dev.jsonl",
         ),
     params:
-        p=as_json(sources=SOURCES, heldout=config["heldout"]),
-        benchmarks=named(BENCHMARKS),
+        p=PLAN.pool_params(),
+        benchmarks=named(PLAN.benchmarks),
     log:
         f"{R}/logs/pool.log",
     benchmark:
@@ -54,10 +52,10 @@ rule shard:
     input:
         **consumed(pool=f"{R}/pool/decontaminated.jsonl"),
     output:
-        **tracked(**{f"shard{s}": f"{R}/shards/shard-{s}.jsonl" for s in SHARDS}),
+        **tracked(**{f"shard{s}": p for s, p in zip(PLAN.shards, PLAN.shard_paths())}),
     params:
-        p=as_json(shards=len(SHARDS)),
-        shards=[f"{R}/shards/shard-{s}.jsonl" for s in SHARDS],
+        p=PLAN.shard_params(),
+        shards=PLAN.shard_paths(),
     log:
         f"{R}/logs/shard.log",
     benchmark:

@@ -2,13 +2,13 @@
 # on the pool and a random-weight base (stillroom/stages/student.py).
 
 
-if config["student"]["pretrained"]:
+if PLAN.pretrained:
 
     rule pretrained:
         output:
             **tracked(model=directory(f"{R}/ckpt/base")),
         params:
-            p=as_json(pretrained=model_source(config["student"]["pretrained"])),
+            p=PLAN.pretrained_params(),
         log:
             f"{R}/logs/base.log",
         benchmark:
@@ -24,12 +24,13 @@ else:
         input:
             **consumed(
                 pool=f"{R}/pool/decontaminated.jsonl",
-                solutions=SOLUTION_FILES,  # a kernel problem's reference solution is tokenizer text
+                # a kernel problem's reference solution is tokenizer text
+                solutions=PLAN.solution_files,
             ),
         output:
             **tracked(tokenizer=directory(f"{R}/student/tokenizer")),
         params:
-            p=as_json(**config["student"]["tokenizer"]),
+            p=PLAN.tokenizer_params(),
         log:
             f"{R}/logs/tokenizer.log",
         benchmark:
@@ -47,7 +48,7 @@ else:
         output:
             **tracked(model=directory(f"{R}/ckpt/base")),
         params:
-            p=as_json(model=config["student"]["model"]),
+            p=PLAN.base_params(),
         log:
             f"{R}/logs/base.log",
         benchmark:

@@ -3,14 +3,14 @@
 # same samples; the kernel track's rates; and, when generation.effort_teachers gives efforts to
 # different teachers, their trace lengths compared (stillroom/stages/tables.py).
 
-SELECTION = [f"{R}/merge/selected.json"] if SELECT_ON else []
+SELECTION = PLAN.selection
 SELECTION_ARG = f" --selection {SELECTION[0]}" if SELECTION else ""
 
 
 rule tables:
     input:
         **consumed(
-            graded=lambda wildcards: list(graded_models(wildcards).values()), selection=SELECTION
+            graded=lambda w: list(PLAN.graded_models(w.bench).values()), selection=SELECTION
         ),
     output:
         **tracked(
@@ -30,8 +30,8 @@ rule tables:
             ),
         ),
     params:
-        p=tables_params,
-        graded=lambda wildcards: named(graded_models(wildcards)),
+        p=lambda w: PLAN.tables_params(w.bench),
+        graded=lambda w: named(PLAN.graded_models(w.bench)),
     log:
         f"{R}/logs/tables-{{bench}}.log",
     benchmark:
@@ -49,7 +49,7 @@ rule tables:
 
 rule budget_tables:
     input:
-        **consumed(graded=lambda wildcards: list(budget_graded(wildcards).values())),
+        **consumed(graded=lambda w: list(PLAN.budget_graded(w.bench).values())),
     output:
         **tracked(
             markdown=f"{R}/tables/{{bench}}-budgets.md",
@@ -67,12 +67,8 @@ rule budget_tables:
             ),
         ),
     params:
-        p=lambda wildcards: as_json(
-            benchmark=wildcards.bench,
-            base_random=BASE_RANDOM,
-            **config["tables"],
-        ),
-        graded=lambda wildcards: named(budget_graded(wildcards)),
+        p=lambda w: PLAN.budget_tables_params(w.bench),
+        graded=lambda w: named(PLAN.budget_graded(w.bench)),
     log:
         f"{R}/logs/budget-tables-{{bench}}.log",
     benchmark:
@@ -91,8 +87,8 @@ rule budget_tables:
 rule effort_tables:
     input:
         **consumed(
-            graded=lambda wildcards: list(effort_graded(wildcards).values()),
-            teacher=list(graded_shards().values()),
+            graded=lambda w: list(PLAN.effort_graded(w.bench).values()),
+            teacher=list(PLAN.graded_shards().values()),
         ),
     output:
         **tracked(
@@ -105,9 +101,9 @@ rule effort_tables:
             ),
         ),
     params:
-        p=effort_tables_params,
-        graded=lambda wildcards: named(effort_graded(wildcards)),
-        teacher=named(graded_shards()),
+        p=lambda w: PLAN.effort_tables_params(w.bench),
+        graded=lambda w: named(PLAN.effort_graded(w.bench)),
+        teacher=named(PLAN.graded_shards()),
     log:
         f"{R}/logs/effort-tables-{{bench}}.log",
     benchmark:
@@ -130,7 +126,7 @@ ruleorder: effort_tables > tables
 
 rule kernel_tables:
     input:
-        **consumed(graded=lambda wildcards: list(graded_models(wildcards).values())),
+        **consumed(graded=lambda w: list(PLAN.graded_models(w.bench).values())),
     output:
         **tracked(
             markdown=f"{R}/tables/{{bench}}-kernels.md",
@@ -142,8 +138,8 @@ rule kernel_tables:
             ),
         ),
     params:
-        p=lambda wildcards: tables_params(wildcards, fast_p=KERNELS["fast_p"]),
-        graded=lambda wildcards: named(graded_models(wildcards)),
+        p=lambda w: PLAN.kernel_tables_params(w.bench),
+        graded=lambda w: named(PLAN.graded_models(w.bench)),
     log:
         f"{R}/logs/kernel-tables-{{bench}}.log",
     benchmark:
@@ -162,24 +158,24 @@ ruleorder: kernel_tables > tables  # "tables/{bench}.md" would also match "table
 
 
 # Only a config whose efforts go to more than one teacher has this table (and the target in rule all).
-if GENERATION.mixed:
+if PLAN.generation.mixed:
 
     rule teacher_tables:
         input:
-            **consumed(graded=list(graded_shards().values())),
+            **consumed(graded=list(PLAN.graded_shards().values())),
         output:
             **tracked(
-                markdown=TEACHERS_MD,
+                markdown=PLAN.teachers_md,
                 csv=report(
-                    TEACHERS_MD.removesuffix(".md") + ".csv",
+                    PLAN.teachers_md.removesuffix(".md") + ".csv",
                     caption="../report/teachers.rst",
                     category="Tables",
                     labels={"table": "teachers"},
                 ),
             ),
         params:
-            p=teacher_tables_params(),
-            graded=named(graded_shards()),
+            p=PLAN.teacher_tables_params(),
+            graded=named(PLAN.graded_shards()),
         log:
             f"{R}/logs/teacher-tables.log",
         benchmark:

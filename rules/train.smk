@@ -2,25 +2,29 @@
 # train.distributed (stillroom/stages/train.py), rendered with train.chat_template if set. With
 # train.stages, one job of this rule per stage (ckpt/sft-<name>; the last stage's is ckpt/sft),
 # each from the previous stage's checkpoint and with only its own rows and epochs in its params, so
-# a change to a later stage never reruns an earlier one (its helpers are in rules/common.smk). LoRA
-# and QLoRA jobs write the adapter, ckpt/sft<stage>.adapter; rule merge_adapter (rules/merge.smk), a
-# CPU job, merges it into ckpt/sft<stage>.
+# a change to a later stage never reruns an earlier one (paths and params: stillroom/plan/dag.py).
+# LoRA and QLoRA jobs write the adapter, ckpt/sft<stage>.adapter; rule merge_adapter
+# (rules/merge.smk), a CPU job, merges it into ckpt/sft<stage>.
 
 
 rule train:
     input:
         **consumed(
-            base=lambda wildcards: train_stage(wildcards)[1],
+            base=lambda w: PLAN.train_stage(w.stage)[1],
             dataset=f"{R}/dataset/train.jsonl",
-            **({"chat_template": repo_path(TRAIN_TEMPLATE)} if TRAIN_TEMPLATE else {}),
+            **PLAN.chat_template,
         ),
     output:
-        **tracked(model=directory(f"{R}/ckpt/sft{{stage}}{TRAINED_AS}")),
+        **tracked(model=directory(f"{R}/ckpt/sft{{stage}}{PLAN.trained_as}")),
     params:
-        p=train_params,
+        p=lambda w: PLAN.train_params(w.stage),
     threads: 2
     resources:
-        **TRAIN_RESOURCES,  # each stage's nodes and GPUs: its distributed, else train.distributed
+        # each stage's nodes and GPUs: its distributed, else train.distributed
+        **{
+            key: lambda w, key=key: PLAN.train_resource(key, w.stage)
+            for key in PLAN.train_resource_keys()
+        },
     log:
         f"{R}/logs/train{{stage}}.log",
     benchmark:
@@ -28,13 +32,13 @@ rule train:
     conda:
         ENV
     wildcard_constraints:
-        stage="|".join(f"(?:{re.escape(s)})" for s in STAGE_SUFFIX),  # "(?:)": ckpt/sft itself
+        stage=PLAN.stage_constraint,
     shell:
         stillroom_cli(
             "train",
             "train",
             "--base {input.base} --dataset {input.dataset} --out-model {output.model}"
-            + (" --chat-template {input.chat_template:q}" if TRAIN_TEMPLATE else ""),
+            + (" --chat-template {input.chat_template:q}" if PLAN.chat_template else ""),
         )
 
 
@@ -45,15 +49,15 @@ rule train_ablation:
         **consumed(
             base=f"{R}/ckpt/base",
             dataset=f"{R}/dataset/select-{{selection}}.jsonl",
-            **({"chat_template": repo_path(TRAIN_TEMPLATE)} if TRAIN_TEMPLATE else {}),
+            **PLAN.chat_template,
         ),
     output:
-        **tracked(model=directory(f"{R}/ckpt/select-{{selection}}{TRAINED_AS}")),
+        **tracked(model=directory(f"{R}/ckpt/select-{{selection}}{PLAN.trained_as}")),
     params:
-        p=as_json(**TRAIN_COMMON, **TRAIN_STUDENT),
+        p=PLAN.train_ablation_params(),
     threads: 2
     resources:
-        **train_resources(config),
+        **PLAN.ablation_resources,
     log:
         f"{R}/logs/train-select-{{selection}}.log",
     benchmark:
@@ -65,5 +69,5 @@ rule train_ablation:
             "train",
             "train_ablation",
             "--base {input.base} --dataset {input.dataset} --out-model {output.model}"
-            + (" --chat-template {input.chat_template:q}" if TRAIN_TEMPLATE else ""),
+            + (" --chat-template {input.chat_template:q}" if PLAN.chat_template else ""),
         )

@@ -787,7 +787,7 @@ class _Planner:
         )
         per_s = self.figure(student, "eval_tokens_per_s")
         models = exp.models
-        merges = [m for m in models if m.startswith("merge-")]
+        merges = [m for m in exp.model_ids if m.kind == "merge"]
 
         def tokens(bench: str, scale: float = 1.0, budget: int | None = None) -> float:
             t = self._per(est.eval_output_tokens, bench) * scale

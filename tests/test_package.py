@@ -110,6 +110,7 @@ def test_the_kernel_track_is_imported_only_by_kernel_specific_code():
         "stillroom.estimate",  # the problems a kind: kernels source counts
         "stillroom.gpucheck",  # the GPU check compiles the kernel solutions
         "stillroom.stages.student",  # the tokenizer learns the training problems' reference code
+        "stillroom.plan.dag",  # kernel problem and solution files are the workflow's inputs
     }
     for module, imported in import_graph().items():
         if module.startswith("stillroom.kernels"):

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from .base import Boxed, Effort, Letters, Name, PositiveInt, Probability, Section, Seed, tag
 from .generation import Server
+from .models import ModelId
 
 # the kernel validator's generated test cases (stillroom/kernels/cases.py)
 GeneratedCase = Literal["mixed_sign", "negative", "zero", "large", "odd_shape"]
@@ -249,13 +250,50 @@ class PairedTables(SeededTables):
     """A paired table of one benchmark: every model against the two references."""
 
     benchmark: str
-    base: str = Field(description="the model every other is compared with first")
-    tuned: str = Field(description="the fine-tune, the second reference")
+    models: list[ModelId] = Field(
+        [],
+        description="the compared models' identities: the references by kind, and each one's "
+        "fine-tune weight (the merge sweep's x)",
+    )
+    base: str = Field(
+        "", description="the model every other is compared with first (default: models' base)"
+    )
+    tuned: str = Field("", description="the fine-tune, the second reference (default: models' sft)")
     base_random: bool = Field(
         False,
         description="the base is a random-weight initialisation (student.pretrained unset), "
         "not a pretrained model: the caption says so",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _references(cls, data: Any) -> Any:
+        # a reference not named is the model of its kind among the identities
+        if not isinstance(data, dict):
+            return data
+        kinds = {
+            (m.kind if isinstance(m, ModelId) else m.get("kind")): (
+                m.name if isinstance(m, ModelId) else m.get("name")
+            )
+            for m in data.get("models") or []
+        }
+        filled = dict(data)
+        for key, kind in (("base", "base"), ("tuned", "sft")):
+            if not filled.get(key):
+                if kind not in kinds:
+                    raise ValueError(
+                        f"{key}: not given, and models has no model of kind '{kind}' "
+                        f"(have {sorted(str(k) for k in kinds)})"
+                    )
+                filled[key] = kinds[kind]
+        return filled
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """Each model's share of fine-tuned weights, where known (the merge sweep's x): base 0,
+        the tuned reference 1, a merge its ratio."""
+        known = {m.name: m.weight for m in self.models if m.weight is not None}
+        return {**known, self.base: 0.0, self.tuned: 1.0}
 
 
 PositiveFloat = Annotated[float, Field(gt=0)]

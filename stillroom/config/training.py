@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from string import Template
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from .base import Effort, Plain, PositiveInt, Regex, Section
 
@@ -694,18 +694,8 @@ class Grpo(Section):
         return self.layout.world_size > 1
 
 
-def _ratio(ratio: float) -> float:
-    # merge-<ratio> names a model and its directories, matched as merge-[0-9.]+: Python writes
-    # 0.00001 as 1e-05, which no rule would match
-    if not re.fullmatch(r"[0-9.]+", str(ratio)):
-        raise ValueError(
-            f"a ratio names its model merge-<ratio>, so it is at least 0.0001 (got {ratio})"
-        )
-    return ratio
-
-
 class Merge(Section):
-    ratios: list[Annotated[float, Field(gt=0, lt=1), AfterValidator(_ratio)]] = Field(
+    ratios: list[Annotated[float, Field(gt=0, lt=1)]] = Field(
         [], description="tuned_weight of each merge: tuned_weight x fine-tune + rest x base"
     )
     select_on: str | None = Field(

@@ -103,6 +103,9 @@ class SelectParams(Tables):
     seed: Seed = 0
     benchmark: str = Field(description="the dev split the ratio is chosen on")
     select_by: Literal["accuracy", "tokens"] = "accuracy"
+    ratios: dict[str, float] = Field(
+        description="each merge's tuned_weight, by its model name (the merges' identities)"
+    )
 
 
 def select(
@@ -115,8 +118,8 @@ def select(
     log: Callable[[str], None] = print,
     **_: Any,
 ) -> dict[str, Any]:
-    """Pick among the merges in ``graded`` (graded dev samples, ``merge-<ratio>`` names) by dev
-    accuracy."""
+    """Pick among the merges in ``graded`` (graded dev samples by model name; each one's ratio in
+    ``params.ratios``) by dev accuracy."""
     p = SelectParams.parse(params, where="merge")
     dev_prompts = _prompts(dev)
     for name, path in reported.items():
@@ -126,12 +129,13 @@ def select(
                 f"select: the dev split {dev} shares {len(shared)} prompts with reported benchmark "
                 f"'{name}' ({path}), e.g. {min(shared)[:80]!r}; choose on a disjoint split"
             )
-    weights = {}
-    for name in graded:
-        prefix, _, ratio = name.partition("-")
-        if prefix != "merge" or not ratio:
-            raise DataError(f"select: '{name}' is not a merge-<ratio> model")
-        weights[name] = float(ratio)
+    unknown = sorted(set(graded) - set(p.ratios))
+    if unknown:
+        raise DataError(
+            f"select: {', '.join(unknown)}: no merge ratio in params.ratios "
+            f"(have {sorted(p.ratios)})"
+        )
+    weights = {name: p.ratios[name] for name in graded}
     grids = {name: score_matrix(path) for name, path in graded.items()}
     accuracy = {name: float(g[1].mean()) for name, g in grids.items()}
     tokens = {name: round(float(g[2].mean()), 3) for name, g in grids.items()}

@@ -145,6 +145,8 @@ class Paired:
     # IFEval's accuracies per model (stillroom.analysis.grids.instruction_metrics), for a
     # benchmark of instructions; accuracy above is prompt-level strict
     instructions: dict[str, dict[str, float]] | None = None
+    # each model's share of fine-tuned weights where known (PairedTables.weights): the sweep's x
+    weights: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def rows(self, model: str) -> tuple[pd.Series, pd.Series]:
         """The model's rows against the base and against the fine-tune."""
@@ -355,6 +357,7 @@ def paired(
         chosen,
         params.cap_hit_flag,
         instructions if all(instructions.values()) else None,
+        weights=params.weights,
     )
 
 
@@ -424,9 +427,7 @@ def _plot(table: Paired, path: str) -> None:
         ylim=_fitted(vs_base["accuracy"]),
     )
     ax.margins(x=0.15)
-    ratio = {base: 0.0, tuned: 1.0} | {
-        m: float(m.split("-", 1)[1]) for m in vs_base.index if m.startswith("merge-")
-    }
+    ratio = {base: 0.0, tuned: 1.0} | table.weights
     points = sorted(
         ((ratio[m], r) for m, r in vs_base.iterrows() if m in ratio), key=lambda p: p[0]
     )

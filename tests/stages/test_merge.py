@@ -56,7 +56,7 @@ def test_select_stage_writes_the_choice_with_provenance(splits):
         "--out-selection",
         str(out),
         "--params",
-        '{"benchmark": "dev"}',
+        '{"benchmark": "dev", "ratios": {"merge-0.3": 0.3, "merge-0.7": 0.7}}',
     ]
     assert main(args) == 0
     sel = read_json(out)
@@ -79,10 +79,28 @@ def test_a_dev_split_overlapping_a_reported_benchmark_is_refused(splits):
             dev=str(root / "dev.jsonl"),
             reported={"leaky": str(root / "leaky.jsonl")},
             out_selection=str(root / "s.json"),
-            params={"benchmark": "dev"},
+            params={"benchmark": "dev", "ratios": {"merge-0.3": 0.3, "merge-0.7": 0.7}},
             log=lambda _: None,
         )
     assert not (root / "s.json").exists()
+
+
+def test_select_takes_each_merges_ratio_from_params_not_its_name(splits):
+    root, g = splits
+    # names that no parse could read a ratio from: the identity's ratio travels in params
+    renamed = {"merge-1e-05": g["merge-0.3"], "odd": g["merge-0.7"]}
+    out = root / "s.json"
+    kwargs = dict(
+        graded=renamed,
+        dev=str(root / "dev.jsonl"),
+        reported={"heldout": str(root / "heldout.jsonl")},
+        out_selection=str(out),
+        log=lambda _: None,
+    )
+    select(**kwargs, params={"benchmark": "dev", "ratios": {"merge-1e-05": 1e-05, "odd": 0.125}})
+    assert read_json(out)["selected"] == "odd" and read_json(out)["tuned_weight"] == 0.125
+    with pytest.raises(DataError, match=r"select: odd: no merge ratio in params.ratios"):
+        select(**kwargs, params={"benchmark": "dev", "ratios": {"merge-1e-05": 1e-05}})
 
 
 def test_select_by_tokens_takes_the_cheapest_of_the_merges_tied_with_the_best(tmp_path):
@@ -111,6 +129,8 @@ def test_select_by_tokens_takes_the_cheapest_of_the_merges_tied_with_the_best(tm
         "merge-0.3": grid([1] * 10 + [0] * (n - 10), 20),  # cheapest, clearly worse
     }
     weights = {"merge-0.3": 0.3, "merge-0.5": 0.5, "merge-0.7": 0.7}
-    p = SelectParams.parse({"benchmark": "dev", "select_by": "tokens", "n_resamples": 2000})
+    p = SelectParams.parse(
+        {"benchmark": "dev", "select_by": "tokens", "n_resamples": 2000, "ratios": weights}
+    )
     assert choose_by_tokens(grids, weights, p) == "merge-0.5"
     assert choose({m: float(g[1].mean()) for m, g in grids.items()}, weights) == "merge-0.7"

@@ -6,6 +6,7 @@ import pytest
 
 from stillroom.audit_tables import recompute
 from stillroom.cli import main
+from stillroom.config import ConfigError
 from stillroom.io import DataError, write_jsonl
 from stillroom.stages import tables
 from stillroom.tables import load
@@ -757,6 +758,14 @@ def test_place_labels_keeps_crowded_labels_apart(tmp_path):
     assert tables._fitted([0.9, 1.0]) == (pytest.approx(0.88), 1.02)
 
 
+def test_a_paired_table_without_references_or_identities_names_what_is_missing():
+    params = {k: v for k, v in PARAMS.items() if k not in ("base", "tuned")}
+    with pytest.raises(
+        ConfigError, match="base: not given, and models has no model of kind 'base'"
+    ):
+        tables.Params.parse(params)
+
+
 def test_budget_plot_ticks_the_budgets_in_plain_numbers(tmp_path, monkeypatch):
     import matplotlib
 
@@ -780,20 +789,26 @@ def test_the_sweep_plots_each_merges_difference_from_base_with_its_ci(tmp_path, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from stillroom.config import ModelId
+
+    # the references and the sweep's x come from the identities in params, not from the names
+    models = [ModelId.base(), ModelId.sft(), *map(ModelId.merge, (0.3333333, 1e-05, 0.125))]
     graded = {
-        "base": _graded(tmp_path / "b.jsonl", 0.1, seed=1, tokens=40),
-        "sft": _graded(tmp_path / "s.jsonl", 0.0, seed=2, tokens=20),
-        "merge-0.5": _graded(tmp_path / "m.jsonl", 0.05, seed=3, tokens=30),
+        m.name: _graded(tmp_path / f"{i}.jsonl", 0.1 - 0.02 * i, seed=i, tokens=40 - i)
+        for i, m in enumerate(models)
     }
-    table = tables.paired(graded, PARAMS)
+    params = {k: v for k, v in PARAMS.items() if k not in ("base", "tuned")}
+    table = tables.paired(graded, {**params, "models": [m.dump() for m in models]})
+    assert (table.base, table.tuned) == ("base", "sft")
     shown = {}
     monkeypatch.setattr(plt, "close", lambda fig: shown.setdefault("fig", fig))
     tables._plot(table, str(tmp_path / "p.png"))
     sweep = shown["fig"].axes[1]
     x, y = sweep.lines[0].get_data()
     vs_base = table.df[table.df["reference"] == "base"].set_index("model")
-    assert list(x) == [0.0, 0.5, 1.0]
-    assert list(y) == [0.0, vs_base.loc["merge-0.5", "delta"], vs_base.loc["sft", "delta"]]
+    assert list(x) == [0.0, 1e-05, 0.125, 0.3333333, 1.0]
+    order = ["merge-1e-05", "merge-0.125", "merge-0.3333333", "sft"]
+    assert list(y) == [0.0, *(vs_base.loc[m, "delta"] for m in order)]
     assert sweep.get_ylabel().startswith("accuracy - base's")
     low, high = sweep.get_ylim()
     assert low <= vs_base.loc["sft", "ci_low"] and high >= 0.0

@@ -185,7 +185,8 @@ def test_a_deleted_sidecar_of_an_intermediate_artifact_reruns_the_job_that_wrote
 
 def test_every_sidecar_the_run_wrote_is_a_target_of_rule_all(done):
     """Snakemake looks for a missing output only where something asks for it and is about to run,
-    so rule all asks for every sidecar of the DAG (rules/common.smk all_sidecars): none missed."""
+    so rule all asks for every sidecar of the DAG (Plan.all_sidecars, stillroom/plan/dag.py): none
+    missed."""
     workdir, cfg, proc = done
     log = proc.stdout + proc.stderr
     written = {p for line in re.findall(r"^\s+output: (.*)$", log, re.M) for p in line.split(", ")}

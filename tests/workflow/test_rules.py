@@ -154,6 +154,51 @@ def test_a_config_with_merge_keys_is_read_alike_by_the_cli_and_a_dry_run(tmp_pat
     assert "evaluate_budget" in dry.stdout  # the merged section's jobs are planned
 
 
+def _shell_params(dry: str, stage: str) -> list[dict]:
+    """The --params of every planned job of CLI stage ``stage`` in a dry run's -p output."""
+    return [
+        json.loads(m.group(1)) for m in re.finditer(rf"stillroom {stage} .*?--params '(.*?)'", dry)
+    ]
+
+
+def test_odd_merge_ratios_are_planned_end_to_end_with_their_exact_floats(tmp_path):
+    """Ratios Python writes with an exponent or many digits: every merge, its evaluations and
+    the tables are scheduled, and each job's params carry the exact float of its identity."""
+    ratios = [1e-05, 0.125, 0.3333333]
+    overlay = tmp_path / "ratios.yaml"
+    overlay.write_text(yaml.safe_dump({"merge": {"ratios": ratios}}))
+    dry = _snakemake(
+        "-n",
+        "-p",
+        "--cores",
+        "1",
+        cwd=tmp_path,
+        configfiles=[REPO / "config" / "config.yaml", overlay],
+    )
+    assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+    out = dry.stdout
+    names = [f"merge-{r!r}" for r in ratios]
+    assert names == ["merge-1e-05", "merge-0.125", "merge-0.3333333"]
+    merges = {
+        m.group(1): json.loads(m.group(2))["tuned_weight"]
+        for m in re.finditer(r"--out-model \S+/ckpt/(merge-\S+) .*?--params '(.*?)'", out)
+    }
+    assert merges == dict(zip(names, ratios, strict=True))
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    benchmarks = config["eval"]["benchmarks"] + [config["merge"]["select_on"]]
+    for name in names:
+        for bench in benchmarks:
+            assert f"--out-samples results/tiny/eval/{name}/{bench}/samples.jsonl" in out
+    (select,) = _shell_params(out, "select")
+    assert select["ratios"] == dict(zip(names, ratios, strict=True))
+    tables = _shell_params(out, "tables")
+    assert len(tables) == len(config["eval"]["benchmarks"])
+    for p in tables:
+        assert "base" not in p and "tuned" not in p  # the references come from the identities
+        merge_ids = [m for m in p["models"] if m["kind"] == "merge"]
+        assert [(m["name"], m["ratio"]) for m in merge_ids] == list(zip(names, ratios, strict=True))
+
+
 def test_the_snakefile_needs_stillroom_on_path(tmp_path):
     proc = subprocess.run(
         [

@@ -30,7 +30,7 @@ FAST = (
     "--latency-wait",
     "10",
 )
-# The procedural teacher needs no GPU, so its shards go to the CPU partition (rules/common.smk
+# The procedural teacher needs no GPU, so its shards go to the CPU partition (stillroom/plan/dag.py
 # partition_for).
 GPU_RULES = {"train", "evaluate", "evaluate_budget", "evaluate_effort"}
 

@@ -1,0 +1,616 @@
+"""The workflow's plan: every rule's paths, input mappings and params, computed once from the
+typed experiment and its resolved config. rules/*.smk declare rules with these; rules/common.smk
+keeps only what must be Snakemake (the config load, onstart, wildcard constraints, the provenance
+wrappers).
+
+Params are the JSON strings a job gets on its command line (``as_json``): only what that stage
+depends on, so only real changes rerun it. Input mappings are ``{name: path}`` dicts, a job's
+``--graded name=path ...`` arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ..cluster import backend_gpus, stage_gpus, train_resources
+from ..config import LOCAL_DATA, TEACHERS_TABLE, Decoding, Experiment, Forcing, Kernels
+from ..kernels.problemset import FAMILY_FILE, kernel_files, solution_files
+
+
+def unset_profile_variables(
+    resource_settings: Any, environ: Mapping[str, str] = os.environ
+) -> list[str]:
+    """Environment variables the profile's resources name (Snakemake's ``resource_settings``) but
+    the environment lacks: Snakemake keeps an unset `$NAME` literally, and sbatch would get it as
+    the partition or account."""
+    rs = resource_settings
+    per_rule = (rs.overwrite_resources or {}).values()
+    resources = [
+        *dict(rs.default_resources or {}).values(),
+        *(r for rule in per_rule for r in dict(rule).values()),
+    ]
+    names = {
+        n for r in resources if isinstance(r.raw, str) for n in re.findall(r"\$\{?(\w+)", r.raw)
+    }
+    return sorted(n for n in names if n not in environ)
+
+
+def partition_for(gpus: int) -> str:
+    """SLURM partition of a rule whose GPU count follows the config (an API teacher needs none, a
+    compiled-kernel grader one): the profile cannot see the config, and a --set-resources on the
+    command line replaces the profile's whole set-resources (measured), so the rule declares it.
+    Empty when not set (local runs); under the slurm profile rules/common.smk has checked the
+    profile's variables."""
+    return os.environ.get("STILLROOM_GPU_PARTITION" if gpus else "STILLROOM_CPU_PARTITION", "")
+
+
+def conda_env(backend: str | None) -> str:
+    """The environment a rule's job runs in under --sdm conda: SGLang's own, for the rules that
+    start an SGLang server, else the project's (relative to rules/)."""
+    return f"../envs/{'sglang' if backend == 'sglang' else 'stillroom'}.yaml"
+
+
+def model_source(name: str, root: Path) -> str:
+    """A model directory of the repository, made absolute (a job may run in another working
+    directory); a hub id as it is, fetched by its job."""
+    path = Path(name)
+    if path.is_absolute():
+        return name
+    return str(root / name) if (root / name).is_dir() else name
+
+
+def one_of(names: Iterable[str]) -> str:
+    """A wildcard constraint matching exactly ``names`` (none: a pattern that matches nothing)."""
+    return "|".join(re.escape(n) for n in names) or "(?!)"
+
+
+class Plan:
+    """Paths and params of one experiment's rules. ``config`` is the resolved config (every default
+    filled in) that ``experiment`` was parsed from; ``root`` the repository, against which config
+    paths are resolved; ``base_random``: the student's base is a random-weight initialisation (the
+    tables' captions say so)."""
+
+    def __init__(
+        self, experiment: Experiment, config: Mapping[str, Any], root: Path, base_random: bool
+    ) -> None:
+        self.experiment = experiment
+        self.config = config
+        self.root = Path(root)
+        self.base_random = base_random
+        self.results = f"results/{experiment.experiment}"
+        generation = experiment.generation
+        self.generation = generation
+        self.efforts = list(generation.efforts)
+        self.effort_teacher = {e: generation.teacher_of(e) for e in self.efforts}
+        self.shards = [f"{i:05d}" for i in range(config["generation"]["shards"])]
+        self.model_ids = experiment.model_ids  # in table order
+        self.models = [m.name for m in self.model_ids]
+        self.merges = {m.name: m for m in self.model_ids if m.kind == "merge"}
+        self.ablation = list(experiment.dataset.ablation)
+        self.select_on = config["merge"]["select_on"]
+        self.grpo = config["grpo"] is not None
+        force = config["eval"]["budget_force"] or {}
+        self.force = force
+        self.budgets = force.get("budgets", [])
+        self.budget_models = force.get("models") or self.models
+        self.budget_benchmarks = force.get("benchmarks") or config["eval"]["benchmarks"]
+        per_effort = config["eval"]["per_effort"] or {}
+        self.per_effort = per_effort
+        self.effort_models = per_effort.get("models", [])
+        self.effort_benchmarks = (
+            (per_effort["benchmarks"] or config["eval"]["benchmarks"]) if per_effort else []
+        )
+        kernels = config["kernels"]
+        self.kernels = kernels
+        self.validator = Kernels.parse(kernels).validator.dump() if kernels else {}
+        self.kernel_benchmarks = (
+            (kernels["benchmarks"] or config["eval"]["benchmarks"]) if kernels else []
+        )
+        # compiled kernels (and their timed speedups) need a GPU to grade on
+        self.kernel_grade_gpus = stage_gpus(config).get("grade_eval", 0)
+        train = config["train"]
+        self.train_template = train["chat_template"]
+        self.train_stages = train["stages"]
+        # the suffix of each training stage's checkpoint ("" for the last, the fine-tune)
+        self.stage_suffix = [f"-{s['name']}" for s in self.train_stages[:-1]] + [""]
+        # LoRA / QLoRA: each training job saves its adapter (ckpt/<name>.adapter), which rule
+        # merge_adapter streams into the checkpoint that job started from, as ckpt/<name>
+        self.adapter = train["method"] != "full"
+        self.trained_as = ".adapter" if self.adapter else ""
+        self.trained = [f"sft{sfx}" for sfx in self.stage_suffix] + [
+            f"select-{s}" for s in self.ablation
+        ]
+
+    # -- paths -------------------------------------------------------------------------------
+
+    def repo_path(self, path: str | Path) -> str:
+        """Config paths are relative to the repository root."""
+        return str(path if Path(path).is_absolute() else self.root / path)
+
+    def model_source(self, name: str) -> str:
+        return model_source(name, self.root)
+
+    def local_path(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """A source or benchmark spec with its local file (or problem directory) resolved against
+        the repository root."""
+        if str(spec.get("path", "")).endswith(tuple(LOCAL_DATA)):
+            return {**spec, "path": self.repo_path(spec["path"])}
+        if spec.get("dir"):
+            return {**spec, "dir": self.repo_path(spec["dir"])}
+        return dict(spec)
+
+    @cached_property
+    def benchmarks(self) -> dict[str, str]:
+        """Each benchmark's JSONL file: as configured, or materialised by rule benchmark from a
+        dataset spec."""
+        return {
+            name: (
+                f"{self.results}/benchmarks/{name}.jsonl"
+                if isinstance(b, dict)
+                else self.repo_path(b)
+            )
+            for name, b in self.config["benchmarks"].items()
+        }
+
+    def timing(self, rule: str, wildcards: str = "") -> str:
+        """A rule's benchmark file (wall time, memory, I/O of each job)."""
+        suffix = f"-{wildcards}" if wildcards else ""
+        return f"{self.results}/timing/{rule}{suffix}.tsv"
+
+    @property
+    def splits(self) -> dict[str, str]:
+        """The splits carved from the pool."""
+        return {s: f"{self.results}/pool/{s}.jsonl" for s in ("heldout", "dev")}
+
+    @property
+    def eval_splits(self) -> dict[str, str]:
+        """Evaluated like benchmarks: the splits, and "train", the pool the models trained on
+        (never a decontamination target: it is what decontamination leaves)."""
+        return {**self.splits, "train": f"{self.results}/pool/decontaminated.jsonl"}
+
+    def benchmark_file(self, bench: str) -> str:
+        """The problems of an evaluation benchmark: a split of the pool, or a benchmark file."""
+        return self.eval_splits.get(bench) or self.benchmarks[bench]
+
+    def reported(self) -> dict[str, str]:
+        """The reported benchmarks' problem files (the merge ratio's dev split must be disjoint)."""
+        return {b: self.benchmark_file(b) for b in self.config["eval"]["benchmarks"]}
+
+    @cached_property
+    def sources(self) -> list[dict[str, Any]]:
+        return [self.local_path(s) for s in self.config["sources"]]
+
+    def source_files(self) -> list[str]:
+        """The sources' local files, pool inputs."""
+        return [
+            s["path"] for s in self.sources if (s.get("path") or "").endswith(tuple(LOCAL_DATA))
+        ]
+
+    @cached_property
+    def _kernel_files(self) -> tuple[list[str], list[str]]:
+        # Kernel problem files are pool inputs: editing one rebuilds everything downstream of it.
+        # The procedural teacher answers with the reference solutions: they are its generation
+        # jobs' inputs. A generated family's problems and solutions both come from its generator.
+        sources = [s for s in self.sources if s["kind"] == "kernels"]
+        family = [str(FAMILY_FILE)] if any(s.get("family") for s in sources) else []
+        problems = [str(f) for s in sources for f in kernel_files(s).values()] + family
+        solutions = [str(f) for s in sources for f in solution_files(s).values()] + family
+        return problems, solutions
+
+    @property
+    def kernel_files(self) -> list[str]:
+        return self._kernel_files[0]
+
+    @property
+    def solution_files(self) -> list[str]:
+        return self._kernel_files[1]
+
+    def teacher_files(self, teacher: str) -> list[str]:
+        """Files a teacher's generation jobs read besides their shard."""
+        procedural = self.config["teachers"][teacher]["backend"] == "procedural"
+        return self.solution_files if procedural else []
+
+    def shard_paths(self) -> list[str]:
+        return [f"{self.results}/shards/shard-{s}.jsonl" for s in self.shards]
+
+    def shards_of(self, effort: str) -> list[str]:
+        """Efforts listed in generation.effort_shards run on that many shards (a hash-random subset
+        of prompts); the others on all of them."""
+        return self.shards[
+            : self.config["generation"]["effort_shards"].get(effort, len(self.shards))
+        ]
+
+    def graded_shards(self) -> dict[str, str]:
+        """Every effort's graded shards, each from the teacher of its effort."""
+        return {
+            f"{e}-{s}": f"{self.results}/graded/{self.effort_teacher[e]}/{e}/shard-{s}.jsonl"
+            for e in self.efforts
+            for s in self.shards_of(e)
+        }
+
+    @property
+    def teachers_md(self) -> str:
+        """The teachers' trace lengths compared, when efforts go to different teachers."""
+        return f"{self.results}/tables/{TEACHERS_TABLE}.md"
+
+    def graded_models(self, bench: str) -> dict[str, str]:
+        return {m: f"{self.results}/eval/{m}/{bench}/graded.jsonl" for m in self.models}
+
+    def budget_graded(self, bench: str) -> dict[str, str]:
+        return {
+            f"{m}@{b}": f"{self.results}/eval/{m}/{bench}/budget-{b}/graded.jsonl"
+            for m in self.budget_models
+            for b in self.budgets
+        }
+
+    def effort_graded(self, bench: str) -> dict[str, str]:
+        return {
+            f"{m}@{e}": f"{self.results}/eval/{m}/{bench}/effort-{e}/graded.jsonl"
+            for m in self.effort_models
+            for e in self.efforts
+        }
+
+    def dev_graded(self) -> dict[str, str]:
+        """Each merge's graded samples on the dev split its ratio is chosen on."""
+        return {m: f"{self.results}/eval/{m}/{self.select_on}/graded.jsonl" for m in self.merges}
+
+    @property
+    def selection(self) -> list[str]:
+        """The merge chosen on dev, if any (the tables mark it)."""
+        return [f"{self.results}/merge/selected.json"] if self.select_on else []
+
+    def table_benchmarks(self) -> dict[str, list[str] | None]:
+        """The rules whose outputs no job reads, each with its benchmarks (a job each; None: one
+        job): rule all asks for their files, sidecars too, since Snakemake checks only the outputs
+        something asks for, so one deleted would never be written again."""
+        benchmarks = self.config["eval"]["benchmarks"]
+        tables: dict[str, list[str] | None] = {
+            "tables": benchmarks,
+            "budget_tables": self.budget_benchmarks if self.budgets else [],
+            "effort_tables": self.effort_benchmarks,
+            "kernel_tables": self.kernel_benchmarks,
+        }
+        if self.generation.mixed:
+            tables["teacher_tables"] = None
+        return tables | {"cost": None, "decontam": None}
+
+    def cost_artifacts(self) -> dict[str, str]:
+        """What the cost ledger charges for: generation shards, every checkpoint, every
+        evaluation's samples."""
+        r = self.results
+        gen = {
+            f"gen-{e}-{s}": f"{r}/gen/{self.effort_teacher[e]}/{e}/shard-{s}.jsonl"
+            for e in self.efforts
+            for s in self.shards_of(e)
+        }
+        reported = self.config["eval"]["benchmarks"]
+        benches = reported + ([self.select_on] if self.select_on else [])
+        evals = {
+            f"eval-{m}-{b}": f"{r}/eval/{m}/{b}/samples.jsonl"
+            for m in self.models
+            for b in benches
+            if b in reported or m in self.merges
+        }
+        budgets = {
+            f"budget-{m}-{b}-{B}": f"{r}/eval/{m}/{b}/budget-{B}/samples.jsonl"
+            for m in self.budget_models
+            for b in self.budget_benchmarks
+            for B in self.budgets
+        }
+        merges = {m: f"{r}/ckpt/{m}" for m in self.merges}
+        grpo = {"grpo": f"{r}/ckpt/grpo"} if self.grpo else {}
+        per_effort = {
+            f"effort-{m}-{b}-{e}": f"{r}/eval/{m}/{b}/effort-{e}/samples.jsonl"
+            for m in self.effort_models
+            for b in self.effort_benchmarks
+            for e in self.efforts
+        }
+        # every training stage (LoRA / QLoRA: its adapter, and the CPU job that merged it)
+        train = {f"train{sfx}": f"{r}/ckpt/sft{sfx}{self.trained_as}" for sfx in self.stage_suffix}
+        train |= {
+            f"train-select-{s}": f"{r}/ckpt/select-{s}{self.trained_as}" for s in self.ablation
+        }
+        train |= {f"merge_adapter-{n}": f"{r}/ckpt/{n}" for n in self.trained if self.adapter}
+        return {**gen, **train, **grpo, **merges, **evals, **budgets, **per_effort}
+
+    def sidecars(self, paths: str | Iterable[str]) -> list[str]:
+        """The provenance sidecars of the workflow's own artifacts (everything under
+        results/<experiment>) among ``paths``; a user's source, benchmark or template file has
+        none."""
+        paths = [paths] if isinstance(paths, str) else list(paths)
+        return [f"{Path(p)}.prov.json" for p in paths if str(p).startswith(f"{self.results}/")]
+
+    def all_sidecars(self) -> list[str]:
+        """The sidecar of every artifact the config's DAG writes. Snakemake looks for a missing
+        output of a job only when something asks for it and is about to run, so a deleted
+        intermediate sidecar would be found only when a job reading its artifact runs anyway; as
+        targets, a deleted one reruns its job (and what reads the artifact). Artifacts stay as they
+        were: a checkpoint deleted to save space, its sidecar kept, is not rebuilt."""
+        r = self.results
+        runs = self.cost_artifacts()
+        graded = [
+            p.removesuffix("samples.jsonl") + "graded.jsonl"
+            for p in runs.values()
+            if p.startswith(f"{r}/eval/")
+        ]
+        artifacts = [
+            *self.benchmarks.values(),
+            f"{r}/pool/pool.jsonl",
+            *self.eval_splits.values(),
+            *self.shard_paths(),
+            *self.graded_shards().values(),
+            f"{r}/dataset/train.jsonl",
+            *(f"{r}/dataset/select-{s}.jsonl" for s in self.ablation),
+            *([] if self.config["student"]["pretrained"] else [f"{r}/student/tokenizer"]),
+            f"{r}/ckpt/base",
+            *runs.values(),
+            *graded,
+            *self.selection,
+        ]
+        return self.sidecars(artifacts)
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    @property
+    def pretrained(self) -> str | None:
+        """The student's pretrained model (path or hub id), or None: built from scratch."""
+        return self.config["student"]["pretrained"]
+
+    def teacher_backend(self, teacher: str) -> str:
+        return self.config["teachers"][teacher]["backend"]
+
+    def teacher_gpus(self, teacher: str) -> int:
+        """GPUs of the teacher's server inside the job (0 for an API)."""
+        return backend_gpus(self.config["teachers"][teacher])
+
+    @property
+    def eval_backend(self) -> str:
+        return self.config["eval"]["backend"]["backend"]
+
+    @property
+    def eval_gpus(self) -> int:
+        """GPUs of an evaluation job: its server's, one for an in-process model, none for an API."""
+        return backend_gpus(self.config["eval"]["backend"])
+
+    @property
+    def grpo_resources(self) -> dict[str, Any]:
+        """Nodes and GPUs of the GRPO job, from grpo.distributed."""
+        return train_resources(self.config, "grpo")
+
+    @property
+    def ablation_resources(self) -> dict[str, Any]:
+        """Nodes and GPUs of a dataset ablation's training job, from train.distributed."""
+        return train_resources(self.config)
+
+    @property
+    def chat_template(self) -> dict[str, str]:
+        """Training's chat template file as a job input, if train.chat_template is set."""
+        template = self.train_template
+        return {"chat_template": self.repo_path(template)} if template else {}
+
+    @property
+    def stage_constraint(self) -> str:
+        """The {stage} wildcard of ckpt/sft{stage}: a stage's suffix ("(?:)": ckpt/sft itself)."""
+        return "|".join(f"(?:{re.escape(s)})" for s in self.stage_suffix)
+
+    # -- training ------------------------------------------------------------------------------
+
+    def train_stage(self, suffix: str) -> tuple[dict[str, Any] | None, str]:
+        """The train.stages entry of the job writing ckpt/sft<suffix> (None without train.stages)
+        and the checkpoint it starts from."""
+        base = f"{self.results}/ckpt/base"
+        if not self.train_stages:
+            return None, base
+        i = self.stage_suffix.index(suffix)
+        return self.train_stages[
+            i
+        ], f"{self.results}/ckpt/sft{self.stage_suffix[i - 1]}" if i else base
+
+    def adapter_base(self, trained: str) -> str:
+        """The checkpoint the training job of ckpt/<trained> (one of ``trained``) started from."""
+        starts = {f"sft{sfx}": self.train_stage(sfx)[1] for sfx in self.stage_suffix}
+        starts |= {f"select-{s}": f"{self.results}/ckpt/base" for s in self.ablation}
+        return starts[trained]
+
+    @cached_property
+    def _train_shapes(self) -> list[dict[str, Any]]:
+        # nodes and GPUs of each stage's job, which may have a layout of its own
+        shapes = [train_resources(self.config, stage=i) for i in range(len(self.train_stages))]
+        return shapes or [train_resources(self.config)]
+
+    def train_resource(self, key: str, suffix: str) -> Any:
+        """Resource ``key`` of the job writing ckpt/sft<suffix>: None where its shape lacks it,
+        which Snakemake leaves unset."""
+        return self._train_shapes[self.stage_suffix.index(suffix)].get(key)
+
+    def train_resource_keys(self) -> list[str]:
+        return list(dict.fromkeys(k for shape in self._train_shapes for k in shape))
+
+    # -- params --------------------------------------------------------------------------------
+
+    def as_json(self, **values: Any) -> str:
+        """Params for one rule: only what that stage depends on, so only real changes rerun it."""
+        return json.dumps({"seed": self.config["seed"], **values}, sort_keys=True)
+
+    def benchmark_params(self, bench: str) -> str:
+        spec = self.local_path(self.config["benchmarks"][bench])
+        return self.as_json(name=bench, spec=spec)
+
+    def pool_params(self) -> str:
+        return self.as_json(sources=self.sources, heldout=self.config["heldout"])
+
+    def decontam_params(self) -> str:
+        return self.as_json(**self.config["decontam"])
+
+    def shard_params(self) -> str:
+        return self.as_json(shards=len(self.shards))
+
+    def generation_params(
+        self, teacher: str, effort: str | None = None, efforts: list[str] | None = None
+    ) -> str:
+        return self.as_json(
+            teacher=teacher,
+            spec=self.config["teachers"][teacher],
+            samples=self.config["generation"]["samples_per_prompt"],
+            **({"efforts": efforts} if efforts else {"effort": effort}),
+        )
+
+    def grade_params(self) -> str:
+        ev = self.config["eval"]
+        return self.as_json(letters=ev["letters"], boxed=ev["boxed"], kernel=self.validator)
+
+    def dataset_params(self, selection: str | None = None) -> str:
+        # the dataset's params without its ablation list: adding a selection never rebuilds the
+        # fine-tune
+        dataset = {k: v for k, v in self.config["dataset"].items() if k != "ablation"}
+        selected = {"select": selection} if selection else {}
+        return self.as_json(
+            **{**dataset, "effort_tag": self.config["student"]["effort_tag"], **selected}
+        )
+
+    def pretrained_params(self) -> str:
+        return self.as_json(pretrained=self.model_source(self.config["student"]["pretrained"]))
+
+    def tokenizer_params(self) -> str:
+        return self.as_json(**self.config["student"]["tokenizer"])
+
+    def base_params(self) -> str:
+        return self.as_json(model=self.config["student"]["model"])
+
+    @property
+    def _train_student(self) -> dict[str, Any]:
+        # what training takes from the student section
+        student = self.config["student"]
+        return {"weight_hooks": student["weight_hooks"], "effort_tag_in": student["effort_tag_in"]}
+
+    @property
+    def _train_common(self) -> dict[str, Any]:
+        return {k: v for k, v in self.config["train"].items() if k != "stages"}
+
+    def train_params(self, suffix: str) -> str:
+        """A training stage's job: the train section without the stage list, and its own stage,
+        rows and epochs (a change to a later stage never reruns an earlier one)."""
+        stage, _ = self.train_stage(suffix)
+        per_stage = {} if stage is None else {"epochs": stage["epochs"], "stage": stage}
+        if stage and stage["distributed"]:
+            per_stage["distributed"] = stage["distributed"]
+        return self.as_json(**{**self._train_common, **per_stage}, **self._train_student)
+
+    def train_ablation_params(self) -> str:
+        return self.as_json(**self._train_common, **self._train_student)
+
+    def grpo_params(self) -> str:
+        return self.as_json(**self.config["grpo"], validator=self.validator)
+
+    def merge_adapter_params(self) -> str:
+        return self.as_json(weight_hooks=self.config["student"]["weight_hooks"])
+
+    def merge_params(self, model: str) -> str:
+        """The merge ``model`` (a merge's name): its tuned_weight is its identity's ratio."""
+        return self.as_json(
+            tuned_weight=self.merges[model].ratio,
+            weight_hooks=self.config["student"]["weight_hooks"],
+        )
+
+    def select_params(self) -> str:
+        return self.as_json(
+            benchmark=self.select_on,
+            select_by=self.config["merge"]["select_by"],
+            ratios={m.name: m.ratio for m in self.merges.values()},
+            **self.config["tables"],
+        )
+
+    @property
+    def _decoding(self) -> dict[str, Any]:
+        # the eval section without the benchmark list and budget forcing
+        return {k: self.config["eval"][k] for k in Decoding.model_fields}
+
+    @property
+    def _effort_tag(self) -> dict[str, Any]:
+        # where and how an evaluated student's prompts carry their effort tag
+        return {k: self.config["student"][k] for k in ("effort_tag", "effort_tag_in")}
+
+    def eval_params(self, model: str, bench: str) -> str:
+        return self.as_json(model_name=model, benchmark=bench, **self._effort_tag, **self._decoding)
+
+    def budget_params(self, model: str, bench: str, budget: int) -> str:
+        forcing = {k: self.force[k] for k in Forcing.model_fields}
+        return self.as_json(
+            model_name=model,
+            benchmark=bench,
+            **self._effort_tag,
+            budget=int(budget),
+            **self._decoding,
+            **forcing,
+        )
+
+    def effort_params(self, model: str, bench: str, effort: str) -> str:
+        return self.as_json(
+            model_name=model,
+            benchmark=bench,
+            **self._effort_tag,
+            **{**self._decoding, "effort": effort},
+        )
+
+    def tables_params(self, bench: str, fast_p: list[float] | None = None) -> str:
+        """A paired table: the models' identities give its references and the sweep's x."""
+        fast = {"fast_p": fast_p} if fast_p is not None else {}
+        random = {"base_random": True} if self.base_random else {}
+        return self.as_json(
+            benchmark=bench,
+            models=[m.dump() for m in self.model_ids],
+            **self.config["tables"],
+            **fast,
+            **random,
+        )
+
+    def kernel_tables_params(self, bench: str) -> str:
+        return self.tables_params(bench, fast_p=self.kernels["fast_p"])
+
+    def budget_tables_params(self, bench: str) -> str:
+        return self.as_json(benchmark=bench, base_random=self.base_random, **self.config["tables"])
+
+    def effort_tables_params(self, bench: str) -> str:
+        return self.as_json(
+            benchmark=bench,
+            efforts=self.efforts,
+            reference=self.per_effort["reference"],
+            **self.config["tables"],
+        )
+
+    def teacher_tables_params(self) -> str:
+        return self.as_json(
+            reference=self.generation.teacher,
+            teachers=self.effort_teacher,
+            n_resamples=self.config["tables"]["n_resamples"],
+            confidence=self.config["tables"]["confidence"],
+        )
+
+    def cost_params(self) -> str:
+        """GPUs per job follow the job shapes (stillroom/cluster.py); cost.gpus overrides them. The
+        ledger sets the estimate made from the whole config (run in the cost job, not here) beside
+        what was spent; local files it counts are resolved against the repository."""
+        config = self.config
+        cost = {
+            **config["cost"],
+            "gpus": {**stage_gpus(config), **config["cost"]["gpus"]},
+            "config": {
+                **config,
+                "sources": self.sources,
+                "benchmarks": {
+                    name: self.local_path(b) if isinstance(b, dict) else self.repo_path(b)
+                    for name, b in config["benchmarks"].items()
+                },
+            },
+        }
+        return self.as_json(**cost)
+
+
+def named(mapping: Mapping[str, str]) -> list[str]:
+    """An input mapping as a job's ``name=path`` arguments."""
+    return [f"{name}={path}" for name, path in mapping.items()]

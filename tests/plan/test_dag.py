@@ -1,0 +1,156 @@
+"""The workflow's plan, built from the typed experiment as rules/common.smk builds it: every rule's
+paths and params, without Snakemake."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stillroom.config import Experiment, ModelId, merge_configs, resolve
+from stillroom.plan.dag import Plan, model_source, one_of
+
+from ..conftest import REPO, default_config, recipe_files
+
+RECIPES = sorted((REPO / "config" / "experiments").glob("*.yaml"))
+ODD = [1e-05, 0.125, 0.3333333]
+
+
+def plan_of(config: dict, base_random: bool = True) -> Plan:
+    resolved = resolve(config, REPO)
+    return Plan(Experiment.parse(resolved), resolved, REPO, base_random=base_random)
+
+
+def recipe_plan(recipe: Path) -> Plan:
+    config: dict = {}
+    for path in recipe_files(recipe):
+        config = merge_configs(config, yaml.safe_load(path.read_text()))
+    return plan_of(config)
+
+
+def with_ratios(ratios: list[float]) -> Plan:
+    return plan_of(merge_configs(default_config(), {"merge": {"ratios": ratios}}))
+
+
+def test_the_default_plan_compares_base_sft_and_the_merges_in_table_order():
+    plan = plan_of(default_config())
+    assert plan.results == "results/tiny"
+    assert plan.models == ["base", "sft", "merge-0.3", "merge-0.5", "merge-0.7"]
+    assert [m.kind for m in plan.model_ids] == ["base", "sft", "merge", "merge", "merge"]
+    assert plan.graded_models("heldout") == {
+        m: f"results/tiny/eval/{m}/heldout/graded.jsonl" for m in plan.models
+    }
+    assert plan.benchmark_file("heldout") == "results/tiny/pool/heldout.jsonl"
+    assert plan.benchmark_file("train") == "results/tiny/pool/decontaminated.jsonl"
+    assert plan.benchmark_file("tinycode") == str(REPO / "config/benchmarks/tinycode.jsonl")
+
+
+def test_odd_ratios_name_their_models_paths_and_params_with_the_exact_floats():
+    plan = with_ratios(ODD)
+    names = ["merge-1e-05", "merge-0.125", "merge-0.3333333"]
+    assert list(plan.merges) == names
+    assert [plan.merges[n].ratio for n in names] == ODD
+    for name, ratio in zip(names, ODD, strict=True):
+        assert json.loads(plan.merge_params(name))["tuned_weight"] == ratio
+        assert plan.cost_artifacts()[name] == f"results/tiny/ckpt/{name}"
+        assert f"results/tiny/ckpt/{name}.prov.json" in plan.all_sidecars()
+        # evaluated on every reported benchmark and on the dev split the ratio is chosen on
+        for bench in ("heldout", "tinyifeval", "tinycode", "dev"):
+            assert f"eval-{name}-{bench}" in plan.cost_artifacts()
+    assert plan.dev_graded() == {n: f"results/tiny/eval/{n}/dev/graded.jsonl" for n in names}
+    assert json.loads(plan.select_params())["ratios"] == dict(zip(names, ODD, strict=True))
+    tables = json.loads(plan.tables_params("heldout"))
+    assert "base" not in tables and "tuned" not in tables
+    assert [ModelId(**m) for m in tables["models"]] == plan.model_ids
+    assert [m["ratio"] for m in tables["models"] if m["kind"] == "merge"] == ODD
+
+
+def test_the_model_constraint_matches_each_model_name_and_nothing_else():
+    plan = with_ratios(ODD)
+    pattern = re.compile(one_of(plan.models))
+    for name in plan.models:
+        assert pattern.fullmatch(name)
+    # a dot is a dot: no other ratio, no prefix of one
+    for other in ("merge-1e-0", "merge-0x125", "merge-0.12", "merge-0.5", "grpo", "select-x"):
+        assert not pattern.fullmatch(other)
+    assert not re.compile(one_of([])).fullmatch("")  # no merges: nothing matches
+
+
+def test_params_are_the_json_each_stage_reads():
+    plan = plan_of(default_config())
+    config = plan.config
+    evaluate = json.loads(plan.eval_params("merge-0.5", "heldout"))
+    assert evaluate["model_name"] == "merge-0.5" and evaluate["benchmark"] == "heldout"
+    assert evaluate["seed"] == config["seed"] and evaluate["samples"] == config["eval"]["samples"]
+    budget = json.loads(plan.budget_params("sft", "heldout", "16"))
+    assert budget["budget"] == 16  # the wildcard's text, an int in params
+    assert json.loads(plan.effort_params("sft", "heldout", "low"))["effort"] == "low"
+    dataset = json.loads(plan.dataset_params())
+    assert "ablation" not in dataset and dataset["effort_tag"] == config["student"]["effort_tag"]
+    assert json.loads(plan.dataset_params("longest"))["select"] == "longest"
+    # sorted keys: the same params give the same command, so only real changes rerun a job
+    assert plan.as_json(b=1, a=2) == '{"a": 2, "b": 1, "seed": 1234}'
+    cost = json.loads(plan.cost_params())
+    assert cost["config"]["benchmarks"]["tinycode"] == str(
+        REPO / "config/benchmarks/tinycode.jsonl"
+    )
+
+
+def test_every_effort_is_graded_from_its_teacher_on_its_shards():
+    plan = plan_of(default_config())
+    graded = plan.graded_shards()
+    assert len(graded) == sum(len(plan.shards_of(e)) for e in plan.efforts)
+    for e in plan.efforts:
+        for s in plan.shards_of(e):
+            teacher = plan.effort_teacher[e]
+            assert graded[f"{e}-{s}"] == f"results/tiny/graded/{teacher}/{e}/shard-{s}.jsonl"
+
+
+def test_training_stages_chain_their_checkpoints_and_adapters_merge_into_them():
+    plan = recipe_plan(REPO / "config/experiments/beam-distill-smoke.yaml")
+    r = plan.results
+    assert plan.stage_suffix == ["-medium", ""]
+    assert plan.train_stage("-medium")[1] == f"{r}/ckpt/base"
+    stage, start = plan.train_stage("")
+    assert stage["name"] == "efforts" and start == f"{r}/ckpt/sft-medium"
+    assert json.loads(plan.train_params(""))["distributed"] == stage["distributed"]
+    assert "stages" not in json.loads(plan.train_params("-medium"))
+    constraint = re.compile(plan.stage_constraint)
+    assert constraint.fullmatch("") and constraint.fullmatch("-medium")
+    assert not constraint.fullmatch("-efforts")
+    assert plan.adapter_base("sft") == f"{r}/ckpt/sft-medium"
+    assert plan.trained == ["sft-medium", "sft"]
+
+
+def test_an_ablation_trains_one_model_per_selection():
+    plan = recipe_plan(REPO / "config/experiments/tiny-select-ablation.yaml")
+    selections = plan.ablation
+    assert selections and [m.selection for m in plan.model_ids if m.kind == "select"] == selections
+    for s in selections:
+        assert f"select-{s}" in plan.models
+        assert f"{plan.results}/dataset/select-{s}.jsonl.prov.json" in plan.all_sidecars()
+        assert plan.adapter_base(f"select-{s}") == f"{plan.results}/ckpt/base"
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_every_recipe_plans_sidecars_only_for_its_own_artifacts(recipe):
+    plan = recipe_plan(recipe)
+    sidecars = plan.all_sidecars()
+    assert sidecars and all(s.startswith(f"{plan.results}/") for s in sidecars)
+    assert all(s.endswith(".prov.json") for s in sidecars)
+    assert len(set(sidecars)) == len(sidecars)
+    # every model the tables compare is evaluated on every reported benchmark
+    reported = plan.config["eval"]["benchmarks"]
+    evaluated = {k for k in plan.cost_artifacts() if k.startswith("eval-")}
+    assert {f"eval-{m}-{b}" for m in plan.models for b in reported} <= evaluated
+    assert plan.table_benchmarks()["tables"] == reported
+
+
+def test_a_model_source_is_a_repository_directory_made_absolute_or_a_hub_id(tmp_path):
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    assert model_source("models/tiny", tmp_path) == str(tmp_path / "models" / "tiny")
+    assert model_source("Qwen/Qwen3-0.6B", tmp_path) == "Qwen/Qwen3-0.6B"
+    assert model_source(str(tmp_path / "x"), REPO) == str(tmp_path / "x")
