@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .base import Boxed, ConfigError, Effort, Letters, Section, Seed
+from .base import Boxed, ConfigError, Effort, Letters, Section, Seed, StageParams
 from .data import LOCAL_DATA, DatasetSpec, Decontam, Heldout, Source
 from .evaluation import (
     Backend,
@@ -86,6 +86,7 @@ __all__ = [
     "Sampling",
     "Section",
     "Seed",
+    "StageParams",
     "Server",
     "Source",
     "Student",
