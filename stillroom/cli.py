@@ -34,7 +34,7 @@ from .stages import (
     tables,
     train,
 )
-from .stages.contract import Contract, contracts
+from .stages.contract import Contract, contracts, flag
 
 # Every stage, by CLI name, as its module declares it (stages/contract.py).
 STAGES: dict[str, Contract] = contracts(
@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
             multi = spec.endswith("*")
             # "*": an experiment may have none (e.g. no benchmarks besides its held-out split)
             p.add_argument(
-                f"--{spec.rstrip('*?').replace('_', '-')}",
+                f"--{flag(spec)}",
                 dest=spec.rstrip("*?"),
                 required=not spec.endswith("?"),
                 nargs="*" if multi else None,
@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         for spec in stage.outputs:
             multi = spec.endswith("*")
             p.add_argument(
-                f"--out-{spec.rstrip('*')}",
+                f"--out-{flag(spec)}",
                 dest="out_" + spec.rstrip("*"),
                 required=True,
                 nargs="+" if multi else None,

@@ -73,6 +73,8 @@ class Contract:
 
 
 def flag(spec: str) -> str:
+    """The flag of an input or output spec, without its dashes (``chat_template?``:
+    ``chat-template``); the CLI's parser and the rules' check both take it from here."""
     return spec.rstrip("*?").replace("_", "-")
 
 
