@@ -73,6 +73,13 @@ def _problem(path: str | Path) -> str | None:
     return None
 
 
+def _wrap(module: Any) -> None:
+    """Wrap the module's loader once; a Snakemake without it (renamed) is left as it is."""
+    original = getattr(module, "_load_configfile", None)
+    if callable(original) and not hasattr(original, "__wrapped__"):
+        module._load_configfile = explained(original)
+
+
 class _Loader:
     """The module's own loader, with ``_load_configfile`` wrapped once the module has run."""
 
@@ -84,7 +91,7 @@ class _Loader:
 
     def exec_module(self, module: Any) -> None:
         self._loader.exec_module(module)
-        module._load_configfile = explained(module._load_configfile)
+        _wrap(module)
 
     def __getattr__(self, name: str) -> Any:  # get_source, is_package ... of the real loader
         return getattr(self._loader, name)
@@ -115,9 +122,7 @@ class _Finder:
 def install() -> None:
     """Called by the .pth line at start-up: the finder, once."""
     if TARGET in sys.modules:  # already imported (not at start-up): wrap it now
-        module = sys.modules[TARGET]
-        if not hasattr(module._load_configfile, "__wrapped__"):
-            module._load_configfile = explained(module._load_configfile)
+        _wrap(sys.modules[TARGET])
     elif not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
 
