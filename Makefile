@@ -29,7 +29,10 @@ bwrap:
 	    --no-install-recommends bubblewrap >/dev/null \
 	  || echo "WARNING: could not install bubblewrap: untrusted code runs without an OS sandbox" >&2; }
 
+# Snakemake reads --configfile before the Snakefile and says only "not valid JSON or YAML": a
+# .pth file in the venv makes it name the file, line and column (stillroom/snakemake_yaml.py)
 venv: $(BIN)/stillroom bwrap
+	$(BIN)/python -c "from stillroom.snakemake_yaml import main; main()"
 
 run: venv
 	$(BIN)/snakemake --cores $(CORES)

@@ -80,7 +80,7 @@ if PLAN.select_on:
             ENV
         shell:
             stillroom_cli(
-                "select",
+                "select_merge",
                 "select_merge",
                 "--graded {params.graded} --dev {input.dev} --reported {params.reported}"
                 " --out-selection {output.selection}",

@@ -1,172 +1,45 @@
 """One CLI for every stage: ``stillroom <stage> --<input> PATH ... --<output> PATH --params JSON``.
 
 Each stage is a function of ``stillroom.stages``, whose module is named after the ``rules/*.smk``
-file of its rule; this module parses paths and params, times the call, and writes the provenance
-sidecar of every output. Rules call these commands and nothing else.
+file of its rule and declares the stage's contract beside it (stages/contract.py); this module
+parses paths and params, times the call, and writes the provenance sidecar of every output. Rules
+call these commands and nothing else.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import json
 import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .io import DataError
 from .provenance import CONFIG_ENV, WORKFLOW_ENV
+from .stages import (
+    cost,
+    dataset,
+    decontam,
+    evaluate,
+    generate,
+    grade,
+    grpo,
+    merge,
+    pool,
+    student,
+    tables,
+    train,
+)
+from .stages.contract import Contract, contracts, flag
 
-
-@dataclass(frozen=True)
-class Stage:
-    target: str  # "module:function" in stillroom.stages
-    # a trailing "*" takes several NAME=PATH (or PATH) values, "?" is optional
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]  # a trailing "*" takes several paths
-    help: str
-
-
-STAGES: dict[str, Stage] = {
-    "benchmark": Stage(
-        "pool:fetch_benchmark",
-        (),
-        ("benchmark",),
-        "materialise a benchmark from a hub id or a local file as prompt/answer/kind JSONL",
-    ),
-    "pool": Stage(
-        "pool:build_pool",
-        ("benchmarks*",),
-        ("pool", "heldout", "dev"),
-        "build the prompt pool and the held-out test and dev splits from the configured sources",
-    ),
-    "decontam": Stage(
-        "decontam:run",
-        ("pool", "benchmarks*"),
-        ("clean", "report"),
-        "drop every prompt sharing an n-gram with a benchmark item; write a report",
-    ),
-    "shard": Stage(
-        "pool:assign_shards",
-        ("pool",),
-        ("shards*",),
-        "split the pool into shards by prompt-id hash",
-    ),
-    "generate": Stage(
-        "generate:run",
-        ("shard",),
-        ("samples*",),
-        "teacher samples for one (teacher, shard) at one effort, or at several in one run",
-    ),
-    "grade": Stage(
-        "grade:run",
-        ("samples",),
-        ("graded",),
-        "grade samples: math, multiple choice, instructions, code and kernels, each by its grader",
-    ),
-    "dataset": Stage(
-        "dataset:build",
-        ("graded*",),
-        ("dataset",),
-        "the traces dataset.select picks per prompt and effort (shortest correct), effort-tagged",
-    ),
-    "tokenizer": Stage(
-        "student:run_tokenizer",
-        ("pool",),
-        ("tokenizer",),
-        "train the student's byte-level BPE tokenizer on the pool",
-    ),
-    "base": Stage(
-        "student:run_base",
-        ("tokenizer",),
-        ("model",),
-        "build the student base model with random weights",
-    ),
-    "tiny": Stage(
-        "student:run_tiny",
-        (),
-        ("model",),
-        "a random-weight smoke-test model of the same architecture as a real one, shrunk",
-    ),
-    "pretrained": Stage(
-        "student:run_pretrained",
-        (),
-        ("model",),
-        "save a pretrained student (path or hub id) as the experiment's base",
-    ),
-    "train": Stage(
-        "train:run", ("base", "dataset", "chat_template?"), ("model",), "supervised fine-tuning"
-    ),
-    "grpo": Stage(
-        "grpo:run",
-        ("base", "problems"),
-        ("model",),
-        "GRPO on kernel problems with the dual (execution x rule) reward",
-    ),
-    "merge": Stage(
-        "merge:run", ("base", "tuned"), ("model",), "interpolate base and fine-tuned weights"
-    ),
-    "merge_adapter": Stage(
-        "merge:run_adapter",
-        ("base", "adapter"),
-        ("model",),
-        "merge a LoRA / QLoRA adapter into its full-precision base, streamed shard by shard",
-    ),
-    "select": Stage(
-        "merge:select",
-        ("graded*", "dev", "reported*"),
-        ("selection",),
-        "choose the merge ratio by accuracy on a dev split disjoint from every reported benchmark",
-    ),
-    "evaluate": Stage(
-        "evaluate:run",
-        ("model", "problems"),
-        ("samples",),
-        "sample answers to a benchmark, k per problem",
-    ),
-    "cost": Stage(
-        "cost:run",
-        ("artifacts*",),
-        ("markdown", "csv"),
-        "the cost ledger: API tokens x price per teacher and effort, GPU-hours per stage x rate",
-    ),
-    "budget_tables": Stage(
-        "tables:budget_run",
-        ("graded*",),
-        ("markdown", "csv", "plot"),
-        "accuracy against thinking budget (budget forcing), per model",
-    ),
-    "effort_tables": Stage(
-        "tables:effort_run",
-        ("graded*", "teacher*"),
-        ("markdown", "csv"),
-        "each model at each effort it was trained with, against the reference effort",
-    ),
-    "teacher_tables": Stage(
-        "tables:teacher_run",
-        ("graded*",),
-        ("markdown", "csv"),
-        "the teachers' trace lengths per effort on the prompts they share, against the reference "
-        "teacher",
-    ),
-    "kernel_tables": Stage(
-        "tables:kernel_tables",
-        ("graded*",),
-        ("markdown", "csv"),
-        "kernel track: compile, correct, launch, rule and reward rates with paired CIs; fast_p",
-    ),
-    "tables": Stage(
-        "tables:run",
-        ("graded*", "selection?"),
-        ("markdown", "csv", "latex", "plot"),
-        "paired bootstrap tables and the accuracy/length plot",
-    ),
-}
+# Every stage, by CLI name, as its module declares it (stages/contract.py).
+STAGES: dict[str, Contract] = contracts(
+    pool, decontam, generate, grade, dataset, student, train, grpo, merge, evaluate, cost, tables
+)
 
 
 def _named(values: list[str]) -> dict[str, str]:
@@ -238,13 +111,13 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
             for artifact in (path, sidecar_path(path)):
                 for stale in remove_stale_temporaries(artifact):
                     log(f"removed {stale}, left by an earlier attempt that was killed")
-    module, func = stage.target.split(":")
-    fn = getattr(importlib.import_module(f"stillroom.stages.{module}"), func)
+    extras = {"threads": args.threads, "log": log}
     take_noted()  # only what this stage reads
     started = now()
     t0 = time.monotonic()
     out_args = {f"out_{k}": v for k, v in outputs.items()}
-    metrics = fn(**inputs, **out_args, params=params, threads=args.threads, log=log) or {}
+    extra_args = {key: extras[key] for key in stage.extras}
+    metrics = stage.function(**inputs, **out_args, params=params, **extra_args) or {}
     metrics["wall_s"] = round(time.monotonic() - t0, 3)
     flat_outputs: dict[str, str] = {}
     for key, value in outputs.items():
@@ -334,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
             multi = spec.endswith("*")
             # "*": an experiment may have none (e.g. no benchmarks besides its held-out split)
             p.add_argument(
-                f"--{spec.rstrip('*?').replace('_', '-')}",
+                f"--{flag(spec)}",
                 dest=spec.rstrip("*?"),
                 required=not spec.endswith("?"),
                 nargs="*" if multi else None,
@@ -343,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         for spec in stage.outputs:
             multi = spec.endswith("*")
             p.add_argument(
-                f"--out-{spec.rstrip('*')}",
+                f"--out-{flag(spec)}",
                 dest="out_" + spec.rstrip("*"),
                 required=True,
                 nargs="+" if multi else None,

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .base import Boxed, ConfigError, Effort, Letters, Section, Seed
+from .base import Boxed, ConfigError, Effort, Letters, Section, Seed, StageParams
 from .data import LOCAL_DATA, DatasetSpec, Decontam, Heldout, Source
 from .evaluation import (
     Backend,
@@ -86,6 +86,7 @@ __all__ = [
     "Sampling",
     "Section",
     "Seed",
+    "StageParams",
     "Server",
     "Source",
     "Student",
@@ -194,9 +195,17 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: not valid YAML: {exc.problem or exc.context}") from None
+        problem = exc.problem or exc.context
+        if exc.problem and exc.context and exc.context_mark:  # where the broken construct began
+            at = exc.context_mark
+            problem += f" ({exc.context} at line {at.line + 1}, column {at.column + 1})"
+        if "'\\t'" in problem:
+            problem += "; YAML indents with spaces only"
+        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:  # nothing but blanks and comments
+        raise ConfigError(f"{path}: empty: expected a mapping of config sections")
     if not isinstance(data, dict):
         raise ConfigError(
             f"{path}: expected a mapping of config sections, got {type(data).__name__}"

@@ -291,6 +291,15 @@ Seed = Annotated[
         json_schema_extra={"minimum": 0, "exclusiveMaximum": 2**32},
     ),
 ]
+
+
+class StageParams(Section):
+    """The params of every stage: the experiment's seed, recorded in each sidecar even where the
+    stage has no randomness, and whatever the stage's own params add."""
+
+    seed: Seed = 0
+
+
 PositiveInt = Annotated[int, Field(ge=1)]
 Regex = Annotated[str, AfterValidator(_regex)]
 # Multiple-choice letters, e.g. ABCDEFGHIJ: read by evaluation's grading and by nothing else.

@@ -8,7 +8,17 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
-from .base import Boxed, Effort, Letters, Name, PositiveInt, Probability, Section, Seed, tag
+from .base import (
+    Boxed,
+    Effort,
+    Letters,
+    Name,
+    PositiveInt,
+    Probability,
+    Section,
+    StageParams,
+    tag,
+)
 from .generation import Server
 from .models import ModelId
 
@@ -230,10 +240,8 @@ class Tables(Section):
     )
 
 
-class SeededTables(Tables):
+class SeededTables(StageParams, Tables):
     """A table's settings with the seed of its bootstraps."""
-
-    seed: Seed = 0
 
     @property
     def boot(self) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import Boxed, Letters, Section, Seed, ValidatorOptions
+from ..config import Boxed, Letters, StageParams, ValidatorOptions
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,9 @@ CRASHED = Grade(False, None, "crashed")
 TIMEOUT_S = 5  # seconds, hard limit per item in a grading worker, unless a kind needs more
 
 
-class Options(Section):
+class Options(StageParams):
     """How answers are graded: the grade stage's params."""
 
-    seed: Seed = 0
     letters: Letters
     boxed: Boxed
     kernel: ValidatorOptions = ValidatorOptions()

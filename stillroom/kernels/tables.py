@@ -206,7 +206,6 @@ def run(
     out_csv: str,
     params: Mapping[str, Any] | Params,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     t = table(graded, params)
     markdown = t.markdown()

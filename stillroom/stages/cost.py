@@ -21,13 +21,13 @@ from typing import Any
 from pydantic import Field
 
 from .. import estimate
-from ..config import ConfigError, Cost, Seed
+from ..config import ConfigError, Cost, StageParams
 from ..io import DataError, write_text
 from ..provenance import read_sidecar
+from .contract import stage
 
 
-class Params(Cost):
-    seed: Seed = 0
+class Params(StageParams, Cost):
     config: dict[str, Any] | None = Field(
         None,
         description="the resolved experiment config, local paths resolved: the estimate the "
@@ -215,6 +215,13 @@ def compared(
     return {"api": api, "gpu": gpu}
 
 
+@stage(
+    "cost",
+    params=Params,
+    inputs=("artifacts*",),
+    outputs=("markdown", "csv"),
+    help="the cost ledger: API tokens x price per teacher and effort, GPU-hours per stage x rate",
+)
 def run(
     *,
     artifacts: Mapping[str, str],
@@ -222,7 +229,6 @@ def run(
     out_csv: str,
     params: Mapping[str, Any] | Params,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     p = Params.parse(params, where="cost")
     rows = ledger(artifacts, p)

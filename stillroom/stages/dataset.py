@@ -15,10 +15,11 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import DatasetSelection, Seed
+from ..config import DatasetSelection, StageParams
 from ..grading.formats import effort_tag, user_content
 from ..ids import bucket
 from ..io import DataError, iter_jsonl, write_jsonl
+from .contract import stage
 
 GRADED_KEYS = (
     "key",
@@ -32,8 +33,7 @@ GRADED_KEYS = (
 )
 
 
-class Params(DatasetSelection):
-    seed: Seed = 0
+class Params(StageParams, DatasetSelection):
     effort_tag: str = Field(pattern=r"\$effort")
 
 
@@ -48,13 +48,19 @@ def _rank(select: str, seed: int, rec: Mapping[str, Any]) -> tuple[Any, ...]:
     return (tokens, index)  # shortest; all and unfiltered keep every trace, shortest first
 
 
+@stage(
+    "dataset",
+    params=Params,
+    inputs=("graded*",),
+    outputs=("dataset",),
+    help="the traces dataset.select picks per prompt and effort (shortest correct), effort-tagged",
+)
 def build(
     *,
     graded: Mapping[str, str],
     out_dataset: str,
     params: Mapping[str, Any] | Params,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     p = Params.parse(params, where="dataset")
     seed, default = p.seed, p.default_effort

@@ -9,17 +9,25 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import SPLITS, Decontam, Seed
+from ..config import SPLITS, Decontam, StageParams
 from ..data.decontam import NgramIndex
 from ..data.records import POOL_KEYS
 from ..data.sources import load_benchmark
 from ..io import read_jsonl, write_json, write_jsonl
+from .contract import stage
 
 
-class Params(Decontam):
-    seed: Seed = 0
+class Params(StageParams, Decontam):
+    """The config's decontam section, seeded."""
 
 
+@stage(
+    "decontam",
+    params=Params,
+    inputs=("pool", "benchmarks*"),
+    outputs=("clean", "report"),
+    help="drop every prompt sharing an n-gram with a benchmark item; write a report",
+)
 def run(
     *,
     pool: str,
@@ -28,7 +36,6 @@ def run(
     out_report: str,
     params: Mapping[str, Any] | Params,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     p = Params.parse(params, where="decontam")
     # the pool's own splits come along as benchmarks; they may be configured empty

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import Decoding, Forcing, Seed, Student
+from ..config import Decoding, Forcing, StageParams, Student
 from ..config.training import EffortTagIn
 from ..data.sources import load_benchmark
 from ..grading.formats import END_THINK, effort_tag, user_content, with_effort_tag
@@ -25,10 +25,10 @@ from ..provenance import digest
 from ..runtime.checkpoints import context_length
 from ..runtime.decoding import Answer, budget_force, continue_truncated
 from ..runtime.stops import stop_set
+from .contract import stage
 
 
-class Params(Decoding, Forcing):
-    seed: Seed = 0
+class Params(StageParams, Decoding, Forcing):
     model_name: str
     benchmark: str
     effort_tag: str = Field(pattern=r"\$effort")
@@ -75,6 +75,13 @@ def _needs(p: Params, lm) -> int:
     return p.max_new_tokens
 
 
+@stage(
+    "evaluate",
+    params=Params,
+    inputs=("model", "problems"),
+    outputs=("samples",),
+    help="sample answers to a benchmark, k per problem",
+)
 def run(
     *,
     model: str,
@@ -83,7 +90,6 @@ def run(
     params: Mapping[str, Any] | Params,
     threads: int = 1,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """Sample every problem; batches are journaled as they finish (a killed job resumes without
     redoing one, to the same samples), and ``out_samples`` appears only when all are done."""

@@ -17,19 +17,19 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from ..config import Effort, Section, Seed, TeacherSpec
+from ..config import Effort, StageParams, TeacherSpec
 from ..data.records import POOL_KEYS
 from ..io import DataError, Journal, read_jsonl
 from ..provenance import note_resolved, now
 from ..teachers import Completion, SkipSample, Teacher, TeacherError, make_teacher
 from ..teachers.budget import BudgetExhausted
+from .contract import stage
 
 
-class Params(Section):
+class Params(StageParams):
     """One shard at ``effort``, or at several ``efforts`` (one output each, in order) in one run, so
     that one server start serves them all."""
 
-    seed: Seed = 0
     teacher: str
     spec: TeacherSpec
     effort: Effort | None = None
@@ -192,13 +192,19 @@ def _summary(records: list[dict[str, Any]], price: Mapping[str, float]) -> dict[
     }
 
 
+@stage(
+    "generate",
+    params=Params,
+    inputs=("shard",),
+    outputs=("samples*",),
+    help="teacher samples for one (teacher, shard) at one effort, or at several in one run",
+)
 def run(
     *,
     shard: str,
     out_samples: str | list[str],
     params: Mapping[str, Any] | Params,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     p = Params.parse(params, where="generate")
     efforts = p.efforts or [p.effort]

@@ -12,12 +12,19 @@ from typing import Any
 from ..grading.choice import item_letters
 from ..grading.dispatch import GRADER_INFO, check_kinds, grader_info, item_limit
 from ..grading.result import Options
-from ..grading.workers import grade_many
 from ..io import read_jsonl, write_jsonl
+from .contract import stage
 
 Params = Options
 
 
+@stage(
+    "grade",
+    params=Params,
+    inputs=("samples",),
+    outputs=("graded",),
+    help="grade samples: math, multiple choice, instructions, code and kernels, each by its grader",
+)
 def run(
     *,
     samples: str,
@@ -25,9 +32,11 @@ def run(
     params: Mapping[str, Any] | Options,
     threads: int = 1,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """``threads`` worker processes grade (at least one)."""
+    # loads sympy (math_verify): imported here, not when the CLI imports this module for --help
+    from ..grading.workers import grade_many
+
     options = Options.parse(params, where="grade")
     rows = read_jsonl(samples, required=("key", "response", "answer", "kind"))
     kinds = {r["kind"] for r in rows}

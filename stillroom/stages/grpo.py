@@ -22,18 +22,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..config import Grpo, Seed, ValidatorOptions
+from ..config import Grpo, StageParams, ValidatorOptions
 from ..grading.formats import user_content
 from ..io import DataError, atomic_dir, read_jsonl, write_jsonl
 from ..kernels.reward import harness_failed, score
 from ..runtime import launch
 from ..runtime.checkpoints import save_for_inference
+from .contract import stage
 
 REQUIRED = ("prompt_id", "kind", "prompt", "answer")
 
 
-class Params(Grpo):
-    seed: Seed = 0
+class Params(StageParams, Grpo):
     validator: ValidatorOptions = ValidatorOptions()
 
 
@@ -435,8 +435,17 @@ def run(
     params: Mapping[str, Any] | Params,
     threads: int = 1,
     log: Callable[[str], Any] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     p = Params.parse(params, where="grpo")
     kwargs = {"base_dir": base, "problems": problems, "out_dir": out_model, "params": p.dump()}
     return launch.run(p.layout, train_grpo, kwargs, threads=threads, log=log, where="grpo")
+
+
+# The stage of this module, as the CLI and the rules call it (stages/contract.py).
+stage(
+    "grpo",
+    params=Params,
+    inputs=("base", "problems"),
+    outputs=("model",),
+    help="GRPO on kernel problems with the dual (execution x rule) reward",
+)(run)

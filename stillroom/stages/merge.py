@@ -12,20 +12,27 @@ from pydantic import Field
 
 from ..analysis.grids import score_matrix
 from ..analysis.stats import paired_bootstrap
-from ..config import Section, Seed, Tables, WeightHook
+from ..config import StageParams, Tables, WeightHook
 from ..ids import normalize_prompt
 from ..io import DataError, iter_jsonl, write_json
-from ..runtime.adapter_merge import stream_merge
-from ..runtime.hooks import WeightHooks
-from ..runtime.merge import interpolate
+from .contract import stage
+
+# The CLI imports every stage module to list the stages: what loads torch (or sympy) is imported
+# where a stage runs, not here.
 
 
-class Params(Section):
-    seed: Seed = 0
+class Params(StageParams):
     tuned_weight: float = Field(ge=0, le=1, description="tuned_weight x fine-tune + rest x base")
     weight_hooks: list[WeightHook] = []
 
 
+@stage(
+    "merge",
+    params=Params,
+    inputs=("base", "tuned"),
+    outputs=("model",),
+    help="interpolate base and fine-tuned weights",
+)
 def run(
     *,
     base: str,
@@ -33,9 +40,11 @@ def run(
     out_model: str,
     params: Mapping[str, Any] | Params,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """One merge at ``tuned_weight``."""
+    from ..runtime.hooks import WeightHooks
+    from ..runtime.merge import interpolate
+
     p = Params.parse(params, where="merge")
     hooks = WeightHooks(p.weight_hooks)
     summary = interpolate(base, tuned, out_model, p.tuned_weight, hooks=hooks)
@@ -46,11 +55,17 @@ def run(
     return summary
 
 
-class AdapterParams(Section):
-    seed: Seed = 0
+class AdapterParams(StageParams):
     weight_hooks: list[WeightHook] = []
 
 
+@stage(
+    "merge_adapter",
+    params=AdapterParams,
+    inputs=("base", "adapter"),
+    outputs=("model",),
+    help="merge a LoRA / QLoRA adapter into its full-precision base, streamed shard by shard",
+)
 def run_adapter(
     *,
     base: str,
@@ -59,11 +74,13 @@ def run_adapter(
     params: Mapping[str, Any] | AdapterParams,
     threads: int = 1,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """An adapter (e.g. a QLoRA one) streamed into its full-precision base, shard by shard: the
     training job's adapter made the checkpoint that evaluation and merges read."""
     import torch
+
+    from ..runtime.adapter_merge import stream_merge
+    from ..runtime.hooks import WeightHooks
 
     p = AdapterParams.parse(params, where="merge_adapter")
     torch.set_num_threads(threads)
@@ -99,8 +116,7 @@ def _prompts(path: str) -> set[str]:
     return {normalize_prompt(r["prompt"]).lower() for r in iter_jsonl(path, required=("prompt",))}
 
 
-class SelectParams(Tables):
-    seed: Seed = 0
+class SelectParams(StageParams, Tables):
     benchmark: str = Field(description="the dev split the ratio is chosen on")
     select_by: Literal["accuracy", "tokens"] = "accuracy"
     ratios: dict[str, float] = Field(
@@ -108,7 +124,14 @@ class SelectParams(Tables):
     )
 
 
-def select(
+@stage(
+    "select_merge",
+    params=SelectParams,
+    inputs=("graded*", "dev", "reported*"),
+    outputs=("selection",),
+    help="choose the merge ratio by accuracy on a dev split disjoint from every reported benchmark",
+)
+def select_merge(
     *,
     graded: Mapping[str, str],
     dev: str,
@@ -116,7 +139,6 @@ def select(
     out_selection: str,
     params: Mapping[str, Any] | SelectParams,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """Pick among the merges in ``graded`` (graded dev samples by model name; each one's ratio in
     ``params.ratios``) by dev accuracy."""

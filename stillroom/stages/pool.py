@@ -9,26 +9,31 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from ..config import DatasetSpec, Heldout, Section, Seed, Source
+from ..config import DatasetSpec, Heldout, Source, StageParams
 from ..config.data import GENERATED
 from ..data.records import POOL_KEYS
 from ..data.sources import dataset_records, iter_source_rows, load_benchmark
 from ..ids import bucket, normalize_prompt, shard_of
 from ..io import DataError, read_jsonl, write_jsonl
+from .contract import stage
 
 
-class BenchmarkParams(Section):
-    seed: Seed = 0
+class BenchmarkParams(StageParams):
     name: str
     spec: DatasetSpec
 
 
+@stage(
+    "benchmark",
+    params=BenchmarkParams,
+    outputs=("benchmark",),
+    help="materialise a benchmark from a hub id or a local file as prompt/answer/kind JSONL",
+)
 def fetch_benchmark(
     *,
     out_benchmark: str,
     params: Mapping[str, Any] | BenchmarkParams,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """A benchmark given as a dataset spec (hub id or file) as a JSONL of prompt/answer/kind."""
     p = BenchmarkParams.parse(params, where="benchmark")
@@ -53,12 +58,18 @@ def fetch_benchmark(
     return {"items": len(rows)}
 
 
-class PoolParams(Section):
-    seed: Seed = 0
+class PoolParams(StageParams):
     sources: Annotated[list[Source], Field(min_length=1)]
     heldout: Heldout
 
 
+@stage(
+    "pool",
+    params=PoolParams,
+    inputs=("benchmarks*",),
+    outputs=("pool", "heldout", "dev"),
+    help="build the prompt pool and the held-out test and dev splits from the configured sources",
+)
 def build_pool(
     *,
     benchmarks: Mapping[str, str],
@@ -67,7 +78,6 @@ def build_pool(
     out_dev: str,
     params: Mapping[str, Any] | PoolParams,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """Deduplicate all sources by prompt, then move the ``heldout.size`` generated problems with
     the lowest id hash into the held-out test split and the next ``heldout.dev_size`` into the dev
@@ -156,18 +166,23 @@ def _same_gold(a: tuple[str, Mapping[str, Any]], b: tuple[str, Mapping[str, Any]
     )
 
 
-class ShardParams(Section):
-    seed: Seed = 0
+class ShardParams(StageParams):
     shards: int = Field(ge=1)
 
 
+@stage(
+    "shard",
+    params=ShardParams,
+    inputs=("pool",),
+    outputs=("shards*",),
+    help="split the pool into shards by prompt-id hash",
+)
 def assign_shards(
     *,
     pool: str,
     out_shards: list[str],
     params: Mapping[str, Any] | ShardParams,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """Shard i holds the prompts whose id hash is i modulo the shard count — never row order, so
     adding prompts to a source moves no existing prompt to another shard."""

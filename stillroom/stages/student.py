@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import ModelShape, Section, Seed
+from ..config import ModelShape, StageParams
 from ..config.training import Tokenizer
 from ..grading.formats import user_content
 from ..io import atomic_dir, iter_jsonl, read_json
@@ -16,6 +16,7 @@ from ..kernels.problemset import reference_solution
 from ..provenance import describe_model, note_model, note_resolved, sidecar_path
 from ..runtime.saving import save_pretrained
 from ..runtime.student import build_model, build_tiny_like, train_tokenizer
+from .contract import stage
 
 
 def _solution(rec: Mapping[str, Any]) -> tuple[str, ...]:
@@ -26,17 +27,24 @@ def _solution(rec: Mapping[str, Any]) -> tuple[str, ...]:
     return (reference_solution(meta["solution"], meta.get("family")),)
 
 
-class TokenizerParams(Tokenizer):
-    seed: Seed = 0  # recorded; BPE training has no randomness
+class TokenizerParams(StageParams, Tokenizer):
+    """The config's student.tokenizer section (BPE training has no randomness: the seed is only
+    recorded)."""
 
 
+@stage(
+    "tokenizer",
+    params=TokenizerParams,
+    inputs=("pool",),
+    outputs=("tokenizer",),
+    help="train the student's byte-level BPE tokenizer on the pool",
+)
 def run_tokenizer(
     *,
     pool: str,
     out_tokenizer: str,
     params: Mapping[str, Any] | TokenizerParams,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     p = TokenizerParams.parse(params, where="student.tokenizer")
     # Prompts as asked and boxed gold answers: the pool's own text, independent of any teacher or
@@ -63,18 +71,23 @@ def run_tokenizer(
     return {"texts": len(texts), "vocab": len(tok)}
 
 
-class BaseParams(Section):
-    seed: Seed = 0
+class BaseParams(StageParams):
     model: ModelShape
 
 
+@stage(
+    "base",
+    params=BaseParams,
+    inputs=("tokenizer",),
+    outputs=("model",),
+    help="build the student base model with random weights",
+)
 def run_base(
     *,
     tokenizer: str,
     out_model: str,
     params: Mapping[str, Any] | BaseParams,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     p = BaseParams.parse(params, where="student")
     metrics = build_model(tokenizer, out_model, model=p.model, seed=p.seed)
@@ -92,17 +105,21 @@ def random_weights(pretrained: str | None) -> bool:
     return side.is_file() and read_json(side).get("stage") == "tiny"
 
 
-class PretrainedParams(Section):
-    seed: Seed = 0
+class PretrainedParams(StageParams):
     pretrained: str
 
 
+@stage(
+    "pretrained",
+    params=PretrainedParams,
+    outputs=("model",),
+    help="save a pretrained student (path or hub id) as the experiment's base",
+)
 def run_pretrained(
     *,
     out_model: str,
     params: Mapping[str, Any] | PretrainedParams,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """A pretrained student (path or hub id) saved into the experiment: the download happens in
     this job, never while the DAG is built."""
@@ -124,18 +141,22 @@ def run_pretrained(
     return {"parameters": n, "source": source}
 
 
-class TinyParams(Section):
-    seed: Seed = 0
+class TinyParams(StageParams):
     like: str
     shrink: dict[str, int] = {}
 
 
+@stage(
+    "tiny",
+    params=TinyParams,
+    outputs=("model",),
+    help="a random-weight smoke-test model of the same architecture as a real one, shrunk",
+)
 def run_tiny(
     *,
     out_model: str,
     params: Mapping[str, Any] | TinyParams,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     p = TinyParams.parse(params, where="tiny")
     metrics = build_tiny_like(p.like, out_model, shrink=p.shrink, seed=p.seed)

@@ -23,9 +23,11 @@ from pydantic import Field
 
 from ..analysis.grids import INSTRUCTION_METRICS, instruction_metrics, score_matrix
 from ..analysis.stats import VERDICT, Comparison, holm_comparisons, mcnemar_exact, paired_bootstrap
-from ..config import Effort, PairedTables, Section, Seed, SeededTables, Tables
+from ..config import Effort, PairedTables, SeededTables, StageParams, Tables
 from ..io import DataError, atomic_path, iter_jsonl, read_json, write_text
+from ..kernels.tables import Params as KernelParams
 from ..tables import fmt, frame, write_csv
+from .contract import stage
 
 Params = PairedTables
 
@@ -371,7 +373,6 @@ def run(
     params: Mapping[str, Any] | Params,
     selection: str | None = None,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """The tables of one benchmark; ``selection`` (the select stage's JSON) marks the merge chosen
     on dev; no ``out_plot``, no plot (the audit's recompute compares the numbers only).
@@ -601,7 +602,6 @@ def budget_run(
     out_plot: str | None,
     params: Mapping[str, Any] | BudgetParams,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """Accuracy against thinking budget: ``graded`` names are ``<model>@<budget>``. Budget forcing
     gave every answer its chance to answer (forced ones after the end-of-thinking cue); the hard
@@ -808,7 +808,6 @@ def effort_run(
     out_csv: str,
     params: Mapping[str, Any] | EffortParams,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """The student at each effort it was trained with: ``graded`` names are ``<model>@<effort>``.
     Per effort: accuracy with its paired bootstrap CI against the reference effort (same problems
@@ -860,12 +859,11 @@ def effort_run(
     }
 
 
-class TeacherParams(Section):
+class TeacherParams(StageParams):
     """The teachers table: ``teachers`` is generation.efforts -> the teacher of each (in order),
     ``reference`` generation.teacher. One-level bootstrap over prompts (two_level does not apply:
     a prompt's failed samples leave it fewer, so samples per prompt may differ)."""
 
-    seed: Seed = 0
     reference: str
     teachers: dict[Effort, str] = Field(min_length=1)
     # tables.n_resamples and tables.confidence, their bounds defined once (config.Tables)
@@ -962,7 +960,6 @@ def teacher_run(
     out_csv: str,
     params: Mapping[str, Any] | TeacherParams,
     log: Callable[[str], None] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     """Trace lengths per (teacher, effort) on the prompts every one of them answered, from the
     graded generation shards (``graded``): accuracy and mean completion tokens (per-prompt means,
@@ -1021,11 +1018,20 @@ def teacher_run(
     }
 
 
-def kernel_tables(**kwargs: Any) -> dict[str, Any]:
+def kernel_tables(
+    *,
+    graded: Mapping[str, str],
+    out_markdown: str,
+    out_csv: str,
+    params: Mapping[str, Any] | KernelParams,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """The kernel track's tables (kernels/tables.py)."""
     from ..kernels.tables import run as kernel_run
 
-    return kernel_run(**kwargs)
+    return kernel_run(
+        graded=graded, out_markdown=out_markdown, out_csv=out_csv, params=params, log=log
+    )
 
 
 def show(experiment_dir: str) -> None:
@@ -1043,3 +1049,42 @@ def show(experiment_dir: str) -> None:
         f"Tables: {', '.join(str(t) for t in tables)} (+ .csv, .tex, .png); "
         "provenance: <artifact>.prov.json"
     )
+
+
+# The stages of this module, as the CLI and the rules call them (stages/contract.py).
+stage(
+    "tables",
+    params=Params,
+    inputs=("graded*", "selection?"),
+    outputs=("markdown", "csv", "latex", "plot"),
+    help="paired bootstrap tables and the accuracy/length plot",
+)(run)
+stage(
+    "budget_tables",
+    params=BudgetParams,
+    inputs=("graded*",),
+    outputs=("markdown", "csv", "plot"),
+    help="accuracy against thinking budget (budget forcing), per model",
+)(budget_run)
+stage(
+    "effort_tables",
+    params=EffortParams,
+    inputs=("graded*", "teacher*"),
+    outputs=("markdown", "csv"),
+    help="each model at each effort it was trained with, against the reference effort",
+)(effort_run)
+stage(
+    "teacher_tables",
+    params=TeacherParams,
+    inputs=("graded*",),
+    outputs=("markdown", "csv"),
+    help="the teachers' trace lengths per effort on the prompts they share, against the reference "
+    "teacher",
+)(teacher_run)
+stage(
+    "kernel_tables",
+    params=KernelParams,
+    inputs=("graded*",),
+    outputs=("markdown", "csv"),
+    help="kernel track: compile, correct, launch, rule and reward rates with paired CIs; fast_p",
+)(kernel_tables)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from ..config import Seed, Student, Train, WeightHook
+from ..config import StageParams, Student, Train, WeightHook
 from ..config.training import EffortTagIn, TrainStage, hooks_problem
 from ..data.conversations import check_renders, load_conversations
 from ..grading.formats import with_effort_tag
@@ -32,7 +32,6 @@ from ..runtime.checkpoints import (
     save_adapter_for_inference,
     save_for_inference,
 )
-from ..runtime.hooks import WeightHooks, step_callback
 from ..runtime.sft import (
     build_trainer,
     check_expert_parallel,
@@ -42,10 +41,10 @@ from ..runtime.sft import (
     supervision_stats,
 )
 from ..runtime.templates import check_supervision, check_system_turn, training_template
+from .contract import stage
 
 
-class Params(Train):
-    seed: Seed = 0
+class Params(StageParams, Train):
     weight_hooks: list[WeightHook] = []
     stage: TrainStage | None = Field(None, description="this job's stage of train.stages")
     effort_tag_in: EffortTagIn = Student.model_fields["effort_tag_in"].default
@@ -116,6 +115,13 @@ def select_rows(examples: list[dict], stage: TrainStage | None, source: str) -> 
     return rows
 
 
+@stage(
+    "train",
+    params=Params,
+    inputs=("base", "dataset", "chat_template?"),
+    outputs=("model",),
+    help="supervised fine-tuning",
+)
 def run(
     *,
     base: str,
@@ -125,7 +131,6 @@ def run(
     chat_template: str | None = None,
     threads: int = 1,
     log: Callable[[str], Any] = print,
-    **_: Any,
 ) -> dict[str, Any]:
     p = Params.parse(params, where="train")
     kwargs = {
@@ -167,6 +172,8 @@ def train_sft(
     every rank runs this; rank 0 alone writes files and logs."""
     import torch
     from transformers import AutoTokenizer
+
+    from ..runtime.hooks import WeightHooks, step_callback  # loads torch
 
     p = Params.parse(params, where="train")
     check_optimizer(p)

@@ -4,7 +4,7 @@ import pytest
 
 from stillroom.cli import main
 from stillroom.io import DataError, read_json, write_jsonl
-from stillroom.stages.merge import choose, select
+from stillroom.stages.merge import choose, select_merge
 
 
 def graded(path, correct):
@@ -46,7 +46,7 @@ def test_select_stage_writes_the_choice_with_provenance(splits):
     root, g = splits
     out = root / "selected.json"
     args = [
-        "select",
+        "select_merge",
         "--graded",
         *(f"{k}={v}" for k, v in g.items()),
         "--dev",
@@ -65,7 +65,7 @@ def test_select_stage_writes_the_choice_with_provenance(splits):
         and sel["tuned_weight"] == 0.7
         and sel["accuracy"]["merge-0.3"] == 0.125
     )
-    assert read_json(str(out) + ".prov.json")["stage"] == "select"
+    assert read_json(str(out) + ".prov.json")["stage"] == "select_merge"
 
 
 def test_a_dev_split_overlapping_a_reported_benchmark_is_refused(splits):
@@ -74,7 +74,7 @@ def test_a_dev_split_overlapping_a_reported_benchmark_is_refused(splits):
         root / "leaky.jsonl", [{"prompt": "what is 2  + 1?"}]
     )  # the same prompt after normalisation
     with pytest.raises(DataError, match="shares 1 prompts with reported benchmark 'leaky'"):
-        select(
+        select_merge(
             graded=g,
             dev=str(root / "dev.jsonl"),
             reported={"leaky": str(root / "leaky.jsonl")},
@@ -97,10 +97,12 @@ def test_select_takes_each_merges_ratio_from_params_not_its_name(splits):
         out_selection=str(out),
         log=lambda _: None,
     )
-    select(**kwargs, params={"benchmark": "dev", "ratios": {"merge-1e-05": 1e-05, "odd": 0.125}})
+    select_merge(
+        **kwargs, params={"benchmark": "dev", "ratios": {"merge-1e-05": 1e-05, "odd": 0.125}}
+    )
     assert read_json(out)["selected"] == "odd" and read_json(out)["tuned_weight"] == 0.125
     with pytest.raises(DataError, match=r"select: odd: no merge ratio in params.ratios"):
-        select(**kwargs, params={"benchmark": "dev", "ratios": {"merge-1e-05": 1e-05}})
+        select_merge(**kwargs, params={"benchmark": "dev", "ratios": {"merge-1e-05": 1e-05}})
 
 
 def test_select_by_tokens_takes_the_cheapest_of_the_merges_tied_with_the_best(tmp_path):

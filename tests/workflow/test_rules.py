@@ -21,6 +21,7 @@ from stillroom.cli import STAGES
 from stillroom.config import resolve
 
 from ..conftest import REPO, recipe_files
+from .test_contracts import command_problems
 
 RECIPES = [None, *sorted((REPO / "config" / "experiments").glob("*.yaml"))]
 
@@ -40,11 +41,13 @@ def _configfiles(recipe):
 
 
 def test_every_stage_module_has_its_rule_file_and_back():
-    stages = {p.stem for p in (REPO / "stillroom" / "stages").glob("*.py") if p.stem != "__init__"}
+    # contract.py is how a stage module declares its stages, not a stage module
+    modules = (REPO / "stillroom" / "stages").glob("*.py")
+    stages = {p.stem for p in modules} - {"__init__", "contract"}
     rules = {p.stem for p in (REPO / "rules").glob("*.smk")} - {"common"}
     assert stages == rules
     for name, stage in STAGES.items():  # every CLI stage is a function of a stage module
-        module, _, function = stage.target.partition(":")
+        module, _, _ = stage.function.__module__.removeprefix("stillroom.stages.").partition(".")
         assert module in stages, name
 
 
@@ -86,8 +89,11 @@ def test_the_conda_environment_lists_the_project_dependencies():
 def test_parsing_writes_nothing_and_lint_is_clean(tmp_path, recipe):
     """A dry run and a lint of every recipe: nothing appears in the working directory but
     Snakemake's own state, and the linter finds nothing."""
-    dry = _snakemake("-n", "--cores", "2", cwd=tmp_path, configfiles=_configfiles(recipe))
+    dry = _snakemake("-n", "-p", "--cores", "2", cwd=tmp_path, configfiles=_configfiles(recipe))
     assert dry.returncode == 0, dry.stderr[-3000:]
+    # every rule's shell line against its stage's contract (stages/contract.py)
+    commands, problems = command_problems(dry.stdout)
+    assert commands and not problems, "\n".join(problems)
     # one teacher for every effort: no warning, no teachers table
     assert "mixes teachers" not in dry.stdout and "teacher_tables" not in dry.stdout
     assert {p.name for p in tmp_path.iterdir()} <= {".snakemake"}

@@ -1,0 +1,116 @@
+"""A stage's contract, declared once beside its function: the CLI name (its rule's name), the typed
+params, the inputs and outputs the CLI takes, and its help. ``cli.STAGES`` is built from these, and
+a test holds every rule's shell line to them.
+
+Kept free of heavy imports: the CLI imports every stage module to list the stages in ``--help``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..config import StageParams
+
+# What a stage function may take besides its inputs, outputs and params: the job's thread count and
+# the progress logger, each only where the function declares it.
+EXTRAS = ("threads", "log")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str  # the CLI stage (`stillroom NAME`), named like its rule where it has one
+    function: Callable[..., dict[str, Any] | None]
+    params: type[StageParams]
+    # Flags `--NAME PATH`; a trailing "*" takes several NAME=PATH (or PATH) values (an experiment
+    # may have none), "?" is optional. The function takes each as a keyword named NAME.
+    inputs: tuple[str, ...]
+    # Flags `--out-NAME PATH`, all required; a trailing "*" takes one path or more. The function
+    # takes each as `out_NAME`.
+    outputs: tuple[str, ...]
+    help: str
+    extras: tuple[str, ...] = field(init=False)  # which of EXTRAS the function takes
+
+    def __post_init__(self) -> None:
+        signature = inspect.signature(self.function)
+        where = f"stage '{self.name}' ({self.function.__module__}.{self.function.__qualname__})"
+        taken = set(signature.parameters)
+        if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+            raise TypeError(f"{where}: takes **kwargs; name each input and output instead")
+        declared = {*self.input_names, *(f"out_{n}" for n in self.output_names), "params"}
+        missing = declared - taken
+        unknown = taken - declared - set(EXTRAS)
+        if missing or unknown:
+            raise TypeError(
+                f"{where}: its signature does not match its contract: "
+                + "; ".join(
+                    f"{what}: {', '.join(sorted(names))}"
+                    for what, names in (("not taken", missing), ("not declared", unknown))
+                    if names
+                )
+            )
+        object.__setattr__(self, "extras", tuple(e for e in EXTRAS if e in taken))
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(spec.rstrip("*?") for spec in self.inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(spec.rstrip("*") for spec in self.outputs)
+
+    def flags(self) -> tuple[set[str], set[str]]:
+        """The command-line flags of this stage: (required, optional), e.g. ``--out-model``."""
+        required = {f"--{flag(s)}" for s in self.inputs if not s.endswith("?")}
+        required |= {f"--out-{flag(s)}" for s in self.outputs}
+        optional = {f"--{flag(s)}" for s in self.inputs if s.endswith("?")}
+        return required, optional | {"--params", "--threads", "--rule", "--config", "--workflow"}
+
+
+def flag(spec: str) -> str:
+    """The flag of an input or output spec, without its dashes (``chat_template?``:
+    ``chat-template``); the CLI's parser and the rules' check both take it from here."""
+    return spec.rstrip("*?").replace("_", "-")
+
+
+def stage(
+    name: str,
+    *,
+    params: type[StageParams],
+    inputs: Iterable[str] = (),
+    outputs: Iterable[str],
+    help: str,
+) -> Callable[[F], F]:
+    """Declare the decorated function a stage; its signature is checked against the contract now,
+    when its module is imported, rather than when a job calls it."""
+
+    def declare(function: F) -> F:
+        function.contract = Contract(  # type: ignore[attr-defined]
+            name, function, params, tuple(inputs), tuple(outputs), help
+        )
+        return function
+
+    return declare
+
+
+def contracts(*modules: types.ModuleType) -> dict[str, Contract]:
+    """The stages the modules declare, by CLI name, in the order of their modules and functions."""
+    found: dict[str, Contract] = {}
+    for module in modules:
+        for value in vars(module).values():
+            contract = getattr(value, "contract", None)
+            if not isinstance(contract, Contract) or contract.function is not value:
+                continue
+            if contract.name in found:
+                other = found[contract.name].function
+                raise TypeError(
+                    f"stage '{contract.name}' declared twice: {other.__module__}."
+                    f"{other.__qualname__} and {module.__name__}.{value.__qualname__}"
+                )
+            found[contract.name] = contract
+    return found
