@@ -14,17 +14,16 @@ from stillroom.grading.formats import user_content
 from stillroom.io import DataError, read_jsonl, write_jsonl
 from stillroom.kernels import KernelResult
 from stillroom.kernels.reward import NO_CODE
-from stillroom.runtime.student import build_model, train_tokenizer
-from stillroom.stages import grpo
-from stillroom.stages.grpo import (
+from stillroom.runtime import grpo
+from stillroom.runtime.grpo import (
     DiversitySampler,
     HarnessFailure,
     KernelReward,
-    Params,
     diversity_weight,
     load_problems,
-    run,
 )
+from stillroom.runtime.student import build_model, train_tokenizer
+from stillroom.stages.grpo import Params, run
 
 from ..conftest import TINY
 
