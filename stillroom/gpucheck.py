@@ -19,7 +19,7 @@ hang, a crash or a poisoned CUDA context in one is recorded and the next still r
   merged logits against the base with the adapter in PEFT.
 - ``evaluate``: the evaluate stage with the ``hf`` backend on the GPU; samples written, timing.
 - ``kernels``: every reference solution compiled by Triton on the GPU through the kernel reward
-  (``stillroom.kernels.reward.score``), with its speedup over the PyTorch reference.
+  (``stillroom.grading.kernel.score_answer``), with its speedup over the PyTorch reference.
 
 Without a CUDA device it writes a ``skipped`` summary and exits 0. ``--device cpu`` runs the same
 checks on CPU at toy sizes (Triton's interpreter, sdpa, float32; the flagship on 2 gloo ranks), for
@@ -945,9 +945,9 @@ def check_kernels(
     CPU), checked against the reference and, on a GPU, timed against it. Problems not started
     within ``budget_s`` are reported as not run."""
     from .config import ValidatorOptions
+    from .grading.kernel import score_answer
     from .kernels.problemset import kernel_files, solution_files
-    from .kernels.reward import score
-    from .kernels.teacher import kernel_solution
+    from .teachers.kernel import kernel_solution
 
     spec = {
         "name": "gpu-check",
@@ -972,7 +972,7 @@ def check_kernels(
         options = ValidatorOptions(device=device, trials=trials, timeout_s=min(timeout_s, left / 2))
         start = time.perf_counter()
         try:
-            r = score(src, f"<think>\n{reasoning}\n</think>\n\n{block}", options)
+            r = score_answer(src, f"<think>\n{reasoning}\n</think>\n\n{block}", options)
         except Exception as exc:  # noqa: BLE001 - the validator itself failed: this problem's result
             results[stem] = {"reward": 0.0, "reasons": [f"{type(exc).__name__}: {exc}"]}
             return

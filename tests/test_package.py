@@ -106,7 +106,7 @@ def test_the_kernel_track_is_imported_only_by_kernel_specific_code():
         "stillroom.runtime.grpo",  # GRPO on kernel problems
         "stillroom.stages.tables",  # the kernel_tables stage
         "stillroom.data.sources",  # a kind: kernels source
-        "stillroom.teachers.procedural",  # its answers to kernel problems
+        "stillroom.teachers.kernel",  # the procedural teacher's answers to kernel problems
         "stillroom.estimate",  # the problems a kind: kernels source counts
         "stillroom.gpucheck",  # the GPU check compiles the kernel solutions
         "stillroom.stages.student",  # the tokenizer learns the training problems' reference code

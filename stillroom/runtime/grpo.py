@@ -2,7 +2,7 @@
 trainer (sft.py); the grpo stage (stages/grpo.py) reads its inputs and calls ``train_grpo``.
 
 Each step samples ``group_size`` completions for each of ``prompts_per_step`` problems; a
-completion's reward is execution x rules (kernels/reward.py), so a correct module that
+completion's reward is execution x rules (grading.kernel.score_answer), so a correct module that
 computes with torch instead of Triton earns 0. The reward is one function on purpose: TRL sums
 several reward functions before the group normalisation, and a separate rule reward added to the
 execution reward would pay a cheat half the credit instead of zeroing it. A completion the validator
@@ -24,8 +24,9 @@ from typing import Any
 
 from ..config import Grpo, ValidatorOptions
 from ..grading.formats import user_content
+from ..grading.kernel import score_answer
 from ..io import DataError, atomic_dir, read_jsonl, write_jsonl
-from ..kernels.reward import harness_failed, score
+from ..kernels.reward import harness_failed
 from . import launch
 from .checkpoints import save_for_inference
 
@@ -90,7 +91,7 @@ class KernelReward:
         return future.result()
 
     def _validate(self, problem: str, text: str) -> dict[str, Any]:
-        r = score(problem, text, self.options, seed=self.seed)
+        r = score_answer(problem, text, self.options, seed=self.seed)
         unscored = harness_failed(r)
         return {
             "status": r.status,
