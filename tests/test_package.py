@@ -163,7 +163,7 @@ def test_the_kernel_track_is_imported_only_by_kernel_specific_code():
         "stillroom.data.sources",  # a kind: kernels source
         "stillroom.teachers.kernel",  # the procedural teacher's answers to kernel problems
         "stillroom.estimate",  # the problems a kind: kernels source counts
-        "stillroom.gpucheck",  # the GPU check compiles the kernel solutions
+        "stillroom.gpucheck.kernels",  # the GPU check compiles the kernel solutions
         "stillroom.stages.student",  # the tokenizer learns the training problems' reference code
     }
     for module, imported in import_graph().items():
