@@ -1,5 +1,6 @@
-"""Structure metrics of a Stillroom checkout: modules in import cycles, module sizes, long lines,
-linter findings, `snakemake --lint` findings.
+"""Structure metrics of a Stillroom checkout: modules and subpackages in import cycles, the
+subpackages' import graph, root modules, module sizes, long lines, linter findings,
+`snakemake --lint` findings.
 
     python bench/structure_metrics.py [CHECKOUT ...]
 
@@ -35,7 +36,24 @@ def graph_of(root: Path) -> dict[str, set[str]]:
         tp.REPO, tp.PACKAGE = saved
 
 
+def package_graph_of(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The subpackages' graph of a module graph, as tests/test_package.py folds it (an older
+    checkout's tests may not have ``package_graph``)."""
+    out: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        mine = package_of(module)
+        out.setdefault(mine, set()).update({package_of(t) for t in imported} - {mine})
+    return out
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
 def metrics(root: Path) -> dict[str, object]:
+    graph = graph_of(root)
+    packages = package_graph_of(graph)
     files = [p for p in (root / "stillroom").rglob("*.py") if not DATA & set(p.parts)]
     sizes = sorted(
         ((len(p.read_text().splitlines()), p.relative_to(root)) for p in files), reverse=True
@@ -69,7 +87,17 @@ def metrics(root: Path) -> dict[str, object]:
         env=env,
     )
     return {
-        "modules in import cycles": sum(len(c) for c in cycles(graph_of(root))),
+        "modules in import cycles": sum(len(c) for c in cycles(graph)),
+        "subpackage import cycles": "; ".join(" <-> ".join(c) for c in cycles(packages)) or "none",
+        "root modules": sum(
+            p.name not in ("__init__.py", "__main__.py") for p in (root / "stillroom").glob("*.py")
+        ),
+        "subpackage imports": "\n"
+        + "\n".join(
+            f"    {name:<14} -> {', '.join(sorted(deps)) or '-'}"
+            for name, deps in sorted(packages.items())
+            if (root / "stillroom" / name).is_dir()
+        ),
         "largest module (lines)": f"{sizes[0][0]} ({sizes[0][1]})",
         "modules over 300 lines": sum(n > 300 for n, _ in sizes),
         "library lines over 100 characters": long_lines,

@@ -1,5 +1,5 @@
 # Kernel track: GRPO from the fine-tune on the pool's kernel problems, one reward, execution x rules
-# (stillroom/stages/grpo.py).
+# (stillroom/stages/grpo.py; the trainer: stillroom/runtime/grpo.py).
 
 
 if PLAN.grpo:

@@ -4,6 +4,7 @@ On a machine with a GPU the checks also run on it here, at reduced sizes; ``make
 them at full size."""
 
 import dataclasses
+import importlib
 import json
 import os
 import subprocess
@@ -13,8 +14,10 @@ import time
 import pytest
 import torch
 
-from stillroom import gpucheck
-from stillroom.gpucheck import SIZES, build_fixture, check_kwargs
+from stillroom.gpucheck import harness
+from stillroom.gpucheck.common import SIZES
+from stillroom.gpucheck.fixture import build_fixture, check_kwargs
+from stillroom.gpucheck.kernels import check_kernels
 
 from .conftest import REPO
 
@@ -42,10 +45,20 @@ def cpu_only(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
 
 
+def target(name):
+    """Check ``name``'s function, as its isolated process finds it."""
+    module, _, function = harness.CHECKS[name].partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
 def run(name, fixture, device="cpu", sizes=CPU):
-    return getattr(gpucheck, f"check_{name}")(
-        **check_kwargs(name, device, sizes, fixture), log=lambda _: None
-    )
+    return target(name)(**check_kwargs(name, device, sizes, fixture), log=lambda _: None)
+
+
+def test_every_check_names_a_function_of_its_own_module():
+    for name in harness.CHECKS:
+        assert target(name).__name__ == f"check_{name}"
+        assert target(name).__module__.startswith("stillroom.gpucheck.")
 
 
 def test_without_a_gpu_the_summary_says_skipped_and_exits_0(tmp_path):
@@ -63,7 +76,7 @@ def test_without_a_gpu_the_summary_says_skipped_and_exits_0(tmp_path):
     assert json.loads(proc.stdout) == summary
     assert summary["status"] == "skipped" and summary["reason"].startswith("no CUDA device")
     assert summary["checks"] == {
-        name: {"status": "skipped", "reason": "no CUDA device"} for name in gpucheck.CHECKS
+        name: {"status": "skipped", "reason": "no CUDA device"} for name in harness.CHECKS
     }
     assert summary["versions"]["torch"]
 
@@ -130,7 +143,7 @@ def test_evaluate_writes_every_sample(fixture, cpu_only):
 
 
 def test_kernel_solutions_score_through_the_reward():
-    r = gpucheck.check_kernels(
+    r = check_kernels(
         **{**check_kwargs("kernels", "cpu", CPU, {}), "problems": ["relu", "add"]},
         log=lambda _: None,
     )
@@ -144,7 +157,7 @@ def test_kernel_solutions_score_through_the_reward():
     not torch.cuda.is_available(),
     reason="needs a CUDA device (make gpu-check runs these checks at full size)",
 )
-@pytest.mark.parametrize("name", list(gpucheck.CHECKS))
+@pytest.mark.parametrize("name", list(harness.CHECKS))
 def test_the_checks_pass_on_a_gpu(name, gpu_fixture):
     r = run(name, gpu_fixture, "cuda", GPU)
     assert r["status"] == "pass", r["failures"]
@@ -160,7 +173,7 @@ def test_each_check_is_isolated_time_limited_and_within_the_deadline():
     lines = []
     env = {"PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     deadline = time.monotonic() + 300
-    results = gpucheck.run_checks(plan, deadline=deadline, env=env, log=lines.append)
+    results = harness.run_checks(plan, deadline=deadline, env=env, log=lines.append)
     assert results["boom"]["status"] == "error"
     assert "RuntimeError: the GPU is on fire" in results["boom"]["error"]
     assert results["hang"]["status"] == "timeout" and results["hang"]["wall_s"] < 10
@@ -168,7 +181,7 @@ def test_each_check_is_isolated_time_limited_and_within_the_deadline():
     fine = results["fine"]
     assert (fine["status"], fine["limit_s"], fine["value"]) == ("pass", 30, 1)
     # no check starts with too little time left to finish
-    late = gpucheck.run_checks(
-        {"late": plan["fine"]}, deadline=time.monotonic() + gpucheck.MIN_START_S - 1, env=env
+    late = harness.run_checks(
+        {"late": plan["fine"]}, deadline=time.monotonic() + harness.MIN_START_S - 1, env=env
     )
     assert late["late"]["status"] == "skipped" and "deadline" in late["late"]["reason"]

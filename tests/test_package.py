@@ -92,8 +92,63 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def package_of(module: str) -> str:
+    """The part of the package a module belongs to: its subpackage under stillroom
+    (``stillroom.data.sources`` -> ``data``), or the root module itself (``stillroom.io`` -> ``io``;
+    ``stillroom`` for the package's own ``__init__``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    """Subpackage -> the other subpackages (and root modules) its modules import, from the module
+    graph: a lazy import inside a function is an edge too (it runs whenever the function does)."""
+    graph = import_graph() if graph is None else graph
+    out: dict[str, set[str]] = {package_of(m): set() for m in graph}
+    for module, imported in graph.items():
+        out[package_of(module)] |= {package_of(t) for t in imported} - {package_of(module)}
+    return out
+
+
 def test_no_import_cycles():
     assert cycles(import_graph()) == []
+
+
+def test_no_import_cycles_between_subpackages():
+    """A subpackage depends on the ones below it and none above: no two import each other, even
+    through others (data -> grading -> kernels -> data would make every change to one a change
+    to all three)."""
+    assert cycles(package_graph()) == []
+
+
+def test_the_package_graph_folds_modules_into_their_subpackage():
+    modules = {
+        "stillroom": set(),
+        "stillroom.io": set(),
+        "stillroom.data.sources": {"stillroom.grading.dispatch", "stillroom.io"},
+        "stillroom.data.records": {"stillroom.io"},
+        "stillroom.grading.dispatch": {"stillroom.kernels.reward"},
+        "stillroom.kernels.reward": {"stillroom.data.records"},
+    }
+    assert cycles(modules) == []  # no module cycle ...
+    assert package_graph(modules) == {
+        "stillroom": set(),
+        "io": set(),
+        "data": {"grading", "io"},
+        "grading": {"kernels"},
+        "kernels": {"data"},
+    }
+    assert cycles(package_graph(modules)) == [["data", "grading", "kernels"]]  # ... a package one
+
+
+def test_the_kernel_track_depends_only_on_config_io_and_the_sandbox():
+    """kernels/ is a leaf: a change to the data, grading or training code never reaches the
+    validator. Its tables are the exception until they move to analysis/."""
+    allowed = {"config", "io", "sandbox"}
+    for module, imported in import_graph().items():
+        if module.startswith("stillroom.kernels.") and module != "stillroom.kernels.tables":
+            outside = {package_of(m) for m in imported} - {"kernels"}
+            assert outside <= allowed, (module, outside - allowed)
 
 
 def test_the_cycle_finder_finds_cycles():
@@ -103,12 +158,12 @@ def test_the_cycle_finder_finds_cycles():
 def test_the_kernel_track_is_imported_only_by_kernel_specific_code():
     kernel_specific = {
         "stillroom.grading.kernel",  # the kernel grader
-        "stillroom.stages.grpo",  # GRPO on kernel problems
+        "stillroom.runtime.grpo",  # GRPO on kernel problems
         "stillroom.stages.tables",  # the kernel_tables stage
         "stillroom.data.sources",  # a kind: kernels source
-        "stillroom.teachers.procedural",  # its answers to kernel problems
+        "stillroom.teachers.kernel",  # the procedural teacher's answers to kernel problems
         "stillroom.estimate",  # the problems a kind: kernels source counts
-        "stillroom.gpucheck",  # the GPU check compiles the kernel solutions
+        "stillroom.gpucheck.kernels",  # the GPU check compiles the kernel solutions
         "stillroom.stages.student",  # the tokenizer learns the training problems' reference code
         "stillroom.plan.dag",  # kernel problem and solution files are the workflow's inputs
     }

@@ -40,7 +40,7 @@ class ValidatorOptions(Section):
         description="hard limit of each of a candidate's two processes: the extraction (its "
         "code) and the replay (its program)",
     )
-    # the rule reward's launch limits (AutoTriton's validate_syntax; stillroom.kernels.launch_rules)
+    # the rule reward's launch limits (AutoTriton's validate_syntax; kernels/launch_checks.py)
     max_block_size: PositiveInt = Field(
         2048, description="largest block size (a power of two) a launch may use"
     )

@@ -20,7 +20,7 @@ from string import Template
 from typing import Any
 
 from ..config import LOCAL_DATA, DatasetSpec, Source
-from ..config.data import NAMES, OBJECTS, WhereRule, count_problem, distinct_problems
+from ..config.data import NAMES, OBJECTS, KernelSource, WhereRule, count_problem, distinct_problems
 from ..grading.dispatch import KINDS
 from ..grading.instructions import InstructionError, from_ifeval
 from ..ids import prompt_id
@@ -368,12 +368,22 @@ def iter_source_rows(
             for rec in dataset_records(spec, spec.name):
                 yield f"{named} ({spec.path} row {rec['meta']['row']})", rec
         else:
-            from ..kernels.problemset import kernel_files, kernel_records
+            from ..kernels.problemset import kernel_files
 
             for path in [spec.path] if spec.path else kernel_files(spec).values():
                 note_file(path)
             for rec in kernel_records(spec):
                 yield f"{named} (problem {rec['meta']['problem']})", rec
+
+
+def kernel_records(spec: KernelSource | Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """A ``kind: kernels`` source's problems as pool records. The problem is both the prompt and
+    the gold: the validator runs it as the reference."""
+    from ..kernels.problemset import kernel_problems
+
+    spec = KernelSource.parse(spec, where="sources")
+    for src, meta in kernel_problems(spec):
+        yield record(spec.name, "kernel", src, src, meta)
 
 
 def lettered(question: str, options: list[str]) -> tuple[str, str, dict[str, Any]]:

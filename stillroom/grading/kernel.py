@@ -8,15 +8,26 @@ import importlib.metadata
 from dataclasses import asdict
 from typing import Any
 
+from ..config import ValidatorOptions
 from ..kernels.reward import harness_failed, score, timed_out
+from ..kernels.validator import KernelResult
+from .formats import extract_code
 from .result import Grade, Options
 
 MARGIN_S = 60.0  # over the candidate's limit: process start, the reference's run, the comparison
 
 
+def score_answer(
+    problem_src: str, response: str, options: ValidatorOptions, *, seed: int = 0
+) -> KernelResult:
+    """The kernel reward of an answer: its ``ModelNew`` block (extract_code) scored for the problem
+    ``problem_src``; nothing runs without a code block."""
+    return score(problem_src, extract_code(response), options, seed=seed)
+
+
 def grade(response: str, gold: str, options: Options) -> Grade:
     """``gold`` is the problem's source: the validator runs it as the reference."""
-    result = score(gold, response, options.kernel, seed=options.seed)
+    result = score_answer(gold, response, options.kernel, seed=options.seed)
     status = (
         "no_answer"
         if not result.answered

@@ -2,19 +2,17 @@
 (``problems/``, each with a reference Triton solution in ``solutions/``), the files of a ``dir``
 (KernelBench's ``KernelBench/level1/``, say) or the rows of a JSONL ``path`` (KernelBench's
 dataset rows: ``code``, ``name``), or a generated ``family`` (``family.py``, each problem with a
-templated solution). Each problem is checked as the pool is built, and scaled to
-``max_input_elements`` when that is set (scaling.py)."""
+templated solution); data/sources.py makes them pool records. Each problem is checked as the
+pool is built, and scaled to ``max_input_elements`` when that is set (scaling.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..config.data import KernelSource
-from ..data.records import record
 from ..io import DataError, iter_jsonl
-from ..provenance import note_file
 from . import family as families
 from .scaling import check_problem, scale_problem
 
@@ -110,10 +108,11 @@ def _problems(spec: KernelSource) -> dict[str, tuple[str, str, dict[str, Any]]]:
     }
 
 
-def kernel_records(spec: KernelSource | Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """Problems (a ``Model``, ``get_inputs``, ``get_init_inputs``) as pool records, each checked
-    (DataError naming its file or row) and scaled to ``max_input_elements`` when set. The problem
-    is both the prompt and the gold: the validator runs it as the reference."""
+def kernel_problems(
+    spec: KernelSource | Mapping[str, Any],
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(source text, meta) of each problem (a ``Model``, ``get_inputs``, ``get_init_inputs``),
+    checked (DataError naming its file or row) and scaled to ``max_input_elements`` when set."""
     spec = _source(spec)
     solutions = solution_files(spec)
     budget = spec.max_input_elements
@@ -126,7 +125,7 @@ def kernel_records(spec: KernelSource | Mapping[str, Any]) -> Iterator[dict[str,
             src = scaled.src
             if scaled.constants:
                 meta["scaled"] = scaled.meta(budget)
-        yield record(spec.name, "kernel", src, src, meta)
+        yield src, meta
 
 
 def problem_count(spec: KernelSource | Mapping[str, Any]) -> int:
@@ -134,11 +133,14 @@ def problem_count(spec: KernelSource | Mapping[str, Any]) -> int:
     return len(_problems(_source(spec)))
 
 
-def reference_solution(solution: str, family: str | None = None) -> str:
-    """The reference Triton solution a record's meta names: a file of ``solutions/``, or the
-    template of a generated family."""
+def reference_solution(
+    solution: str, family: str | None = None, *, note: Callable[[Path], Any] = lambda path: None
+) -> str:
+    """The reference Triton solution a record's meta names: a file of ``solutions/`` (given to
+    ``note`` first: a stage passes provenance.note_file, the file being an input of its job), or
+    the template of a generated family."""
     if family:
         return families.solution_source(solution)
     path = SOLUTIONS_DIR / f"{solution}.py"
-    note_file(path)  # an input of the job that reads it
+    note(path)
     return path.read_text(encoding="utf-8")

@@ -18,7 +18,7 @@ On CPU (Triton's interpreter) every load, store and atomic of a kernel is checke
 buffers of its launch before it happens: an access outside them is the kernel's error, not a
 read or write of this process's memory.
 
-The analysis (the launch rules' values, launch_rules.py): before the first case runs each distinct
+The analysis (the launch rules' values, launch_checks.py): before the first case runs each distinct
 launch (every config of an autotuned one), its first and last program instances run in the
 interpreter on copies of its arguments with the instrumented source: every ``tl.arange`` length
 and block shape, the operations each instance executes (a loop whose bounds are run-time values

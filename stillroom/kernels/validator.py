@@ -19,7 +19,7 @@ distributions, odd sizes). Then:
    is bounds-checked on CPU; the first and last program instances of each launch are measured
    for the launch rules.
 4. **Judge** (here): outputs compared with the reference's (dtype-aware tolerances); inputs must
-   come back unmodified; the launch rules (launch_rules.py) on the replay's values; at least one
+   come back unmodified; the launch rules (launch_checks.py) on the replay's values; at least one
    launch; no output that is an input's memory.
 
 Whatever the candidate computed in its own process (with torch, in Python, in a lookup table
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ValidatorOptions
-from . import channel, extract, kernel_source, launch_rules, program, replay
+from . import channel, extract, kernel_source, launch_checks, program, replay
 from .cases import CASES, generate, resized
 from .isolation import ISOLATIONS, Outcome, job_dir
 
@@ -445,7 +445,7 @@ class _Evaluation:
         except (OSError, MemoryError) as exc:
             return _harness(reasons, f"the outputs could not be read or compared ({exc!r})")
         compiled = any(self.errors[i] is None for i in self.runnable)
-        rule_reasons = launch_rules.check(self.parsed, self.replayed.get("analysed", {}), **limits)
+        rule_reasons = launch_checks.check(self.parsed, self.replayed.get("analysed", {}), **limits)
         reasons += rule_reasons
         # every kernel passed the whitelist, one was launched, every output is the program's
         rule_ok = not self.parsed.reasons and self.launched and not not_made and not rule_reasons

@@ -3,22 +3,17 @@ complete) over an OpenAI-compatible ``/v1/completions`` endpoint, so continue_tr
 forcing run unchanged on a cluster.
 
 Raw completions, not chat: the prompt is rendered here with the checkpoint's own chat template, and
-a continuation is the exact text so far (prompt + answer) sent back as the prompt. ``open_lm`` picks
-the backend from ``eval.backend``: ``hf`` (in process, lm.py), ``sglang`` (a server started inside
-the job for this checkpoint, from a command template with ``{model_path}`` and ``{port}``, always
-stopped) or ``openai`` (an already running server at ``base_url``). Every request carries the
-checkpoint's stop set (stops.py), as ids or strings as ``stop_by`` says.
+a continuation is the exact text so far (prompt + answer) sent back as the prompt (the evaluate
+stage's ``open_lm`` picks the backend, and starts an sglang server with the teachers' launcher).
+Every request carries the checkpoint's stop set (stops.py), as ids or strings as ``stop_by`` says.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from ..config.evaluation import HFBackend, OpenAIBackend, parse_backend
 from .lm import ChatTokens, Sample
 from .stops import stop_set
 
@@ -125,43 +120,3 @@ class ServedLM(ChatTokens):
             if attempt + 1 < RETRIES:
                 await asyncio.sleep(2**attempt)
         raise RuntimeError(f"{self.base_url}/completions failed {RETRIES} times; last: {detail}")
-
-
-@contextlib.contextmanager
-def open_lm(model_dir: str, backend: Any = None, threads: int = 1) -> Iterator[Any]:
-    """The model to evaluate, served as ``backend`` (eval.backend; default in process) says; a
-    started server is always stopped."""
-    spec = parse_backend(backend or {"backend": "hf"})
-    if isinstance(spec, HFBackend):
-        from .lm import LocalLM
-
-        yield LocalLM(model_dir, threads)
-    elif isinstance(spec, OpenAIBackend):
-        key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
-        yield ServedLM(
-            model_dir,
-            spec.base_url,
-            spec.model or model_dir,
-            concurrency=spec.concurrency,
-            api_key=key,
-            stop_by=spec.stop_by,
-        )
-    else:
-        from ..teachers.sglang import SGLangTeacher
-
-        server = {**spec.server.dump(), "model_path": model_dir}
-        # the served name (e.g. --served-model-name)
-        model = spec.model or model_dir
-        teacher_spec = {"backend": "sglang", "model": model, "server": server}
-        teacher = SGLangTeacher(f"eval:{os.path.basename(model_dir)}", teacher_spec)
-        try:
-            asyncio.run(teacher.astart())
-            yield ServedLM(
-                model_dir,
-                teacher.spec["base_url"],
-                model,
-                concurrency=spec.concurrency,
-                stop_by=spec.stop_by,
-            )
-        finally:
-            teacher.stop()

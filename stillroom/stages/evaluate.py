@@ -2,21 +2,25 @@
 and sample indices for every model so that the tables can pair them.
 
 The model runs in process (``hf``: batched sampling on CPU or one GPU) or behind an
-OpenAI-compatible server (``sglang`` started in the job, or ``openai``): runtime/served.py. Either
-way long answers are continued while cut off (``request_tokens`` < ``max_new_tokens``) or
-budget-forced (``budget``; runtime/decoding.py). Answers end at the model's stop set
-(runtime/stops.py), which the samples' sidecar records.
+OpenAI-compatible server (``sglang`` started in the job, or ``openai``: runtime/served.py), as
+``open_lm`` picks. Either way long answers are continued while cut off (``request_tokens`` <
+``max_new_tokens``) or budget-forced (``budget``; runtime/decoding.py). Answers end at the model's
+stop set (runtime/stops.py), which the samples' sidecar records.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pydantic import Field
 
 from ..config import Decoding, Forcing, StageParams, Student
+from ..config.evaluation import HFBackend, OpenAIBackend, parse_backend
 from ..config.training import EffortTagIn
 from ..data.sources import load_benchmark
 from ..grading.formats import END_THINK, effort_tag, user_content, with_effort_tag
@@ -24,6 +28,7 @@ from ..io import DataError, Journal, stat_fingerprint
 from ..provenance import digest
 from ..runtime.checkpoints import context_length
 from ..runtime.decoding import Answer, budget_force, continue_truncated
+from ..runtime.served import ServedLM
 from ..runtime.stops import stop_set
 from .contract import stage
 
@@ -75,6 +80,48 @@ def _needs(p: Params, lm) -> int:
     return p.max_new_tokens
 
 
+@contextlib.contextmanager
+def open_lm(model_dir: str, backend: Any = None, threads: int = 1) -> Iterator[Any]:
+    """The model to evaluate, served as ``backend`` (eval.backend; default in process) says:
+    ``hf`` (in process, runtime/lm.py), ``sglang`` (a server started inside the job for this
+    checkpoint by the sglang teacher's launcher, from a command template with ``{model_path}`` and
+    ``{port}``, always stopped) or ``openai`` (an already running server at ``base_url``)."""
+    spec = parse_backend(backend or {"backend": "hf"})
+    if isinstance(spec, HFBackend):
+        from ..runtime.lm import LocalLM
+
+        yield LocalLM(model_dir, threads)
+    elif isinstance(spec, OpenAIBackend):
+        key = os.environ.get(spec.api_key_env) if spec.api_key_env else None
+        yield ServedLM(
+            model_dir,
+            spec.base_url,
+            spec.model or model_dir,
+            concurrency=spec.concurrency,
+            api_key=key,
+            stop_by=spec.stop_by,
+        )
+    else:
+        from ..teachers.sglang import SGLangTeacher
+
+        server = {**spec.server.dump(), "model_path": model_dir}
+        # the served name (e.g. --served-model-name)
+        model = spec.model or model_dir
+        teacher_spec = {"backend": "sglang", "model": model, "server": server}
+        teacher = SGLangTeacher(f"eval:{os.path.basename(model_dir)}", teacher_spec)
+        try:
+            asyncio.run(teacher.astart())
+            yield ServedLM(
+                model_dir,
+                teacher.spec["base_url"],
+                model,
+                concurrency=spec.concurrency,
+                stop_by=spec.stop_by,
+            )
+        finally:
+            teacher.stop()
+
+
 @stage(
     "evaluate",
     params=Params,
@@ -93,8 +140,6 @@ def run(
 ) -> dict[str, Any]:
     """Sample every problem; batches are journaled as they finish (a killed job resumes without
     redoing one, to the same samples), and ``out_samples`` appears only when all are done."""
-    from ..runtime.served import open_lm
-
     p = Params.parse(params, where="eval")
     rows = load_problems(problems, p.benchmark)
     fingerprint = {

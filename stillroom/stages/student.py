@@ -13,7 +13,7 @@ from ..config.training import Tokenizer
 from ..grading.formats import user_content
 from ..io import atomic_dir, iter_jsonl, read_json
 from ..kernels.problemset import reference_solution
-from ..provenance import describe_model, note_model, note_resolved, sidecar_path
+from ..provenance import describe_model, note_file, note_model, note_resolved, sidecar_path
 from ..runtime.saving import save_pretrained
 from ..runtime.student import build_model, build_tiny_like, train_tokenizer
 from .contract import stage
@@ -24,7 +24,7 @@ def _solution(rec: Mapping[str, Any]) -> tuple[str, ...]:
     meta = rec.get("meta") or {}
     if not meta.get("solution"):
         return ()
-    return (reference_solution(meta["solution"], meta.get("family")),)
+    return (reference_solution(meta["solution"], meta.get("family"), note=note_file),)
 
 
 class TokenizerParams(StageParams, Tokenizer):

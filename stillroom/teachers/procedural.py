@@ -3,7 +3,7 @@
 It answers the generated problems of ``stillroom.data.sources`` from their structured form with a
 worked solution inside ``<think>…</think>`` and a boxed final answer, and the project's kernel
 problems with a plan and the problem's reference Triton solution in a code block
-(``stillroom.kernels.teacher``). Effort levels map to how much of the reasoning it writes (clearly
+(``stillroom.teachers.kernel``). Effort levels map to how much of the reasoning it writes (clearly
 different lengths; with ``detail_spread`` a prompt's samples differ too), and with probability
 ``error_rate`` (per effort, optionally) it slips — a wrong
 intermediate result carried to a wrong final answer; for a kernel, torch code that is right but is
@@ -50,7 +50,7 @@ class ProceduralTeacher(Teacher):
         if spread:  # drawn only then: a run without a spread keeps its bytes
             level = min(3, max(0, level + rng.randint(-spread, spread)))
         if problem["kind"] == "kernel":
-            from ..kernels.teacher import kernel_solution
+            from .kernel import kernel_solution
 
             reasoning, final = kernel_solution(
                 problem["prompt"],

@@ -9,6 +9,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest
 import torch
 
+from stillroom.data.sources import kernel_records
 from stillroom.io import DataError
 from stillroom.kernels import evaluate
 from stillroom.kernels.family import (
@@ -19,8 +20,8 @@ from stillroom.kernels.family import (
     problem_source,
     solution_source,
 )
-from stillroom.kernels.problemset import kernel_files, kernel_records, problem_count
-from stillroom.kernels.teacher import kernel_solution
+from stillroom.kernels.problemset import kernel_files, problem_count
+from stillroom.teachers.kernel import kernel_solution
 
 NAMES = problem_names("elementwise")
 

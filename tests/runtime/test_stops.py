@@ -105,7 +105,7 @@ def test_continued_and_forced_answers_keep_to_the_stop_set(lms, style):
 @pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("stop_by", ["strings", "token_ids"])
 def test_an_openai_backend_sends_the_stop_set(chat_students, style, stop_by):
-    from stillroom.runtime.served import open_lm
+    from stillroom.stages.evaluate import open_lm
     from tests.fault_server import FaultServer
 
     backend = {"backend": "openai", "stop_by": stop_by, "concurrency": 2}
@@ -124,7 +124,7 @@ def test_an_openai_backend_sends_the_stop_set(chat_students, style, stop_by):
 
 
 def test_a_server_refusing_stop_token_ids_is_a_clear_error_never_retried(chat_students):
-    from stillroom.runtime.served import open_lm
+    from stillroom.stages.evaluate import open_lm
     from tests.fault_server import FaultServer
 
     backend = {"backend": "openai", "stop_by": "token_ids", "concurrency": 1}
@@ -141,7 +141,7 @@ def test_a_started_sglang_backend_sends_stop_token_ids(chat_students, tmp_path):
     server stands in for it, started by the backend, and keeps the requests it gets."""
     from pathlib import Path
 
-    from stillroom.runtime.served import open_lm
+    from stillroom.stages.evaluate import open_lm
 
     script = Path(__file__).resolve().parent.parent / "fault_server.py"
     bodies = tmp_path / "bodies.jsonl"
@@ -216,7 +216,7 @@ def test_a_real_server_stops_where_the_model_in_process_stops(chat_students, lms
     """The openai backend's `stop` strings against a real server, seed for seed against the
     in-process model: the same answers, ending and cut off alike. The Gemma-style generation_config
     lists only <eos>: without the stop list the server runs on past <end_of_turn>."""
-    from stillroom.runtime.served import open_lm
+    from stillroom.stages.evaluate import open_lm
 
     local, n, cap = lms[style], 24, 32
     p = prompt(local)

@@ -14,17 +14,16 @@ from stillroom.grading.formats import user_content
 from stillroom.io import DataError, read_jsonl, write_jsonl
 from stillroom.kernels import KernelResult
 from stillroom.kernels.reward import NO_CODE
-from stillroom.runtime.student import build_model, train_tokenizer
-from stillroom.stages import grpo
-from stillroom.stages.grpo import (
+from stillroom.runtime import grpo
+from stillroom.runtime.grpo import (
     DiversitySampler,
     HarnessFailure,
     KernelReward,
-    Params,
     diversity_weight,
     load_problems,
-    run,
 )
+from stillroom.runtime.student import build_model, train_tokenizer
+from stillroom.stages.grpo import Params, run
 
 from ..conftest import TINY
 
@@ -120,7 +119,7 @@ def test_a_completion_the_validator_failed_on_gets_no_reward(monkeypatch):
     failed = KernelResult(0.0, 0.0, 0.0, False, False, False, reasons=["harness: lost"])
     failed.status = "harness"
     results = iter([scored, failed])
-    monkeypatch.setattr(grpo, "score", lambda *a, **k: next(results))
+    monkeypatch.setattr(grpo, "score_answer", lambda *a, **k: next(results))
     reward, logged = KernelReward(ValidatorOptions()), {}
     scores = reward(["a", "b"], ["p", "p"], ["kb-x", "kb-x"], log_metric=logged.__setitem__)
     assert scores == [1.0, None]
@@ -139,7 +138,7 @@ def test_a_step_whose_rewards_are_mostly_harness_failures_stops_training(monkeyp
     failed.status = "harness"
     scored = KernelResult(1.0, 1.0, 1.0, True, True, True)
     results = iter([scored, failed, scored, failed])
-    monkeypatch.setattr(grpo, "score", lambda *a, **k: next(results))
+    monkeypatch.setattr(grpo, "score_answer", lambda *a, **k: next(results))
     reward = KernelReward(ValidatorOptions(), max_harness_share=0.25)
     with pytest.raises(HarnessFailure, match=r"step 3: 2 of 4 rewards .* harness: no channel"):
         reward(

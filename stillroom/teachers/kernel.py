@@ -8,7 +8,8 @@ import ast
 import re
 
 from ..data.sources import by_detail
-from .problemset import reference_solution
+from ..kernels.problemset import reference_solution
+from ..provenance import note_file
 
 
 def kernel_solution(
@@ -22,7 +23,7 @@ def kernel_solution(
     """(reasoning, code block) for one of the project's kernel problems (or of a generated
     ``family``); ``slip`` "torch" answers with the reference's own torch code (correct, but not
     Triton), "wrong" scales the first stored value."""
-    code = reference_solution(solution, family)
+    code = reference_solution(solution, family, note=note_file)
     problem = ast.parse(problem_src)
     doc = (ast.get_docstring(problem) or "the reference computation").rstrip(".")
     tree = ast.parse(code)

@@ -1,4 +1,4 @@
-"""The launch rules on the values the replay measured (launch_rules.py, replay.Analysis): a load's
+"""The launch rules on the values the replay measured (launch_checks.py, replay.Analysis): a load's
 coalescing from the addresses its lanes touched, instructions as executed (run-time loops once,
 compile-time ones unrolled), and on CPU every access checked against the launch's buffers."""
 
