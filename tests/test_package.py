@@ -104,7 +104,6 @@ def test_the_kernel_track_is_imported_only_by_kernel_specific_code():
     kernel_specific = {
         "stillroom.grading.kernel",  # the kernel grader
         "stillroom.stages.grpo",  # GRPO on kernel problems
-        "stillroom.stages.tables",  # the kernel_tables stage
         "stillroom.data.sources",  # a kind: kernels source
         "stillroom.teachers.procedural",  # its answers to kernel problems
         "stillroom.estimate",  # the problems a kind: kernels source counts
