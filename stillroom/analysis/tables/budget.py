@@ -87,25 +87,24 @@ def budgets(
             "samples": len(recs),
             "forced": float(np.mean([bool(r["forced"]) for r in recs])),
         }
+        by_method = {}
         for method, score, tokens in (
             ("forcing", forcing.score, [r["completion_tokens"] for r in recs]),
             ("cutoff", cutoff.score, [min(r["completion_tokens"], int(budget)) for r in recs]),
         ):
             # the accuracy's own interval: the bootstrap of its difference from 0
             alone = paired_bootstrap(score, np.zeros_like(score), **boot)
-            rows.append(
-                common
-                | {
-                    "method": method,
-                    "accuracy": float(score.mean()),
-                    "acc_ci_low": alone.low + 0.0,
-                    "acc_ci_high": alone.high + 0.0,
-                    # the cutoff stops thinking wherever the budget falls: no count of its own
-                    "thinking": thinking if method == "forcing" else None,
-                    "tokens": float(np.mean(tokens)),
-                }
-            )
-        pairs.append((rows[-2], paired_bootstrap(forcing.score, cutoff.score, **boot)))
+            by_method[method] = common | {
+                "method": method,
+                "accuracy": float(score.mean()),
+                "acc_ci_low": alone.low + 0.0,
+                "acc_ci_high": alone.high + 0.0,
+                # the cutoff stops thinking wherever the budget falls: no count of its own
+                "thinking": thinking if method == "forcing" else None,
+                "tokens": float(np.mean(tokens)),
+            }
+        rows += by_method.values()
+        pairs.append((by_method["forcing"], paired_bootstrap(forcing.score, cutoff.score, **boot)))
         excluded = max(excluded, forcing.excluded)
     for row, c in zip((r for r, _ in pairs), holm_comparisons([c for _, c in pairs]), strict=True):
         row.update(comparison_cells(c), reference="cutoff")

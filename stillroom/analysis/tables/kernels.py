@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -49,6 +49,13 @@ def fast_p(p: float) -> Callable[[Mapping[str, Any]], float]:
     )
 
 
+class Pair(NamedTuple):
+    """A model compared with a reference."""
+
+    model: str
+    reference: str
+
+
 @dataclass
 class KernelTable:
     df: pd.DataFrame
@@ -63,17 +70,17 @@ class KernelTable:
         names, pct = self.metrics, self.pct
         rows = named_rows(self.df)
         rate = {(r.model, r.metric): r.rate for r in rows}
-        compared: dict[tuple[str, str], dict[str, Any]] = {}
+        compared: dict[Pair, dict[str, Any]] = {}  # in the order of the table's rows
         for r in rows:
             if not pd.isna(r.reference):
-                compared.setdefault((r.model, r.reference), {})[r.metric] = r
+                compared.setdefault(Pair(r.model, r.reference), {})[r.metric] = r
         rates = Grid(
             [Column("model", lambda m: m)]
             + [Column(k, lambda m, k=k: f"{rate[(m, k)]:.3f}") for k in names],
             self.models,
         )
         deltas = Grid(
-            [Column("comparison", lambda pair: f"{pair[0]} vs {pair[1]}")]
+            [Column("comparison", lambda pair: f"{pair.model} vs {pair.reference}")]
             + [
                 Column(f"Δ {k} [{pct}% CI]", lambda pair, k=k: _delta(compared[pair][k]))
                 for k in names

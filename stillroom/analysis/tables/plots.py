@@ -4,7 +4,7 @@ and accuracy against thinking budget (the budget table)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -95,6 +95,12 @@ _LABEL_SPOTS = [
 ]
 
 
+class _Placed(NamedTuple):
+    cost: float  # pixels of overlap, less the part inside the axes
+    label: Any  # the annotation
+    box: Any  # its extent in pixels
+
+
 def place_labels(ax: Any, points: list[tuple[float, float, str]]) -> None:
     """Each point's label at the spot around it that overlaps least (in pixels) the labels already
     placed, the other points and the outside of the axes: the first free spot when there is one."""
@@ -113,7 +119,7 @@ def place_labels(ax: Any, points: list[tuple[float, float, str]]) -> None:
         marks.append(Bbox.from_extents(px - 4, py - 4, px + 4, py + 4))
     placed: list[Any] = []
     for x, y, text in points:
-        best = None
+        best: _Placed | None = None
         for offset, ha, va in _LABEL_SPOTS:
             label = ax.annotate(
                 text, (x, y), textcoords="offset points", xytext=offset, fontsize=8, ha=ha, va=va
@@ -124,15 +130,15 @@ def place_labels(ax: Any, points: list[tuple[float, float, str]]) -> None:
                 + box.width * box.height
                 - overlap(box, frame_box)
             )
-            if best is None or cost < best[0]:
+            if best is None or cost < best.cost:
                 if best is not None:
-                    best[1].remove()
-                best = (cost, label, box)
+                    best.label.remove()
+                best = _Placed(cost, label, box)
             else:
                 label.remove()
             if cost == 0:
                 break
-        placed.append(best[2])
+        placed.append(best.box)
 
 
 def budget_plot(df: pd.DataFrame, path: str, benchmark: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,13 @@ from . import render
 from .cells import gold_sources, token_cells
 from .render import Column, Grid, fmt, interval, ratio
 from .schema import frame, named_rows
+
+
+class Cell(NamedTuple):
+    """The traces of one teacher at one effort."""
+
+    teacher: str
+    effort: str
 
 
 @dataclass
@@ -81,8 +88,9 @@ def teachers(
     ref = reference
     if ref not in teachers.values():
         raise DataError(f"tables: the reference teacher '{ref}' generates none of {list(teachers)}")
-    cells: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {
-        (t, e): {} for e, t in teachers.items()
+    # each cell's samples per prompt: (correct, completion tokens)
+    cells: dict[Cell, dict[str, list[tuple[float, float]]]] = {
+        Cell(t, e): {} for e, t in teachers.items()
     }
     required = ("key", "prompt_id", "teacher", "effort", "grade", "completion_tokens")
     excluded: dict[str, set[str]] = {}
@@ -92,7 +100,7 @@ def teachers(
                 # a benchmark bug, not a wrong trace: the prompt is left out of every cell
                 excluded.setdefault(r.get("source", "unknown"), set()).add(r["prompt_id"])
                 continue
-            cell = (r["teacher"], r["effort"])
+            cell = Cell(r["teacher"], r["effort"])
             if cell not in cells:
                 owner = teachers.get(r["effort"])
                 why = f"gives that effort to '{owner}'" if owner else "generates no such effort"
@@ -114,7 +122,9 @@ def teachers(
             + ", ".join(f"{t}@{e} {len(c)}" for (t, e), c in cells.items())
         )
     # reference teacher first, then the others in the order they first generate
-    order = sorted(cells, key=lambda c: (c[0] != ref, list(teachers.values()).index(c[0])))
+    order = sorted(
+        cells, key=lambda c: (c.teacher != ref, list(teachers.values()).index(c.teacher))
+    )
     stats = {}
     for cell in order:
         per_prompt = np.array([np.mean(cells[cell][pid], axis=0) for pid in shared])
@@ -125,11 +135,11 @@ def teachers(
             "tokens": per_prompt[:, 1],
         }
     boot = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
-    refs = [c for c in order if c[0] == ref]
+    refs = [c for c in order if c.teacher == ref]
     rows = []
     for cell in order:
         mine = stats[cell]
-        for other in [None] if cell[0] == ref else refs:
+        for other in [None] if cell.teacher == ref else refs:
             c = (
                 None
                 if other is None
@@ -138,15 +148,15 @@ def teachers(
             solved = other is not None and mine["accuracy"].any() and stats[other]["accuracy"].any()
             rows.append(
                 {
-                    "teacher": cell[0],
-                    "effort": cell[1],
+                    "teacher": cell.teacher,
+                    "effort": cell.effort,
                     "prompts": mine["prompts"],
                     "prompts_shared": len(shared),
                     "samples": mine["samples"],
                     "accuracy": float(mine["accuracy"].mean()),
                     "mean_tokens": float(mine["tokens"].mean()),
-                    "reference_teacher": None if other is None else other[0],
-                    "reference_effort": None if other is None else other[1],
+                    "reference_teacher": None if other is None else other.teacher,
+                    "reference_effort": None if other is None else other.effort,
                     **token_cells(c, solved),
                 }
             )
