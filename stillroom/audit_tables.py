@@ -27,10 +27,10 @@ from typing import Any
 
 import pandas as pd
 
+from .analysis.tables.schema import ROW_KEYS, SCHEMAS, csv_path, kind_of, load
 from .audit import audit, format_tree, infer_root
 from .io import DataError, iter_jsonl, read_json
 from .provenance import sidecar_path
-from .tables import ROW_KEYS, SCHEMAS, csv_path, kind_of, load
 
 SHOWN = 10  # records shown per list in the text report; --json has them all
 # the stages that write tables (their CLI names, as sidecars record them) -> their functions in

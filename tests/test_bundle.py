@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 
 from stillroom import bundle
+from stillroom.analysis.tables.schema import write_csv
 from stillroom.bundle import MANIFEST, TRANSCRIPT, audit_bundle
 from stillroom.cli import main
 from stillroom.config import config_hash
 from stillroom.io import write_json, write_jsonl
 from stillroom.provenance import Job, now, write_sidecars
-from stillroom.tables import write_csv
 
 MODELS = {"base": 0.1, "sft": 0.6, "merge-0.5": 0.5}
 PAIRED = {

@@ -143,10 +143,10 @@ def test_the_package_graph_folds_modules_into_their_subpackage():
 
 def test_the_kernel_track_depends_only_on_config_io_and_the_sandbox():
     """kernels/ is a leaf: a change to the data, grading or training code never reaches the
-    validator. Its tables are the exception until they move to analysis/."""
+    validator."""
     allowed = {"config", "io", "sandbox"}
     for module, imported in import_graph().items():
-        if module.startswith("stillroom.kernels.") and module != "stillroom.kernels.tables":
+        if module.startswith("stillroom.kernels."):
             outside = {package_of(m) for m in imported} - {"kernels"}
             assert outside <= allowed, (module, outside - allowed)
 
@@ -159,7 +159,6 @@ def test_the_kernel_track_is_imported_only_by_kernel_specific_code():
     kernel_specific = {
         "stillroom.grading.kernel",  # the kernel grader
         "stillroom.runtime.grpo",  # GRPO on kernel problems
-        "stillroom.stages.tables",  # the kernel_tables stage
         "stillroom.data.sources",  # a kind: kernels source
         "stillroom.teachers.kernel",  # the procedural teacher's answers to kernel problems
         "stillroom.estimate",  # the problems a kind: kernels source counts

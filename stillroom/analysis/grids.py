@@ -5,20 +5,37 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..io import DataError, iter_jsonl
 
 
-def grade_grid(
-    path: str, field: str = "grade"
-) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
-    """(problem index, grades, completion tokens, capped, excluded) of one model, the arrays
-    [problems, samples] (grades: each record's ``field``, its grade dict by default); capped marks
-    answers still cut off at the overall token limit. Problems whose gold answer does not parse are
-    excluded (a benchmark bug, not a wrong answer) and counted."""
+class Grades(NamedTuple):
+    """One model's graded samples, the arrays [problems, samples]."""
+
+    index: dict[str, int]  # problem id -> its row
+    grades: np.ndarray  # each record's grade dict (object)
+    tokens: np.ndarray  # completion tokens
+    capped: np.ndarray  # 1 where the answer was cut off at the overall token limit
+    excluded: int  # problems left out for a gold answer that does not parse
+
+
+class Scores(NamedTuple):
+    """As Grades, each grade scored as correct (1) or not (0)."""
+
+    index: dict[str, int]
+    score: np.ndarray
+    tokens: np.ndarray
+    capped: np.ndarray
+    excluded: int
+
+
+def grade_grid(path: str, field: str = "grade") -> Grades:
+    """The grid of one model's graded samples (grades: each record's ``field``, its grade dict by
+    default). Problems whose gold answer does not parse are excluded (a benchmark bug, not a wrong
+    answer) and counted."""
     cells: dict[tuple[str, int], tuple[dict, int, bool]] = {}
     excluded = set()
     for rec in iter_jsonl(path, required=("prompt_id", "sample_index", field, "completion_tokens")):
@@ -42,7 +59,7 @@ def grade_grid(
     for (p, s), (g, t, cut) in cells.items():
         i, j = index[p], samples.index(s)
         grades[i, j], tokens[i, j], capped[i, j] = g, t, cut
-    return index, grades, tokens, capped, len(excluded)
+    return Grades(index, grades, tokens, capped, len(excluded))
 
 
 def scores(
@@ -52,12 +69,10 @@ def scores(
     return np.array([float(value(g)) for g in grades.flat]).reshape(grades.shape)
 
 
-def score_matrix(
-    path: str, field: str = "grade"
-) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
+def score_matrix(path: str, field: str = "grade") -> Scores:
     """As grade_grid, with each grade scored as correct (1) or not (0)."""
-    index, grades, tokens, capped, excluded = grade_grid(path, field)
-    return index, scores(grades), tokens, capped, excluded
+    g = grade_grid(path, field)
+    return Scores(g.index, scores(g.grades), g.tokens, g.capped, g.excluded)
 
 
 INSTRUCTION_METRICS = ("prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose")

@@ -64,7 +64,6 @@ def _every_model() -> list[type[BaseModel]]:
     for module in pkgutil.walk_packages(stillroom.__path__, "stillroom."):
         if module.name.startswith(("stillroom.config", "stillroom.stages", "stillroom.grading")):
             importlib.import_module(module.name)
-    importlib.import_module("stillroom.kernels.tables")
 
     def below(cls: type) -> list[type]:
         return [sub for c in cls.__subclasses__() for sub in (c, *below(c))]

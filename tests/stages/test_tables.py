@@ -4,12 +4,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from stillroom.analysis.tables import budget, load, paired, plots, teachers
 from stillroom.audit_tables import recompute
 from stillroom.cli import main
 from stillroom.config import ConfigError
 from stillroom.io import DataError, write_jsonl
 from stillroom.stages import tables
-from stillroom.tables import load
 
 PARAMS = {
     "benchmark": "heldout",
@@ -462,7 +462,9 @@ def test_teachers_table_built_by_the_cli_loads_typed_and_recomputes(tmp_path, mo
     args += ["--out-markdown", "t.md", "--out-csv", "t.csv", "--params", json.dumps(params)]
     assert main(args) == 0
     df = load("t.md")
-    assert df.equals(tables.teachers(graded, params))
+    p = tables.TeacherParams.parse(params)
+    table = teachers.teachers(graded, p.reference, p.teachers, p.n_resamples, p.confidence, p.seed)
+    assert df.equals(table.df)
     assert str(df["prompts"].dtype) == "Int64" and str(df["teacher"].dtype) == "string"
     assert df["reference_effort"].isna().tolist() == [True, False, False]
     assert recompute("t.md").ok
@@ -628,7 +630,7 @@ def test_budget_table_refuses_samples_graded_without_the_cutoff(tmp_path):
         del r["cutoff_grade"]
     write_jsonl(path, rows)
     with pytest.raises(DataError, match="old.jsonl:1: missing key 'cutoff_grade'"):
-        tables.budgets({"sft@8": str(path)}, {"benchmark": "heldout"})
+        budget.budgets({"sft@8": str(path)}, tables.BudgetParams.parse({"benchmark": "h"}), "h")
 
 
 def test_both_zero_reads_both_0_and_models_without_a_correct_answer_get_no_token_ratio(tmp_path):
@@ -746,16 +748,16 @@ def test_place_labels_keeps_crowded_labels_apart(tmp_path):
     fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
     points = [(100 + i, 0.1 + 0.002 * i, f"merge-0.{i}") for i in range(5)]
     ax.scatter([x for x, _, _ in points], [y for _, y, _ in points])
-    ax.set(xlim=(0, 300), ylim=tables._fitted([y for _, y, _ in points]))
-    tables._place_labels(ax, points)
+    ax.set(xlim=(0, 300), ylim=plots.fitted([y for _, y, _ in points]))
+    plots.place_labels(ax, points)
     renderer = fig.canvas.get_renderer()
     boxes = [t.get_window_extent(renderer) for t in ax.texts]
     assert len(boxes) == 5
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
     plt.close(fig)
-    low, high = tables._fitted([0.0, 0.12, 0.2])
+    low, high = plots.fitted([0.0, 0.12, 0.2])
     assert low < 0 and 0.2 < high < 0.25  # data under 0.25 is not drawn on 0-1
-    assert tables._fitted([0.9, 1.0]) == (pytest.approx(0.88), 1.02)
+    assert plots.fitted([0.9, 1.0]) == (pytest.approx(0.88), 1.02)
 
 
 def test_a_paired_table_without_references_or_identities_names_what_is_missing():
@@ -773,10 +775,11 @@ def test_budget_plot_ticks_the_budgets_in_plain_numbers(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
     graded = {f"sft@{b}": _budget_graded(tmp_path / f"sft-{b}.jsonl", b) for b in (16, 64, 256)}
-    df = tables.budgets(graded, {"benchmark": "heldout", "n_resamples": 500})
+    p = tables.BudgetParams.parse({"benchmark": "heldout", "n_resamples": 500})
+    df = budget.budgets(graded, p, p.benchmark).df
     shown = {}
     monkeypatch.setattr(plt, "close", lambda fig: shown.setdefault("fig", fig))
-    tables._budget_plot(df, str(tmp_path / "b.png"), "heldout")
+    plots.budget_plot(df, str(tmp_path / "b.png"), "heldout")
     ax = shown["fig"].axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "64", "256"]
     assert ax.get_ylim()[1] < 1.0  # fitted to the intervals (highest 0.75 + its CI)
@@ -798,11 +801,12 @@ def test_the_sweep_plots_each_merges_difference_from_base_with_its_ci(tmp_path, 
         for i, m in enumerate(models)
     }
     params = {k: v for k, v in PARAMS.items() if k not in ("base", "tuned")}
-    table = tables.paired(graded, {**params, "models": [m.dump() for m in models]})
+    p = tables.Params.parse({**params, "models": [m.dump() for m in models]})
+    table = paired.paired(graded, p)
     assert (table.base, table.tuned) == ("base", "sft")
     shown = {}
     monkeypatch.setattr(plt, "close", lambda fig: shown.setdefault("fig", fig))
-    tables._plot(table, str(tmp_path / "p.png"))
+    plots.paired_plot(table, p.weights, str(tmp_path / "p.png"))
     sweep = shown["fig"].axes[1]
     x, y = sweep.lines[0].get_data()
     vs_base = table.df[table.df["reference"] == "base"].set_index("model")

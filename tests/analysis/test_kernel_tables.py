@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
+from stillroom.analysis.tables import kernels, load
 from stillroom.audit_tables import recompute
 from stillroom.cli import main
 from stillroom.io import DataError, write_jsonl
-from stillroom.kernels import tables as kernel_tables
-from stillroom.tables import load
+from stillroom.stages.tables import KernelParams, kernel_tables
 
 
 def _graded(path, reward_p, compiled_p, n=40, k=2, seed=0, speedup=None):
@@ -57,7 +57,7 @@ def test_kernel_tables_rates_paired_cis_and_fast_p(tmp_path):
         "grpo": _graded(tmp_path / "g.jsonl", 0.6, 0.9, seed=3),
     }
     md, csv_path = str(tmp_path / "k.md"), str(tmp_path / "k.csv")
-    out = kernel_tables.run(
+    out = kernel_tables(
         graded=graded, out_markdown=md, out_csv=csv_path, params=PARAMS, log=lambda _: None
     )
     assert out["rates"]["base"]["compiles"] == 0.0 and 0.6 < out["rates"]["sft"]["compiles"] < 1.0
@@ -91,7 +91,7 @@ def test_kernel_tables_rates_paired_cis_and_fast_p(tmp_path):
         name: _graded(tmp_path / f"t{name}.jsonl", 0.5, 0.5, seed=4, speedup=1.5)
         for name in ("base", "sft")
     }
-    out = kernel_tables.run(
+    out = kernel_tables(
         graded=timed,
         out_markdown=md,
         out_csv=csv_path,
@@ -101,7 +101,7 @@ def test_kernel_tables_rates_paired_cis_and_fast_p(tmp_path):
     assert out["timed"] and out["rates"]["sft"]["fast_1"] == out["rates"]["sft"]["reward"]
     assert out["rates"]["sft"]["fast_2"] == 0.0
     with pytest.raises(DataError, match="reference model 'sft'"):
-        kernel_tables.run(
+        kernel_tables(
             graded={"base": graded["base"]}, out_markdown=md, out_csv=csv_path, params=PARAMS
         )
 
@@ -115,7 +115,7 @@ def test_a_problem_the_validator_failed_on_is_left_out_of_every_model(tmp_path):
     rows[3]["grade"] = {"correct": False, "status": "harness", "details": {"status": "harness"}}
     write_jsonl(graded["sft"], rows)  # p01's second sample: the validator failed, not the answer
     md, csv_path = str(tmp_path / "k.md"), str(tmp_path / "k.csv")
-    out = kernel_tables.run(
+    out = kernel_tables(
         graded=graded, out_markdown=md, out_csv=csv_path, params=PARAMS, log=lambda _: None
     )
     assert out["harness_left_out"] == 1
@@ -138,7 +138,8 @@ def test_the_kernel_table_loads_typed_and_recomputes(tmp_path, monkeypatch):
     args += ["--out-markdown", "k.md", "--out-csv", "k.csv", "--params", json.dumps(PARAMS)]
     assert main(args) == 0
     df = load("k.csv")
-    assert df.equals(kernel_tables.table(graded, PARAMS).df)
+    p = KernelParams.parse(PARAMS)
+    assert df.equals(kernels.table(graded, p, p.fast_p).df)
     assert str(df["verdict"].dtype) == "category" and df["rate"].dtype == float
     # the references' own rows have no comparison
     assert df[df["reference"].isna()]["model"].unique().tolist() == ["base", "sft"]

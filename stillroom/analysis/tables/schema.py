@@ -1,6 +1,7 @@
 """Tables as data: every result table is a pandas DataFrame with typed columns, written as CSV (the
-data of record, full float precision) and rendered from it as Markdown and LaTeX; ``load`` reads a
-table back as that DataFrame, so a paper table can be regenerated or restyled in a notebook.
+data of record, full float precision) and rendered from it as Markdown and LaTeX (render.py);
+``load`` reads a table back as that DataFrame, so a paper table can be regenerated or restyled in a
+notebook.
 
 Each kind of table has a fixed schema (its columns, in order, and their types); a table is known by
 its CSV header.
@@ -15,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from .analysis.stats import VERDICT
-from .io import DataError, write_text
+from ...io import DataError, write_text
+from ..stats import VERDICT
 
 STR, INT, FLOAT = "string", "Int64", "float64"
 # "better" / "worse" / "tie", or missing where there is no comparison (a model against itself)
@@ -33,7 +34,7 @@ COMPARISON = {
     "verdict": VERDICTS,
 }
 SCHEMAS: dict[str, dict[str, Any]] = {
-    # stages/tables.py run: one row per (model, reference)
+    # paired.py: one row per (model, reference)
     "paired": {
         "benchmark": STR,
         "model": STR,
@@ -49,7 +50,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "tokens_ci_high": FLOAT,
         "token_ratio": FLOAT,
     },
-    # budget_run: one row per (model, thinking budget, method): budget forcing, compared with the
+    # budget.py: one row per (model, thinking budget, method): budget forcing, compared with the
     # hard cutoff of the same samples, and that cutoff
     "budgets": {
         "benchmark": STR,
@@ -65,7 +66,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "tokens": FLOAT,
         **COMPARISON,
     },
-    # effort_run: one row per (model or teacher, effort)
+    # effort.py: one row per (model or teacher, effort)
     "efforts": {
         "benchmark": STR,
         "model": STR,
@@ -85,7 +86,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "token_ratio": FLOAT,
         "cap_hit_rate": FLOAT,
     },
-    # teacher_run: one row per (teacher, effort) and reference effort
+    # teachers.py: one row per (teacher, effort) and reference effort
     "teachers": {
         "teacher": STR,
         "effort": STR,
@@ -101,7 +102,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "tokens_ci_high": FLOAT,
         "token_ratio": FLOAT,
     },
-    # kernels/tables.py: one row per (model, metric, reference)
+    # kernels.py: one row per (model, metric, reference)
     "kernels": {
         "benchmark": STR,
         "model": STR,
@@ -183,6 +184,6 @@ def load(path: str | os.PathLike) -> pd.DataFrame:
     return df.astype(schema)
 
 
-def fmt(value: Any, spec: str, missing: str = "—") -> str:
-    """A cell for Markdown or LaTeX: ``missing`` where the table has no value."""
-    return missing if pd.isna(value) else format(value, spec)
+def named_rows(df: pd.DataFrame) -> list[Any]:
+    """The rows of a table as named tuples, a field per column of its schema (``row.delta``)."""
+    return list(df.itertuples(index=False, name=kind_of(df.columns).capitalize()))

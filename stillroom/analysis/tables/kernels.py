@@ -1,4 +1,4 @@
-"""The kernel track's tables (rule kernel_tables): per model, how often a kernel answer compiles,
+"""The kernel track's table (rule kernel_tables): per model, how often a kernel answer compiles,
 gives the right outputs, launches Triton, passes the rules and earns the reward (execution x
 rules), each compared with the base and the fine-tune by a paired bootstrap over problems;
 ``fast_p`` where speedups were timed (GPU).
@@ -11,22 +11,20 @@ holds, and counted in the caption.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from ..analysis.grids import grade_grid, scores
-from ..analysis.stats import VERDICT, holm_comparisons, paired_bootstrap
-from ..config import Kernels, PairedTables
-from ..io import DataError, write_text
-from ..tables import frame, write_csv
-
-
-class Params(PairedTables):
-    fast_p: list[float] = Kernels.model_fields["fast_p"]
+from ...config import PairedTables
+from ...io import DataError
+from ..grids import grade_grid, scores
+from ..stats import VERDICT, holm_comparisons, paired_bootstrap
+from . import render
+from .render import Column, Grid
+from .schema import frame, named_rows
 
 
 def _details(grade: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -51,8 +49,15 @@ def fast_p(p: float) -> Callable[[Mapping[str, Any]], float]:
     )
 
 
-@dataclasses.dataclass
-class Table:
+class Pair(NamedTuple):
+    """A model compared with a reference."""
+
+    model: str
+    reference: str
+
+
+@dataclass
+class KernelTable:
     df: pd.DataFrame
     models: list[str]
     metrics: list[str]
@@ -63,39 +68,51 @@ class Table:
 
     def markdown(self) -> str:
         names, pct = self.metrics, self.pct
-        rates = self.df.drop_duplicates(["model", "metric"]).set_index(["model", "metric"])["rate"]
-        lines = [
-            f"### {self.caption}",
-            "",
-            "| model | " + " | ".join(names) + " |",
-            "|---|" + "---|" * len(names),
-        ]
-        lines += [
-            f"| {m} | " + " | ".join(f"{rates[(m, k)]:.3f}" for k in names) + " |"
-            for m in self.models
-        ]
-        lines += [
-            "",
-            "| comparison | " + " | ".join(f"Δ {k} [{pct}% CI]" for k in names) + " |",
-            "|---|" + "---|" * len(names),
-        ]
-        compared = self.df.dropna(subset=["reference"])
-        for (a, b), mine in compared.groupby(["model", "reference"], sort=False):
-            by_metric = mine.set_index("metric")
-            cells = [
-                f"{r['delta']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
-                f"{'*' if r['verdict'] in ('better', 'worse') else ''}"
-                for r in (by_metric.loc[k] for k in names)
-            ]
-            lines.append(f"| {a} vs {b} | " + " | ".join(cells) + " |")
-        return "\n".join(lines) + "\n"
+        rows = named_rows(self.df)
+        rate = {(r.model, r.metric): r.rate for r in rows}
+        compared: dict[Pair, dict[str, Any]] = {}  # in the order of the table's rows
+        for r in rows:
+            if not pd.isna(r.reference):
+                compared.setdefault(Pair(r.model, r.reference), {})[r.metric] = r
+        rates = Grid(
+            [Column("model", lambda m: m)]
+            + [Column(k, lambda m, k=k: f"{rate[(m, k)]:.3f}") for k in names],
+            self.models,
+        )
+        deltas = Grid(
+            [Column("comparison", lambda pair: f"{pair.model} vs {pair.reference}")]
+            + [
+                Column(f"Δ {k} [{pct}% CI]", lambda pair, k=k: _delta(compared[pair][k]))
+                for k in names
+            ],
+            list(compared),
+        )
+        return render.markdown(self.caption, rates, deltas)
+
+    def summary(self) -> dict[str, Any]:
+        rates = named_rows(self.df.drop_duplicates(["model", "metric"]))
+        return {
+            "models": len(self.models),
+            "timed": self.timed,
+            "harness_left_out": self.harness_left_out,
+            "rates": {
+                m: {r.metric: round(r.rate, 4) for r in rates if r.model == m} for m in self.models
+            },
+        }
 
 
-def table(graded: Mapping[str, str], params: Mapping[str, Any] | Params) -> Table:
-    """The kernel table in memory (``run`` writes it; ``audit --recompute`` compares it with the
-    written one)."""
-    params = Params.parse(params, where="tables")
-    base, tuned = params.base, params.tuned
+def _delta(r: Any) -> str:
+    """Δ [low, high], starred where the difference survives Holm."""
+    star = "*" if r.verdict in ("better", "worse") else ""
+    return f"{r.delta:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]{star}"
+
+
+def table(
+    graded: Mapping[str, str], settings: PairedTables, fast_ps: Sequence[float]
+) -> KernelTable:
+    """The kernel table of each model's graded kernel answers (``graded``: model -> path); fast_p
+    for each p of ``fast_ps`` where speedups were timed."""
+    base, tuned = settings.base, settings.tuned
     for ref in (base, tuned):
         if ref not in graded:
             raise DataError(
@@ -103,36 +120,36 @@ def table(graded: Mapping[str, str], params: Mapping[str, Any] | Params) -> Tabl
                 f"(have {sorted(graded)})"
             )
     grids = {name: grade_grid(path) for name, path in graded.items()}  # each file read once
-    index, shape = grids[base][0], grids[base][1].shape
-    for name, (idx, grades, *_) in grids.items():
-        if idx != index or grades.shape != shape:
+    index, shape = grids[base].index, grids[base].grades.shape
+    for name, g in grids.items():
+        if g.index != index or g.grades.shape != shape:
             raise DataError(
                 f"kernel tables: model '{name}' was not evaluated on the same problems and sample "
-                f"indices as '{base}' ({grades.shape} vs {shape}); pairing is impossible"
+                f"indices as '{base}' ({g.grades.shape} vs {shape}); pairing is impossible"
             )
     # the validator's own failures are no one's score: their problems leave every model's grid
     failed = np.zeros(shape[0], dtype=bool)
-    for _, grades, *_ in grids.values():
-        failed |= np.array([[g.get("status") == "harness" for g in row] for row in grades]).any(1)
+    for grid in grids.values():
+        failed |= np.array(
+            [[g.get("status") == "harness" for g in row] for row in grid.grades]
+        ).any(1)
     if failed.all():
         raise DataError(
             f"kernel tables: the validator failed (grade status 'harness') on every one of the "
             f"{shape[0]} problems; nothing to compare"
         )
-    grids = {name: (idx, grades[~failed], *rest) for name, (idx, grades, *rest) in grids.items()}
-    shape = grids[base][1].shape
+    grids = {name: g._replace(grades=g.grades[~failed]) for name, g in grids.items()}
+    shape = grids[base].grades.shape
     metrics = dict(METRICS)
     timed = any(
-        _details(g).get("speedup") is not None
-        for _, grades, *_ in grids.values()
-        for g in grades.flat
+        _details(g).get("speedup") is not None for grid in grids.values() for g in grid.grades.flat
     )
     if timed:
-        metrics |= {f"fast_{p:g}": fast_p(p) for p in params.fast_p}
+        metrics |= {f"fast_{p:g}": fast_p(p) for p in fast_ps}
     boot = {
-        "n_resamples": params.n_resamples,
-        "confidence": params.confidence,
-        "seed": params.seed,
+        "n_resamples": settings.n_resamples,
+        "confidence": settings.confidence,
+        "seed": settings.seed,
     }
     refs = (base, tuned)
     pairs = [
@@ -144,7 +161,7 @@ def table(graded: Mapping[str, str], params: Mapping[str, Any] | Params) -> Tabl
     rates: dict[str, dict[str, float]] = {name: {} for name in graded}
     deltas: dict[tuple[str, str], dict[str, Any]] = {pair: {} for pair in pairs}
     for metric, value in metrics.items():
-        mats = {name: scores(grid[1], value) for name, grid in grids.items()}
+        mats = {name: scores(grid.grades, value) for name, grid in grids.items()}
         for name, s in mats.items():
             rates[name][metric] = float(s.mean())
         # Holm across the comparisons of one metric, as the accuracy table does across its
@@ -152,7 +169,7 @@ def table(graded: Mapping[str, str], params: Mapping[str, Any] | Params) -> Tabl
         raw = [paired_bootstrap(mats[a], mats[b], **boot) for a, b in pairs]
         for pair, c in zip(pairs, holm_comparisons(raw), strict=True):
             deltas[pair][metric] = c
-    pct = round(100 * params.confidence)
+    pct = round(100 * settings.confidence)
     names = list(metrics)
     left_out = (
         f" ({int(failed.sum())} more left out: the validator failed on them, not the answers)"
@@ -160,9 +177,9 @@ def table(graded: Mapping[str, str], params: Mapping[str, Any] | Params) -> Tabl
         else ""
     )
     caption = (
-        f"{params.benchmark}: {shape[0]} kernel problems × {shape[1]} samples{left_out}. "
+        f"{settings.benchmark}: {shape[0]} kernel problems × {shape[1]} samples{left_out}. "
         "Rates over all samples; "
-        f"Δ: paired bootstrap over problems ({params.n_resamples} resamples), {pct}% CI, Holm's "
+        f"Δ: paired bootstrap over problems ({settings.n_resamples} resamples), {pct}% CI, Holm's "
         "correction per metric; * marks a difference whose CI excludes 0 and survives Holm. "
         + (
             "fast_p: rewarded and more than p times faster than the reference."
@@ -173,7 +190,7 @@ def table(graded: Mapping[str, str], params: Mapping[str, Any] | Params) -> Tabl
     )
     rows = [
         {
-            "benchmark": params.benchmark,
+            "benchmark": settings.benchmark,
             "model": a,
             "metric": k,
             "rate": rates[a][k],
@@ -190,35 +207,10 @@ def table(graded: Mapping[str, str], params: Mapping[str, Any] | Params) -> Tabl
     ]
     # the references' own rates, so that every model has its rows
     rows += [
-        {"benchmark": params.benchmark, "model": ref, "metric": k, "rate": rates[ref][k]}
+        {"benchmark": settings.benchmark, "model": ref, "metric": k, "rate": rates[ref][k]}
         for ref in refs
         for k in names
     ]
-    return Table(
+    return KernelTable(
         frame("kernels", rows), list(graded), names, caption, pct, timed, int(failed.sum())
     )
-
-
-def run(
-    *,
-    graded: Mapping[str, str],
-    out_markdown: str,
-    out_csv: str,
-    params: Mapping[str, Any] | Params,
-    log: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    t = table(graded, params)
-    markdown = t.markdown()
-    write_text(out_markdown, markdown)
-    write_csv(t.df, out_csv)
-    log("\n" + markdown.rstrip("\n"))
-    rates = t.df.drop_duplicates(["model", "metric"])
-    return {
-        "models": len(t.models),
-        "timed": t.timed,
-        "harness_left_out": t.harness_left_out,
-        "rates": {
-            m: {r["metric"]: round(r["rate"], 4) for _, r in rates[rates["model"] == m].iterrows()}
-            for m in t.models
-        },
-    }
