@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from stillroom.slurm_plan import PLACEHOLDER_ENV
+from stillroom.plan.slurm import PLACEHOLDER_ENV
 from stillroom.workflow import REPO, snakemake_command, snakemake_env
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from stillroom.decontam import NgramIndex, normalize_words
+from stillroom.data.decontam import NgramIndex, normalize_words
 
 COMMON = """the of and to a in is it that for on was with as be at by this had not are but from or
 have an they which one you were her all she there would their we him been has when who will more no

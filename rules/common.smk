@@ -14,7 +14,7 @@ from snakemake.settings.types import DeploymentMethod
 import stillroom.config
 import stillroom.io
 import stillroom.plan.dag
-import stillroom.provenance
+import stillroom.provenance.sidecars
 import stillroom.runtime.templates
 import stillroom.stages.student
 from stillroom.plan.dag import Plan, conda_env, model_source, named, one_of, partition_for
@@ -85,8 +85,8 @@ onstart:
         stillroom.io.write_json(CONFIG_SNAPSHOT, config)
     os.environ.update(
         {
-            stillroom.provenance.CONFIG_ENV: str(Path(CONFIG_SNAPSHOT).resolve()),
-            stillroom.provenance.WORKFLOW_ENV: str(REPO),
+            stillroom.provenance.sidecars.CONFIG_ENV: str(Path(CONFIG_SNAPSHOT).resolve()),
+            stillroom.provenance.sidecars.WORKFLOW_ENV: str(REPO),
         }
     )
 

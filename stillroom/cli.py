@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .io import DataError
-from .provenance import CONFIG_ENV, WORKFLOW_ENV
+from .provenance.sidecars import CONFIG_ENV, WORKFLOW_ENV
 from .stages import (
     cost,
     dataset,
@@ -88,7 +88,7 @@ def _paths(value: Any) -> list[str]:
 
 def run_stage(name: str, args: argparse.Namespace) -> None:
     from .io import remove_stale_temporaries
-    from .provenance import Job, check_input, now, sidecar_path, take_noted, write_sidecars
+    from .provenance.sidecars import Job, check_input, now, sidecar_path, take_noted, write_sidecars
 
     stage = STAGES[name]
     inputs: dict[str, Any] = {}
@@ -152,9 +152,9 @@ def check_config(paths: list[str], root: str) -> None:
 def estimate(configfiles: list[str] | None, root: str, out_json: str | None) -> None:
     """Print the bill before the run of ``configfiles`` (merged in order, as Snakemake merges
     them; none: the embedded default), offline; optionally write it as JSON."""
-    from . import estimate as est
     from .config import load_yaml, merge_configs, resolve
     from .io import write_json
+    from .plan import estimate as est
 
     paths = configfiles or [str(Path(root) / "config" / "config.yaml")]
     merged: dict[str, Any] = {}
@@ -175,7 +175,7 @@ def _audit(args: argparse.Namespace) -> int:
                 "--bundle checks an archive on its own: give no artifact, --root, --recompute "
                 "or --cell with it"
             )
-        from .bundle import run_audit
+        from .review.bundle import run_audit
 
         return run_audit(args.bundle, as_json=args.json)
     if args.path is None:
@@ -183,10 +183,10 @@ def _audit(args: argparse.Namespace) -> int:
     if args.regrade and args.cell is None:
         raise DataError("--regrade regrades the records of one model's rows: give --cell MODEL")
     if args.cell is None and not args.recompute:
-        from .audit import run
+        from .provenance.audit import run
 
         return run(args.path, root=args.root, as_json=args.json)
-    from .audit_tables import run
+    from .review.recompute import run
 
     return run(
         args.path,
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "audit":
             return _audit(args)
         elif args.command == "bundle":
-            from .bundle import run_bundle
+            from .review.bundle import run_bundle
 
             return run_bundle(args.experiment_dir, args.out, args.root, args.report)
         elif args.command == "config":

@@ -6,7 +6,7 @@ import json
 from stillroom import cli
 from stillroom.config import config_hash
 from stillroom.io import read_json
-from stillroom.provenance import digest, sidecar_path
+from stillroom.provenance.sidecars import digest, sidecar_path
 
 from .stages.test_tables import PARAMS, _graded
 

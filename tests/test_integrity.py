@@ -24,7 +24,13 @@ from stillroom.io import (
     write_jsonl,
     write_text,
 )
-from stillroom.provenance import check_input, count_records, digest, sidecar_path, write_sidecars
+from stillroom.provenance.sidecars import (
+    check_input,
+    count_records,
+    digest,
+    sidecar_path,
+    write_sidecars,
+)
 
 from .stages.test_dataset import PARAMS as DATASET_PARAMS
 from .stages.test_generate import _generate, _shard

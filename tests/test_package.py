@@ -141,6 +141,17 @@ def test_the_package_graph_folds_modules_into_their_subpackage():
     assert cycles(package_graph(modules)) == [["data", "grading", "kernels"]]  # ... a package one
 
 
+def test_the_package_root_holds_only_shared_foundations_and_entry_points():
+    """Everything else lives in the subpackage of its role (provenance/, review/, plan/,
+    gpucheck/, ...): a module added at the root must say why it is a foundation."""
+    foundations = {"io", "ids", "sandbox"}  # imported by every layer
+    # the command line; Snakemake's command line; the hook every interpreter of the venv loads
+    # (a .pth) to name the line of a --configfile's YAML error, so it imports nothing heavy
+    entry_points = {"cli", "workflow", "__main__", "snakemake_yaml"}
+    root = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert root <= foundations | entry_points, root - foundations - entry_points
+
+
 def test_the_kernel_track_depends_only_on_config_io_and_the_sandbox():
     """kernels/ is a leaf: a change to the data, grading or training code never reaches the
     validator."""
@@ -161,7 +172,7 @@ def test_the_kernel_track_is_imported_only_by_kernel_specific_code():
         "stillroom.runtime.grpo",  # GRPO on kernel problems
         "stillroom.data.sources",  # a kind: kernels source
         "stillroom.teachers.kernel",  # the procedural teacher's answers to kernel problems
-        "stillroom.estimate",  # the problems a kind: kernels source counts
+        "stillroom.plan.estimate",  # the problems a kind: kernels source counts
         "stillroom.gpucheck.kernels",  # the GPU check compiles the kernel solutions
         "stillroom.stages.student",  # the tokenizer learns the training problems' reference code
         "stillroom.plan.dag",  # kernel problem and solution files are the workflow's inputs

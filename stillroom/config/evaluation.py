@@ -366,7 +366,8 @@ class ModelFigures(_Figures):
 class Estimate(_Figures):
     """The figures ``stillroom estimate`` (and the ledger's estimate columns) predict a run's bill
     from: throughputs, lengths and sizes the rest of the config does not fix. Job counts, GPUs per
-    job, prompts, samples, epochs and prices come from the config itself (stillroom/estimate.py).
+    job, prompts, samples, epochs and prices come from the config itself
+    (stillroom/plan/estimate.py).
     """
 
     teacher_tokens_per_s: PositiveFloat = Field(
@@ -490,7 +491,8 @@ class Cost(Section):
         {}, description="GPU type by rule (e.g. the teacher's generation rules on another type)"
     )
     gpus: dict[str, Annotated[int, Field(ge=0)]] = Field(
-        {}, description="GPUs per job, by rule; default: the job shapes of stillroom/cluster.py"
+        {},
+        description="GPUs per job, by rule; default: the job shapes of stillroom/plan/cluster.py",
     )
     estimate: Estimate = Field(
         Estimate(),

@@ -25,7 +25,7 @@ from ..grading.dispatch import KINDS
 from ..grading.instructions import InstructionError, from_ifeval
 from ..ids import prompt_id
 from ..io import DataError, iter_jsonl, iter_lines, parse_row
-from ..provenance import note_dataset, note_file
+from ..provenance.sidecars import note_dataset, note_file
 from .records import record
 
 LETTERS = "ABCD"

@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"--checks: unknown {', '.join(unknown)} (known: {', '.join(CHECKS)})")
 
-    from ..provenance import now
+    from ..provenance.sidecars import now
 
     stamp, host = now(), os.uname().nodename
     info, missing = device_report()

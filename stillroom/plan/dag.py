@@ -17,9 +17,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..cluster import backend_gpus, stage_gpus, train_resources
 from ..config import LOCAL_DATA, TEACHERS_TABLE, Decoding, Experiment, Forcing, Kernels
 from ..kernels.problemset import FAMILY_FILE, kernel_files, solution_files
+from .cluster import backend_gpus, stage_gpus, train_resources
 
 
 def unset_profile_variables(
@@ -592,9 +592,9 @@ class Plan:
         )
 
     def cost_params(self) -> str:
-        """GPUs per job follow the job shapes (stillroom/cluster.py); cost.gpus overrides them. The
-        ledger sets the estimate made from the whole config (run in the cost job, not here) beside
-        what was spent; local files it counts are resolved against the repository."""
+        """GPUs per job follow the job shapes (stillroom/plan/cluster.py); cost.gpus overrides them.
+        The ledger sets the estimate made from the whole config (run in the cost job, not here)
+        beside what was spent; local files it counts are resolved against the repository."""
         config = self.config
         cost = {
             **config["cost"],

@@ -1,6 +1,6 @@
 """Rule cost: the cost ledger, API tokens x price per teacher and effort, and GPU-hours per stage
 x a rate, with totals; beside each, the estimate made from the config before the run
-(stillroom/estimate.py) and how far the run was off it.
+(stillroom/plan/estimate.py) and how far the run was off it.
 
 Everything spent comes from the provenance sidecars of the artifacts given. GPU time is SLURM's
 accounting when a job id was recorded and ``sacct`` answers (elapsed seconds x allocated GPUs),
@@ -20,10 +20,10 @@ from typing import Any
 
 from pydantic import Field
 
-from .. import estimate
 from ..config import ConfigError, Cost, StageParams
 from ..io import DataError, write_text
-from ..provenance import read_sidecar
+from ..plan import estimate
+from ..provenance.sidecars import read_sidecar
 from .contract import stage
 
 

@@ -25,7 +25,7 @@ from ..config.training import EffortTagIn
 from ..data.sources import load_benchmark
 from ..grading.formats import END_THINK, effort_tag, user_content, with_effort_tag
 from ..io import DataError, Journal, stat_fingerprint
-from ..provenance import digest
+from ..provenance.sidecars import digest
 from ..runtime.checkpoints import context_length
 from ..runtime.decoding import Answer, budget_force, continue_truncated
 from ..runtime.served import ServedLM

@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from ..config import Effort, StageParams, TeacherSpec
 from ..data.records import POOL_KEYS
 from ..io import DataError, Journal, read_jsonl
-from ..provenance import note_resolved, now
+from ..provenance.sidecars import note_resolved, now
 from ..teachers import Completion, SkipSample, Teacher, TeacherError, make_teacher
 from ..teachers.budget import BudgetExhausted
 from .contract import stage

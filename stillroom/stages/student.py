@@ -13,7 +13,7 @@ from ..config.training import Tokenizer
 from ..grading.formats import user_content
 from ..io import atomic_dir, iter_jsonl, read_json
 from ..kernels.problemset import reference_solution
-from ..provenance import describe_model, note_file, note_model, note_resolved, sidecar_path
+from ..provenance.sidecars import describe_model, note_file, note_model, note_resolved, sidecar_path
 from ..runtime.saving import save_pretrained
 from ..runtime.student import build_model, build_tiny_like, train_tokenizer
 from .contract import stage

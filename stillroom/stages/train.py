@@ -19,7 +19,7 @@ from ..config.training import EffortTagIn, TrainStage, hooks_problem
 from ..data.conversations import check_renders, load_conversations
 from ..grading.formats import with_effort_tag
 from ..io import DataError, atomic_dir, write_json
-from ..provenance import digest
+from ..provenance.sidecars import digest
 from ..runtime import launch
 from ..runtime.adapters import (
     check_saved_adapter,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import HFSpec
-from ..provenance import note_model
+from ..provenance.sidecars import note_model
 from .base import Completion
 from .openai import OpenAITeacher
 

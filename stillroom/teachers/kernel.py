@@ -9,7 +9,7 @@ import re
 
 from ..data.sources import by_detail
 from ..kernels.problemset import reference_solution
-from ..provenance import note_file
+from ..provenance.sidecars import note_file
 
 
 def kernel_solution(

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import OpenAISpec, Sampling
 from ..grading.formats import user_content
-from ..provenance import describe_model, note_resolved
+from ..provenance.sidecars import describe_model, note_resolved
 from .base import Completion, SkipSample, Teacher, TeacherError
 from .budget import Budget, BudgetExhausted
 

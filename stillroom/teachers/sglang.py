@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import SGLangSpec
-from ..provenance import describe_model, note_resolved
+from ..provenance.sidecars import describe_model, note_resolved
 from .base import TeacherError
 from .openai import OpenAITeacher
 

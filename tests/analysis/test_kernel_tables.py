@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from stillroom.analysis.tables import kernels, load
-from stillroom.audit_tables import recompute
 from stillroom.cli import main
 from stillroom.io import DataError, write_jsonl
+from stillroom.review.recompute import recompute
 from stillroom.stages.tables import KernelParams, kernel_tables
 
 

@@ -4,8 +4,8 @@ rule."""
 import csv
 
 from stillroom.config import load_yaml, resolve
-from stillroom.estimate import plan
-from stillroom.provenance import Job, write_sidecars
+from stillroom.plan.estimate import plan
+from stillroom.provenance.sidecars import Job, write_sidecars
 from stillroom.stages.cost import ledger, parse_sacct, run
 
 from ..conftest import REPO

@@ -246,7 +246,7 @@ def test_the_samples_sidecar_records_the_stop_set(chat_students, tmp_path):
     generation_config's eos ids; the sidecar says which set, and only cut-off answers count as cap
     hits."""
     from stillroom.cli import main
-    from stillroom.provenance import read_sidecar
+    from stillroom.provenance.sidecars import read_sidecar
     from stillroom.runtime.stops import stop_set
 
     model, out = str(chat_students["llama3"]), tmp_path / "samples.jsonl"

@@ -51,7 +51,7 @@ def test_tiny_model_like_a_real_one_keeps_its_architecture(moe, tmp_path):
 
 
 def test_random_weights_names_a_base_built_from_scratch_or_by_the_tiny_stage(tmp_path):
-    from stillroom.provenance import sidecar_path
+    from stillroom.provenance.sidecars import sidecar_path
     from stillroom.stages.student import random_weights
 
     assert random_weights(None)  # student.pretrained unset: the base stage's random init

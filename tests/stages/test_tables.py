@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 
 from stillroom.analysis.tables import budget, load, paired, plots, teachers
-from stillroom.audit_tables import recompute
 from stillroom.cli import main
 from stillroom.config import ConfigError
 from stillroom.io import DataError, write_jsonl
+from stillroom.review.recompute import recompute
 from stillroom.stages import tables
 
 PARAMS = {

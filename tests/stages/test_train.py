@@ -159,7 +159,7 @@ def stillroom_train(base, dataset, out, params):
 def test_stillroom_train_feeds_reasoning_content_and_records_the_check(setup, tmp_path):
     """Qwen3.6's template renders a turn's reasoning only from reasoning_content: the CLI trains
     with it fed there, and the check's outcome is in the checkpoint's provenance."""
-    from stillroom.provenance import read_sidecar
+    from stillroom.provenance.sidecars import read_sidecar
 
     rows = tagged_rows(24)
     dataset = write_rows(tmp_path / "tagged.jsonl", rows)

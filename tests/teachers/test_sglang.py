@@ -82,7 +82,7 @@ def test_server_is_started_used_and_stopped(tmp_path):
 def test_the_weights_the_server_reports_are_pinned(tmp_path, monkeypatch):
     """SGLang's /get_model_info names the weights: a hub cache snapshot is recorded by repository
     and commit, beside the model id the server answers as."""
-    from stillroom import provenance
+    from stillroom.provenance import sidecars as provenance
 
     sha = "e" * 40
     snapshot = tmp_path / "hub/models--org--teacher/snapshots" / sha

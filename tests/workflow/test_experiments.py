@@ -185,7 +185,7 @@ def test_autotriton_tiny_runs_end_to_end(tmp_path):
         for row in ("| base |", "| sft |", "| grpo |", "| grpo vs base |", "| grpo vs sft |"):
             assert row in table
         assert f"{problems} kernel problems × 2 samples" in table
-    from stillroom.audit import audit
+    from stillroom.provenance.audit import audit
 
     report = audit(
         r / "tables" / "heldout-kernels.md"

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from stillroom.io import read_json, read_jsonl
-from stillroom.provenance import digest, sidecar_path
+from stillroom.provenance.sidecars import digest, sidecar_path
 
 from ..conftest import run_snakemake, small_config
 

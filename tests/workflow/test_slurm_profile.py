@@ -1,13 +1,14 @@
 """profiles/slurm without a cluster: the sbatch submissions the real recipes would make, rendered by
-the executor plugin's own submit-string code from a Snakemake dry run (stillroom/slurm_plan.py), and
-the job shapes the rules derive from config (stillroom/cluster.py, tests/test_cluster.py)."""
+the executor plugin's own submit-string code from a Snakemake dry run (stillroom/plan/slurm.py), and
+the job shapes the rules derive from config (stillroom/plan/cluster.py,
+tests/plan/test_cluster.py)."""
 
 import re
 
 import pytest
 import yaml
 
-from stillroom.slurm_plan import plan
+from stillroom.plan.slurm import plan
 
 from ..conftest import REPO, run_snakemake, small_config
 

@@ -26,9 +26,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .io import read_json, write_json
+from ..io import read_json, write_json
 
-SCHEMA = "stillroom.envlock/1"
+SCHEMA = "stillroom.provenance.envlock/1"
 CUDNN = re.compile(r"^nvidia-cudnn-cu\d+$")
 
 

@@ -9,9 +9,10 @@ import platform
 import shutil
 import subprocess
 
-from stillroom import envlock, provenance
 from stillroom.io import read_json, write_jsonl
-from stillroom.provenance import Job, digest, now, redact, sidecar_path, write_sidecars
+from stillroom.provenance import envlock
+from stillroom.provenance import sidecars as provenance
+from stillroom.provenance.sidecars import Job, digest, now, redact, sidecar_path, write_sidecars
 
 
 def test_redact_and_directory_digest(tmp_path):
@@ -177,8 +178,8 @@ def test_a_pretrained_student_from_a_hub_snapshot_records_its_commit(setup, tmp_
 def test_the_pool_hashes_its_local_source_files(tmp_path, monkeypatch):
     """A source read through the pool's params is an input of its sidecar: editing it makes the
     pool stale."""
-    from stillroom.audit import audit
     from stillroom.cli import main
+    from stillroom.provenance.audit import audit
 
     monkeypatch.chdir(tmp_path)
     rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1), "kind": "math"} for i in range(5)]

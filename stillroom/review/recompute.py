@@ -27,10 +27,10 @@ from typing import Any
 
 import pandas as pd
 
-from .analysis.tables.schema import ROW_KEYS, SCHEMAS, csv_path, kind_of, load
-from .audit import audit, format_tree, infer_root
-from .io import DataError, iter_jsonl, read_json
-from .provenance import sidecar_path
+from ..analysis.tables.schema import ROW_KEYS, SCHEMAS, csv_path, kind_of, load
+from ..io import DataError, iter_jsonl, read_json
+from ..provenance.audit import audit, format_tree, infer_root
+from ..provenance.sidecars import sidecar_path
 
 SHOWN = 10  # records shown per list in the text report; --json has them all
 # the stages that write tables (their CLI names, as sidecars record them) -> their functions in
@@ -268,7 +268,7 @@ class Recomputed:
 
 def recompute(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Recomputed:
     """Build the table again with the stage, inputs and params its sidecar recorded, and compare."""
-    from .stages import tables as stages
+    from ..stages import tables as stages
 
     table = open_table(path, root)
     fn = getattr(stages, TABLE_STAGES[table.stage])
@@ -351,10 +351,10 @@ def _cell_files(table: Table, model: str) -> tuple[list[str], str | None, bool]:
 def _regrade(file: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Grade ``records`` again as their grade stage did (its params, each kind's grader, hard
     limits per item); the records whose verdict changed."""
-    from .grading.dispatch import check_kinds, grader_info, item_limit
-    from .grading.result import Options
-    from .grading.workers import grade_many
-    from .stages.grade import item
+    from ..grading.dispatch import check_kinds, grader_info, item_limit
+    from ..grading.result import Options
+    from ..grading.workers import grade_many
+    from ..stages.grade import item
 
     side = sidecar_path(file)
     if not side.is_file():

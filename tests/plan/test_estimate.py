@@ -12,9 +12,9 @@ import yaml
 
 from stillroom import cli
 from stillroom.config import ConfigError, load_yaml, merge_configs, resolve
-from stillroom.estimate import EstimateError, count_rows, makespan, markdown, plan
+from stillroom.plan.estimate import EstimateError, count_rows, makespan, markdown, plan
 
-from .conftest import REPO, small_config
+from ..conftest import REPO, small_config
 
 DEFAULT = load_yaml(REPO / "config" / "config.yaml")
 DISTILL = load_yaml(REPO / "config" / "experiments" / "beam-distill.yaml")
@@ -347,7 +347,7 @@ def test_the_cli_takes_overlays_as_snakemake_does_or_each_after_its_own_flag(cap
 
 
 def test_the_slurm_plan_takes_overlays_both_ways(monkeypatch, capsys):
-    from stillroom import slurm_plan
+    from stillroom.plan import slurm as slurm_plan
 
     seen = []
     monkeypatch.setattr(slurm_plan, "plan", lambda files: seen.append(files) or {})

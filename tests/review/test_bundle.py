@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stillroom import bundle
 from stillroom.analysis.tables.schema import write_csv
-from stillroom.bundle import MANIFEST, TRANSCRIPT, audit_bundle
 from stillroom.cli import main
 from stillroom.config import config_hash
 from stillroom.io import write_json, write_jsonl
-from stillroom.provenance import Job, now, write_sidecars
+from stillroom.provenance.sidecars import Job, now, write_sidecars
+from stillroom.review import bundle
+from stillroom.review.bundle import MANIFEST, TRANSCRIPT, audit_bundle
 
 MODELS = {"base": 0.1, "sft": 0.6, "merge-0.5": 0.5}
 PAIRED = {

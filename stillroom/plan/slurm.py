@@ -2,7 +2,7 @@
 with the profile, rendered to its sbatch command line by the SLURM executor plugin's own
 submit-string code.
 
-    python -m stillroom.slurm_plan --configfile config/experiments/beam-distill.yaml
+    python -m stillroom.plan.slurm --configfile config/experiments/beam-distill.yaml
 
 (overlays: more files after it, as Snakemake takes them, or each after its own ``--configfile``)
 prints one line per rule: job count and the sbatch options (partition, GPUs, nodes, tasks, CPUs,
@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from .workflow import REPO, snakemake_command, snakemake_env
+from ..workflow import REPO, snakemake_command, snakemake_env
 
 PROFILE = REPO / "profiles" / "slurm" / "profile.yaml"
 # Placeholders for the environment the profile reads, when the caller has none (the plan is
@@ -192,7 +192,7 @@ def plan(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m stillroom.slurm_plan", description=__doc__.split("\n\n")[0]
+        prog="python -m stillroom.plan.slurm", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--configfile",

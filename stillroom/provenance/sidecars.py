@@ -31,9 +31,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .io import DataError, read_json, write_json
+from ..io import DataError, read_json, write_json
 
-SCHEMA = "stillroom.provenance/2"
+SCHEMA = "stillroom.provenance.sidecars/2"
 PACKAGES = (
     "stillroom",
     "torch",
@@ -281,7 +281,7 @@ class Job:
     def config_sha256(self) -> str | None:
         if not self.config_path:
             return None
-        from .config import config_hash
+        from ..config import config_hash
 
         return config_hash(read_json(self.config_path))
 
@@ -295,7 +295,7 @@ class Job:
 def git_state(repo: str | None = None) -> dict[str, Any] | None:
     """Commit of the workflow's repository (else of this package's) and, when the checkout differs
     from it, ``dirty``: the sha256 of ``git diff HEAD`` and the untracked (not ignored) files."""
-    repo = repo or str(Path(__file__).resolve().parent.parent)
+    repo = repo or str(Path(__file__).resolve().parent.parent.parent)
 
     def git(*args: str) -> bytes:
         return subprocess.run(

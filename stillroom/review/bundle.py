@@ -38,18 +38,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from . import __version__
-from .audit import Auditor, Problem, audit, format_tree, infer_root
-from .audit_tables import SHOWN, TABLE_STAGES, Recomputed, recompute
-from .io import DataError, atomic_path
-from .provenance import IGNORED, SUFFIX, git_state, now, sha256_file, sidecar_path
+from .. import __version__
+from ..io import DataError, atomic_path
+from ..provenance.audit import Auditor, Problem, audit, format_tree, infer_root
+from ..provenance.sidecars import IGNORED, SUFFIX, git_state, now, sha256_file, sidecar_path
+from .recompute import SHOWN, TABLE_STAGES, Recomputed, recompute
 
-SCHEMA = "stillroom.bundle/1"
+SCHEMA = "stillroom.review.bundle/1"
 MANIFEST = "MANIFEST.json"
 TRANSCRIPT = "bundle/audit.txt"
 REPORT = "bundle/report.html"
 # the workflow beside this package (an editable install, as the Makefile makes it)
-SNAKEFILE = Path(__file__).resolve().parent.parent / "Snakefile"
+SNAKEFILE = Path(__file__).resolve().parent.parent.parent / "Snakefile"
 REPORT_TIMEOUT_S = 900
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same files make the same members
 LEFT_OUT = (

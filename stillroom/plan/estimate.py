@@ -4,11 +4,11 @@ predicted from the config alone, offline, in milliseconds.
 Counts come from the config: pool prompts (source counts and limits, less the held-out splits),
 shards and effort_shards, samples per prompt, training stages and epochs, merge ratios, evaluated
 models x benchmarks x budgets x efforts. GPUs per job are the rules' job shapes
-(stillroom/cluster.py, over ``cost.gpus``), as the ledger charges them. Throughputs, lengths and the
-sizes of hub datasets are figures of ``cost.estimate`` (stillroom/config/evaluation.py), those of
-one model under ``cost.estimate.models`` (by its size). Dollars are GPU-hours x the price of the
-rule's GPU type (``cost.gpu_types``, else ``cost.gpu_hour_usd``) plus the teacher's tokens x its
-``price``, as in the ledger. A job whose GPUs cannot hold its model (the weights' bytes against
+(stillroom/plan/cluster.py, over ``cost.gpus``), as the ledger charges them. Throughputs, lengths
+and the sizes of hub datasets are figures of ``cost.estimate`` (stillroom/config/evaluation.py),
+those of one model under ``cost.estimate.models`` (by its size). Dollars are GPU-hours x the price
+of the rule's GPU type (``cost.gpu_types``, else ``cost.gpu_hour_usd``) plus the teacher's tokens x
+its ``price``, as in the ledger. A job whose GPUs cannot hold its model (the weights' bytes against
 GPUs x memory x ``memory_fraction``) is refused, naming model, job shape and memory.
 
 Wall time: the phases (generation, training, merges, evaluation) one after another; the jobs of a
@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import SPLITS, ConfigError, Experiment
+from ..config.data import KernelSource
+from ..config.evaluation import ModelFigures
+from ..config.training import TrainStage
+from ..io import DataError
 from .cluster import backend_gpus, stage_gpus
-from .config import SPLITS, ConfigError, Experiment
-from .config.data import KernelSource
-from .config.evaluation import ModelFigures
-from .config.training import TrainStage
-from .io import DataError
 
 PHASES = ("generation", "training", "merge", "evaluation")
 
@@ -362,7 +362,7 @@ class _Planner:
         if source.path:  # JSONL rows, one problem each
             return count_rows(self._path(source.path))
         # the project's set, the files of dir, or a generated family
-        from .kernels.problemset import problem_count
+        from ..kernels.problemset import problem_count
 
         spec = source.dump()
         if source.dir:
@@ -701,7 +701,8 @@ class _Planner:
         student = self.model_of("student")
         for stage, name, rows in runs:
             layout = train.stage_layout(stage)
-            # a stage with a layout of its own is charged as train-<name> (stillroom/cluster.py)
+            # a stage with a layout of its own is charged as train-<name>
+            # (stillroom/plan/cluster.py)
             gpus = self.gpus.get(f"train-{stage.name}" if stage else "train", self.gpus["train"])
             per_s = self.figure(student, "train_tokens_per_gpu_s") * max(gpus, 1)
             chosen = (stage.efforts if stage else None) or efforts

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .config import Generation, Grpo, Server, Train
+from ..config import Generation, Grpo, Server, Train
 
 
 def server_gpus(spec: Mapping[str, Any]) -> int:

@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import config_hash
 from . import envlock
-from .config import config_hash
-from .provenance import digest, sidecar_path
+from .sidecars import digest, sidecar_path
 
 SHOWN_PACKAGES = ("torch", "transformers", "trl")  # what decides the numbers; the rest is in JSON
 SHORT = 8

@@ -9,13 +9,13 @@ import shutil
 import numpy as np
 import pytest
 
-from stillroom import envlock
 from stillroom.analysis.tables.schema import kind_of, load, write_csv
-from stillroom.audit import audit, format_tree
-from stillroom.audit_tables import TABLE_STAGES, recompute
 from stillroom.cli import STAGES, main
 from stillroom.io import write_jsonl
-from stillroom.provenance import Job, digest, now, sidecar_path, write_sidecars
+from stillroom.provenance import envlock
+from stillroom.provenance.audit import audit, format_tree
+from stillroom.provenance.sidecars import Job, digest, now, sidecar_path, write_sidecars
+from stillroom.review.recompute import TABLE_STAGES, recompute
 
 TABLE = "results/small/tables/heldout.md"
 slow = pytest.mark.slow

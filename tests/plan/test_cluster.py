@@ -3,10 +3,10 @@ nodes and GPUs per node of the training layout, GPUs of the evaluation backend."
 
 import yaml
 
-from stillroom.cluster import backend_gpus, stage_gpus, train_resources
 from stillroom.config import resolve
+from stillroom.plan.cluster import backend_gpus, stage_gpus, train_resources
 
-from .conftest import REPO, default_config
+from ..conftest import REPO, default_config
 
 DISTILL = REPO / "config" / "experiments" / "beam-distill.yaml"
 SERVE = "python -m sglang.launch_server --port {port}"  # a server command (required)
