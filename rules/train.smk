@@ -1,38 +1,38 @@
 # The student's fine-tune: SFT on the dataset, full, LoRA or QLoRA, on the processes of
 # train.distributed (stillroom/stages/train.py), rendered with train.chat_template if set. With
-# train.stages, one job of this rule per stage (ckpt/sft-<name>; the last stage's is ckpt/sft),
-# each from the previous stage's checkpoint and with only its own rows and epochs in its params, so
-# a change to a later stage never reruns an earlier one (paths and params: stillroom/plan/dag.py).
-# LoRA and QLoRA jobs write the adapter, ckpt/sft<stage>.adapter; rule merge_adapter
-# (rules/merge.smk), a CPU job, merges it into ckpt/sft<stage>.
+# train.phases, one job of this rule per phase (ckpt/sft-<name>; the last phase's is ckpt/sft),
+# each from the previous phase's checkpoint and with only its own rows and epochs in its params, so
+# a change to a later phase never reruns an earlier one (paths and params: stillroom/plan/dag.py).
+# LoRA and QLoRA jobs write the adapter, ckpt/sft<phase>.adapter; rule merge_adapter
+# (rules/merge.smk), a CPU job, merges it into ckpt/sft<phase>.
 
 
 rule train:
     input:
         **consumed(
-            base=lambda w: PLAN.train_stage(w.stage)[1],
+            base=lambda w: PLAN.train_phase(w.phase)[1],
             dataset=f"{R}/dataset/train.jsonl",
             **PLAN.chat_template,
         ),
     output:
-        **tracked(model=directory(f"{R}/ckpt/sft{{stage}}{PLAN.trained_as}")),
+        **tracked(model=directory(f"{R}/ckpt/sft{{phase}}{PLAN.trained_as}")),
     params:
-        p=lambda w: PLAN.train_params(w.stage),
+        p=lambda w: PLAN.train_params(w.phase),
     threads: 2
     resources:
-        # each stage's nodes and GPUs: its distributed, else train.distributed
+        # each phase's nodes and GPUs: its distributed, else train.distributed
         **{
-            key: lambda w, key=key: PLAN.train_resource(key, w.stage)
+            key: lambda w, key=key: PLAN.train_resource(key, w.phase)
             for key in PLAN.train_resource_keys()
         },
     log:
-        f"{R}/logs/train{{stage}}.log",
+        f"{R}/logs/train{{phase}}.log",
     benchmark:
-        f"{R}/timing/train{{stage}}.tsv"
+        f"{R}/timing/train{{phase}}.tsv"
     conda:
         ENV
     wildcard_constraints:
-        stage=PLAN.stage_constraint,
+        phase=PLAN.phase_constraint,
     shell:
         stillroom_cli(
             "train",

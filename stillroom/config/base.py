@@ -38,6 +38,9 @@ class Section(BaseModel):
     # missing, for any value; or key -> {value: what is missing}, for those values only. Refused
     # naming it, instead of the generic unknown key or accepted and ignored.
     not_shipped: ClassVar[Mapping[str, str | Mapping[Any, str]]] = {}
+    # Keys renamed: old key -> the new key's full name, refused naming it (an old config fails
+    # once, with the fix, instead of as an unknown key).
+    renamed: ClassVar[Mapping[str, str]] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -45,9 +48,17 @@ class Section(BaseModel):
         if isinstance(data, Mapping):
             missing = {k: p for k, v in data.items() if (p := cls._not_shipped(k, v))}
             problems = list(missing.values())
+            problems += [
+                f"{k}: renamed {new} (same entries)" for k, new in cls.renamed.items() if k in data
+            ]
             known = {name: f.alias or name for name, f in cls.model_fields.items()}
             unknown = [
-                k for k in data if k not in known and k not in known.values() and k not in missing
+                k
+                for k in data
+                if k not in known
+                and k not in known.values()
+                and k not in missing
+                and k not in cls.renamed
             ]
             if unknown and cls.model_config.get("extra") == "forbid":
                 problems.append(unknown_keys(unknown, known.values()) + cls.unknown_hint)

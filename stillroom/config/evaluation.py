@@ -522,8 +522,8 @@ class Cost(Section):
         return self
 
     def gpu_type_of(self, rule: str) -> str | None:
-        """The GPU type a rule's jobs run on (None without gpu_types); ``train-<stage>``, a
-        training stage with a layout of its own, runs on train's."""
+        """The GPU type a rule's jobs run on (None without gpu_types); ``train-<phase>``, a
+        training phase with a layout of its own, runs on train's."""
         return self.gpu_type_by_rule.get(rule.split("-")[0], self.gpu_type)
 
     def gpu_rate(self, rule: str) -> float:

@@ -175,11 +175,11 @@ class Experiment(Section):
         sizes = {"heldout": self.heldout.size, "dev": self.heldout.dev_size}
         for i, name in enumerate(ev.benchmarks):
             problems += self._benchmark_problem(f"eval.benchmarks.{i}", name, sizes)
-        for i, stage in enumerate(self.train.stages):
-            for effort in stage.efforts or []:
+        for i, phase in enumerate(self.train.phases):
+            for effort in phase.efforts or []:
                 if effort not in self.generation.efforts:
                     problems.append(
-                        f"train.stages.{i}.efforts: '{effort}' is not one of generation.efforts "
+                        f"train.phases.{i}.efforts: '{effort}' is not one of generation.efforts "
                         f"({', '.join(self.generation.efforts)})"
                     )
         if ev.effort is not None and ev.effort not in self.generation.efforts:
@@ -236,10 +236,10 @@ class Experiment(Section):
 
     def _training_problems(self) -> list[str]:
         problems = []
-        if self.dataset.ablation and self.train.stages:
+        if self.dataset.ablation and self.train.phases:
             problems.append(
                 "dataset.ablation: each selection is fine-tuned in one run of train's settings; "
-                "with train.stages there is no such run (remove one of the two)"
+                "with train.phases there is no such run (remove one of the two)"
             )
         hooks = hooks_problem(self.train.method, self.student.weight_hooks)
         if hooks:

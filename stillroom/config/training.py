@@ -312,9 +312,9 @@ class Distributed(Section):
         )
 
 
-class TrainStage(Section):
-    """One stage of a staged fine-tune: its rows of the dataset and its epochs, starting from the
-    previous stage's checkpoint."""
+class TrainPhase(Section):
+    """One phase of a phased fine-tune: its rows of the dataset and its epochs, starting from the
+    previous phase's checkpoint."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.]+$")
     epochs: float = Field(gt=0)
@@ -322,12 +322,12 @@ class TrainStage(Section):
     tags: Literal["as_built", "none"] = Field(
         "as_built",
         description="as_built: rows tagged as the dataset tags them; none: every effort tag "
-        "dropped (the stage teaches the untagged default)",
+        "dropped (the phase teaches the untagged default)",
     )
     distributed: Distributed | None = Field(
         None,
-        description="this stage's processes, when they differ from train.distributed (e.g. a "
-        "second stage on a whole node): its job's GPUs, SLURM shape and bill follow",
+        description="this phase's processes, when they differ from train.distributed (e.g. a "
+        "second phase on a whole node): its job's GPUs, SLURM shape and bill follow",
     )
 
 
@@ -352,12 +352,14 @@ class Train(Section):
             "names",
         },
     }
+    # "stage" is a pipeline stage; the fine-tune's steps are its phases
+    renamed: ClassVar[Mapping[str, str]] = {"stages": "train.phases"}
 
     lr: float = Field(1e-3, gt=0, le=1)
     epochs: float | None = Field(
         None,
         gt=0,
-        description="passes over the dataset (default 1); with stages, each stage gives its own "
+        description="passes over the dataset (default 1); with phases, each phase gives its own "
         "and this one is refused",
     )
     max_steps: int = Field(-1, ge=-1, description="-1: as many as the epochs take")
@@ -437,10 +439,10 @@ class Train(Section):
         "loses at most that; fractions allowed; 0: off. With save_steps, either one saves",
     )
     lora: Lora | None = None
-    stages: list[TrainStage] = Field(
+    phases: list[TrainPhase] = Field(
         [],
-        description="train in stages, each from the previous one's checkpoint and its own "
-        "artifact (the last is the fine-tune); empty: one stage on the whole dataset",
+        description="train in phases, each from the previous one's checkpoint and its own "
+        "artifact (the last is the fine-tune); empty: one run on the whole dataset",
     )
 
     @model_validator(mode="after")
@@ -483,9 +485,9 @@ class Train(Section):
             )
         layouts = {"distributed": self.distributed}
         layouts.update(
-            (f"stages.{i}.distributed", st.distributed)
-            for i, st in enumerate(self.stages)
-            if st.distributed is not None
+            (f"phases.{i}.distributed", ph.distributed)
+            for i, ph in enumerate(self.phases)
+            if ph.distributed is not None
         )
         for key, d in layouts.items():
             if self.device_map is not None and (
@@ -534,29 +536,29 @@ class Train(Section):
             problems.append(
                 "gpu_memory_limit: gpu_memory_limit / max_memory only apply with device_map"
             )
-        names = [st.name for st in self.stages]
+        names = [ph.name for ph in self.phases]
         if len(set(names)) != len(names):
-            problems.append(f"stages: each stage name may be used once, got {names}")
-        if self.stages and self.epochs is not None:
+            problems.append(f"phases: each phase name may be used once, got {names}")
+        if self.phases and self.epochs is not None:
             problems.append(
-                f"epochs: {self.epochs:g} would be overridden by train.stages, whose stages give "
-                f"their own ({', '.join(f'{st.name} {st.epochs:g}' for st in self.stages)}): "
-                "drop train.epochs, or set train.stages: [] for one run of train.epochs over the "
+                f"epochs: {self.epochs:g} would be overridden by train.phases, whose phases give "
+                f"their own ({', '.join(f'{ph.name} {ph.epochs:g}' for ph in self.phases)}): "
+                "drop train.epochs, or set train.phases: [] for one run of train.epochs over the "
                 "whole dataset"
             )
         if problems:
             raise ValueError("\n".join(problems))
-        if not self.stages and self.epochs is None:
-            object.__setattr__(self, "epochs", 1.0)  # the default of an unstaged fine-tune
+        if not self.phases and self.epochs is None:
+            object.__setattr__(self, "epochs", 1.0)  # the default of a fine-tune in one phase
         return self
 
     @model_validator(mode="after")
     def _expert_parallel(self) -> Train:
         layouts = {"distributed": self.distributed}
         layouts.update(
-            (f"stages.{i}.distributed", st.distributed)
-            for i, st in enumerate(self.stages)
-            if st.distributed is not None
+            (f"phases.{i}.distributed", ph.distributed)
+            for i, ph in enumerate(self.phases)
+            if ph.distributed is not None
         )
         problems = []
         for key, d in layouts.items():
@@ -584,11 +586,11 @@ class Train(Section):
             raise ValueError("\n".join(problems))
         return self
 
-    def stage_layout(self, stage: TrainStage | None) -> Layout:
-        """The processes of ``stage``'s job: its own distributed, else train.distributed."""
-        if stage is None or stage.distributed is None:
+    def phase_layout(self, phase: TrainPhase | None) -> Layout:
+        """The processes of ``phase``'s job: its own distributed, else train.distributed."""
+        if phase is None or phase.distributed is None:
             return self.layout
-        return stage.distributed.layout(device_map=self.device_map is not None)
+        return phase.distributed.layout(device_map=self.device_map is not None)
 
     @property
     def layout(self) -> Layout:

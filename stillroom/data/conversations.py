@@ -73,7 +73,7 @@ def _parse_row(line: str, lineno: int, errors: list[str]) -> dict[str, Any] | No
             messages.append(out)
     if not any(m.get("role") == "assistant" for m in row["messages"] if isinstance(m, dict)):
         errors.append(f"{where}: no assistant turn to train on")
-    # a dataset row's effort and tagging travel along: train stages select by them
+    # a dataset row's effort and tagging travel along: train.phases select by them
     kept = {k: row[k] for k in ("effort", "tagged") if k in row}
     return {"id": str(row.get("id", f"line {lineno}")), "messages": messages, **kept}
 

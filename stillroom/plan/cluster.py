@@ -1,5 +1,5 @@
 """The shape of each GPU stage's job, as the science config fixes it: GPUs per teacher server, nodes
-and GPUs per node of the training layout (of each training stage), GPUs of the evaluation backend.
+and GPUs per node of the training layout (of each training phase), GPUs of the evaluation backend.
 
 These counts are not tuning knobs: an FSDP layout over 2 nodes x 8 GPUs needs exactly that
 allocation, and an SGLang server with ``--tp 2`` needs 2 GPUs. So the rules derive them here from
@@ -36,13 +36,13 @@ def backend_gpus(spec: Mapping[str, Any]) -> int:
 
 
 def train_resources(
-    config: Mapping[str, Any], section: str = "train", stage: int | None = None
+    config: Mapping[str, Any], section: str = "train", phase: int | None = None
 ) -> dict[str, Any]:
-    """The job of ``section``'s layout (``train`` or ``grpo``; of train.stages[``stage``] when
+    """The job of ``section``'s layout (``train`` or ``grpo``; of train.phases[``phase``] when
     given, which may have its own). One node: ``gpus_per_node`` GPUs (one process per GPU, or one
     device_map process over them all). Several: ``gres`` per node, one launcher task per node,
     launcher in the batch script (``mpi``)."""
-    layout = _layout(config, section, stage)
+    layout = _layout(config, section, phase)
     if layout.nodes == 1:
         return {"gpu": layout.gpus_per_node, "nodes": 1}
     return {
@@ -53,11 +53,11 @@ def train_resources(
     }
 
 
-def _layout(config: Mapping[str, Any], section: str, stage: int | None = None):
+def _layout(config: Mapping[str, Any], section: str, phase: int | None = None):
     if section == "grpo":
         return Grpo.parse(config[section], where=section).layout
     train = Train.parse(config[section], where=section)
-    return train.stage_layout(None if stage is None else train.stages[stage])
+    return train.phase_layout(None if phase is None else train.phases[phase])
 
 
 def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
@@ -67,16 +67,16 @@ def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
     evaluation = backend_gpus(config["eval"]["backend"])
     # one teacher per generation rule (generation.effort_teachers): its server's GPUs
     generation = Generation.parse(config["generation"], where="generation").rules()
-    # a training stage with a layout of its own is charged as train-<stage name>
-    stages = [
-        (st["name"], _layout(config, "train", i))
-        for i, st in enumerate(config["train"].get("stages") or [])
-        if st.get("distributed")
+    # a training phase with a layout of its own is charged as train-<phase name>
+    phases = [
+        (ph["name"], _layout(config, "train", i))
+        for i, ph in enumerate(config["train"].get("phases") or [])
+        if ph.get("distributed")
     ]
     gpus = {
         **{r.name: backend_gpus(config["teachers"][r.teacher]) for r in generation},
         "train": layout.nodes * layout.gpus_per_node,
-        **{f"train-{name}": st.nodes * st.gpus_per_node for name, st in stages},
+        **{f"train-{name}": ly.nodes * ly.gpus_per_node for name, ly in phases},
         "evaluate": evaluation,
         "evaluate_budget": evaluation,
         "evaluate_effort": evaluation,

@@ -115,14 +115,14 @@ class Plan:
         self.kernel_grade_gpus = stage_gpus(config).get("grade_eval", 0)
         train = config["train"]
         self.train_template = train["chat_template"]
-        self.train_stages = train["stages"]
-        # the suffix of each training stage's checkpoint ("" for the last, the fine-tune)
-        self.stage_suffix = [f"-{s['name']}" for s in self.train_stages[:-1]] + [""]
+        self.train_phases = train["phases"]
+        # the suffix of each training phase's checkpoint ("" for the last, the fine-tune)
+        self.phase_suffix = [f"-{ph['name']}" for ph in self.train_phases[:-1]] + [""]
         # LoRA / QLoRA: each training job saves its adapter (ckpt/<name>.adapter), which rule
         # merge_adapter streams into the checkpoint that job started from, as ckpt/<name>
         self.adapter = train["method"] != "full"
         self.trained_as = ".adapter" if self.adapter else ""
-        self.trained = [f"sft{sfx}" for sfx in self.stage_suffix] + [
+        self.trained = [f"sft{sfx}" for sfx in self.phase_suffix] + [
             f"select-{s}" for s in self.ablation
         ]
 
@@ -310,8 +310,8 @@ class Plan:
             for b in self.effort_benchmarks
             for e in self.efforts
         }
-        # every training stage (LoRA / QLoRA: its adapter, and the CPU job that merged it)
-        train = {f"train{sfx}": f"{r}/ckpt/sft{sfx}{self.trained_as}" for sfx in self.stage_suffix}
+        # every training phase (LoRA / QLoRA: its adapter, and the CPU job that merged it)
+        train = {f"train{sfx}": f"{r}/ckpt/sft{sfx}{self.trained_as}" for sfx in self.phase_suffix}
         train |= {
             f"train-select-{s}": f"{r}/ckpt/select-{s}{self.trained_as}" for s in self.ablation
         }
@@ -394,39 +394,39 @@ class Plan:
         return {"chat_template": self.repo_path(template)} if template else {}
 
     @property
-    def stage_constraint(self) -> str:
-        """The {stage} wildcard of ckpt/sft{stage}: a stage's suffix ("(?:)": ckpt/sft itself)."""
-        return "|".join(f"(?:{re.escape(s)})" for s in self.stage_suffix)
+    def phase_constraint(self) -> str:
+        """The {phase} wildcard of ckpt/sft{phase}: a phase's suffix ("(?:)": ckpt/sft itself)."""
+        return "|".join(f"(?:{re.escape(s)})" for s in self.phase_suffix)
 
     # -- training ------------------------------------------------------------------------------
 
-    def train_stage(self, suffix: str) -> tuple[dict[str, Any] | None, str]:
-        """The train.stages entry of the job writing ckpt/sft<suffix> (None without train.stages)
+    def train_phase(self, suffix: str) -> tuple[dict[str, Any] | None, str]:
+        """The train.phases entry of the job writing ckpt/sft<suffix> (None without train.phases)
         and the checkpoint it starts from."""
         base = f"{self.results}/ckpt/base"
-        if not self.train_stages:
+        if not self.train_phases:
             return None, base
-        i = self.stage_suffix.index(suffix)
-        return self.train_stages[
+        i = self.phase_suffix.index(suffix)
+        return self.train_phases[
             i
-        ], f"{self.results}/ckpt/sft{self.stage_suffix[i - 1]}" if i else base
+        ], f"{self.results}/ckpt/sft{self.phase_suffix[i - 1]}" if i else base
 
     def adapter_base(self, trained: str) -> str:
         """The checkpoint the training job of ckpt/<trained> (one of ``trained``) started from."""
-        starts = {f"sft{sfx}": self.train_stage(sfx)[1] for sfx in self.stage_suffix}
+        starts = {f"sft{sfx}": self.train_phase(sfx)[1] for sfx in self.phase_suffix}
         starts |= {f"select-{s}": f"{self.results}/ckpt/base" for s in self.ablation}
         return starts[trained]
 
     @cached_property
     def _train_shapes(self) -> list[dict[str, Any]]:
-        # nodes and GPUs of each stage's job, which may have a layout of its own
-        shapes = [train_resources(self.config, stage=i) for i in range(len(self.train_stages))]
+        # nodes and GPUs of each phase's job, which may have a layout of its own
+        shapes = [train_resources(self.config, phase=i) for i in range(len(self.train_phases))]
         return shapes or [train_resources(self.config)]
 
     def train_resource(self, key: str, suffix: str) -> Any:
         """Resource ``key`` of the job writing ckpt/sft<suffix>: None where its shape lacks it,
         which Snakemake leaves unset."""
-        return self._train_shapes[self.stage_suffix.index(suffix)].get(key)
+        return self._train_shapes[self.phase_suffix.index(suffix)].get(key)
 
     def train_resource_keys(self) -> list[str]:
         return list(dict.fromkeys(k for shape in self._train_shapes for k in shape))
@@ -490,16 +490,16 @@ class Plan:
 
     @property
     def _train_common(self) -> dict[str, Any]:
-        return {k: v for k, v in self.config["train"].items() if k != "stages"}
+        return {k: v for k, v in self.config["train"].items() if k != "phases"}
 
     def train_params(self, suffix: str) -> str:
-        """A training stage's job: the train section without the stage list, and its own stage,
-        rows and epochs (a change to a later stage never reruns an earlier one)."""
-        stage, _ = self.train_stage(suffix)
-        per_stage = {} if stage is None else {"epochs": stage["epochs"], "stage": stage}
-        if stage and stage["distributed"]:
-            per_stage["distributed"] = stage["distributed"]
-        return self.as_json(**{**self._train_common, **per_stage}, **self._train_student)
+        """A training phase's job: the train section without the phase list, and its own phase,
+        rows and epochs (a change to a later phase never reruns an earlier one)."""
+        phase, _ = self.train_phase(suffix)
+        per_phase = {} if phase is None else {"epochs": phase["epochs"], "phase": phase}
+        if phase and phase["distributed"]:
+            per_phase["distributed"] = phase["distributed"]
+        return self.as_json(**{**self._train_common, **per_phase}, **self._train_student)
 
     def train_ablation_params(self) -> str:
         return self.as_json(**self._train_common, **self._train_student)

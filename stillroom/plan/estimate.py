@@ -2,7 +2,7 @@
 predicted from the config alone, offline, in milliseconds.
 
 Counts come from the config: pool prompts (source counts and limits, less the held-out splits),
-shards and effort_shards, samples per prompt, training stages and epochs, merge ratios, evaluated
+shards and effort_shards, samples per prompt, train.phases and epochs, merge ratios, evaluated
 models x benchmarks x budgets x efforts. GPUs per job are the rules' job shapes
 (stillroom/plan/cluster.py, over ``cost.gpus``), as the ledger charges them. Throughputs, lengths
 and the sizes of hub datasets are figures of ``cost.estimate`` (stillroom/config/evaluation.py),
@@ -12,7 +12,7 @@ its ``price``, as in the ledger. A job whose GPUs cannot hold its model (the wei
 GPUs x memory x ``memory_fraction``) is refused, naming model, job shape and memory.
 
 Wall time: the phases (generation, training, merges, evaluation) one after another; the jobs of a
-phase at once, or ``cost.estimate.parallel_jobs`` at a time (longest first); training stages one
+phase at once, or ``cost.estimate.parallel_jobs`` at a time (longest first); train.phases one
 after another. ``stillroom estimate`` prints it; rule ``cost`` (stillroom/stages/cost.py) sets
 it beside what the run spent.
 """
@@ -31,7 +31,7 @@ from typing import Any
 from ..config import SPLITS, ConfigError, Experiment
 from ..config.data import KernelSource
 from ..config.evaluation import ModelFigures
-from ..config.training import TrainStage
+from ..config.training import TrainPhase
 from ..io import DataError
 from .cluster import backend_gpus, stage_gpus
 
@@ -433,8 +433,8 @@ class _Planner:
             jobs.append(
                 (rule.name, "job", self.model_of(rule.teacher), self.gpus.get(rule.name, 0), None)
             )
-        for stage in train.stages or [None]:
-            layout = train.stage_layout(stage)
+        for phase in train.phases or [None]:
+            layout = train.phase_layout(phase)
             # GPUs holding one copy: a device map's, FSDP2's shards; a bitsandbytes replica holds
             # it all
             copy = (
@@ -444,7 +444,7 @@ class _Planner:
                 if train.load_in_4bit and not train.quantize_moe_experts
                 else layout.fsdp_size
             )
-            what = f"stage {stage.name}'s job" if stage else "job"
+            what = f"phase {phase.name}'s job" if phase else "job"
             jobs.append(
                 (
                     "train",
@@ -586,7 +586,7 @@ class _Planner:
 
     @property
     def wall(self) -> dict[str, float]:
-        # training stages run one after another; the other phases' jobs at once (up to slots)
+        # train.phases run one after another; the other phases' jobs at once (up to slots)
         return {
             p: max(self.at_least[p], sum(d) if p == "training" else makespan(d, self.slots))
             for p, d in self.durations.items()
@@ -687,26 +687,26 @@ class _Planner:
     def training(
         self, rows: dict[str, float], ablation: Mapping[str, dict[str, float]] | None = None
     ) -> None:
-        """The fine-tune's stages on ``rows`` per effort, then each selection of the dataset
-        ablation, one run of train's settings on its own rows (never staged)."""
+        """The fine-tune's train.phases on ``rows`` per effort, then each selection of the dataset
+        ablation, one run of train's settings on its own rows (never in phases)."""
         exp, est, train = self.exp, self.est, self.exp.train
         efforts = exp.generation.efforts
         example = {
             e: min(est.prompt_tokens + self.teacher_tokens(e), train.max_length) for e in efforts
         }
-        runs: list[tuple[TrainStage | None, str, dict[str, float]]] = [
-            (stage, stage.name if stage else "", rows) for stage in train.stages or [None]
+        runs: list[tuple[TrainPhase | None, str, dict[str, float]]] = [
+            (phase, phase.name if phase else "", rows) for phase in train.phases or [None]
         ]
         runs += [(None, f"select-{s}", r) for s, r in (ablation or {}).items()]
         student = self.model_of("student")
-        for stage, name, rows in runs:
-            layout = train.stage_layout(stage)
-            # a stage with a layout of its own is charged as train-<name>
+        for phase, name, rows in runs:
+            layout = train.phase_layout(phase)
+            # a phase with a layout of its own is charged as train-<name>
             # (stillroom/plan/cluster.py)
-            gpus = self.gpus.get(f"train-{stage.name}" if stage else "train", self.gpus["train"])
+            gpus = self.gpus.get(f"train-{phase.name}" if phase else "train", self.gpus["train"])
             per_s = self.figure(student, "train_tokens_per_gpu_s") * max(gpus, 1)
-            chosen = (stage.efforts if stage else None) or efforts
-            epochs = stage.epochs if stage else train.epochs
+            chosen = (phase.efforts if phase else None) or efforts
+            epochs = phase.epochs if phase else train.epochs
             tokens = sum(rows[e] * example[e] for e in chosen) * epochs
             n_rows = sum(rows[e] for e in chosen)
             if train.max_steps > 0:
@@ -733,7 +733,7 @@ class _Planner:
             )
         if train.method != "full":
             # each run's adapter is merged into its base by a CPU job of its own (rule
-            # merge_adapter) before the next stage starts from it: on the training path, no GPUs
+            # merge_adapter) before the next phase starts from it: on the training path, no GPUs
             seconds = [self.figure(student, "merge_s")] * len(runs)
             self.durations["training"] += seconds
             self.rows.append(

@@ -6,7 +6,7 @@ submit-string code.
 
 (overlays: more files after it, as Snakemake takes them, or each after its own ``--configfile``)
 prints one line per rule: job count and the sbatch options (partition, GPUs, nodes, tasks, CPUs,
-memory, wall time); a rule whose jobs differ in shape (training stages with layouts of their own)
+memory, wall time); a rule whose jobs differ in shape (train.phases with layouts of their own)
 one line per shape. Check this before queueing a recipe; tests/workflow/test_slurm_profile.py
 checks the recipes. Jobs of the profile's ``slurm-array-jobs`` rules go out as arrays
 (``--array=1-N``); the plugin submits those through its array path, with the same per-task options.
@@ -170,7 +170,7 @@ def plan(
 ) -> dict[str, RulePlan]:
     """One entry per rule: how many jobs, and their sbatch line. Resources depend on the config,
     not on wildcards, except where the config gives jobs of one rule their own shapes (training
-    stages with a layout of their own): then one entry per shape, ``rule[wildcards]`` of its first
+    phases with a layout of their own): then one entry per shape, ``rule[wildcards]`` of its first
     job."""
     settings = yaml.safe_load(PROFILE.read_text())
     arrays = {r.strip() for r in str(settings.get("slurm-array-jobs", "")).split(",") if r.strip()}

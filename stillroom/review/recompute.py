@@ -404,7 +404,7 @@ def _entries(prov: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
 
 def lineage(table: Table, files: list[str]) -> dict[str, Any]:
     """From the graded evaluation files to the checkpoint that answered, through merges and
-    training stages to the training rows, and from those to the graded teacher records (with the
+    training phases to the training rows, and from those to the graded teacher records (with the
     generation shards they were graded from)."""
     checkpoints: list[dict[str, Any]] = []
     datasets: list[dict[str, Any]] = []

@@ -131,12 +131,12 @@ def ledger(
             seconds, n_gpus = measured
             source = "sacct"
         else:
-            # a training stage with a layout of its own has its GPUs under train-<stage name>
-            stage = (prov.get("params") or {}).get("stage") or {}
-            staged = gpus_per_rule.get(f"{prov['rule']}-{stage['name']}") if stage else None
+            # a training phase with a layout of its own has its GPUs under train-<phase name>
+            phase = (prov.get("params") or {}).get("phase") or {}
+            own_gpus = gpus_per_rule.get(f"{prov['rule']}-{phase['name']}") if phase else None
             seconds, n_gpus, source = (
                 metrics.get("wall_s", 0.0),
-                gpus_per_rule.get(prov["rule"], 0) if staged is None else staged,
+                gpus_per_rule.get(prov["rule"], 0) if own_gpus is None else own_gpus,
                 "wall time",
             )
         g = gpu[prov["rule"]]

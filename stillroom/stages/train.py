@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from ..config import StageParams, Student, Train, WeightHook
-from ..config.training import EffortTagIn, TrainStage, hooks_problem
+from ..config.training import EffortTagIn, TrainPhase, hooks_problem
 from ..data.conversations import check_renders, load_conversations
 from ..grading.formats import with_effort_tag
 from ..io import DataError, atomic_dir, write_json
@@ -46,7 +46,7 @@ from .contract import stage
 
 class Params(StageParams, Train):
     weight_hooks: list[WeightHook] = []
-    stage: TrainStage | None = Field(None, description="this job's stage of train.stages")
+    phase: TrainPhase | None = Field(None, description="this job's phase of train.phases")
     effort_tag_in: EffortTagIn = Student.model_fields["effort_tag_in"].default
 
     @model_validator(mode="after")
@@ -90,26 +90,26 @@ def encode_checked(
     return encoded, check_supervision(tokenizer, template, examples, encoded, max_length)
 
 
-def select_rows(examples: list[dict], stage: TrainStage | None, source: str) -> list[dict]:
-    """The rows a stage trains on: its efforts, with the effort tags dropped if it says so."""
-    if stage is None:
+def select_rows(examples: list[dict], phase: TrainPhase | None, source: str) -> list[dict]:
+    """The rows a phase trains on: its efforts, with the effort tags dropped if it says so."""
+    if phase is None:
         return examples
     rows = []
     for ex in examples:
-        if stage.efforts is not None:
+        if phase.efforts is not None:
             if "effort" not in ex:
                 raise DataError(
-                    f"{source}: row {ex['id']} has no 'effort', but train stage '{stage.name}' "
-                    f"selects rows by effort ({', '.join(stage.efforts)})"
+                    f"{source}: row {ex['id']} has no 'effort', but train phase '{phase.name}' "
+                    f"selects rows by effort ({', '.join(phase.efforts)})"
                 )
-            if ex["effort"] not in stage.efforts:
+            if ex["effort"] not in phase.efforts:
                 continue
-        if stage.tags == "none" and ex.get("tagged") and ex["messages"][0]["role"] == "system":
+        if phase.tags == "none" and ex.get("tagged") and ex["messages"][0]["role"] == "system":
             ex = {**ex, "messages": ex["messages"][1:], "tagged": False}
         rows.append(ex)
     if not rows:
         raise DataError(
-            f"{source}: no rows for train stage '{stage.name}' (efforts {stage.efforts}; the "
+            f"{source}: no rows for train phase '{phase.name}' (efforts {phase.efforts}; the "
             f"dataset has {sorted({ex.get('effort') for ex in examples}, key=str)})"
         )
     return rows
@@ -182,7 +182,7 @@ def train_sft(
         resolve_targets(base_dir, p.lora)
     main = launch.rank() == 0
     torch.set_num_threads(threads)
-    examples = select_rows(load_conversations(dataset_path), p.stage, str(dataset_path))
+    examples = select_rows(load_conversations(dataset_path), p.phase, str(dataset_path))
     examples = place_tags(examples, p.effort_tag_in)
     tokenizer = AutoTokenizer.from_pretrained(Path(base_dir))
     template = training_template(tokenizer, chat_template, where=str(base_dir))

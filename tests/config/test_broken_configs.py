@@ -21,12 +21,25 @@ KERNELS_8B = load_yaml(REPO / "config" / "experiments" / "autotriton-8b.yaml")
 QLORA_MP = merge_configs(DISTILL, load_yaml(REPO / "config" / "experiments" / "beam-qlora-mp.yaml"))
 
 
-def _staged(stages):
-    """A mutation training in ``stages``, without the top-level epochs the stages replace."""
+def _phased(phases):
+    """A mutation training in ``phases``, without the top-level epochs the phases replace."""
 
     def mutate(config):
         config["train"].pop("epochs", None)
-        config["train"]["stages"] = stages
+        config["train"]["phases"] = phases
+
+    return mutate
+
+
+def _rename(path: str, new: str):
+    """A mutation moving the dotted ``path``'s value to the sibling key ``new``."""
+
+    def mutate(config):
+        *parents, last = path.split(".")
+        node = config
+        for key in parents:
+            node = node[key]
+        node[new] = node.pop(last)
 
     return mutate
 
@@ -864,34 +877,40 @@ BROKEN = [
         "train.lora.dropout: must be 0 with target_parameters",
     ),
     (
-        "training stages sharing a name",
+        "training phases sharing a name",
         DEFAULT,
-        _staged([{"name": "a", "epochs": 1}, {"name": "a", "epochs": 2}]),
-        "train.stages: each stage name may be used once",
+        _phased([{"name": "a", "epochs": 1}, {"name": "a", "epochs": 2}]),
+        "train.phases: each phase name may be used once",
     ),
     (
-        "training stage of an effort never generated",
+        "training phase of an effort never generated",
         DEFAULT,
-        _staged([{"name": "a", "epochs": 1, "efforts": ["xhigh"]}]),
-        "train.stages.0.efforts: 'xhigh' is not one of generation.efforts",
+        _phased([{"name": "a", "epochs": 1, "efforts": ["xhigh"]}]),
+        "train.phases.0.efforts: 'xhigh' is not one of generation.efforts",
     ),
     (
-        "epochs beside training stages, which replace them",
+        "epochs beside training phases, which replace them",
         DEFAULT,
-        _set("train.stages", [{"name": "a", "epochs": 1}]),
-        "train.epochs: 2 would be overridden by train.stages, whose stages give their own (a 1)",
+        _set("train.phases", [{"name": "a", "epochs": 1}]),
+        "train.epochs: 2 would be overridden by train.phases, whose phases give their own (a 1)",
     ),
     (
-        "training stage without epochs",
-        DEFAULT,
-        _staged([{"name": "a"}]),
-        "train.stages.0.epochs",
+        "training phases under their old key",
+        DISTILL,
+        _rename("train.phases", "stages"),
+        "train.stages: renamed train.phases (same entries)",
     ),
     (
-        "training stage with a typo",
+        "training phase without epochs",
         DEFAULT,
-        _staged([{"name": "a", "epochs": 1, "effort": ["low"]}]),
-        "train.stages.0: unknown key 'effort' (did you mean 'efforts'?)",
+        _phased([{"name": "a"}]),
+        "train.phases.0.epochs",
+    ),
+    (
+        "training phase with a typo",
+        DEFAULT,
+        _phased([{"name": "a", "epochs": 1, "effort": ["low"]}]),
+        "train.phases.0: unknown key 'effort' (did you mean 'efforts'?)",
     ),
     (
         "per-effort reference never generated",

@@ -93,7 +93,7 @@ def test_default_config_is_valid():
             lambda c: (
                 c["dataset"].update(ablation=["random"]),
                 c["train"].pop("epochs"),
-                c["train"].update(stages=[{"name": "a", "epochs": 1}, {"name": "b", "epochs": 1}]),
+                c["train"].update(phases=[{"name": "a", "epochs": 1}, {"name": "b", "epochs": 1}]),
             ),
             r"dataset.ablation: each selection is fine-tuned in one run of train's settings",
         ),

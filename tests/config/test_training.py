@@ -4,12 +4,14 @@ device-map process."""
 
 import re
 import typing
+from pathlib import Path
 
 import pytest
 
-from stillroom.config import ConfigError, Grpo, Train
+from stillroom.config import ConfigError, Grpo, Train, load_yaml, resolve
 from stillroom.config.training import ONE_DEVICE_OPTIMIZERS, OPTIMIZERS, Attention
 
+REPO = Path(__file__).resolve().parents[2]
 LORA = {
     "r": 4,
     "alpha": 8,
@@ -109,21 +111,21 @@ def test_lora_config_fails_before_loading(params, message):
         (
             {
                 "device_map": "auto",
-                "stages": [{"name": "a", "epochs": 1, "distributed": {"nodes": 2}}],
+                "phases": [{"name": "a", "epochs": 1, "distributed": {"nodes": 2}}],
             },
-            "train.device_map: .*set stages.0.distributed.nodes 1",
+            "train.device_map: .*set phases.0.distributed.nodes 1",
         ),
         (
-            {"stages": [{"name": "a", "epochs": 1, "distributed": {"gpus": 8}}]},
-            "train.stages.0.distributed: unknown key 'gpus'",
+            {"phases": [{"name": "a", "epochs": 1, "distributed": {"gpus": 8}}]},
+            "train.phases.0.distributed: unknown key 'gpus'",
         ),
-        # an overlay's epochs under inherited stages would be ignored: both keys named
+        # an overlay's epochs under inherited phases would be ignored: both keys named
         (
             {
                 "epochs": 1,
-                "stages": [{"name": "medium", "epochs": 2}, {"name": "all", "epochs": 1}],
+                "phases": [{"name": "medium", "epochs": 2}, {"name": "all", "epochs": 1}],
             },
-            r"train.epochs: 1 would be overridden by train.stages, whose stages give their own "
+            r"train.epochs: 1 would be overridden by train.phases, whose phases give their own "
             r"\(medium 2, all 1\)",
         ),
     ],
@@ -148,21 +150,21 @@ def test_device_map_is_one_process_over_the_nodes_gpus():
     assert (d.world_size, d.gpus_per_node, d.nodes) == (1, 8, 1)
 
 
-def test_epochs_default_to_one_pass_without_stages_and_each_stage_may_have_its_own_layout():
+def test_epochs_default_to_one_pass_without_phases_and_each_phase_may_have_its_own_layout():
     assert Train.parse({}).epochs == 1.0 and Train.parse({"epochs": 3}).epochs == 3
     train = Train.parse(
         {
             "distributed": {"gpus_per_node": 4},
-            "stages": [
+            "phases": [
                 {"name": "medium", "epochs": 2},
                 {"name": "efforts", "epochs": 1, "distributed": {"gpus_per_node": 8}},
             ],
         }
     )
-    assert train.epochs is None  # a staged fine-tune's passes are its stages'
-    assert [train.stage_layout(st).world_size for st in train.stages] == [4, 8]
-    assert train.stage_layout(None).world_size == 4
-    # the resolved config parses again (its dump carries no epochs beside the stages)
+    assert train.epochs is None  # a phased fine-tune's passes are its phases'
+    assert [train.phase_layout(ph).world_size for ph in train.phases] == [4, 8]
+    assert train.phase_layout(None).world_size == 4
+    # the resolved config parses again (its dump carries no epochs beside the phases)
     assert Train.parse(train.dump()) == train
 
 
@@ -231,9 +233,9 @@ MP = {"device_map": "auto", "gpu_memory_limit": "125GiB", "distributed": {"gpus_
         (
             {
                 "device_map": "auto",
-                "stages": [{"name": "a", "epochs": 1, "distributed": {"gpus_per_node": 2}}],
+                "phases": [{"name": "a", "epochs": 1, "distributed": {"gpus_per_node": 2}}],
             },
-            r"stages.0.distributed.gpus_per_node 2",
+            r"phases.0.distributed.gpus_per_node 2",
         ),
         (
             {"device_map": {"model.embed_tokens": 0, "model.layers": 1, "lm_head": "cpu"}},
@@ -345,7 +347,7 @@ def test_expert_parallelism_splits_each_fsdp_group_and_keeps_the_world_size():
                 "method": "qlora",
                 "load_in_4bit": True,
                 "lora": {**LORA, "target_parameters": []},
-                "stages": [
+                "phases": [
                     {
                         "name": "a",
                         "epochs": 1,
@@ -353,7 +355,7 @@ def test_expert_parallelism_splits_each_fsdp_group_and_keeps_the_world_size():
                     }
                 ],
             },
-            r"stages.0.distributed.expert_parallel_size: 2 with load_in_4bit: .*Set "
+            r"phases.0.distributed.expert_parallel_size: 2 with load_in_4bit: .*Set "
             r"quantize_moe_experts: true",
         ),
         ({"expert_parallel_backend": "nccl"}, r"train.expert_parallel_backend: Input should be"),
@@ -398,3 +400,19 @@ def test_save_minutes_checkpoints_by_time_by_default_and_must_be_a_finite_interv
     ):
         with pytest.raises(ConfigError, match=rf"train\.save_minutes: {message}"):
             Train.parse({"save_minutes": value}, where="train")
+
+
+def test_train_stages_is_refused_naming_its_new_key_in_one_line(tmp_path):
+    """train.phases was train.stages (a pipeline stage is another thing): an old recipe fails on
+    that one line, whatever else it sets, and the same entries under the new key run."""
+    recipe = REPO / "config" / "experiments" / "beam-distill.yaml"
+    old = recipe.read_text().replace("\n  phases:", "\n  stages:")
+    assert old != recipe.read_text()
+    (tmp_path / "old.yaml").write_text(old)
+    config = load_yaml(tmp_path / "old.yaml")
+    with pytest.raises(ConfigError) as err:
+        resolve(config, REPO)
+    line = "train.stages: renamed train.phases (same entries)"
+    assert [m.strip() for m in str(err.value).splitlines()[1:]] == [line]
+    config["train"]["phases"] = config["train"].pop("stages")
+    assert [ph["name"] for ph in resolve(config, REPO)["train"]["phases"]] == ["medium", "efforts"]

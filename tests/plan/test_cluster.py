@@ -34,7 +34,7 @@ def test_job_shapes_follow_the_config():
         "generate": 2,
         "generate_low_high_xhigh": 2,
         "train": 4,
-        "train-efforts": 8,  # the seed's second stage on a whole node
+        "train-efforts": 8,  # the seed's second phase on a whole node
         "evaluate": 1,
         "evaluate_budget": 1,
         "evaluate_effort": 1,
@@ -53,12 +53,12 @@ def test_each_teacher_rule_is_charged_its_own_teachers_gpus():
     assert gpus["generate"] == 0 and gpus["generate_low_high_xhigh"] == 2
 
 
-def test_a_training_stage_with_its_own_layout_gets_its_own_job_shape():
+def test_a_training_phase_with_its_own_layout_gets_its_own_job_shape():
     cfg = resolve(yaml.safe_load(DISTILL.read_text()), root=REPO)
-    assert train_resources(cfg, stage=0) == {"gpu": 4, "nodes": 1}
-    assert train_resources(cfg, stage=1) == {"gpu": 8, "nodes": 1}
-    cfg["train"]["stages"][1]["distributed"] = {"nodes": 2, "gpus_per_node": 8}
-    assert train_resources(cfg, stage=1) == {
+    assert train_resources(cfg, phase=0) == {"gpu": 4, "nodes": 1}
+    assert train_resources(cfg, phase=1) == {"gpu": 8, "nodes": 1}
+    cfg["train"]["phases"][1]["distributed"] = {"nodes": 2, "gpus_per_node": 8}
+    assert train_resources(cfg, phase=1) == {
         "nodes": 2,
         "tasks": 2,
         "gres": "gpu:8",

@@ -109,16 +109,17 @@ def test_every_effort_is_graded_from_its_teacher_on_its_shards():
             assert graded[f"{e}-{s}"] == f"results/tiny/graded/{teacher}/{e}/shard-{s}.jsonl"
 
 
-def test_training_stages_chain_their_checkpoints_and_adapters_merge_into_them():
+def test_training_phases_chain_their_checkpoints_and_adapters_merge_into_them():
     plan = recipe_plan(REPO / "config/experiments/beam-distill-smoke.yaml")
     r = plan.results
-    assert plan.stage_suffix == ["-medium", ""]
-    assert plan.train_stage("-medium")[1] == f"{r}/ckpt/base"
-    stage, start = plan.train_stage("")
-    assert stage["name"] == "efforts" and start == f"{r}/ckpt/sft-medium"
-    assert json.loads(plan.train_params(""))["distributed"] == stage["distributed"]
-    assert "stages" not in json.loads(plan.train_params("-medium"))
-    constraint = re.compile(plan.stage_constraint)
+    assert plan.phase_suffix == ["-medium", ""]
+    assert plan.train_phase("-medium")[1] == f"{r}/ckpt/base"
+    phase, start = plan.train_phase("")
+    assert phase["name"] == "efforts" and start == f"{r}/ckpt/sft-medium"
+    assert json.loads(plan.train_params(""))["distributed"] == phase["distributed"]
+    medium = json.loads(plan.train_params("-medium"))
+    assert "phases" not in medium and medium["phase"]["name"] == "medium"
+    constraint = re.compile(plan.phase_constraint)
     assert constraint.fullmatch("") and constraint.fullmatch("-medium")
     assert not constraint.fullmatch("-efforts")
     assert plan.adapter_base("sft") == f"{r}/ckpt/sft-medium"

@@ -50,11 +50,11 @@ def test_the_real_recipe_lands_near_the_reported_bill():
     assert [r.effort for r in others] == ["low", "high", "xhigh"]
     tokens_usd = sum(r.usd - r.detail["start_usd"] for r in others)
     assert 60 <= tokens_usd <= 100  # the reported ~$70
-    # The medium stage is the paper's: two epochs on medium in 2 h 10 min on 4 B200s (~$67);
-    # the effort stage runs on the 8 B200s of the paper's second stage.
-    stage, efforts = rows(p, "train")
-    assert stage.gpus_per_job == 4 and 2.0 <= stage.wall_s / 3600 <= 2.4
-    assert 60 <= stage.usd <= 75
+    # The medium phase is the paper's: two epochs on medium in 2 h 10 min on 4 B200s (~$67);
+    # the effort phase runs on the 8 B200s of the paper's second phase.
+    first, efforts = rows(p, "train")
+    assert first.gpus_per_job == 4 and 2.0 <= first.wall_s / 3600 <= 2.4
+    assert 60 <= first.usd <= 75
     assert efforts.gpus_per_job == 8 and efforts.usd == pytest.approx(efforts.gpu_hours * 7.6)
     # every stage, with the jobs the DAG has (tests/workflow/test_experiments.py)
     jobs = {rule: sum(r.jobs for r in rows(p, rule)) for rule in p.by_rule()}
@@ -189,7 +189,7 @@ def test_fewer_jobs_at_once_take_longer_and_cost_the_same():
     free, four = estimate(DISTILL), estimate(DISTILL, parallel_jobs=4)
     assert four.total["usd"] == pytest.approx(free.total["usd"])
     assert four.phases["generation"]["wall_s"] > 10 * free.phases["generation"]["wall_s"]
-    # training stages run one after another, whatever the slots
+    # training phases run one after another, whatever the slots
     assert four.phases["training"]["wall_s"] == free.phases["training"]["wall_s"]
     assert makespan([2, 3, 4, 3], 2) == 6 and makespan([5, 1], None) == 5
     assert makespan([], 3) == 0
@@ -236,7 +236,7 @@ def test_max_steps_caps_the_tokens_trained():
     config = copy.deepcopy(DISTILL)
     config["train"]["max_steps"] = 10
     p = estimate(config)
-    # batch 1 x grad_accum 16 x 4 processes (8 in the effort stage) x 16k packed tokens a step
+    # batch 1 x grad_accum 16 x 4 processes (8 in the effort phase) x 16k packed tokens a step
     assert [r.tokens for r in rows(p, "train")] == [10 * 16 * n * 16384 for n in (4, 8)]
 
 
@@ -245,7 +245,7 @@ LORA_FSDP = load_yaml(REPO / "config" / "experiments" / "beam-lora-fsdp.yaml")
 
 def test_an_overlay_fine_tuning_beam_is_billed_at_beams_size():
     """beam-lora-fsdp makes the student Beam itself: its training at Beam's throughput on 2 nodes
-    x 8, one epoch over the whole dataset (not the distillation's stages), each checkpoint
+    x 8, one epoch over the whole dataset (not the distillation's phases), each checkpoint
     evaluated on a whole node."""
     p = plan(resolve(merge_configs(DISTILL, LORA_FSDP), REPO), REPO)
     (train,) = rows(p, "train")

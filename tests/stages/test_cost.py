@@ -107,9 +107,9 @@ def test_ledger_sums_api_cost_per_teacher_and_effort_and_gpu_hours_per_rule(tmp_
     assert gpu["generate_high_xhigh"]["gpu_hours"] == 0.0  # no GPUs configured for that rule
 
 
-def test_each_rule_is_charged_its_gpu_types_price_and_a_stage_its_own_gpus(tmp_path, monkeypatch):
-    """The teacher's B300s at their price, training at the B200's; a training stage with a
-    layout of its own (train-<stage>) charged its own GPUs when sacct has no answer."""
+def test_each_rule_is_charged_its_gpu_types_price_and_a_phase_its_own_gpus(tmp_path, monkeypatch):
+    """The teacher's B300s at their price, training at the B200's; a training phase with a
+    layout of its own (train-<phase>) charged its own GPUs when sacct has no answer."""
     wall = {"wall_s": 3600}
     arts = {
         "g": artifact(
@@ -127,7 +127,7 @@ def test_each_rule_is_charged_its_gpu_types_price_and_a_stage_its_own_gpus(tmp_p
                 name,
                 stage="train",
                 rule="train",
-                params={"stage": {"name": name, "epochs": 1}},
+                params={"phase": {"name": name, "epochs": 1}},
                 metrics=wall,
                 monkeypatch=monkeypatch,
             )

@@ -341,8 +341,8 @@ def test_a_changed_save_minutes_still_resumes_and_any_other_change_does_not(setu
     assert fingerprint(save_steps=10) != fingerprint()
 
 
-def test_a_stage_selects_its_efforts_and_can_drop_the_tags():
-    from stillroom.config.training import TrainStage
+def test_a_phase_selects_its_efforts_and_can_drop_the_tags():
+    from stillroom.config.training import TrainPhase
     from stillroom.stages.train import select_rows
 
     def row(i, effort, tagged):
@@ -351,15 +351,15 @@ def test_a_stage_selects_its_efforts_and_can_drop_the_tags():
         return {"id": str(i), "effort": effort, "tagged": tagged, "messages": tag + turns}
 
     rows = [row(0, "medium", True), row(1, "medium", False), row(2, "high", True)]
-    medium = TrainStage(name="medium", efforts=["medium"], tags="none", epochs=2)
+    medium = TrainPhase(name="medium", efforts=["medium"], tags="none", epochs=2)
     picked = select_rows(rows, medium, "d.jsonl")
     assert [r["id"] for r in picked] == ["0", "1"]
     assert all(r["messages"][0]["role"] == "user" and not r["tagged"] for r in picked)
     assert rows[0]["messages"][0]["role"] == "system"  # the caller's rows are left as they were
-    mixed = TrainStage(name="mixed", epochs=1)
+    mixed = TrainPhase(name="mixed", epochs=1)
     assert select_rows(rows, mixed, "d.jsonl") == rows
-    with pytest.raises(DataError, match="no rows for train stage 'xhigh'"):
-        select_rows(rows, TrainStage(name="xhigh", efforts=["xhigh"], epochs=1), "d.jsonl")
+    with pytest.raises(DataError, match="no rows for train phase 'xhigh'"):
+        select_rows(rows, TrainPhase(name="xhigh", efforts=["xhigh"], epochs=1), "d.jsonl")
     untagged = [{"id": "9", "messages": rows[0]["messages"]}]
     with pytest.raises(DataError, match="d.jsonl: row 9 has no 'effort'"):
         select_rows(untagged, medium, "d.jsonl")

@@ -26,7 +26,7 @@ def test_beam_distill_dag_builds_offline(tmp_path):
     assert jobs["benchmark"] == 6 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
     # 5 models on 6 benchmarks, the 3 merges on the dev split the ratio is chosen on
     assert jobs["evaluate"] == 5 * 6 + 3 and jobs["tables"] == 6 and jobs["select_merge"] == 1
-    assert jobs["train"] == 2  # the seed's two stages
+    assert jobs["train"] == 2  # the seed's two phases
     # sft and merge-0.5 at 4 efforts on 2 benchmarks; base, sft, merge-0.5 at 4 thinking budgets
     assert jobs["evaluate_effort"] == 2 * 2 * 4 and jobs["effort_tables"] == 2
     assert jobs["evaluate_budget"] == 3 * 2 * 4 and jobs["budget_tables"] == 2
@@ -117,7 +117,7 @@ def test_seed_000_overlays_merge_onto_the_distill_recipe_and_pass_the_training_c
         "mlp.gate" in t for t in p.lora.target_modules + p.lora.target_parameters
     )
     jobs = scheduled(run_snakemake(tmp_path, cfg, "-n"))
-    # one epoch over the whole dataset: the overlay's epochs, not the distillation's two stages
+    # one epoch over the whole dataset: the overlay's epochs, not the distillation's two phases
     assert jobs["train"] == 1 and jobs["pretrained"] == 1
 
 
@@ -203,12 +203,12 @@ def test_the_smoke_twin_differs_from_the_recipe_only_in_sizes_ids_paths_and_urls
     # the comparison itself catches what a twin must not change
     changed = yaml.safe_load(yaml.safe_dump(twin, sort_keys=False))
     changed["eval"]["backend"]["backend"] = "hf"
-    changed["train"]["stages"][0]["tags"] = "as_built"
+    changed["train"]["phases"][0]["tags"] = "as_built"
     del changed["merge"]["select_by"]
     changed["generation"]["efforts"] = ["medium", "low"]
     assert structural_differences(recipe, changed) == [
         "generation.efforts: 4 entries against 2",
-        "train.stages.0.tags: 'none' against 'as_built'",
+        "train.phases.0.tags: 'none' against 'as_built'",
         "merge: keys ['select_by'] differ",
         "eval.backend.backend: 'sglang' against 'hf'",
     ]
@@ -217,7 +217,7 @@ def test_the_smoke_twin_differs_from_the_recipe_only_in_sizes_ids_paths_and_urls
 @pytest.mark.slow
 def test_the_smoke_twin_runs_the_recipe_end_to_end(tmp_path):
     """beam-distill-smoke through every path the recipe takes: hub-shaped local datasets, a Qwen3
-    student trained through TRL's template in two stages over 2 gloo ranks, the teacher and every
+    student trained through TRL's template in two phases over 2 gloo ranks, the teacher and every
     evaluated checkpoint served by a real OpenAI-compatible server started inside the job,
     per-effort and budget-forced evaluation, the dev split choosing the merge by tokens, IFEval
     and lettered multiple choice."""
@@ -244,7 +244,7 @@ def test_the_smoke_twin_runs_the_recipe_end_to_end(tmp_path):
     assert all(g["response"].startswith("<think>") for g in gen)
     dataset = json.loads((r / "dataset" / "train.jsonl.prov.json").read_text())["metrics"]
     assert set(dataset["samples_correct"]) == {"medium", "low", "high", "xhigh"}
-    # two training stages, the second from the first; TRL's Qwen3 training template; the
+    # two training phases, the second from the first; TRL's Qwen3 training template; the
     # checkpoint stops where it was trained to end its turn
     for stage in ("sft-medium", "sft"):
         metrics = json.loads((r / "ckpt" / f"{stage}.prov.json").read_text())["metrics"]

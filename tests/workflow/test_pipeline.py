@@ -244,23 +244,23 @@ def test_adding_a_selection_to_the_ablation_never_rebuilds_the_fine_tune(done):
     assert metrics["examples_correct"] < metrics["examples"] and len(shortest) < metrics["examples"]
 
 
-def test_a_later_training_stage_never_reruns_an_earlier_one(done):
-    """Staged training: each stage its own job and artifact, from the previous checkpoint."""
+def test_a_later_training_phase_never_reruns_an_earlier_one(done):
+    """Training in phases: each phase its own job and artifact, from the previous checkpoint."""
     workdir, cfg, _ = done
     cfg = copy.deepcopy(cfg)
-    cfg["train"].pop("epochs", None)  # the stages give their own
-    cfg["train"]["stages"] = [
+    cfg["train"].pop("epochs", None)  # the phases give their own
+    cfg["train"]["phases"] = [
         {"name": "medium", "efforts": ["medium"], "tags": "none", "epochs": 1},
         {"name": "mixed", "epochs": 1},
     ]
     first = workdir / "results" / "small" / "ckpt" / "sft-medium"
     run_snakemake(workdir, cfg, str(first.relative_to(workdir)))
     prov = read_json(sidecar_path(first))
-    assert prov["params"]["stage"]["name"] == "medium" and prov["metrics"]["examples"] > 0
-    cfg["train"]["stages"][1]["epochs"] = 2
+    assert prov["params"]["phase"]["name"] == "medium" and prov["metrics"]["examples"] > 0
+    cfg["train"]["phases"][1]["epochs"] = 2
     plan = run_snakemake(workdir, cfg, "-n", "-p")
     jobs = scheduled(plan)
-    assert jobs["train"] == 1 and "dataset" not in jobs  # the second stage only
+    assert jobs["train"] == 1 and "dataset" not in jobs  # the second phase only
     assert "--base results/small/ckpt/sft-medium " in plan.stdout
     assert "--out-model results/small/ckpt/sft-medium " not in plan.stdout
 
@@ -323,7 +323,7 @@ def test_snakemake_rejects_bad_config_before_any_job(tmp_path, small_cfg):
     assert not (tmp_path / "results" / "small" / "pool").exists()
 
 
-STAGES = [
+PHASES = [
     {"name": "medium", "efforts": ["medium"], "tags": "none", "epochs": 1},
     {"name": "mixed", "epochs": 1},
 ]
@@ -332,8 +332,8 @@ STAGES = [
 @pytest.mark.parametrize(
     "change, merges",
     [
-        # each stage from the previous one's merged checkpoint
-        ({"train": {"stages": STAGES}}, (("base", "sft-medium"), ("sft-medium", "sft"))),
+        # each phase from the previous one's merged checkpoint
+        ({"train": {"phases": PHASES}}, (("base", "sft-medium"), ("sft-medium", "sft"))),
         (
             {"dataset": {"ablation": ["unfiltered"]}},
             (("base", "sft"), ("base", "select-unfiltered")),
@@ -341,12 +341,12 @@ STAGES = [
     ],
 )
 def test_each_lora_training_job_has_its_adapter_merged_by_a_cpu_job(tmp_path, change, merges):
-    """LoRA: every training job (each stage, each ablation selection) writes its adapter, and a
-    merge_adapter job of its own writes the checkpoint the next stage and the evaluations read."""
+    """LoRA: every training job (each phase, each ablation selection) writes its adapter, and a
+    merge_adapter job of its own writes the checkpoint the next phase and the evaluations read."""
     cfg = small_config()
     cfg["train"].update(method="lora", lora={"r": 4, "alpha": 8, "target_modules": ["q_proj"]})
-    if "stages" in change.get("train", {}):
-        cfg["train"].pop("epochs", None)  # the stages give their own
+    if "phases" in change.get("train", {}):
+        cfg["train"].pop("epochs", None)  # the phases give their own
     for section, values in change.items():
         cfg[section].update(values)
     plan = run_snakemake(tmp_path, cfg, "-n", "-p")
