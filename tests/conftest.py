@@ -214,7 +214,8 @@ def synthetic_rows(n=200, seed=0):
     return rows
 
 
-@pytest.fixture(scope="module")
+# Built once per pytest run: every test only reads them (a test that trains writes elsewhere).
+@pytest.fixture(scope="session")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("train")
     rows = synthetic_rows()
@@ -225,7 +226,7 @@ def setup(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def moe(tmp_path_factory):
     root = tmp_path_factory.mktemp("moe")
     rows = synthetic_rows(120)
