@@ -82,16 +82,24 @@ def test_the_conda_environment_lists_the_project_dependencies():
         assert (REPO / "envs" / f"{env}.post-deploy.sh").exists()
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.stem if r else "default")
-def test_parsing_writes_nothing_and_lint_is_clean(tmp_path, recipe):
+# A dry run and a lint per recipe, seconds each: the default in the fast tier, the recipes in the
+# full suite only (make test)
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        pytest.param(r, id=r.stem if r else "default", marks=[pytest.mark.slow] if r else [])
+        for r in RECIPES
+    ],
+)
+def test_parsing_writes_nothing_and_lint_is_clean(dry_run, recipe):
     """A dry run and a lint of every recipe: nothing appears in the working directory but
     Snakemake's own state, and the linter finds nothing."""
-    dry = _snakemake("-n", "--cores", "2", cwd=tmp_path, configfiles=_configfiles(recipe))
+    workdir, dry = dry_run(_configfiles(recipe))
     assert dry.returncode == 0, dry.stderr[-3000:]
     # one teacher for every effort: no warning, no teachers table
     assert "mixes teachers" not in dry.stdout and "teacher_tables" not in dry.stdout
-    assert {p.name for p in tmp_path.iterdir()} <= {".snakemake"}
-    lint = _snakemake("--lint", cwd=tmp_path, configfiles=_configfiles(recipe))
+    assert {p.name for p in workdir.iterdir()} <= {".snakemake"}
+    lint = _snakemake("--lint", cwd=workdir, configfiles=_configfiles(recipe))
     assert "Congratulations, your workflow is in a good condition!" in lint.stdout + lint.stderr, (
         lint.stdout[-3000:] + lint.stderr[-3000:]
     )
