@@ -92,6 +92,7 @@ def test_qlora_trains_its_adapters_on_an_nf4_base(fixture, cpu_only):
     assert last["zero"] == 0 and r["trainable"]["other"] > 0
 
 
+@pytest.mark.slow
 def test_flagship_trains_nf4_experts_on_two_fsdp2_ranks_and_merges_by_streaming(fixture, cpu_only):
     # the train stage's torchrun workers on 2 gloo ranks (the GPUs hidden from them too), then
     # the merge in a process of its own

@@ -201,6 +201,7 @@ def test_nf4_model_is_under_a_third_of_bf16_with_the_experts(moe, capsys):
     assert layers_nf4 < 0.35 * layers_bf16
 
 
+@pytest.mark.slow
 def test_qlora_on_two_fsdp2_gloo_ranks_matches_one_process(moe, tmp_path):
     """The same 4 rows a step: all in one process (loaded whole, then quantised), or 2 on each of
     2 FSDP2 ranks (loaded by the staged loader)."""
@@ -324,6 +325,7 @@ def test_train_stage_runs_staged_qlora_on_two_fsdp2_ranks_as_on_one(moe, tmp_pat
         assert sum("lora_" in n for n, _ in tuned.named_parameters()) == len(b)
 
 
+@pytest.mark.slow
 def test_expert_parallel_dispatch_matches_the_whole_experts_when_a_rank_gets_no_row(tmp_path):
     """Every row routed to rank 0's experts: rank 1 runs none, yet the outputs, the input
     gradients and the LoRA gradients (summed over ranks) equal one module holding every expert,

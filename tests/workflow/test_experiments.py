@@ -89,6 +89,7 @@ def test_beam_tiny_smoke_runs_end_to_end(tmp_path):
     assert set(merged["inputs"]) == {"base", "adapter"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overlay, layout",
     [

@@ -183,6 +183,7 @@ def test_the_snakefile_needs_stillroom_on_path(tmp_path):
     assert "`stillroom` is not on PATH" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_a_student_whose_template_cannot_be_marked_is_refused_at_dag_build(tmp_path):
     """A local pretrained student is checked while the workflow is parsed; a configured training
     template reaches the train job as an input."""
