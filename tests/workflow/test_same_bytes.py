@@ -135,7 +135,8 @@ def test_make_run_and_plain_snakemake_in_two_checkouts_write_the_same_bytes(done
     # the shared run had the Makefile's exports (conftest sets them when pytest runs without make)
     exports = makefile_exports(REPO / "Makefile")
     assert {"HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM"} <= exports.keys()
-    assert {k: os.environ.get(k) for k in exports} == exports
+    shared = {k: os.environ.get(k) for k in exports}
+    assert shared == exports, f"the shared run's environment {shared}, not the Makefile's {exports}"
     plain = {k: v for k, v in os.environ.items() if k not in exports and k != "PYTHONPATH"}
     root = checkout(tmp_path / "b" / "elsewhere" / "checkout-2")
     assert root.resolve() != REPO and not workdir.is_relative_to(root)
