@@ -48,6 +48,7 @@ def run(name, fixture, device="cpu", sizes=CPU):
     )
 
 
+@pytest.mark.slow
 def test_without_a_gpu_the_summary_says_skipped_and_exits_0(tmp_path):
     out = tmp_path / "gpu-check.json"
     proc = subprocess.run(
@@ -68,6 +69,7 @@ def test_without_a_gpu_the_summary_says_skipped_and_exits_0(tmp_path):
     assert summary["versions"]["torch"]
 
 
+@pytest.mark.slow
 def test_packed_and_padded_rows_train_alike(fixture, cpu_only):
     r = run("sft", fixture)
     assert r["status"] == "pass", r["failures"]

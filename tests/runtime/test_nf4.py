@@ -260,6 +260,7 @@ STAGED = {
 }
 
 
+@pytest.mark.slow
 def test_train_stage_runs_staged_qlora_on_two_fsdp2_ranks_as_on_one(moe, tmp_path, capfd):
     """``stillroom train`` with quantize_moe_experts: the staged loader's NF4 model under TRL's
     trainer, on one process, on 2 FSDP2 gloo ranks (with gradient checkpointing), and on 2 ranks
@@ -341,6 +342,7 @@ def test_expert_parallel_dispatch_matches_the_whole_experts_when_a_rank_gets_no_
     assert max(diffs.values()) < 1e-5, diffs
 
 
+@pytest.mark.slow
 def test_killed_staged_qlora_resumes_from_its_adapter_checkpoint(moe, tmp_path):
     """A sharded checkpoint of a QLoRA job holds the adapter and its optimizer state, not the
     frozen NF4 base: a job killed after one resumes to the adapter of an uninterrupted run."""

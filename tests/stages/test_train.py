@@ -19,6 +19,7 @@ from ..conftest import synthetic_rows
 RENORM = [{"fn": "renorm_rows", "match": [r"self_attn\.q_proj\.weight$"], "dim": -1, "norm": 1.0}]
 
 
+@pytest.mark.slow
 def test_train_sft_lowers_loss_and_saves_model(setup, tmp_path):
     lines = []
     params = dict(

@@ -235,6 +235,7 @@ def _mixed_config(tmp_path, config):
     return path
 
 
+@pytest.mark.slow
 def test_a_config_mixing_teachers_is_warned_once_and_gets_the_teachers_table(tmp_path):
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     mixed = _mixed_config(tmp_path, config)
