@@ -879,7 +879,7 @@ BROKEN = [
         "epochs beside training stages, which replace them",
         DEFAULT,
         _set("train.stages", [{"name": "a", "epochs": 1}]),
-        "train.epochs: 2 would be overridden by train.stages, whose stages give their own (a 1)",
+        "train.epochs: 1 would be overridden by train.stages, whose stages give their own (a 1)",
     ),
     (
         "training stage without epochs",
