@@ -203,7 +203,7 @@ def test_odd_merge_ratios_are_planned_end_to_end_with_their_exact_floats(tmp_pat
     for name in names:
         for bench in benchmarks:
             assert f"--out-samples results/tiny/eval/{name}/{bench}/samples.jsonl" in out
-    (select,) = _shell_params(out, "select")
+    (select,) = _shell_params(out, "select_merge")
     assert select["ratios"] == dict(zip(names, ratios, strict=True))
     tables = _shell_params(out, "tables")
     assert len(tables) == len(config["eval"]["benchmarks"])
