@@ -1,4 +1,5 @@
-# The two commands of the README: `make run` (the embedded default pipeline) and `make test`;
+# The two commands of the README: `make run` (the embedded default pipeline) and `make test` (the
+# whole suite, what CI runs), with `make test-fast` (the tests not marked slow) for iterating;
 # `make gpu-check` on a GPU machine.
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +12,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test venv bwrap clean gpu-check
+.PHONY: run test test-fast venv bwrap clean gpu-check
 
 $(BIN)/stillroom: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +41,10 @@ run: venv
 
 test: venv
 	$(BIN)/pytest -q
+
+# Everything but the tests marked slow (pyproject.toml: Snakemake runs, trained models, servers)
+test-fast: venv
+	$(BIN)/pytest -q -m "not slow"
 
 # The GPU-only code paths once, within 8 minutes, summary in $(GPU_CHECK_OUT). Without a GPU it
 # writes a "skipped" summary and succeeds; CI never runs it.

@@ -2,6 +2,7 @@ import copy
 import os
 import random
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -214,7 +215,8 @@ def synthetic_rows(n=200, seed=0):
     return rows
 
 
-@pytest.fixture(scope="module")
+# Built once per pytest run: every test only reads them (a test that trains writes elsewhere).
+@pytest.fixture(scope="session")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("train")
     rows = synthetic_rows()
@@ -225,7 +227,7 @@ def setup(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def moe(tmp_path_factory):
     root = tmp_path_factory.mktemp("moe")
     rows = synthetic_rows(120)
@@ -243,11 +245,18 @@ def moe(tmp_path_factory):
 @pytest.fixture(scope="session")
 def done(tmp_path_factory):
     """The small workflow, run for real once per session (the pipeline and audit tests read it; the
-    audit tests tamper with a copy)."""
+    audit tests tamper with a copy). Its results as the run left them are copied beside it
+    (``as_built``), since the pipeline tests go on to rerun and add to it."""
     workdir = tmp_path_factory.mktemp("pipeline")
     cfg = small_config()
     proc = run_snakemake(workdir, cfg)
+    shutil.copytree(workdir / "results", as_built(workdir) / "results", symlinks=True)
     return workdir, cfg, proc
+
+
+def as_built(workdir: Path) -> Path:
+    """Where the ``done`` fixture keeps its run's results as they were when the run ended."""
+    return workdir.with_name(workdir.name + "-as-built")
 
 
 @pytest.fixture(scope="session")

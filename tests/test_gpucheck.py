@@ -61,6 +61,7 @@ def test_every_check_names_a_function_of_its_own_module():
         assert target(name).__module__.startswith("stillroom.gpucheck.")
 
 
+@pytest.mark.slow
 def test_without_a_gpu_the_summary_says_skipped_and_exits_0(tmp_path):
     out = tmp_path / "gpu-check.json"
     proc = subprocess.run(
@@ -81,6 +82,7 @@ def test_without_a_gpu_the_summary_says_skipped_and_exits_0(tmp_path):
     assert summary["versions"]["torch"]
 
 
+@pytest.mark.slow
 def test_packed_and_padded_rows_train_alike(fixture, cpu_only):
     r = run("sft", fixture)
     assert r["status"] == "pass", r["failures"]
@@ -105,6 +107,7 @@ def test_qlora_trains_its_adapters_on_an_nf4_base(fixture, cpu_only):
     assert last["zero"] == 0 and r["trainable"]["other"] > 0
 
 
+@pytest.mark.slow
 def test_flagship_trains_nf4_experts_on_two_fsdp2_ranks_and_merges_by_streaming(fixture, cpu_only):
     # the train stage's torchrun workers on 2 gloo ranks (the GPUs hidden from them too), then
     # the merge in a process of its own

@@ -255,6 +255,7 @@ def test_a_rerun_removes_what_a_killed_attempt_left_beside_its_outputs(tmp_path,
     )
 
 
+@pytest.mark.slow
 def test_a_training_rerun_after_a_kill_leaves_no_temporary_checkpoint(setup, tmp_path):
     """The issue's case: ``ckpt/.sft.<random>.tmp/`` of a killed training job survived the rerun
     that succeeded. The rerun's ``stillroom train`` removes it before it trains."""

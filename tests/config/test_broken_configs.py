@@ -892,7 +892,7 @@ BROKEN = [
         "epochs beside training phases, which replace them",
         DEFAULT,
         _set("train.phases", [{"name": "a", "epochs": 1}]),
-        "train.epochs: 2 would be overridden by train.phases, whose phases give their own (a 1)",
+        "train.epochs: 1 would be overridden by train.phases, whose phases give their own (a 1)",
     ),
     (
         "training phases under their old key",

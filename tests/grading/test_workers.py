@@ -147,6 +147,7 @@ def test_in_process_path_and_bad_timeout():
         grade_many(items, workers=1, timeout_s=0)
 
 
+@pytest.mark.slow
 def test_off_target_kinds_grade_through_the_worker_pool():
     """IFEval's instructions (lm-eval imported before the first item is timed) and sandboxed code
     run through the same pool as math and choice."""

@@ -82,6 +82,7 @@ IDENTITY = candidate("""
 """)
 
 
+@pytest.mark.slow
 def test_an_output_that_is_the_input_fails_the_value_cases():
     r = evaluate(NONNEGATIVE_RELU, IDENTITY, cases=[])
     # the trials' values alone cannot tell (why the cases exist); the aliasing rule can

@@ -3,6 +3,7 @@ that the size of an honest kernel's data is bounded by the machine and not by a 
 
 import textwrap
 
+import pytest
 import torch
 
 from stillroom.kernels import channel, evaluate
@@ -83,6 +84,7 @@ BIG_BLOCK_RELU = textwrap.dedent("""
     """)
 
 
+@pytest.mark.slow
 def test_an_honest_kernel_on_384_mib_of_data_earns_full_reward():
     """Inputs and outputs of 384 MiB (trial 0 and the negative case), beyond any file-size cap:
     neither job writes a file; both map their channel."""

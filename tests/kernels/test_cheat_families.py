@@ -335,6 +335,7 @@ CORRECT = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_every_cheat_of_the_four_families_earns_0(name):
     r = evaluate(RELU, FAMILIES[name], timeout_s=30)

@@ -53,6 +53,7 @@ def test_each_kernel_is_named_after_its_op_where_defined_and_launched():
 
 
 # one shape per op: the kernel is the same at every shape, and the values below cover the rest
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in NAMES if n.endswith("_7x33")])
 def test_solution_matches_reference_on_any_shape_and_values(name):
     problem = _module(problem_source(name), f"p_{name}")

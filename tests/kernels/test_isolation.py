@@ -67,6 +67,7 @@ def test_a_hang_is_killed_and_the_server_serves_on(monkeypatch):
     assert isolation.fork_server("cpu") is server
 
 
+@pytest.mark.slow
 def test_a_dead_fork_server_is_restarted():
     server = isolation.fork_server("cpu")
     with ThreadPoolExecutor(1) as pool:

@@ -52,6 +52,7 @@ def scaled():
     return {r["meta"]["problem"]: r for r in recs}
 
 
+@pytest.mark.slow
 def test_every_kernelbench_file_becomes_a_record_within_the_budget(scaled):
     assert sorted(scaled) == sorted(p.stem for p in FIXTURES.glob("*.py")) and len(scaled) == 10
     for name, rec in scaled.items():
@@ -339,6 +340,7 @@ class ModelNew(nn.Module):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "solution"),
     [("19_ReLU", RELU_SOLUTION), ("23_Softmax", SOFTMAX_SOLUTION), ("89_cumsum", CUMSUM_SOLUTION)],

@@ -41,6 +41,7 @@ def test_problem_set_is_complete():
         assert "@triton.jit" in solution.read_text(), path.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: p.stem)
 def test_solution_matches_reference(path):
     problem = load(path, "problem")

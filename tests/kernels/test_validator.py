@@ -342,6 +342,7 @@ def test_honest_candidate_earns_full_reward():
     assert r.program == ["launch relu_kernel grid (4,) BLOCK=1024 num_warps=4"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CHEATS))
 def test_cheat_earns_nothing(name):
     source, why = CHEATS[name]
@@ -403,6 +404,7 @@ def test_what_the_program_does_not_contain_does_not_matter(name, forward, prelud
     assert r.reward == 1, (name, r.reasons)
 
 
+@pytest.mark.slow
 def test_every_reference_solution_earns_full_reward():
     def score(path):
         return path.stem, evaluate(

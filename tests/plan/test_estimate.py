@@ -108,6 +108,7 @@ def test_the_default_config_is_estimated_from_its_local_files():
 def test_the_dataset_ablation_bills_a_fine_tune_per_selection_on_its_rows():
     config = copy.deepcopy(DEFAULT)
     config["dataset"].update(select="all", ablation=["shortest", "unfiltered"])
+    config["train"]["epochs"] = 2  # every fine-tune of the ablation trains as sft does
     p = estimate(config)
     sft, shortest, unfiltered = rows(p, "train")
     # two samples of each of 2490 prompts per effort, correct at 0.7, 0.8 and 0.9: every correct

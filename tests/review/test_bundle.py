@@ -294,6 +294,7 @@ rule table:
 """
 
 
+@pytest.mark.slow
 def test_the_snakemake_report_of_the_experiments_config_is_bundled(experiment, monkeypatch):
     """The report is made by Snakemake in the run's directory with the config snapshot the tables
     name (a one-rule workflow stands in for the project's, which would take a pipeline's time)."""

@@ -108,6 +108,7 @@ def merged(moe, tmp_path_factory):
     return root / "base", adapter, tmp / "out", summary
 
 
+@pytest.mark.slow
 def test_merged_logits_equal_the_adapter_models(merged):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

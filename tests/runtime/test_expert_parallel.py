@@ -15,6 +15,7 @@ from stillroom.stages.train import run as train_stage
 EP2 = {"gpus_per_node": 2, "expert_parallel_size": 2}
 
 
+@pytest.mark.slow
 def test_experts_split_over_the_fsdp_ranks_and_lora_on_them_still_fails(moe, tmp_path):
     """Loaded by the training path: each rank holds 2 of the 4 experts whole, dense weights are
     FSDP-sharded over the same 2 ranks. PEFT's LoRA on the fused experts still fails with the
@@ -59,6 +60,7 @@ def train(root, out, method, **extra):
     )
 
 
+@pytest.mark.slow
 def test_lora_with_expert_parallelism_on_two_gloo_ranks_matches_one_process(moe, tmp_path):
     """Two ranks with batch 2 each, tokens dispatched to their experts' rank by all-to-all (and
     the gradients back through it to the adapted attention), against one process with batch 4:
@@ -78,6 +80,7 @@ def test_lora_with_expert_parallelism_on_two_gloo_ranks_matches_one_process(moe,
         torch.testing.assert_close(b[key], a[key], rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_full_fine_tune_with_expert_parallelism_matches_plain_fsdp2(moe, tmp_path):
     """The experts themselves trained under expert parallelism: the losses of one process, and
     the weights of plain FSDP2 on the same 2 ranks, whose experts every rank holds."""

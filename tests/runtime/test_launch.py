@@ -68,6 +68,7 @@ def test_command_under_slurm_is_one_srun_task_per_node_with_a_per_job_rendezvous
         command(layout, ["w"], env=env, allocation=lambda _: (3, ["a", "b", "c"]))
 
 
+@pytest.mark.slow
 def test_fsdp2_on_two_cpu_ranks_matches_one_rank_on_the_same_global_batch(setup, tmp_path):
     """Two gloo ranks with batch 4 each against one process with batch 8: same losses, same
     weights."""
@@ -170,6 +171,7 @@ def kill_and_resume(
     return tmp_path / "straight", out
 
 
+@pytest.mark.slow
 def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
     """SIGKILL the whole 2-rank job after a sharded checkpoint; the rerun restores model, Adam
     moments and lr schedule from it and ends where an uninterrupted run ends."""
@@ -190,6 +192,7 @@ def test_killed_sharded_training_resumes_to_the_same_weights(setup, tmp_path):
     assert set(a) == set(b) and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
 
 
+@pytest.mark.slow
 def test_every_rank_checkpoints_by_time_when_rank_0_says_so(tmp_path):
     """A time-based checkpoint is a collective: each rank gets rank 0's answer, whatever its own
     clock reads (one rank past the interval and the other not would hang FSDP's save)."""
@@ -205,6 +208,7 @@ def test_every_rank_checkpoints_by_time_when_rank_0_says_so(tmp_path):
     assert out["answers"] == [[False, True], [False, True]]
 
 
+@pytest.mark.slow
 def test_killed_sharded_training_resumes_from_a_time_based_checkpoint(setup, tmp_path):
     """save_minutes alone (no save_steps) on 2 FSDP2 ranks: both write their shards of the same
     step (a checkpoint is complete only once every rank's are in), and a job SIGKILLed after one
@@ -224,6 +228,7 @@ def test_killed_sharded_training_resumes_from_a_time_based_checkpoint(setup, tmp
     assert set(a) == set(b) and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
 
 
+@pytest.mark.slow
 def test_qlora_processes_are_data_parallel_replicas(setup, tmp_path):
     """4-bit weights cannot be FSDP-sharded: two QLoRA ranks each hold the whole NF4 model (DDP) and
     match one process on the same global batch."""
@@ -256,6 +261,7 @@ def test_qlora_processes_are_data_parallel_replicas(setup, tmp_path):
         Params.parse({**common, "distributed": {"gpus_per_node": 2, "fsdp_size": 2}}, where="train")
 
 
+@pytest.mark.slow
 def test_lora_on_two_fsdp_ranks_saves_the_whole_adapter(setup, tmp_path):
     """Only the adapter is gathered from the shards for the save; it matches one process's
     training."""

@@ -201,6 +201,7 @@ def test_nf4_model_is_under_a_third_of_bf16_with_the_experts(moe, capsys):
     assert layers_nf4 < 0.35 * layers_bf16
 
 
+@pytest.mark.slow
 def test_qlora_on_two_fsdp2_gloo_ranks_matches_one_process(moe, tmp_path):
     """The same 4 rows a step: all in one process (loaded whole, then quantised), or 2 on each of
     2 FSDP2 ranks (loaded by the staged loader)."""
@@ -259,6 +260,7 @@ STAGED = {
 }
 
 
+@pytest.mark.slow
 def test_train_stage_runs_staged_qlora_on_two_fsdp2_ranks_as_on_one(moe, tmp_path, capfd):
     """``stillroom train`` with quantize_moe_experts: the staged loader's NF4 model under TRL's
     trainer, on one process, on 2 FSDP2 gloo ranks (with gradient checkpointing), and on 2 ranks
@@ -324,6 +326,7 @@ def test_train_stage_runs_staged_qlora_on_two_fsdp2_ranks_as_on_one(moe, tmp_pat
         assert sum("lora_" in n for n, _ in tuned.named_parameters()) == len(b)
 
 
+@pytest.mark.slow
 def test_expert_parallel_dispatch_matches_the_whole_experts_when_a_rank_gets_no_row(tmp_path):
     """Every row routed to rank 0's experts: rank 1 runs none, yet the outputs, the input
     gradients and the LoRA gradients (summed over ranks) equal one module holding every expert,
@@ -339,6 +342,7 @@ def test_expert_parallel_dispatch_matches_the_whole_experts_when_a_rank_gets_no_
     assert max(diffs.values()) < 1e-5, diffs
 
 
+@pytest.mark.slow
 def test_killed_staged_qlora_resumes_from_its_adapter_checkpoint(moe, tmp_path):
     """A sharded checkpoint of a QLoRA job holds the adapter and its optimizer state, not the
     frozen NF4 base: a job killed after one resumes to the adapter of an uninterrupted run."""

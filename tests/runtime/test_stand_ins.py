@@ -31,6 +31,7 @@ def stand_ins(tmp_path_factory):
     return root, metrics
 
 
+@pytest.mark.slow
 def test_the_student_is_shipped_as_a_qwen3_base_model_is(stand_ins):
     root, _ = stand_ins
     tok = AutoTokenizer.from_pretrained(root / "student")

@@ -8,6 +8,7 @@ import pytest
 from stillroom.io import read_jsonl, write_jsonl
 
 
+@pytest.mark.slow
 def test_evaluate_stage_records_segments_and_forced_answers(setup, tmp_path):
     from stillroom.cli import main
 
@@ -128,6 +129,7 @@ PARAMS = {
 }
 
 
+@pytest.mark.slow
 def test_a_killed_evaluation_resumes_to_the_same_samples(setup, tmp_path):
     """SIGKILL mid-run, twice: no output that looks complete is left, finished batches are not
     sampled again, and the resumed file equals an uninterrupted run's byte for byte."""

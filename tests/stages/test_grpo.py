@@ -220,6 +220,7 @@ def test_grpo_smoke_run_saves_a_loadable_model(kernel_setup, tmp_path, monkeypat
     )
 
 
+@pytest.mark.slow
 def test_two_processes_share_the_groups_and_gather_the_rewards(kernel_setup, tmp_path):
     """grpo.distributed: 2 torchrun processes (gloo, FSDP2-sharded), each generating and scoring its
     share; rank 0 gathers every scored completion and saves the whole model."""

@@ -19,6 +19,7 @@ from ..conftest import synthetic_rows
 RENORM = [{"fn": "renorm_rows", "match": [r"self_attn\.q_proj\.weight$"], "dim": -1, "norm": 1.0}]
 
 
+@pytest.mark.slow
 def test_train_sft_lowers_loss_and_saves_model(setup, tmp_path):
     lines = []
     params = dict(
@@ -213,6 +214,7 @@ def test_hooks_and_adapters_do_not_mix():
         Params.parse({"sampled_options": {"loops": 3}}, where="train")
 
 
+@pytest.mark.slow
 def test_killed_training_resumes_to_the_same_weights(setup, tmp_path):
     """SIGKILL the real CLI after a checkpoint is written; the rerun resumes from it and ends where
     an uninterrupted run ends (same data order, optimizer and scheduler state, RNG)."""
@@ -272,6 +274,7 @@ def test_killed_training_resumes_to_the_same_weights(setup, tmp_path):
     assert not (tmp_path / "killed.checkpoints").exists()  # cleaned once the model is in place
 
 
+@pytest.mark.slow
 def test_killed_training_resumes_from_a_time_based_checkpoint(setup, tmp_path):
     """With save_steps 0 (the default), save_minutes alone checkpoints: a job SIGKILLed after such
     a checkpoint resumes from it to the bytes of an uninterrupted run, and those bytes are the

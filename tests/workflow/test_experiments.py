@@ -15,9 +15,10 @@ from .test_pipeline import scheduled
 
 
 @pytest.mark.slow
-def test_beam_distill_dag_builds_offline(tmp_path):
+def test_beam_distill_dag_builds_offline(dry_run):
     cfg = yaml.safe_load((REPO / "config" / "experiments" / "beam-distill.yaml").read_text())
-    proc = run_snakemake(tmp_path, cfg, "-n")
+    workdir, proc = dry_run([REPO / "config" / "experiments" / "beam-distill.yaml"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = scheduled(proc)
     # medium on all 62 shards; low/high/xhigh on 20, all three in one job (one server start) per
     # shard
@@ -35,7 +36,7 @@ def test_beam_distill_dag_builds_offline(tmp_path):
         and "beam-sglang/xhigh/shard-00020" not in proc.stdout
     )
     assert not (
-        tmp_path / "results" / "beam-distill" / "pool"
+        workdir / "results" / "beam-distill" / "pool"
     ).exists()  # nothing fetched at DAG build
     assert Train.parse(cfg["train"]).layout.world_size == 4  # the seed's 4 B200s, FSDP2
 
@@ -88,6 +89,7 @@ def test_beam_tiny_smoke_runs_end_to_end(tmp_path):
     assert set(merged["inputs"]) == {"base", "adapter"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overlay, layout",
     [
@@ -100,7 +102,7 @@ def test_beam_tiny_smoke_runs_end_to_end(tmp_path):
     ],
 )
 def test_seed_000_overlays_merge_onto_the_distill_recipe_and_pass_the_training_checks(
-    tmp_path, overlay, layout
+    dry_run, overlay, layout
 ):
     """Snakemake merges `--configfile a b` with update_config; the merged train section must pass
     every fail-fast check (the target names are resolved against the real model at run time)."""
@@ -116,16 +118,21 @@ def test_seed_000_overlays_merge_onto_the_distill_recipe_and_pass_the_training_c
     assert not p.lora or not any(
         "mlp.gate" in t for t in p.lora.target_modules + p.lora.target_parameters
     )
-    jobs = scheduled(run_snakemake(tmp_path, cfg, "-n"))
+    exp = REPO / "config" / "experiments"
+    _, proc = dry_run([exp / "beam-distill.yaml", exp / f"{overlay}.yaml"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = scheduled(proc)
     # one epoch over the whole dataset: the overlay's epochs, not the distillation's two phases
     assert jobs["train"] == 1 and jobs["pretrained"] == 1
 
 
-def test_autotriton_8b_dag_builds_offline(tmp_path):
+def test_autotriton_8b_dag_builds_offline(dry_run):
     """Seed 002 at scale: KernelBench benchmarks fetched by jobs, an 8B student, GRPO after SFT,
     kernel tables."""
     cfg = yaml.safe_load((REPO / "config" / "experiments" / "autotriton-8b.yaml").read_text())
-    jobs = scheduled(run_snakemake(tmp_path, cfg, "-n"))
+    _, proc = dry_run([REPO / "config" / "experiments" / "autotriton-8b.yaml"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = scheduled(proc)
     assert jobs["benchmark"] == 2 and jobs["pretrained"] == 1 and jobs["grpo"] == 1
     assert (
         jobs["evaluate"] == 3 * 2 and jobs["tables"] == 2 and jobs["kernel_tables"] == 2

@@ -59,15 +59,29 @@ def weights(model_dir) -> dict[str, torch.Tensor]:
     return {k: v for f in sorted(model_dir.glob("*.safetensors")) for k, v in load_file(f).items()}
 
 
+@pytest.fixture(scope="module")
+def twins_workdir(tmp_path_factory):
+    """One working directory for every twin, run under one experiment name: the twins differ from
+    beam-tiny-smoke only in train (test_the_twin_trains_as_its_recipe_does_at_smoke_size), so the
+    pool, generation, dataset and base model are built once and each twin reruns only its training
+    and its adapter's merge (Snakemake's params trigger)."""
+    return tmp_path_factory.mktemp("guide-twins")
+
+
+SHARED = "guide-twins"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe, twin", TWINS, ids=IDS)
-def test_the_twin_trains_and_merges_the_tiny_moe(tmp_path, recipe, twin):
+def test_the_twin_trains_and_merges_the_tiny_moe(twins_workdir, recipe, twin):
     """The twin's workflow up to the merged fine-tune (no evaluation): the adapter trained by rule
     train in the recipe's layout, merged by its own CPU job, the router untouched."""
-    cfg = twin_config(twin)
+    cfg = {**twin_config(twin), "experiment": SHARED}
     p = Train.parse(resolve(cfg, root=REPO)["train"])
-    run_snakemake(tmp_path, cfg, f"results/{twin}/ckpt/sft")
-    r = tmp_path / "results" / twin
+    proc = run_snakemake(twins_workdir, cfg, f"results/{SHARED}/ckpt/sft")
+    r = twins_workdir / "results" / SHARED
+    log = proc.stdout + proc.stderr
+    assert re.search(r"^(?:local)?rule train:", log, re.M), "this twin's training did not run"
     assert not (r / "eval").exists() and not (r / "tables").exists()
 
     trained = json.loads((r / "ckpt" / "sft.adapter.prov.json").read_text())

@@ -85,19 +85,27 @@ def test_the_conda_environment_lists_the_project_dependencies():
         assert (REPO / "envs" / f"{env}.post-deploy.sh").exists()
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.stem if r else "default")
-def test_parsing_writes_nothing_and_lint_is_clean(tmp_path, recipe):
+# A dry run and a lint per recipe, seconds each: the default in the fast tier, the recipes in the
+# full suite only (make test)
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        pytest.param(r, id=r.stem if r else "default", marks=[pytest.mark.slow] if r else [])
+        for r in RECIPES
+    ],
+)
+def test_parsing_writes_nothing_and_lint_is_clean(dry_run, recipe):
     """A dry run and a lint of every recipe: nothing appears in the working directory but
     Snakemake's own state, and the linter finds nothing."""
-    dry = _snakemake("-n", "-p", "--cores", "2", cwd=tmp_path, configfiles=_configfiles(recipe))
+    workdir, dry = dry_run(_configfiles(recipe))
     assert dry.returncode == 0, dry.stderr[-3000:]
     # every rule's shell line against its stage's contract (stages/contract.py)
     commands, problems = command_problems(dry.stdout)
     assert commands and not problems, "\n".join(problems)
     # one teacher for every effort: no warning, no teachers table
     assert "mixes teachers" not in dry.stdout and "teacher_tables" not in dry.stdout
-    assert {p.name for p in tmp_path.iterdir()} <= {".snakemake"}
-    lint = _snakemake("--lint", cwd=tmp_path, configfiles=_configfiles(recipe))
+    assert {p.name for p in workdir.iterdir()} <= {".snakemake"}
+    lint = _snakemake("--lint", cwd=workdir, configfiles=_configfiles(recipe))
     assert "Congratulations, your workflow is in a good condition!" in lint.stdout + lint.stderr, (
         lint.stdout[-3000:] + lint.stderr[-3000:]
     )
@@ -195,7 +203,7 @@ def test_odd_merge_ratios_are_planned_end_to_end_with_their_exact_floats(tmp_pat
     for name in names:
         for bench in benchmarks:
             assert f"--out-samples results/tiny/eval/{name}/{bench}/samples.jsonl" in out
-    (select,) = _shell_params(out, "select")
+    (select,) = _shell_params(out, "select_merge")
     assert select["ratios"] == dict(zip(names, ratios, strict=True))
     tables = _shell_params(out, "tables")
     assert len(tables) == len(config["eval"]["benchmarks"])
@@ -226,6 +234,7 @@ def test_the_snakefile_needs_stillroom_on_path(tmp_path):
     assert "`stillroom` is not on PATH" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_a_student_whose_template_cannot_be_marked_is_refused_at_dag_build(tmp_path):
     """A local pretrained student is checked while the workflow is parsed; a configured training
     template reaches the train job as an input."""
@@ -277,6 +286,7 @@ def _mixed_config(tmp_path, config):
     return path
 
 
+@pytest.mark.slow
 def test_a_config_mixing_teachers_is_warned_once_and_gets_the_teachers_table(tmp_path):
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     mixed = _mixed_config(tmp_path, config)
