@@ -10,12 +10,11 @@ stop set (runtime/stops.py), which the samples' sidecar records.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -26,11 +25,13 @@ from ..data.sources import load_benchmark
 from ..grading.formats import END_THINK, effort_tag, user_content, with_effort_tag
 from ..io import DataError, Journal, stat_fingerprint
 from ..provenance.sidecars import digest
-from ..runtime.checkpoints import context_length
-from ..runtime.decoding import Answer, budget_force, continue_truncated
-from ..runtime.served import ServedLM
-from ..runtime.stops import stop_set
 from .contract import stage
+
+if TYPE_CHECKING:
+    from ..runtime.decoding import Answer
+
+# The CLI imports every stage module to list the stages: the runtime (numpy, asyncio, torch) is
+# imported where a model is evaluated, not here.
 
 
 class Params(StageParams, Decoding, Forcing):
@@ -50,6 +51,8 @@ def load_problems(path: str, benchmark: str) -> list[dict[str, Any]]:
 def _generate(lm, prefixes: list[list[int]], p: Params, seed: int, room: int) -> list[Answer]:
     """One batch of answers within ``room`` new tokens: budget-forced, or sampled and continued
     while cut off."""
+    from ..runtime.decoding import budget_force, continue_truncated
+
     common = {"temperature": p.temperature, "top_p": p.top_p, "seed": seed}
     if p.budget:
         budget = min(p.budget, room - p.answer_tokens - len(lm.encode(END_THINK + p.answer_cue)))
@@ -86,6 +89,8 @@ def open_lm(model_dir: str, backend: Any = None, threads: int = 1) -> Iterator[A
     ``hf`` (in process, runtime/lm.py), ``sglang`` (a server started inside the job for this
     checkpoint by the sglang teacher's launcher, from a command template with ``{model_path}`` and
     ``{port}``, always stopped) or ``openai`` (an already running server at ``base_url``)."""
+    from ..runtime.served import ServedLM
+
     spec = parse_backend(backend or {"backend": "hf"})
     if isinstance(spec, HFBackend):
         from ..runtime.lm import LocalLM
@@ -102,6 +107,8 @@ def open_lm(model_dir: str, backend: Any = None, threads: int = 1) -> Iterator[A
             stop_by=spec.stop_by,
         )
     else:
+        import asyncio
+
         from ..teachers.sglang import SGLangTeacher
 
         server = {**spec.server.dump(), "model_path": model_dir}
@@ -140,6 +147,9 @@ def run(
 ) -> dict[str, Any]:
     """Sample every problem; batches are journaled as they finish (a killed job resumes without
     redoing one, to the same samples), and ``out_samples`` appears only when all are done."""
+    from ..runtime.checkpoints import context_length
+    from ..runtime.stops import stop_set
+
     p = Params.parse(params, where="eval")
     rows = load_problems(problems, p.benchmark)
     fingerprint = {

@@ -9,8 +9,10 @@ from typing import Any
 
 from ..config import Grpo, StageParams, ValidatorOptions
 from ..runtime import launch
-from ..runtime.grpo import train_grpo
 from .contract import stage
+
+# The CLI imports every stage module to list the stages: the trainer (TRL, the kernel validator)
+# is imported where GRPO runs, not here.
 
 
 class Params(StageParams, Grpo):
@@ -33,6 +35,8 @@ def run(
     threads: int = 1,
     log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
+    from ..runtime.grpo import train_grpo
+
     p = Params.parse(params, where="grpo")
     kwargs = {
         "base_dir": base,

@@ -20,11 +20,12 @@ from typing import Any
 
 from pydantic import Field
 
-from ..analysis.tables import budget, effort, kernels, paired, plots, render
-from ..analysis.tables import teachers as teacher_table
 from ..config import Effort, Kernels, PairedTables, SeededTables, StageParams, Tables
 from ..io import DataError, read_json
 from .contract import stage
+
+# The CLI imports every stage module to list the stages, and every job runs the CLI: the tables
+# (pandas, matplotlib) are imported where a table is made, not here.
 
 Params = PairedTables
 
@@ -56,6 +57,8 @@ def run(
     corrected p-value is below 1 - confidence. With one sample per problem McNemar's exact test is
     reported too.
     """
+    from ..analysis.tables import paired, plots, render
+
     p = Params.parse(params, where="tables")
     table = paired.paired(graded, p, read_json(selection) if selection else None)
     markdown = render.write(table, out_markdown, out_csv, out_latex)
@@ -92,6 +95,8 @@ def budget_run(
     ``<model>@<budget>``. Budget forcing gave every answer its chance to answer (forced ones after
     the end-of-thinking cue); the hard cutoff row grades the same answers cut at the budget, so the
     forcing row's Δ is what forcing adds. No ``out_plot``, no plot."""
+    from ..analysis.tables import budget, plots, render
+
     p = BudgetParams.parse(params, where="tables")
     table = budget.budgets(graded, p, p.benchmark, p.base_random)
     markdown = render.write(table, out_markdown, out_csv)
@@ -126,6 +131,8 @@ def effort_run(
     """The student at each effort it was trained with (analysis/tables/effort.py): ``graded``
     names are ``<model>@<effort>``, ``teacher`` the graded generation shards whose rows the table
     shows for reference."""
+    from ..analysis.tables import effort, render
+
     p = EffortParams.parse(params, where="eval.per_effort")
     table = effort.efforts(graded, teacher, p, p.benchmark, p.efforts, p.reference)
     markdown = render.write(table, out_markdown, out_csv)
@@ -163,6 +170,9 @@ def teacher_run(
 ) -> dict[str, Any]:
     """Trace lengths per (teacher, effort) on the prompts every one of them answered, from the
     graded generation shards (``graded``; analysis/tables/teachers.py)."""
+    from ..analysis.tables import render
+    from ..analysis.tables import teachers as teacher_table
+
     p = TeacherParams.parse(params, where="tables")
     table = teacher_table.teachers(
         graded, p.reference, p.teachers, p.n_resamples, p.confidence, p.seed
@@ -192,6 +202,8 @@ def kernel_tables(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """The kernel track's table (analysis/tables/kernels.py)."""
+    from ..analysis.tables import kernels, render
+
     p = KernelParams.parse(params, where="tables")
     table = kernels.table(graded, p, p.fast_p)
     markdown = render.write(table, out_markdown, out_csv)
