@@ -2,7 +2,6 @@ import copy
 import os
 import random
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -245,18 +244,11 @@ def moe(tmp_path_factory):
 @pytest.fixture(scope="session")
 def done(tmp_path_factory):
     """The small workflow, run for real once per session (the pipeline and audit tests read it; the
-    audit tests tamper with a copy). Its results as the run left them are copied beside it
-    (``as_built``), since the pipeline tests go on to rerun and add to it."""
+    audit tests tamper with a copy)."""
     workdir = tmp_path_factory.mktemp("pipeline")
     cfg = small_config()
     proc = run_snakemake(workdir, cfg)
-    shutil.copytree(workdir / "results", as_built(workdir) / "results", symlinks=True)
     return workdir, cfg, proc
-
-
-def as_built(workdir: Path) -> Path:
-    """Where the ``done`` fixture keeps its run's results as they were when the run ended."""
-    return workdir.with_name(workdir.name + "-as-built")
 
 
 @pytest.fixture(scope="session")
