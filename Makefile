@@ -12,7 +12,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test test-fast venv bwrap clean gpu-check
+.PHONY: run test test-fast venv bwrap slurm clean gpu-check
 
 $(BIN)/stillroom: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,11 +39,18 @@ run: venv
 	$(BIN)/snakemake --cores $(CORES)
 	$(BIN)/stillroom show results/tiny
 
-test: venv
+# The local SLURM cluster, where scripts/slurm-up.sh installed it and we are root: brought up (it is
+# idempotent, about 3 s). The SLURM executor plugin asks the controller for its config whenever
+# snakemake starts, and waits 9 s for one that is installed but stopped: 9 s on every test that
+# runs snakemake. A machine without SLURM answers at once; .ci/run installs and starts it.
+slurm:
+	@! command -v slurmctld >/dev/null || [ "$$(id -u)" != 0 ] || scripts/slurm-up.sh >/dev/null
+
+test: venv slurm
 	$(BIN)/pytest -q
 
 # Everything but the tests marked slow (pyproject.toml: Snakemake runs, trained models, servers)
-test-fast: venv
+test-fast: venv slurm
 	$(BIN)/pytest -q -m "not slow"
 
 # The GPU-only code paths once, within 8 minutes, summary in $(GPU_CHECK_OUT). Without a GPU it

@@ -394,6 +394,9 @@ _BWRAP_WARNED: list[bool] = []
 _BWRAP_OK: dict[bool, bool] = {}
 # the host's directories a sandbox with a minimal root sees (read-only), where they exist
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The directory this package was imported from (a checkout on PYTHONPATH or the editable install's):
+# a sandboxed process is given it first on PYTHONPATH, so it runs this code, not another copy's.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TMP_BYTES = 64 << 20  # the size of a minimal root's private /tmp
 
 
@@ -489,13 +492,15 @@ def bwrap_available(gpu: bool = False) -> bool:
                 job = os.path.join(root, "job")
                 os.mkdir(job)
                 argv = [sys.executable, "-P", "-c", _PROBE, job, root]
+                # bwrap clears the environment: without PYTHONPATH a checkout's package would be
+                # looked for where the editable install points, which is not bound
+                here = {"PYTHONPATH": PACKAGE_ROOT}
                 for readable in (None, []):
                     probe = subprocess.run(
                         bwrap(argv, cwd=root, writable=[root], gpu=gpu, readable=readable,
-                              caps=("CAP_SYS_ADMIN",)),
+                              caps=("CAP_SYS_ADMIN",), env=here),
                         capture_output=True,
                         text=True,
-                        env={k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
                     )  # fmt: skip
                     ok = probe.returncode == 0 and "job ok" in probe.stdout
                     if not ok:

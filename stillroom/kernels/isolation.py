@@ -77,7 +77,7 @@ def _readable(device: str, extra: list[str] = ()) -> list[str] | None:
     the home hidden, and ``extra``."""
     if device != "cpu":
         return None
-    roots = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    roots = [sandbox.PACKAGE_ROOT]
     roots += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return [
         os.path.join(root, "stillroom") if os.path.isdir(os.path.join(root, "stillroom")) else root
@@ -93,7 +93,13 @@ def _environment(device: str, home: str) -> dict[str, str]:
         for key, value in os.environ.items()
         if key in PASSED_ENV or key.startswith(PASSED_ENV_PREFIXES)
     }
-    env.update(PYTHONDONTWRITEBYTECODE="1", HOME=home, TMPDIR=home)
+    path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env.update(
+        PYTHONPATH=os.pathsep.join([sandbox.PACKAGE_ROOT, *path]),
+        PYTHONDONTWRITEBYTECODE="1",
+        HOME=home,
+        TMPDIR=home,
+    )
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     return env

@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import numpy as np
-
 from .saving import save_pretrained
 
 
@@ -107,6 +105,7 @@ def sharded_checkpoints(
     training begins. ``adapter_only``: the frozen base is left out (it is reloaded from the base
     checkpoint), so a LoRA checkpoint of a 501B model holds the adapter and its optimizer state,
     not the base again (nor NF4 tensors, which torch.distributed.checkpoint does not write)."""
+    import numpy as np
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp

@@ -10,8 +10,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..analysis.grids import score_matrix
-from ..analysis.stats import paired_bootstrap
 from ..config import StageParams, Tables, WeightHook
 from ..ids import normalize_prompt
 from ..io import DataError, iter_jsonl, write_json
@@ -102,6 +100,8 @@ def choose(accuracy: Mapping[str, float], weights: Mapping[str, float]) -> str:
 def choose_by_tokens(grids: Mapping[str, tuple], weights: Mapping[str, float], p) -> str:
     """The fewest mean tokens among the models whose accuracy ties the most accurate one's: the
     paired bootstrap interval of their difference contains 0."""
+    from ..analysis.stats import paired_bootstrap
+
     best = choose({m: float(g[1].mean()) for m, g in grids.items()}, weights)
     boot = {"n_resamples": p.n_resamples, "confidence": p.confidence, "seed": p.seed}
     tied = [
@@ -158,6 +158,8 @@ def select_merge(
             f"(have {sorted(p.ratios)})"
         )
     weights = {name: p.ratios[name] for name in graded}
+    from ..analysis.grids import score_matrix  # numpy: imported by the job that selects
+
     grids = {name: score_matrix(path) for name, path in graded.items()}
     accuracy = {name: float(g[1].mean()) for name, g in grids.items()}
     tokens = {name: round(float(g[2].mean()), 3) for name, g in grids.items()}

@@ -12,7 +12,6 @@ from ..config import ModelShape, StageParams
 from ..config.training import Tokenizer
 from ..grading.formats import user_content
 from ..io import atomic_dir, iter_jsonl, read_json
-from ..kernels.problemset import reference_solution
 from ..provenance.sidecars import describe_model, note_file, note_model, note_resolved, sidecar_path
 from ..runtime.saving import save_pretrained
 from ..runtime.student import build_model, build_tiny_like, train_tokenizer
@@ -24,6 +23,8 @@ def _solution(rec: Mapping[str, Any]) -> tuple[str, ...]:
     meta = rec.get("meta") or {}
     if not meta.get("solution"):
         return ()
+    from ..kernels.problemset import reference_solution  # the kernel package: kernel runs only
+
     return (reference_solution(meta["solution"], meta.get("family"), note=note_file),)
 
 

@@ -263,3 +263,43 @@ def test_a_venv_reached_through_a_symbolic_link_runs_sandboxed(tmp_path):
         timeout=300,
     )
     assert out.stdout.strip().endswith("True scored 1.0"), (out.stdout, out.stderr[-3000:])
+
+
+@needs_bwrap
+def test_a_checkout_on_pythonpath_runs_sandboxed_with_its_own_code(tmp_path):
+    """A copy of the package under /tmp, imported through PYTHONPATH while the editable install
+    points elsewhere: bwrap clears the environment, so the probe and the jobs are given this
+    copy's directory; before, the probe looked for the package where the editable install points,
+    failed, and candidates ran without the OS sandbox."""
+    import shutil
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    checkout = tmp_path / "checkout"
+    shutil.copytree(
+        repo / "stillroom", checkout / "stillroom", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    code = (
+        "import os; os.environ['TRITON_INTERPRET'] = '1'\n"
+        "from stillroom import sandbox\n"
+        "from stillroom.kernels import evaluate, isolation\n"
+        "kernels = os.path.join(sandbox.PACKAGE_ROOT, 'stillroom', 'kernels')\n"
+        "read = lambda *p: open(os.path.join(kernels, *p)).read()\n"
+        "r = evaluate(read('problems', 'relu.py'), read('solutions', 'relu.py'),\n"
+        "             trials=1, cases=[])\n"
+        "print(sandbox.PACKAGE_ROOT, sandbox.bwrap_available(), isolation._sandboxed('cpu'),\n"
+        "      r.status, r.reward)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.stdout.split() == [str(checkout), "True", "True", "scored", "1.0"], (
+        out.stdout,
+        out.stderr[-3000:],
+    )

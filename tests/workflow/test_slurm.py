@@ -34,6 +34,8 @@ FAST = (
 # partition_for).
 GPU_RULES = {"train", "evaluate", "evaluate_budget", "evaluate_effort"}
 
+pytestmark = pytest.mark.slow  # the small pipeline through sbatch: about 6 minutes on 2 cores
+
 
 def _run(*cmd: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
