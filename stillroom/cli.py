@@ -160,10 +160,10 @@ def estimate(configfiles: list[str] | None, root: str, out_json: str | None) -> 
     merged: dict[str, Any] = {}
     for path in paths:
         merged = merge_configs(merged, load_yaml(path))
-    plan = est.plan(resolve(merged, root), root)
-    print(est.markdown(plan), end="")
+    bill = est.bill(resolve(merged, root), root)
+    print(est.markdown(bill), end="")
     if out_json:
-        write_json(out_json, plan.to_json())
+        write_json(out_json, bill.to_json())
 
 
 def _audit(args: argparse.Namespace) -> int:

@@ -439,8 +439,8 @@ class Estimate(_Figures):
     )
     parallel_jobs: PositiveInt | None = Field(
         None,
-        description="jobs of one phase (generation, merges, evaluation) running at once: the "
-        "nodes you can get; null: all of them",
+        description="jobs of one part of the pipeline (generation, merges, evaluation) running "
+        "at once: the nodes you can get; null: all of them",
     )
     benchmark_sizes: dict[Name, PositiveInt] = Field(
         {},

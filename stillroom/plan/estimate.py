@@ -11,8 +11,8 @@ of the rule's GPU type (``cost.gpu_types``, else ``cost.gpu_hour_usd``) plus the
 its ``price``, as in the ledger. A job whose GPUs cannot hold its model (the weights' bytes against
 GPUs x memory x ``memory_fraction``) is refused, naming model, job shape and memory.
 
-Wall time: the phases (generation, training, merges, evaluation) one after another; the jobs of a
-phase at once, or ``cost.estimate.parallel_jobs`` at a time (longest first); train.phases one
+Wall time: the parts (generation, training, merges, evaluation) one after another; the jobs of a
+part at once, or ``cost.estimate.parallel_jobs`` at a time (longest first); train.phases one
 after another. ``stillroom estimate`` prints it; rule ``cost`` (stillroom/stages/cost.py) sets
 it beside what the run spent.
 """
@@ -35,7 +35,9 @@ from ..config.training import TrainPhase
 from ..io import DataError
 from .cluster import backend_gpus, stage_gpus
 
-PHASES = ("generation", "training", "merge", "evaluation")
+# The parts of the pipeline the bill sums, in the order they run (not train.phases, the steps of
+# a fine-tune's curriculum, which are billed within training)
+PARTS = ("generation", "training", "merge", "evaluation")
 
 
 class EstimateError(ConfigError):
@@ -46,7 +48,7 @@ class EstimateError(ConfigError):
 class Row:
     """One line of the estimate: a set of jobs of one rule."""
 
-    phase: str
+    part: str  # one of PARTS
     rule: str
     label: str
     jobs: int
@@ -69,11 +71,11 @@ class Row:
 
 
 @dataclass
-class Plan:
+class Bill:
     experiment: str
     inputs: dict[str, Any]
     rows: list[Row]
-    phases: dict[str, dict[str, float]]  # jobs (a count), GPU- and job-hours, wall_s, dollars
+    parts: dict[str, dict[str, float]]  # jobs (a count), GPU- and job-hours, wall_s, dollars
     total: dict[str, float]
     notes: list[str]
 
@@ -82,7 +84,7 @@ class Plan:
             "experiment": self.experiment,
             "inputs": self.inputs,
             "rows": [{**asdict(r), "usd": r.usd} for r in self.rows],
-            "phases": self.phases,
+            "parts": self.parts,
             "total": self.total,
             "notes": self.notes,
         }
@@ -113,14 +115,14 @@ class Plan:
         }
 
 
-def plan(config: Mapping[str, Any] | Experiment, root: str | Path = ".") -> Plan:
+def bill(config: Mapping[str, Any] | Experiment, root: str | Path = ".") -> Bill:
     """The estimate of a resolved (or raw) experiment config; relative local paths start at
     ``root`` (the repository). EstimateError names a missing figure's key."""
     exp = config if isinstance(config, Experiment) else Experiment.parse(dict(config))
     missing = missing_figures(exp)
     if missing:
         raise EstimateError("cannot estimate:\n  " + "\n  ".join(missing))
-    return _Planner(exp, Path(root)).run()
+    return _Billing(exp, Path(root)).run()
 
 
 def missing_figures(exp: Experiment) -> list[str]:
@@ -143,8 +145,8 @@ def missing_figures(exp: Experiment) -> list[str]:
     return problems
 
 
-def markdown(p: Plan) -> str:
-    """The estimate as a markdown report: what it rests on, one row per stage, phase totals."""
+def markdown(p: Bill) -> str:
+    """The estimate as a markdown report: what it rests on, a row per stage, each part's totals."""
     i = p.inputs
     lines = [f"### Estimate: {p.experiment}", ""]
     lines.append(
@@ -161,11 +163,11 @@ def markdown(p: Plan) -> str:
     )
     lines += [
         "",
-        "| phase | rule | what | jobs | GPUs/job | tokens | GPU-hours | wall | GPU $ | API $ |",
+        "| part | rule | what | jobs | GPUs/job | tokens | GPU-hours | wall | GPU $ | API $ |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for phase in PHASES:
-        rows = [r for r in p.rows if r.phase == phase]
+    for part in PARTS:
+        rows = [r for r in p.rows if r.part == part]
         if not rows:
             continue
         for r in rows:
@@ -173,20 +175,20 @@ def markdown(p: Plan) -> str:
             kind = i["gpu_type_by_rule"].get(r.rule)
             gpus = f"{r.gpus_per_job} {kind}" if kind and r.gpus_per_job else r.gpus_per_job
             lines.append(
-                f"| {phase} | {r.rule} | {r.label} | {r.jobs} | {gpus} | {tokens} | "
+                f"| {part} | {r.rule} | {r.label} | {r.jobs} | {gpus} | {tokens} | "
                 f"{r.gpu_hours:,.2f} | {_duration(r.wall_s)} | {r.gpu_usd:,.2f} | "
                 f"{r.api_usd:,.2f} |"
             )
-        t = p.phases[phase]
+        t = p.parts[part]
         if t.get("start_gpu_hours"):
             start = p.inputs["figures"]["teacher_start_s"]
             lines.append(
-                f"| {phase} | | of which the teacher's start-up ({start:g} s in each job) | | | | "
+                f"| {part} | | of which the teacher's start-up ({start:g} s in each job) | | | | "
                 f"{t['start_gpu_hours']:,.2f} ({t['start_gpu_hours'] / t['gpu_hours']:.0%}) | | "
                 f"{t['start_usd']:,.2f} | |"
             )
         lines.append(
-            f"| **{phase}** | | | {t['jobs']} | | | **{t['gpu_hours']:,.2f}** | "
+            f"| **{part}** | | | {t['jobs']} | | | **{t['gpu_hours']:,.2f}** | "
             f"**{_duration(t['wall_s'])}** | **{t['gpu_usd']:,.2f}** | **{t['api_usd']:,.2f}** |"
         )
     t = p.total
@@ -196,7 +198,7 @@ def markdown(p: Plan) -> str:
         "",
         f"**Estimated total: ${t['usd']:,.2f}** (GPU ${t['gpu_usd']:,.2f} + API "
         f"${t['api_usd']:,.2f}); generation and training ${t['generation_training_usd']:,.2f}; "
-        f"wall {_duration(t['wall_s'])} with the phases one after another.",
+        f"wall {_duration(t['wall_s'])} with the parts one after another.",
     ]
     if p.notes:
         lines += ["", *(f"- {n}" for n in p.notes)]
@@ -280,7 +282,7 @@ def count_rows(path: Path) -> int:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-class _Planner:
+class _Billing:
     def __init__(self, exp: Experiment, root: Path):
         self.exp, self.root = exp, root
         self.est = exp.cost.estimate
@@ -289,13 +291,13 @@ class _Planner:
         self.slots = self.est.parallel_jobs
         self.notes: list[str] = []
         self.rows: list[Row] = []
-        self.durations: dict[str, list[float]] = {p: [] for p in PHASES}
-        self.at_least: dict[str, float] = dict.fromkeys(PHASES, 0.0)  # e.g. a daily API budget
+        self.durations: dict[str, list[float]] = {p: [] for p in PARTS}
+        self.at_least: dict[str, float] = dict.fromkeys(PARTS, 0.0)  # e.g. a daily API budget
 
     # --- figures -----------------------------------------------------------------------------
 
     def _per(self, figure: Any, key: str) -> Any:
-        # a figure for every effort/benchmark, or one per key (plan() checks coverage)
+        # a figure for every effort/benchmark, or one per key (bill() checks coverage)
         return figure[key] if isinstance(figure, dict) else figure
 
     def model_of(self, role: str) -> str | None:
@@ -387,7 +389,7 @@ class _Planner:
             "dataset, whose size is not known offline: give its number of problems"
         )
 
-    # --- phases ------------------------------------------------------------------------------
+    # --- parts -------------------------------------------------------------------------------
 
     def counts(self) -> tuple[int, dict[str, int]]:
         """The pool's prompts and each evaluated benchmark's problems; every missing size named at
@@ -496,7 +498,7 @@ class _Planner:
                 )
         return list(dict.fromkeys(problems))
 
-    def run(self) -> Plan:
+    def run(self) -> Bill:
         gen, exp = self.exp.generation, self.exp
         pool, problems = self.counts()
         refused = self.memory_problems()
@@ -530,34 +532,34 @@ class _Planner:
             "gpus": self.gpus,
             "figures": self.est.dump(),
         }
-        phases = {}
-        for phase in PHASES:
-            rs = [r for r in self.rows if r.phase == phase]
+        parts = {}
+        for part in PARTS:
+            rs = [r for r in self.rows if r.part == part]
             if not rs:
                 continue
-            phases[phase] = {
-                "jobs": len(self.durations[phase]),
+            parts[part] = {
+                "jobs": len(self.durations[part]),
                 "gpu_hours": sum(r.gpu_hours for r in rs),
                 "job_hours": sum(r.job_hours for r in rs),
-                "wall_s": self.wall[phase],
+                "wall_s": self.wall[part],
                 "gpu_usd": sum(r.gpu_usd for r in rs),
                 "api_usd": sum(r.api_usd for r in rs),
                 "usd": sum(r.usd for r in rs),
             }
             start = [r.detail["start_gpu_hours"] for r in rs if "start_gpu_hours" in r.detail]
             if start:
-                # the teacher's start-up in every job: its share of the phase, shown on its own
-                phases[phase]["start_gpu_hours"] = sum(start)
-                phases[phase]["start_usd"] = sum(r.detail["start_usd"] for r in rs)
+                # the teacher's start-up in every job: its share of the part, shown on its own
+                parts[part]["start_gpu_hours"] = sum(start)
+                parts[part]["start_usd"] = sum(r.detail["start_usd"] for r in rs)
         total = {
-            key: sum(ph[key] for ph in phases.values())
+            key: sum(t[key] for t in parts.values())
             for key in ("jobs", "gpu_hours", "job_hours", "wall_s", "gpu_usd", "api_usd", "usd")
         }
         total["generation_training_usd"] = sum(
-            phases.get(ph, {}).get("usd", 0.0) for ph in ("generation", "training")
+            parts.get(part, {}).get("usd", 0.0) for part in ("generation", "training")
         )
         self.notes += self.figure_notes()
-        return Plan(exp.experiment, inputs, self.rows, phases, total, self.notes)
+        return Bill(exp.experiment, inputs, self.rows, parts, total, self.notes)
 
     def figure_notes(self) -> list[str]:
         """Whose figures the jobs were billed at, and which figures are assumptions."""
@@ -586,7 +588,8 @@ class _Planner:
 
     @property
     def wall(self) -> dict[str, float]:
-        # train.phases run one after another; the other phases' jobs at once (up to slots)
+        # training's jobs (train.phases among them) one after another; the other parts' at once
+        # (up to slots)
         return {
             p: max(self.at_least[p], sum(d) if p == "training" else makespan(d, self.slots))
             for p, d in self.durations.items()
@@ -594,7 +597,7 @@ class _Planner:
 
     def _gpu_row(
         self,
-        phase: str,
+        part: str,
         rule: str,
         label: str,
         seconds: list[float],
@@ -604,14 +607,14 @@ class _Planner:
         gpus = self.gpus.get(rule, 0) if gpus is None else gpus
         job_hours = sum(seconds) / 3600
         return Row(
-            phase=phase,
+            part=part,
             rule=rule,
             label=label,
             jobs=len(seconds),
             gpus_per_job=gpus,
             gpu_hours=job_hours * gpus,
             job_hours=job_hours,
-            wall_s=sum(seconds) if phase == "training" else makespan(seconds, self.slots),
+            wall_s=sum(seconds) if part == "training" else makespan(seconds, self.slots),
             gpu_usd=job_hours * gpus * self.cost.gpu_rate(rule),
             **kw,
         )

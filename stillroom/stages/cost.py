@@ -182,11 +182,11 @@ def _vs(estimated: float | None, actual: float | None, fmt: str) -> str:
 
 
 def compared(
-    rows: Mapping[str, list[dict[str, Any]]], plan: estimate.Plan
+    rows: Mapping[str, list[dict[str, Any]]], bill: estimate.Bill
 ) -> dict[str, list[dict[str, Any]]]:
     """The ledger's rows with the estimate of each beside them (None where it has none): output
     tokens and API dollars per (teacher, effort), tokens, GPU-hours and GPU dollars per rule."""
-    api_est, rule_est = plan.by_teacher_effort(), plan.by_rule()
+    api_est, rule_est = bill.by_teacher_effort(), bill.by_rule()
 
     def rounded(value: float | None, digits: int | None = None) -> float | None:
         return None if value is None else round(value, digits)
@@ -232,7 +232,7 @@ def run(
 ) -> dict[str, Any]:
     p = Params.parse(params, where="cost")
     rows = ledger(artifacts, p)
-    plan, why_not = None, None
+    bill, why_not = None, None
     if p.config is not None:
         # charged at the ledger's own rate and GPUs per rule
         rates = {
@@ -242,41 +242,41 @@ def run(
         rates["gpu_types"] = {k: t.dump() for k, t in p.gpu_types.items()}
         config = {**p.config, "cost": {**p.config.get("cost", {}), **rates}}
         try:
-            plan = estimate.plan(config)
+            bill = estimate.bill(config)
         except (ConfigError, DataError) as exc:  # a missing figure never costs the run its ledger
             why_not = str(exc)
-    if plan:
-        rows = compared(rows, plan)
+    if bill:
+        rows = compared(rows, bill)
     api_total = sum(r["cost_usd"] for r in rows["api"])
     gpu_total = sum(r["cost_usd"] for r in rows["gpu"])
     total = api_total + gpu_total
     est_total = None
-    if plan:
+    if bill:
         # the estimate of the rules and teachers the ledger has rows for
         est_total = sum(r["est_cost_usd"] or 0 for r in rows["api"] + rows["gpu"])
-    est_api = " est. output tokens | est. API $ |" if plan else ""
+    est_api = " est. output tokens | est. API $ |" if bill else ""
     lines = [
         "### Cost ledger",
         "",
         "| teacher | effort | jobs | input tokens | output tokens | API $ |" + est_api,
-        "|---|---|---|---|---|---|" + ("---|---|" if plan else ""),
+        "|---|---|---|---|---|---|" + ("---|---|" if bill else ""),
     ]
     for r in rows["api"]:
         line = (
             f"| {r['teacher']} | {r['effort']} | {r['jobs']} | {r['prompt_tokens']:,.0f} | "
             f"{r['completion_tokens']:,.0f} | {r['cost_usd']:.2f} |"
         )
-        if plan:
+        if bill:
             line += (
                 f" {_vs(r['est_output_tokens'], r['completion_tokens'], ',.0f')} |"
                 f" {_vs(r['est_cost_usd'], r['cost_usd'], ',.2f')} |"
             )
         lines.append(line)
-    est_gpu = " est. tokens | est. GPU-hours | est. GPU $ |" if plan else ""
+    est_gpu = " est. tokens | est. GPU-hours | est. GPU $ |" if bill else ""
     lines += [
         "",
         f"| stage | jobs | tokens | GPU-hours | GPU $ ({_rates(p)}) | from |" + est_gpu,
-        "|---|---|---|---|---|---|" + ("---|---|---|" if plan else ""),
+        "|---|---|---|---|---|---|" + ("---|---|---|" if bill else ""),
     ]
     for r in rows["gpu"]:
         tokens = "–" if r["tokens"] is None else f"{r['tokens']:,.0f}"
@@ -284,7 +284,7 @@ def run(
             f"| {r['rule']} | {r['jobs']} | {tokens} | {r['gpu_hours']:.3f} | "
             f"{r['cost_usd']:.2f} | {r['source']} |"
         )
-        if plan:
+        if bill:
             line += (
                 f" {_vs(r['est_tokens'], r['tokens'], ',.0f')} |"
                 f" {_vs(r['est_gpu_hours'], r['gpu_hours'], '.3f')} |"
@@ -295,7 +295,7 @@ def run(
     if est_total is not None:
         line += f"; estimated before the run: ${_vs(est_total, total, ',.2f')}"
     lines += ["", line]
-    if plan:
+    if bill:
         lines += [
             "",
             "est.: the estimate from the config before the run (`stillroom estimate`, figures "

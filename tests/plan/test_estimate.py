@@ -12,7 +12,7 @@ import yaml
 
 from stillroom import cli
 from stillroom.config import ConfigError, load_yaml, merge_configs, resolve
-from stillroom.plan.estimate import EstimateError, count_rows, makespan, markdown, plan
+from stillroom.plan.estimate import EstimateError, bill, count_rows, makespan, markdown
 
 from ..conftest import REPO, small_config
 
@@ -24,7 +24,7 @@ DISTILL_LORA = ("beam-distill", "beam-lora-fsdp")
 def estimate(config, **figures):
     config = copy.deepcopy(config)
     config.setdefault("cost", {}).setdefault("estimate", {}).update(figures)
-    return plan(resolve(config, REPO), REPO)
+    return bill(resolve(config, REPO), REPO)
 
 
 def rows(p, rule):
@@ -66,8 +66,8 @@ def test_the_real_recipe_lands_near_the_reported_bill():
     assert jobs["merge"] == 3
     assert jobs["evaluate"] == 5 * 6 + 3
     assert jobs["evaluate_budget"] == 3 * 2 * 4 and jobs["evaluate_effort"] == 2 * 2 * 4
-    assert p.phases["generation"]["jobs"] == 62 + 20
-    assert set(p.phases) == {"generation", "training", "merge", "evaluation"}
+    assert p.parts["generation"]["jobs"] == 62 + 20
+    assert set(p.parts) == {"generation", "training", "merge", "evaluation"}
     assert p.inputs["pool_prompts"] == 45_000 + 17_000 - 300  # less the dev split
     assert p.inputs["benchmark_problems"]["dev"] == 300
     # the self-hosted teacher is billed by GPU-hours only (2 GPUs, --tp 2)
@@ -140,7 +140,7 @@ def test_missing_sizes_of_hub_datasets_are_named_all_at_once():
     del config["cost"]["estimate"]["benchmark_sizes"]
     del config["sources"][1]["limit"]
     with pytest.raises(EstimateError) as err:
-        plan(resolve(config, REPO), REPO)
+        bill(resolve(config, REPO), REPO)
     msg = str(err.value)
     assert "cost.estimate.source_rows.openscience: sources.1" in msg
     for name in ("aime24", "aime25", "math500", "gpqa", "ifeval", "humaneval"):
@@ -156,7 +156,7 @@ def test_missing_sizes_of_hub_datasets_are_named_all_at_once():
         "humaneval": 164,
     }
     config["benchmarks"]["math500"]["limit"] = 100
-    p = plan(resolve(config, REPO), REPO)
+    p = bill(resolve(config, REPO), REPO)
     assert p.inputs["pool_prompts"] == 45_000 + 5000 - 300
     assert p.inputs["benchmark_problems"]["math500"] == 100
 
@@ -189,9 +189,9 @@ def test_bad_figures_are_refused_naming_the_key(figures, expected):
 def test_fewer_jobs_at_once_take_longer_and_cost_the_same():
     free, four = estimate(DISTILL), estimate(DISTILL, parallel_jobs=4)
     assert four.total["usd"] == pytest.approx(free.total["usd"])
-    assert four.phases["generation"]["wall_s"] > 10 * free.phases["generation"]["wall_s"]
+    assert four.parts["generation"]["wall_s"] > 10 * free.parts["generation"]["wall_s"]
     # training phases run one after another, whatever the slots
-    assert four.phases["training"]["wall_s"] == free.phases["training"]["wall_s"]
+    assert four.parts["training"]["wall_s"] == free.parts["training"]["wall_s"]
     assert makespan([2, 3, 4, 3], 2) == 6 and makespan([5, 1], None) == 5
     assert makespan([], 3) == 0
 
@@ -220,9 +220,9 @@ def test_an_api_teacher_is_billed_by_its_price_and_waits_for_its_daily_budget():
     assert medium.gpus_per_job == 0 and medium.gpu_usd == 0
     assert medium.api_usd == pytest.approx((medium.input_tokens * 1.0 + medium.tokens * 4.0) / 1e6)
     assert medium.input_tokens == pytest.approx(61_700 * 150)
-    out = sum(r.tokens for r in p.rows if r.phase == "generation")
+    out = sum(r.tokens for r in p.rows if r.part == "generation")
     days = -(-out // 50_000_000)  # the recipe's 50M output tokens a day
-    assert p.phases["generation"]["wall_s"] == (days - 1) * 86400
+    assert p.parts["generation"]["wall_s"] == (days - 1) * 86400
     assert any("beam-api.budget" in n for n in p.notes)
 
 
@@ -248,20 +248,20 @@ def test_an_overlay_fine_tuning_beam_is_billed_at_beams_size():
     """beam-lora-fsdp makes the student Beam itself: its training at Beam's throughput on 2 nodes
     x 8, one epoch over the whole dataset (not the distillation's phases), each checkpoint
     evaluated on a whole node."""
-    p = plan(resolve(merge_configs(DISTILL, LORA_FSDP), REPO), REPO)
+    p = bill(resolve(merge_configs(DISTILL, LORA_FSDP), REPO), REPO)
     (train,) = rows(p, "train")
     assert train.gpus_per_job == 16 and "1 epoch of" in train.label
     beam = LORA_FSDP["cost"]["estimate"]["models"]["reflection/beam"]
     assert train.wall_s == pytest.approx(
         beam["train_start_s"] + train.tokens / (beam["train_tokens_per_gpu_s"] * 16)
     )
-    assert {r.gpus_per_job for r in p.rows if r.phase == "evaluation"} == {8}
+    assert {r.gpus_per_job for r in p.rows if r.part == "evaluation"} == {8}
     assert rows(p, "merge")[0].wall_s == beam["merge_s"]
     # the adapter merged by a CPU job of its own, after the training and before anything reads it
     (merge,) = rows(p, "merge_adapter")
-    assert (merge.phase, merge.jobs, merge.gpus_per_job, merge.gpu_usd) == ("training", 1, 0, 0)
+    assert (merge.part, merge.jobs, merge.gpus_per_job, merge.gpu_usd) == ("training", 1, 0, 0)
     assert merge.job_hours == pytest.approx(beam["merge_s"] / 3600)
-    assert p.phases["training"]["wall_s"] == pytest.approx(train.wall_s + beam["merge_s"])
+    assert p.parts["training"]["wall_s"] == pytest.approx(train.wall_s + beam["merge_s"])
     assert not rows(estimate(DISTILL), "merge_adapter")  # full fine-tunes merge nothing
     assert any(n.startswith("student reflection/beam: 501B parameters") for n in p.notes)
     assert "cost.estimate.models.reflection/beam.train_tokens_per_gpu_s 1100" in markdown(p)
@@ -292,7 +292,7 @@ def test_an_overlay_fine_tuning_beam_is_billed_at_beams_size():
 )
 def test_a_job_shape_that_cannot_hold_its_model_is_refused(change, message):
     with pytest.raises(EstimateError, match=message):
-        plan(resolve(merge_configs(merge_configs(DISTILL, LORA_FSDP), change), REPO), REPO)
+        bill(resolve(merge_configs(merge_configs(DISTILL, LORA_FSDP), change), REPO), REPO)
 
 
 @pytest.mark.parametrize(

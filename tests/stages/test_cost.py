@@ -4,7 +4,7 @@ rule."""
 import csv
 
 from stillroom.config import load_yaml, resolve
-from stillroom.plan.estimate import plan
+from stillroom.plan.estimate import bill
 from stillroom.provenance.sidecars import Job, write_sidecars
 from stillroom.stages.cost import ledger, parse_sacct, run
 
@@ -181,9 +181,9 @@ def test_the_ledger_states_how_far_the_estimate_was_off(tmp_path, monkeypatch):
     config = _estimated_config()
     # charged at the ledger's rate and GPUs, as the rule passes them (from the same config)
     config["cost"].update(gpu_hour_usd=100.0, gpus={"train": 1, "generate": 0})
-    bill = plan(config)
-    est_gen = bill.by_teacher_effort()[("procedural", "medium")]["output_tokens"]
-    est_train = bill.by_rule()["train"]
+    estimated = bill(config)
+    est_gen = estimated.by_teacher_effort()[("procedural", "medium")]["output_tokens"]
+    est_train = estimated.by_rule()["train"]
     gen = artifact(
         tmp_path,
         "g1",
