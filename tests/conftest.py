@@ -2,7 +2,9 @@ import copy
 import os
 import random
 import re
+import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -62,21 +64,51 @@ def run_snakemake(
     workdir: Path, config: dict, *args: str, check: bool = True, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     """Run the real workflow in ``workdir`` with ``config`` (written to workdir/config.yaml)."""
+    return wait_snakemake(start_snakemake(workdir, config, *args, env=env), check=check)
+
+
+@dataclass
+class Started:
+    """A workflow run of ``start_snakemake``: its process and the files of its output."""
+
+    proc: subprocess.Popen
+    out: Path
+    err: Path
+
+
+def start_snakemake(
+    workdir: Path, config: dict, *args: str, env: dict | None = None, script: Path | None = None
+) -> Started:
+    """``run_snakemake`` started and not waited for (``wait_snakemake``); its output goes to
+    files beside ``workdir``. ``script``: a Python script run in place of ``-m snakemake``."""
     cfg_path = workdir / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
     cmd = snakemake_command(workdir, "--cores", "2", *args, configfiles=[cfg_path])
-    proc = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        env=snakemake_env({**os.environ, **(env or {})}),
-        timeout=1800,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    if script is not None:
+        assert cmd[1:3] == ["-m", "snakemake"], cmd
+        cmd[1:3] = [str(script)]
+    out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            cmd, stdout=stdout, stderr=stderr, env=snakemake_env({**os.environ, **(env or {})})
         )
-    return proc
+    return Started(proc, out, err)
+
+
+def wait_snakemake(run: Started, check: bool = True) -> subprocess.CompletedProcess:
+    """The finished run of ``start_snakemake``, its output read back."""
+    try:
+        run.proc.wait(timeout=1800)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+    stdout, stderr = run.out.read_text(), run.err.read_text()
+    if check and run.proc.returncode != 0:
+        raise AssertionError(
+            f"snakemake failed ({run.proc.returncode}):\n{stdout[-4000:]}\n{stderr[-6000:]}"
+        )
+    return subprocess.CompletedProcess(run.proc.args, run.proc.returncode, stdout, stderr)
 
 
 # What a smoke twin may change: names of things on this machine, never what the recipe does.
@@ -244,11 +276,18 @@ def moe(tmp_path_factory):
 @pytest.fixture(scope="session")
 def done(tmp_path_factory):
     """The small workflow, run for real once per session (the pipeline and audit tests read it; the
-    audit tests tamper with a copy)."""
+    audit tests tamper with a copy). Its results as the run left them are copied beside it
+    (``as_built``), since the pipeline tests go on to rerun and add to it."""
     workdir = tmp_path_factory.mktemp("pipeline")
     cfg = small_config()
     proc = run_snakemake(workdir, cfg)
+    shutil.copytree(workdir / "results", as_built(workdir) / "results", symlinks=True)
     return workdir, cfg, proc
+
+
+def as_built(workdir: Path) -> Path:
+    """Where the ``done`` fixture keeps its run's results as they were when the run ended."""
+    return workdir.with_name(workdir.name + "-as-built")
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,53 @@
 import importlib.util
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from stillroom.workflow import snakemake_command, snakemake_env
 
-from ..conftest import REPO
+from ..conftest import REPO, Started
+
+# Workflow runs that tests only read, started as soon as those tests are collected, beside the tests
+# before them: the SLURM run mostly waits for the scheduler, and the recipe twin keeps about 1.3 of
+# the 2 cores busy while most tests take one. A test asks for one with
+# @pytest.mark.early_run.with_args(start) (a lone function argument would be taken as what the
+# mark decorates), start(workdir) -> Started | None, and reads it with started(start).
+_RUNS: dict[Callable, tuple[Path, Started | None] | BaseException] = {}
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    for item in session.items:
+        for mark in item.iter_markers("early_run"):
+            start = mark.args[0]
+            if start not in _RUNS:
+                workdir = session.config._tmp_path_factory.mktemp(start.__name__)
+                try:
+                    _RUNS[start] = (workdir, start(workdir))
+                except Exception as exc:  # raised by the test that reads it, not here
+                    _RUNS[start] = exc
+
+
+def pytest_sessionfinish(session):
+    for run in _RUNS.values():  # an interrupted session: snakemake cancels its jobs
+        if isinstance(run, tuple) and run[1] is not None and run[1].proc.poll() is None:
+            run[1].proc.terminate()
+            try:
+                run[1].proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                run[1].proc.kill()
+
+
+def started(start: Callable) -> tuple[Path, Started | None]:
+    """The working directory and the run ``start`` began there (its test is marked early_run)."""
+    run = _RUNS[start]
+    if isinstance(run, BaseException):
+        raise run
+    return run
 
 
 @pytest.fixture(scope="module")

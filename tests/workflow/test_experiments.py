@@ -2,6 +2,7 @@
 end to end."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,7 +11,15 @@ from transformers import AutoTokenizer
 from stillroom.config import Train, resolve
 from stillroom.io import read_jsonl
 
-from ..conftest import REPO, run_snakemake, structural_differences
+from ..conftest import (
+    REPO,
+    Started,
+    run_snakemake,
+    start_snakemake,
+    structural_differences,
+    wait_snakemake,
+)
+from .conftest import started
 from .test_pipeline import scheduled
 
 
@@ -221,18 +230,13 @@ def test_the_smoke_twin_differs_from_the_recipe_only_in_sizes_ids_paths_and_urls
     ]
 
 
-@pytest.mark.slow
-def test_the_smoke_twin_runs_the_recipe_end_to_end(tmp_path):
-    """beam-distill-smoke through every path the recipe takes: hub-shaped local datasets, a Qwen3
-    student trained through TRL's template in two phases over 2 gloo ranks, the teacher and every
-    evaluated checkpoint served by a real OpenAI-compatible server started inside the job,
-    per-effort and budget-forced evaluation, the dev split choosing the merge by tokens, IFEval
-    and lettered multiple choice."""
+def start_twin(workdir: Path) -> Started:
+    """beam-distill-smoke with its two tiny stand-in models built in ``workdir``, started."""
     from stillroom.cli import main
     from stillroom.config import load_yaml
 
     cfg = load_yaml(REPO / "config" / "experiments" / "beam-distill-smoke.yaml")
-    stand = tmp_path / "stand-ins"
+    stand = workdir / "stand-ins"
     cfg["student"]["pretrained"] = str(stand / "qwen3-tiny")
     teacher = cfg["teachers"]["beam-sglang"]
     teacher["model"] = teacher["server"]["model_path"] = str(stand / "beam-tiny")
@@ -240,11 +244,24 @@ def test_the_smoke_twin_runs_the_recipe_end_to_end(tmp_path):
     cfg["cost"]["estimate"]["models"] = {
         str(stand / name.rsplit("/", 1)[-1]): figures for name, figures in sizes.items()
     }
-    (tmp_path / "twin.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    assert main(["stand-ins", str(tmp_path / "twin.yaml"), "--root", str(REPO)]) == 0
-    run_snakemake(tmp_path, cfg)
+    (workdir / "twin.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert main(["stand-ins", str(workdir / "twin.yaml"), "--root", str(REPO)]) == 0
+    return start_snakemake(workdir, cfg)
 
-    r = tmp_path / "results" / "beam-distill-smoke"
+
+@pytest.mark.slow
+@pytest.mark.early_run.with_args(start_twin)
+def test_the_smoke_twin_runs_the_recipe_end_to_end():
+    """beam-distill-smoke through every path the recipe takes: hub-shaped local datasets, a Qwen3
+    student trained through TRL's template in two phases over 2 gloo ranks, the teacher and every
+    evaluated checkpoint served by a real OpenAI-compatible server started inside the job,
+    per-effort and budget-forced evaluation, the dev split choosing the merge by tokens, IFEval
+    and lettered multiple choice."""
+    workdir, run = started(start_twin)
+    wait_snakemake(run)
+    stand = workdir / "stand-ins"
+
+    r = workdir / "results" / "beam-distill-smoke"
     # the teacher's traces came through the served model, at every effort, and were graded
     gen = read_jsonl(r / "gen" / "beam-sglang" / "xhigh" / "shard-00000.jsonl")
     assert gen and {g["model"] for g in gen} == {str(stand / "beam-tiny")}

@@ -1,8 +1,11 @@
 """The same inputs give the same bytes however the run is started: the small DAG (a trained and
-merged checkpoint, code graded in the sandbox) run as `make run` runs it (the Makefile's exported
-environment: HF_HUB_OFFLINE=1, TOKENIZERS_PARALLELISM=false) and as a plain `snakemake` without
-those variables, each in its own checkout at another absolute path, leaves every artifact equal
-byte for byte.
+merged checkpoint, code graded in the sandbox) run with the Makefile's exported environment
+(HF_HUB_OFFLINE=1, TOKENIZERS_PARALLELISM=false), from this repository into a working directory of
+its own (the session's shared run, the ``done`` fixture, as it was when it ended), and as a plain
+`snakemake` without those variables in a checkout at another absolute path, its package imported
+through PYTHONPATH, leaves every artifact equal byte for byte. Code is graded in bubblewrap in both
+where it runs: a checkout's sandbox probe once looked for the package where the editable install
+points, and its run graded code without the OS sandbox.
 
 Not compared, because they record the environment by design: provenance sidecars (`*.prov.json`:
 host, paths, environment variables, clock readings), and the `logs/`, `timing/` and `env/` folders
@@ -24,7 +27,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ..conftest import REPO, small_config
+from stillroom import sandbox
+
+from ..conftest import REPO, as_built, small_config
 
 pytestmark = pytest.mark.slow
 
@@ -128,32 +133,33 @@ def differences(one: Path, two: Path, chaos) -> list[str]:
     ]
 
 
-def test_make_run_and_plain_snakemake_in_two_checkouts_write_the_same_bytes(tmp_path, chaos):
-    cfg = small_config()
-    # without these in its environment a job would see the test process's (conftest sets them)
+def test_the_shared_run_and_plain_snakemake_in_a_checkout_write_the_same_bytes(
+    done, tmp_path, chaos
+):
+    workdir, cfg, _ = done
+    assert cfg == small_config()
+    # the shared run had the Makefile's exports (conftest sets them when pytest runs without make)
     exports = makefile_exports(REPO / "Makefile")
     assert {"HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM"} <= exports.keys()
+    shared = {k: os.environ.get(k) for k in exports}
+    assert shared == exports, f"the shared run's environment {shared}, not the Makefile's {exports}"
     plain = {k: v for k, v in os.environ.items() if k not in exports and k != "PYTHONPATH"}
-    roots = {
-        "make run": checkout(tmp_path / "a" / "stillroom"),
-        "snakemake": checkout(tmp_path / "b" / "elsewhere" / "checkout-2"),
-    }
-    for root in roots.values():
-        (root / CONFIG).write_text(yaml.safe_dump(cfg, sort_keys=False))
-    # one after the other: at twice the load a grader's wall-clock limit per item could fire in
-    # one run only (a "timeout" verdict depends on the machine's load, not on the inputs)
-    for way, env in (("make run", {**plain, **exports}), ("snakemake", plain)):
-        root = roots[way]
-        assert run(root, env) == 0, (
-            f"{way} in {root} failed:\n"
-            + (root.parent / f"{root.name}.snakemake.log").read_text()[-6000:]
-        )
+    root = checkout(tmp_path / "b" / "elsewhere" / "checkout-2")
+    assert root.resolve() != REPO and not workdir.is_relative_to(root)
+    (root / CONFIG).write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert run(root, plain) == 0, (
+        f"snakemake in {root} failed:\n"
+        + (root.parent / f"{root.name}.snakemake.log").read_text()[-6000:]
+    )
 
-    dirs = [root / "results" / cfg["experiment"] for root in roots.values()]
+    dirs = [as_built(workdir) / "results" / cfg["experiment"], root / "results" / cfg["experiment"]]
     compared = artifacts(dirs[0])
     # the DAG wrote a checkpoint with its tokenizer and graded code in the sandbox
     assert Path("ckpt/sft/tokenizer_config.json") in compared
-    assert any(p.parts[0] == "eval" and "tinycode" in p.parts for p in compared)
+    code = [p for p in compared if p.parts[0] == "eval" and "tinycode" in p.parts]
+    assert code
+    graded = json.loads((dirs[0] / "eval" / "sft" / "tinycode" / "graded.jsonl").open().readline())
+    assert graded["grader"]["options"]["bwrap"] is sandbox.bwrap_available()
     differing = differences(*dirs, chaos)
     assert not differing, f"{len(differing)} of {len(compared)} artifacts differ:\n" + "\n".join(
         differing

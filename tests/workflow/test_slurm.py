@@ -11,10 +11,12 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, run_snakemake, small_config
+from ..conftest import REPO, Started, run_snakemake, small_config, start_snakemake, wait_snakemake
+from .conftest import started
 
 ENV = {"SLURM_ACCOUNT": "root", "STILLROOM_CPU_PARTITION": "cpu", "STILLROOM_GPU_PARTITION": "gpu"}
 # Real clusters want slow polling (the profile's); a test wants its answer.
@@ -24,7 +26,7 @@ FAST = (
     "--slurm-init-seconds-before-status-checks",
     "2",
     "--seconds-between-status-checks",
-    "3",
+    "2",
     "--max-status-checks-per-second",
     "10",
     "--latency-wait",
@@ -33,8 +35,6 @@ FAST = (
 # The procedural teacher needs no GPU, so its shards go to the CPU partition (stillroom/plan/dag.py
 # partition_for).
 GPU_RULES = {"train", "evaluate", "evaluate_budget", "evaluate_effort"}
-
-pytestmark = pytest.mark.slow  # the small pipeline through sbatch: about 6 minutes on 2 cores
 
 
 def _run(*cmd: str) -> subprocess.CompletedProcess:
@@ -78,13 +78,29 @@ def sacct(job_ids, *fields, steps=False) -> list[dict]:
     ]
 
 
-@pytest.fixture(scope="module")
-def slurm_run(cluster, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("slurm")
+def slurm_config() -> dict:
     cfg = small_config()
     cfg["experiment"] = "slurm"
     cfg["train"]["distributed"] = {"nodes": 2, "gpus_per_node": 1}
-    proc = run_snakemake(workdir, cfg, *FAST, env=ENV)
+    return cfg
+
+
+def start_slurm_run(workdir: Path) -> Started | None:
+    """The run through the profile, started once these tests are collected (conftest.py)."""
+    if _cluster_problem():
+        return None  # the cluster fixture skips, or fails under CI
+    polling = Path(__file__).with_name("slurm_fast_polling.py")
+    return start_snakemake(workdir, slurm_config(), *FAST, env=ENV, script=polling)
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.early_run.with_args(start_slurm_run)]
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster):
+    workdir, run = started(start_slurm_run)
+    cfg = slurm_config()
+    proc = wait_snakemake(run)
     root = workdir / "results" / "slurm"
     sidecars = {
         str(p.relative_to(root)): json.loads(p.read_text()) for p in root.rglob("*.prov.json")
