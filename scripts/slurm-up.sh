@@ -76,6 +76,8 @@ chown munge:munge /etc/munge/munge.key; chmod 0600 /etc/munge/munge.key
 
 # 3. Configs. Every node advertises the host's CPUs and MEM_MB (config_overrides: slurmd trusts the
 # config), so N nodes oversubscribe this host N times; fine for tests, which are small.
+# Jobs run at their sbatch's niceness (PropagatePrioProcess), so a run started in the background
+# (tests/workflow/conftest.py) keeps its jobs there too.
 write() {  # write FILE MODE OWNER CONTENT: returns 0 if the content changed
   if [ "$(cat "$1" 2>/dev/null)" != "$4" ]; then
     printf '%s\n' "$4" > "$1"; chmod "$2" "$1"; chown "$3" "$1"; return 0
@@ -98,6 +100,7 @@ SlurmctldLogFile=$LOG/slurmctld.log
 SlurmdLogFile=$LOG/slurmd-%n.log
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
+PropagatePrioProcess=1
 TaskPlugin=task/none
 MpiDefault=none
 SwitchType=switch/none

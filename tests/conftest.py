@@ -2,6 +2,7 @@ import copy
 import os
 import random
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -77,20 +78,34 @@ class Started:
 
 
 def start_snakemake(
-    workdir: Path, config: dict, *args: str, env: dict | None = None, script: Path | None = None
+    workdir: Path,
+    config: dict,
+    *args: str,
+    env: dict | None = None,
+    script: Path | None = None,
+    before: list[str] | None = None,
+    nice: int = 0,
 ) -> Started:
     """``run_snakemake`` started and not waited for (``wait_snakemake``); its output goes to
-    files beside ``workdir``. ``script``: a Python script run in place of ``-m snakemake``."""
+    files beside ``workdir``. ``script``: a Python script run in place of ``-m snakemake``;
+    ``before``: a command the same background process runs first (snakemake starts if it
+    succeeds); ``nice``: the niceness of the run and every job it starts."""
     cfg_path = workdir / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
     cmd = snakemake_command(workdir, "--cores", "2", *args, configfiles=[cfg_path])
     if script is not None:
         assert cmd[1:3] == ["-m", "snakemake"], cmd
         cmd[1:3] = [str(script)]
+    if before is not None:
+        cmd = ["sh", "-c", f"{shlex.join(before)} && exec {shlex.join(cmd)}"]
     out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
     with out.open("w") as stdout, err.open("w") as stderr:
         proc = subprocess.Popen(
-            cmd, stdout=stdout, stderr=stderr, env=snakemake_env({**os.environ, **(env or {})})
+            cmd,
+            stdout=stdout,
+            stderr=stderr,
+            env=snakemake_env({**os.environ, **(env or {})}),
+            preexec_fn=(lambda: os.nice(nice)) if nice else None,
         )
     return Started(proc, out, err)
 

@@ -10,12 +10,21 @@ from stillroom.workflow import snakemake_command, snakemake_env
 
 from ..conftest import REPO, Started
 
-# Workflow runs that tests only read, started as soon as those tests are collected, beside the tests
-# before them: the SLURM run mostly waits for the scheduler, and the recipe twin keeps about 1.3 of
-# the 2 cores busy while most tests take one. A test asks for one with
-# @pytest.mark.early_run.with_args(start) (a lone function argument would be taken as what the
-# mark decorates), start(workdir) -> Started | None, and reads it with started(start).
+# Workflow runs that tests only read, started as soon as those tests are collected and run beside
+# the other tests, which go first. A test asks for one with @pytest.mark.early_run.with_args(start)
+# (a lone function argument would be taken as what the mark decorates), start(workdir) ->
+# Started | None, and reads it with started(start). A run is started at EARLY_NICE, it and every job
+# it starts (SLURM's too: scripts/slurm-up.sh propagates the submitter's niceness), so it takes
+# only the CPU the tests leave idle: the tests' timings and wall-clock limits stay as they are
+# alone, and the run is ready when they end.
+EARLY_NICE = 19
 _RUNS: dict[Callable, tuple[Path, Started | None] | BaseException] = {}
+
+
+def pytest_collection_modifyitems(items):
+    # the tests that wait for an early run go last, in their order (module fixtures stay shared)
+    late = [item for item in items if item.get_closest_marker("early_run")]
+    items[:] = [item for item in items if not item.get_closest_marker("early_run")] + late
 
 
 def pytest_collection_finish(session):

@@ -2,6 +2,7 @@
 end to end."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from ..conftest import (
     structural_differences,
     wait_snakemake,
 )
-from .conftest import started
+from .conftest import EARLY_NICE, started
 from .test_pipeline import scheduled
 
 
@@ -231,8 +232,8 @@ def test_the_smoke_twin_differs_from_the_recipe_only_in_sizes_ids_paths_and_urls
 
 
 def start_twin(workdir: Path) -> Started:
-    """beam-distill-smoke with its two tiny stand-in models built in ``workdir``, started."""
-    from stillroom.cli import main
+    """beam-distill-smoke started, its two tiny stand-in models built in ``workdir`` by the same
+    background process first."""
     from stillroom.config import load_yaml
 
     cfg = load_yaml(REPO / "config" / "experiments" / "beam-distill-smoke.yaml")
@@ -245,8 +246,8 @@ def start_twin(workdir: Path) -> Started:
         str(stand / name.rsplit("/", 1)[-1]): figures for name, figures in sizes.items()
     }
     (workdir / "twin.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    assert main(["stand-ins", str(workdir / "twin.yaml"), "--root", str(REPO)]) == 0
-    return start_snakemake(workdir, cfg)
+    stand_ins = [sys.executable, "-m", "stillroom", "stand-ins", str(workdir / "twin.yaml")]
+    return start_snakemake(workdir, cfg, before=[*stand_ins, "--root", str(REPO)], nice=EARLY_NICE)
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, Started, run_snakemake, small_config, start_snakemake, wait_snakemake
-from .conftest import started
+from .conftest import EARLY_NICE, started
 
 ENV = {"SLURM_ACCOUNT": "root", "STILLROOM_CPU_PARTITION": "cpu", "STILLROOM_GPU_PARTITION": "gpu"}
 # Real clusters want slow polling (the profile's); a test wants its answer.
@@ -90,7 +90,7 @@ def start_slurm_run(workdir: Path) -> Started | None:
     if _cluster_problem():
         return None  # the cluster fixture skips, or fails under CI
     polling = Path(__file__).with_name("slurm_fast_polling.py")
-    return start_snakemake(workdir, slurm_config(), *FAST, env=ENV, script=polling)
+    return start_snakemake(workdir, slurm_config(), *FAST, env=ENV, script=polling, nice=EARLY_NICE)
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.early_run.with_args(start_slurm_run)]
