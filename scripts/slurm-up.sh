@@ -77,7 +77,9 @@ chown munge:munge /etc/munge/munge.key; chmod 0600 /etc/munge/munge.key
 # 3. Configs. Every node advertises the host's CPUs and MEM_MB (config_overrides: slurmd trusts the
 # config), so N nodes oversubscribe this host N times; fine for tests, which are small.
 # Jobs run at their sbatch's niceness (PropagatePrioProcess), so a run started in the background
-# (tests/workflow/conftest.py) keeps its jobs there too.
+# (tests/workflow/conftest.py) keeps its jobs there too. Each job is a session of its own, and the
+# kernel's autogroup gives every session the same weight whatever its niceness: off on this host.
+[ ! -w /proc/sys/kernel/sched_autogroup_enabled ] || echo 0 > /proc/sys/kernel/sched_autogroup_enabled
 write() {  # write FILE MODE OWNER CONTENT: returns 0 if the content changed
   if [ "$(cat "$1" 2>/dev/null)" != "$4" ]; then
     printf '%s\n' "$4" > "$1"; chmod "$2" "$1"; chown "$3" "$1"; return 0

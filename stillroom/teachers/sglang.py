@@ -59,8 +59,10 @@ class SGLangTeacher(OpenAITeacher):
         port = free_port(server["host"])
         fd, self.log_path = tempfile.mkstemp(prefix=f"stillroom-{self.name}-", suffix=".log")
         env = {**os.environ, **{k: str(v) for k, v in server.get("env", {}).items()}}
+        # its own process group (stop kills it whole) in the job's session: a new session would be
+        # a new scheduler autogroup, which runs at full weight whatever the job's niceness
         self.proc = subprocess.Popen(
-            self.command(port), stdout=fd, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            self.command(port), stdout=fd, stderr=subprocess.STDOUT, env=env, process_group=0
         )
         os.close(fd)
         atexit.register(self.stop)
