@@ -20,6 +20,11 @@ from stillroom.workflow import snakemake_command, snakemake_env
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The suite runs several torch processes at once on 2 cores (the early runs beside the tests,
+# 2-rank trainings). An OpenMP thread that spins for a preempted partner burns the CPU the others
+# need (a 40 s stand-in build at niceness 19 took 380 s beside one busy core): threads wait
+# passively. Set before torch loads libgomp, and inherited by every process the tests start.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def default_config() -> dict:
@@ -89,9 +94,7 @@ def start_snakemake(
     """``run_snakemake`` started and not waited for (``wait_snakemake``); its output goes to
     files beside ``workdir``. ``script``: a Python script run in place of ``-m snakemake``;
     ``before``: a command the same background process runs first (snakemake starts if it
-    succeeds); ``nice``: the niceness of the run and every job it starts, whose OpenMP threads
-    then wait passively (a thread spinning for its partner, preempted by the tests, burns the idle
-    CPU the run is meant to use: a 40 s build took 380 s beside one busy core)."""
+    succeeds); ``nice``: the niceness of the run and every job it starts."""
     cfg_path = workdir / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
     cmd = snakemake_command(workdir, "--cores", "2", *args, configfiles=[cfg_path])
@@ -106,9 +109,7 @@ def start_snakemake(
             cmd,
             stdout=stdout,
             stderr=stderr,
-            env=snakemake_env(
-                {**os.environ, **({"OMP_WAIT_POLICY": "PASSIVE"} if nice else {}), **(env or {})}
-            ),
+            env=snakemake_env({**os.environ, **(env or {})}),
             preexec_fn=(lambda: os.nice(nice)) if nice else None,
         )
     return Started(proc, out, err)

@@ -13,10 +13,11 @@ from ..conftest import REPO, Started
 # Workflow runs that tests only read, started as soon as those tests are collected and run beside
 # the other tests, which go first. A test asks for one with @pytest.mark.early_run.with_args(start)
 # (a lone function argument would be taken as what the mark decorates), start(workdir) ->
-# Started | None, and reads it with started(start). A run is started at EARLY_NICE, it and every job
-# it starts (SLURM's too: scripts/slurm-up.sh propagates the submitter's niceness), so it takes
-# only the CPU the tests leave idle: the tests' timings and wall-clock limits stay as they are
-# alone, and the run is ready when they end.
+# Started | None, and reads it with started(start). A run that is mostly waiting (the SLURM run:
+# scheduler and status polls) starts at EARLY_NICE, it and every job it starts (scripts/slurm-up.sh
+# has SLURM jobs keep their sbatch's niceness), so it takes only the CPU the tests leave idle. The
+# recipe twin, a third of the suite's CPU time, runs at the tests' priority: at EARLY_NICE it got
+# so little beside them that pytest waited 9 minutes for it at the end.
 EARLY_NICE = 19
 _RUNS: dict[Callable, tuple[Path, Started | None] | BaseException] = {}
 
