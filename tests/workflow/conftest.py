@@ -13,11 +13,10 @@ from ..conftest import REPO, Started
 # Workflow runs that tests only read, started as soon as those tests are collected and run beside
 # the other tests, which go first. A test asks for one with @pytest.mark.early_run.with_args(start)
 # (a lone function argument would be taken as what the mark decorates), start(workdir) ->
-# Started | None, and reads it with started(start). A run that is mostly waiting (the SLURM run:
-# scheduler and status polls) starts at EARLY_NICE, it and every job it starts (scripts/slurm-up.sh
-# has SLURM jobs keep their sbatch's niceness), so it takes only the CPU the tests leave idle. The
-# recipe twin, a third of the suite's CPU time, runs at the tests' priority: at EARLY_NICE it got
-# so little beside them that pytest waited 9 minutes for it at the end.
+# Started | None, and reads it with started(start). A run starts at EARLY_NICE, it and every job it
+# starts (scripts/slurm-up.sh has SLURM jobs keep their sbatch's niceness), so it takes the CPU the
+# tests leave idle and slows them as little as it can. Measured on a fresh clone: pytest took
+# 1650 s so, against 1714 s with the recipe twin (the longer run) at the tests' priority.
 EARLY_NICE = 19
 _RUNS: dict[Callable, tuple[Path, Started | None] | BaseException] = {}
 

@@ -20,7 +20,7 @@ from ..conftest import (
     structural_differences,
     wait_snakemake,
 )
-from .conftest import started
+from .conftest import EARLY_NICE, started
 from .test_pipeline import scheduled
 
 
@@ -247,7 +247,7 @@ def start_twin(workdir: Path) -> Started:
     }
     (workdir / "twin.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     stand_ins = [sys.executable, "-m", "stillroom", "stand-ins", str(workdir / "twin.yaml")]
-    return start_snakemake(workdir, cfg, before=[*stand_ins, "--root", str(REPO)])
+    return start_snakemake(workdir, cfg, before=[*stand_ins, "--root", str(REPO)], nice=EARLY_NICE)
 
 
 @pytest.mark.slow
