@@ -16,7 +16,7 @@ from ..conftest import REPO, Started
 # Started | None, and reads it with started(start). A run starts at EARLY_NICE, it and every job it
 # starts (scripts/slurm-up.sh has SLURM jobs keep their sbatch's niceness), so it takes the CPU the
 # tests leave idle and slows them as little as it can. Measured on a fresh clone: pytest took
-# 1650 s so, against 1714 s with the recipe twin (the longer run) at the tests' priority.
+# 1607 s so, against 1714 s with the recipe twin (the longer run) at the tests' priority.
 EARLY_NICE = 19
 _RUNS: dict[Callable, tuple[Path, Started | None] | BaseException] = {}
 
