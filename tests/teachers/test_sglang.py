@@ -60,7 +60,8 @@ def test_server_is_started_used_and_stopped(tmp_path):
 
     def spy(self):
         if self.proc is not None:
-            seen.append(self.proc.pid)
+            pid = self.proc.pid
+            seen.append((pid, os.getpgid(pid), os.getsid(pid)))
         original(self)
 
     SGLangTeacher.stop = spy
@@ -76,7 +77,10 @@ def test_server_is_started_used_and_stopped(tmp_path):
         SGLangTeacher.stop = original
     rows = read_jsonl(out)
     assert m["samples"] == len(rows) == 20 and all(r["model"] == "stand-in-served" for r in rows)
-    assert seen and all(_gone(pid) for pid in seen)
+    assert seen and all(_gone(pid) for pid, _, _ in seen)
+    # its own process group (stopped whole), in the job's session: a session of its own would be a
+    # scheduler autogroup of its own, at full weight whatever the job's niceness
+    assert all(group == pid and session == os.getsid(0) for pid, group, session in seen)
 
 
 def test_the_weights_the_server_reports_are_pinned(tmp_path, monkeypatch):
