@@ -29,7 +29,7 @@ GRADER_INFO: dict[str, Any] = {
         "normalise": "LaTeX spacing in digit groups removed (1\\,000), \\mathrm{e} is e, .5 is "
         "0.5, scientific notation (4.4e7, 4.4\\times10^{7}) written out as its decimal",
         "verify": "math_verify.verify(gold, pred), float_rounding 6, strict; a gold that is a "
-        "real number, not whole, within relative 1e-6 of a decimal answer; an answer in a base "
+        "real number, not whole, within relative 5e-6 of a decimal answer; an answer in a base "
         "the gold does not write (52_8 for 52_9) is wrong",
         "timeout": "hard wall-clock limit per item in a killable worker process",
     },

@@ -26,9 +26,9 @@ outside ``$`` as 4.4).
 Numbers. An integer or other exact value compares exactly (math-verify). A gold that is a real
 number but not a whole one, against an answer that is a real number, where either writes a decimal,
 compares with the relative tolerance ``REL_TOL`` (math-verify rounds to 6 decimal places, which
-makes 1.6e-19 equal 9.1e-31); decimals are read as the decimals they write, so 0.333333 is within
-1e-6 of 1/3. A whole gold keeps math-verify's comparison: 1000000 never equals 1000001. Numbers
-inside tuples, sets, intervals and matrices are still compared by math-verify.
+makes 1.6e-19 equal 9.1e-31); decimals are read as the decimals they write. A whole gold keeps
+math-verify's comparison: 1000000 never equals 1000001. Numbers inside tuples, sets, intervals
+and matrices are still compared by math-verify.
 
 Bases. A number with a base subscript (``52_9``, ``1011_{2}``, ``A3_{16}``) is its digits in that
 base: an answer that writes a base other than the gold's is wrong, even at the same value (the
@@ -61,9 +61,11 @@ from .result import NO_ANSWER, TIMEOUT_S, Grade, Options, gold_problem
 
 FLOAT_ROUNDING = 6  # math_verify.verify's defaults, passed explicitly so that they are recorded
 STRICT = True
-# Relative tolerance for a gold that is a decimal, not whole: the 6 decimal places math-verify
-# rounds to near 1, at every magnitude (Qwen2.5-Math's math_equal allows 1e-4, far looser).
-REL_TOL = sympy.Rational(1, 10**6)
+# Relative tolerance for a gold that is a real number, not whole: half a unit in the 6th
+# significant digit, so that a gold rounded to 6 digits (0.208333) is the exact value (5/24) at
+# every magnitude, as math-verify's 6 decimal places are near 1 only; 5 digits (0.20833) are not.
+# Qwen2.5-Math's math_equal allows 1e-4, lm-eval's Minerva and PRM800K none.
+REL_TOL = sympy.Rational(5, 10**6)
 _PRED_CONFIG = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
 PRED_EXTRACTION = ["LatexExtractionConfig(boxed_match_priority=0)", "ExprExtractionConfig()"]
 _alarms = True  # off in grading workers, where the parent's kill is the time limit
