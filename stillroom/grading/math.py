@@ -61,7 +61,7 @@ from .result import NO_ANSWER, TIMEOUT_S, Grade, Options, gold_problem
 
 FLOAT_ROUNDING = 6  # math_verify.verify's defaults, passed explicitly so that they are recorded
 STRICT = True
-# Relative tolerance for a gold that is a real number, not whole: half a unit in the 6th
+# Relative tolerance for a gold that is a number, not whole: half a unit in the 6th
 # significant digit, so that a gold rounded to 6 digits (0.208333) is the exact value (5/24) at
 # every magnitude, as math-verify's 6 decimal places are near 1 only; 5 digits (0.20833) are not.
 # Qwen2.5-Math's math_equal allows 1e-4, lm-eval's Minerva and PRM800K none.
@@ -151,9 +151,9 @@ def normalise(text: str) -> str:
 _BASE_NUMBER = re.compile(r"(?<![\w.\\])(?=[0-9A-Z]*\d)[0-9A-Z]+_(?:\{\s*(\d+)\s*\}|(\d))")
 
 
-def bases(text: str) -> set[int]:
-    """The bases ``text`` writes numbers in: 10 when it writes none."""
-    return {int(a or b) for a, b in _BASE_NUMBER.findall(text)} or {10}
+def _bases(text: str) -> set[int]:
+    """The bases ``text`` writes numbers in with a subscript."""
+    return {int(a or b) for a, b in _BASE_NUMBER.findall(text)}
 
 
 def _boxes(text: str) -> list[tuple[int, int]]:
@@ -290,7 +290,8 @@ def grade_math(response: str, gold: str, boxed: str = "last") -> Grade:
     if not pred:
         return NO_ANSWER
     extracted = next((p for p in pred if isinstance(p, str)), str(pred[0]))
-    if _BASE_NUMBER.search(extracted) and not bases(extracted) <= bases(normalise(gold)):
+    written = _bases(extracted)
+    if written and not written <= (_bases(normalise(gold)) or {10}):
         return Grade(False, extracted, "ok")  # digits in another base, whatever their value
     # Pair by pair, as verify() does itself, so that a timeout is seen rather than read as "wrong".
     timed_out = False
@@ -349,9 +350,9 @@ def info(options: Options) -> dict[str, Any]:
         "options": {
             "float_rounding": FLOAT_ROUNDING,
             "rel_tol": float(REL_TOL),
-            "numbers": "a gold that is a real number, not whole, is within rel_tol of a decimal "
-            "answer; whole and exact values as math-verify compares them (float_rounding), as "
-            "are numbers inside tuples, sets, intervals and matrices",
+            "numbers": "a gold that is a number, not whole, against an answer that is a number, "
+            "either a decimal: within rel_tol of each other; all else as math-verify compares "
+            "(float_rounding), whole golds and numbers inside tuples, sets and intervals too",
             "bases": "an answer in a base the gold does not write (52_8 for 52_9, 47 for 52_9) "
             "is wrong; the gold's digits without the subscript are read in its base",
             "strict": STRICT,
