@@ -24,10 +24,10 @@ def _choice_regex(letters: str) -> re.Pattern:
     # in O(n^k) ways ("Answer:" + 100 spaces took 3 s, 200 spaces minutes). Nothing after a run can
     # start with whitespace (letters never do), so giving none back never loses a match.
     boxed = rf"\\boxed\{{\s*+(?:\\text(?:bf)?\{{)?\s*+\(?\s*+({x})\s*+\)?\s*+\}}"
-    stated = (
-        rf"(?i:answer)\s*+(?:\*\*)?\s*+(?:(?i:is)\b|:)\s*+:?\s*+(?:\*\*)?\s*+\(?\s*+(?:\*\*)?\s*+"
-        rf"({x})(?!\w)"
-    )
+    # What may wrap the letter after "answer:" or "answer is": markdown bold, math dollars,
+    # parentheses, \textbf{, \text{, \mathbf{, \mathrm{, \boxed{ ("Answer: $B$", "**B**").
+    wrap = r"(?:\s|\*\*|\$|\(|\\(?:textbf|text|mathbf|mathrm|boxed)\{)*+"
+    stated = rf"(?i:answer)\s*+(?:\*\*)?\s*+(?:(?i:is)\b|:)\s*+:?{wrap}({x})(?!\w)"
     return re.compile(f"{boxed}|{stated}")
 
 

@@ -26,12 +26,16 @@ GRADER_INFO: dict[str, Any] = {
         "a gold that does not parse as its whole text is gold_unparseable, with the reason",
         "pred_extraction": "the answer's last \\boxed{} (grade.boxed: last) or all of it, then "
         "the last boxed or plain expression (LatexExtractionConfig, ExprExtractionConfig)",
-        "normalise": "LaTeX spacing in digit groups removed (1\\,000), \\mathrm{e} is e",
-        "verify": "math_verify.verify(gold, pred), float_rounding 6, strict",
+        "normalise": "LaTeX spacing in digit groups removed (1\\,000), \\mathrm{e} is e, .5 is "
+        "0.5, scientific notation (4.4e7, 4.4\\times10^{7}) written out as its decimal",
+        "verify": "math_verify.verify(gold, pred), float_rounding 6, strict; a gold that is a "
+        "real number, not whole, within relative 5e-6 of a decimal answer; an answer in a base "
+        "the gold does not write (52_8 for 52_9) is wrong",
         "timeout": "hard wall-clock limit per item in a killable worker process",
     },
     "choice": "last '\\boxed{X}', 'answer: X' or 'answer is X' "
-    "('answer' any case, X case-sensitive); X among the item's own letters",
+    "('answer' any case, X case-sensitive, in $, **, (), \\textbf{} or the like); "
+    "X among the item's own letters",
     "instructions": "IFEval's 25 checks as lm-eval implements them; correct is prompt-level "
     "strict, each instruction's strict and loose verdicts in the details",
     "think": "only text after the last </think> is graded; an unclosed <think> is no_answer",

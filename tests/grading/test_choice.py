@@ -27,6 +27,15 @@ from stillroom.grading.choice import item_letters
         "the answer is **(B)**",
         "ANSWER IS B",
         "The answer is: B",
+        # simple-evals' ANSWER_PATTERN_MULTICHOICE allows the letter in $: Answer\s*:\s*\$?X\$?
+        "Answer: $B$",
+        "Answer: $\\mathrm{B}$",
+        "Answer: **B**",
+        "**Answer: B**",
+        "Answer: \\textbf{B}",
+        "Answer: $\\textbf{(B)}$",
+        "The answer is $\\boxed{B}$.",
+        "The answer is \\text{(B)}",
     ],
 )
 def test_choice_accepted_forms(response):
@@ -48,6 +57,8 @@ def test_choice_wrong_letter_and_last_occurrence_wins():
     [
         "I'd pick B.",
         "Answer: Both are plausible",
+        "Answer: $Both$",
+        "Answer: **Bob**",
         "answer is c",
         "Answer: E",
         r"\boxed{A+B}",

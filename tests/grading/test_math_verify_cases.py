@@ -44,6 +44,30 @@ DISAGREE: dict[str, tuple[str, str]] = {
         "gold_unparseable",
         "the gold '$125$ miles' has a unit outside its math, which the parse leaves out",
     ),
+    "test_all::test_relations_math#22": (
+        "gold_unparseable",
+        "the gold '1 = \\zzz = x = 0' (an unknown command in a chain) parses to 0, which leaves "
+        "out its variable x",
+    ),
+    "test_all::test_symbols#1": (
+        "gold_unparseable",
+        "the gold has a tab where the \\t of \\text was (a Python escape in Math-Verify's "
+        "test), leaving the word 'ext'",
+    ),
+    "test_all::test_complex_math_expressions#5": (
+        "gold_unparseable",
+        "the gold has a form feed where the \\f of \\frac was (a Python escape in "
+        "Math-Verify's test), leaving the word 'rac'",
+    ),
+    "test_numina_cases::test_numina_cases#25": (
+        "gold_unparseable",
+        "the gold's \\boxed{ is never closed: its braces do not balance",
+    ),
+    "test_open_thoughts::test_open_thoughts#8": (
+        "gold_unparseable",
+        "math-verify keeps the gold (x = ..., x = ...\\pm...) as text, which it compares as a "
+        "string; the project grades only against a value",
+    ),
     "test_all::test_precision#1": ("wrong", _ROUNDING + " (4 digits)"),
     "test_all::test_complex_math_expressions#8": ("wrong", _ROUNDING + " (2 digits)"),
     "test_all::test_complex_math_expressions#14": ("wrong", _ROUNDING + " (2 digits)"),
