@@ -140,23 +140,23 @@ class TrainingTemplate:
         if not supervised:
             raise DataError(f"{self.name} supervises no token of an assistant reply")
         last = supervised[-1]
-        ends = "an assistant turn's supervision ends in the text token " + repr(
-            tokenizer.decode([ids[last]])
-        )
-        after = tokenizer.decode(ids[last + 1 :])
+        token, after = tokenizer.decode([ids[last]]), tokenizer.decode(ids[last + 1 :])
+        ends = f"an assistant turn's supervision ends in the text token {token!r}"
         closing = next((t for t in ids[last + 1 :] if control_token(tokenizer, t)), None)
         if closing is not None:
             raise DataError(
                 f"{self.name}: {ends}, and the end-of-turn token "
                 f"{tokenizer.convert_ids_to_tokens(closing)!r} the template writes after it is not "
-                "supervised: the model would never learn to stop, and served it would stop at that "
-                "text. Mark the end-of-turn token inside {% generation %} (train.chat_template)"
+                "supervised: the model would never learn to stop, and served it would stop at "
+                f"every {token!r} it writes. Mark the end-of-turn token inside {{% generation %}} "
+                "(train.chat_template)"
             )
         raise DataError(
             f"{self.name}: {ends}, and the template writes no end-of-turn token after an assistant "
-            f"turn (after the reply it writes {after!r}): a model trained on it could never learn "
-            "to stop. Set train.chat_template to a template whose assistant turns end in a special "
-            f"token of the tokenizer (its eos {tokenizer.eos_token!r}) inside {{% generation %}}"
+            f"turn ({f'it writes {after!r}' if after else 'nothing'} after the reply): a model "
+            "trained on it could never learn to stop. Set train.chat_template to a template whose "
+            "assistant turns end in a special token of the tokenizer (its eos "
+            f"{tokenizer.eos_token!r}) inside {{% generation %}}"
         )
 
     def _trim(self, text: str, offsets, mask: list[int], start: int, end: int) -> None:
