@@ -552,7 +552,7 @@ def _row_problems(
         f"the template adds text of its own: {f[:80]!r}" for f in _prose(_fragments(rest, split))
     ]
     if rendered_ids != list(ids):
-        raise DataError(f"{template.name}: the tokens to train on are not the row rendered")
+        return [*problems, "its tokens to train on are not the template's rendering of it"]
     return problems + _turn_problems(
         tokenizer, template, messages, (text, ids, runs, offsets), between
     )
