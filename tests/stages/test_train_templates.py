@@ -162,6 +162,19 @@ def test_gpt_oss_reasoning_goes_to_the_analysis_channel(tmp_path):
         ("deepseekv3.jinja", r"deepseekv3_training.jinja.*message 1's reasoning is never rendered"),
         ("idefics3.jinja", r"idefics3_training.jinja.*message 1's answer is never rendered"),
         ("smolvlm.jinja", r"smolvlm_training.jinja.*message 1's answer is never rendered"),
+        # a default system prompt is written once, not around every turn: not a role header
+        (
+            "qwen2_5.jinja",
+            r"qwen2_5_training.jinja.*row untagged: the template adds text of its own: 'You are "
+            "Qwen, created by Alibaba Cloud",
+        ),
+        # the serving prompt opens an empty think block; the rows' reasoning would be trained
+        (
+            "qwen3_5_nothink.jinja",
+            r"qwen3_5_nothink_training.jinja.*row tagged: message 2's supervision starts before "
+            r"the serving template's generation prompt ends \('<think>\\n\\n</think>\\n\\n' is the "
+            r"prompt's",
+        ),
         (
             "phi3.jinja",
             r"phi3_training.jinja.*more than an end-of-turn marker .*'<\|end\|>\\n<eos>'",
