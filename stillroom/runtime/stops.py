@@ -43,17 +43,26 @@ def _generation_eos(ref: str) -> list[int]:
     return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
+def control_token(tok, token_id: int) -> bool:
+    """Whether ``token_id`` is a special token of ``tok`` (its eos, ``<|im_end|>``, ``<|eot_id|>``),
+    never ordinary text: only such a token may end a turn or stop generation, since a model
+    stopped at a text token (``y``, or an added non-special one like Qwen's ``<think>``) stops at
+    every one it writes."""
+    added = tok.added_tokens_decoder.get(token_id)
+    return bool(added is not None and added.special) or token_id in tok.all_special_ids
+
+
 def end_of_turn(tok) -> int | None:
     """The token the chat template writes right after an assistant reply's content (a one-turn
-    conversation rendered), when it is an added token; None when the tokenizer has no template or
-    the template ends a turn with plain text."""
+    conversation rendered), when it is a control token; None when the tokenizer has no template or
+    the template ends a turn with text."""
     if not tok.chat_template:
         return None
     probe = [{"role": "user", "content": "x"}, {"role": "assistant", "content": MARK}]
     text = tok.apply_chat_template(probe, tokenize=False)
     at = text.rfind(MARK)
     ids = tok.encode(text[at + len(MARK) :].lstrip(), add_special_tokens=False) if at >= 0 else []
-    return ids[0] if ids and ids[0] in tok.added_tokens_decoder else None
+    return ids[0] if ids and control_token(tok, ids[0]) else None
 
 
 def stop_set(ref: str, tok=None) -> StopSet:

@@ -36,6 +36,12 @@ CAUSES = (
     "refuses a system turn",
     "do not render with",
     "has no {% generation %} markers",
+    "supervision starts before the serving template's generation prompt ends",
+    "which the model writes after the serving template's generation prompt",
+    "does not follow the serving template's generation prompt",
+    "renders it unlike the serving template",
+    "supervision ends in the text token",
+    "spans of supervision for its",
 )
 
 
@@ -118,13 +124,15 @@ def check(tmp_path, name, where="system", max_length=256):
 
 def test_qwen3_8_reasoning_is_fed_once_and_its_effort_line_refused(tmp_path):
     """Inline, the reasoning rendered as a doubled <think>; fed as reasoning_content it renders
-    once, and the template's own effort line, which contradicts the row's tag, is refused."""
+    once, and the template's own effort line, which contradicts the row's tag, is refused. The
+    "<think>\\n" its generation prompt gives the model is not supervised."""
     tok = tokenizer_for(tmp_path, (TRL_TEMPLATES / "qwen3_8.jinja").read_text(encoding="utf-8"))
     template = training_template(tok, where="the student")
     assert template.reasoning_field == "reasoning_content"
+    assert template.prompt_header == "<|im_start|>assistant\n<think>\n"
     enc = template.encode(tok, rows()[0]["messages"])
     ids = [t for t, m in zip(enc["input_ids"], enc["assistant_masks"], strict=True) if m]
-    assert tok.decode(ids) == f"<think>\n{REASONING}\n</think>\n\n{ANSWER}<|im_end|>"
+    assert tok.decode(ids) == f"{REASONING}\n</think>\n\n{ANSWER}<|im_end|>"
     with pytest.raises(DataError, match=r"qwen3_8_training.jinja.*row tagged: .*Reasoning effort"):
         encode_checked(tok, template, rows(), 256)
 
@@ -154,6 +162,19 @@ def test_gpt_oss_reasoning_goes_to_the_analysis_channel(tmp_path):
         ("deepseekv3.jinja", r"deepseekv3_training.jinja.*message 1's reasoning is never rendered"),
         ("idefics3.jinja", r"idefics3_training.jinja.*message 1's answer is never rendered"),
         ("smolvlm.jinja", r"smolvlm_training.jinja.*message 1's answer is never rendered"),
+        # a default system prompt is written once, not around every turn: not a role header
+        (
+            "qwen2_5.jinja",
+            r"qwen2_5_training.jinja.*row untagged: the template adds text of its own: 'You are "
+            "Qwen, created by Alibaba Cloud",
+        ),
+        # the serving prompt opens an empty think block; the rows' reasoning would be trained
+        (
+            "qwen3_5_nothink.jinja",
+            r"qwen3_5_nothink_training.jinja.*row tagged: message 2's supervision starts before "
+            r"the serving template's generation prompt ends \('<think>\\n\\n</think>\\n\\n' is the "
+            r"prompt's",
+        ),
         (
             "phi3.jinja",
             r"phi3_training.jinja.*more than an end-of-turn marker .*'<\|end\|>\\n<eos>'",
