@@ -242,6 +242,25 @@ def test_qlora_on_two_fsdp2_gloo_ranks_matches_one_process(moe, tmp_path):
     assert sum("lora_" in n for n, _ in tuned.named_parameters()) == len(b)
 
 
+@pytest.mark.slow
+def test_staged_loader_quantises_each_weight_once_over_the_ranks_bit_for_bit(moe, tmp_path):
+    """On 2 FSDP2 gloo ranks each rank quantises half of every weight and they share the codes:
+    each rank's NF4 shards equal, bit for bit, the same shards of the whole model quantised in
+    one process (the codes, the double-quantised scales, their factors and mean)."""
+    root, _ = moe
+    got = spawn(
+        Train.parse({"distributed": {"gpus_per_node": 2}}).layout,
+        {"base": str(root / "base"), "lora": LORA, "out_dir": str(tmp_path / "out"), "threads": 1},
+        log=lambda _: None,
+        cpus=2,
+        target="tests.runtime.nf4_steps:staged_shards",
+    )
+    # q, k, v, o x 2 layers, gate_up and down of 4 experts x 2 layers, on each rank
+    assert got["compared"] == [8 + 16, 8 + 16] and got["mismatched"] == []
+    shared = [line for line in got["logs"] if "quantised (1/2 of it here), sharded" in line]
+    assert len(shared) == 2 * 2  # each of the 2 layers, on each rank
+
+
 STAGED = {
     "method": "qlora",
     "load_in_4bit": True,
