@@ -313,7 +313,7 @@ def test_train_stage_runs_staged_qlora_on_two_fsdp2_ranks_as_on_one(moe, tmp_pat
     assert one["world_size"] == 1 and two["world_size"] == 2 and one["steps"] == two["steps"] == 4
     # the workers' log lines go to the job's stderr
     err = capfd.readouterr().err
-    assert "[rank 0] layer 1: read, quantised, sharded" in err
+    assert "[rank 0] layer 1: read, quantised (1/2 of it here), sharded" in err
     assert "[rank 0] NF4 model: 8 linear layers, 2 experts modules, 2-way expert parallel" in err
     # each rank holds half of the experts
     assert ep["four_bit_weights"] == {"attention": 8, "experts": 8, "other": 0}
