@@ -330,11 +330,47 @@ class _Figures(Section):
         """``key value`` of each assumed figure, its key under ``where``."""
 
         def shown(value: Any) -> str:
+            if isinstance(value, Section):
+                value = value.dump()
             if isinstance(value, dict):
                 return "{" + ", ".join(f"{k}: {shown(v)}" for k, v in value.items()) + "}"
             return f"{value:g}" if isinstance(value, float) else str(value)
 
         return [f"{where}.{k} {shown(getattr(self, k))}" for k in self.assumed]
+
+
+class Architecture(Section):
+    """A model's shape under its config.json names (transformers' Qwen3 / Qwen3-MoE keys): what the
+    training memory estimate sizes LoRA, activations and logits from. Read from the model's
+    config.json when the model is a local directory; given here for a hub model."""
+
+    hidden_size: PositiveInt
+    num_hidden_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt
+    head_dim: PositiveInt
+    vocab_size: PositiveInt
+    intermediate_size: PositiveInt | None = Field(
+        None, description="the dense MLP's width, in every layer of a model without experts"
+    )
+    num_experts: PositiveInt | None = Field(
+        None, description="routed experts of every layer (a MoE: each layer's MLP is its experts)"
+    )
+    num_experts_per_tok: PositiveInt | None = Field(None, description="experts each token runs")
+    moe_intermediate_size: PositiveInt | None = Field(None, description="one expert's width")
+    tie_word_embeddings: bool = False
+
+    @model_validator(mode="after")
+    def _mlp(self) -> Architecture:
+        moe = (self.num_experts, self.num_experts_per_tok, self.moe_intermediate_size)
+        if any(x is not None for x in moe) and None in moe:
+            raise ValueError(
+                "num_experts, num_experts_per_tok and moe_intermediate_size: give all three (a "
+                "MoE) or none"
+            )
+        if moe[0] is None and self.intermediate_size is None:
+            raise ValueError("intermediate_size: needed by a model without experts")
+        return self
 
 
 class ModelFigures(_Figures):
@@ -361,6 +397,14 @@ class ModelFigures(_Figures):
         None, description="cost.estimate.eval_start_s of this model's evaluation jobs"
     )
     merge_s: Seconds | None = Field(None, description="cost.estimate.merge_s of its merges")
+    nf4_params_per_s: PositiveFloat | None = Field(
+        None, description="cost.estimate.nf4_params_per_s of its staged loads (e.g. on a GPU)"
+    )
+    architecture: Architecture | None = Field(
+        None,
+        description="its shape, which a training job's memory estimate needs (LoRA, optimizer "
+        "state, activations, logits); a local model's config.json gives it",
+    )
 
 
 class Estimate(_Figures):
@@ -464,8 +508,18 @@ class Estimate(_Figures):
         0.8,
         gt=0,
         le=1,
-        description="share of a job's GPU memory a model's bytes may fill; the rest holds "
-        "activations, the KV cache and the CUDA context",
+        description="share of each GPU's memory what the estimate counts may fill: a served "
+        "model's weights (the rest holds its KV cache), or a training job's weights, adapter, "
+        "gradients, optimizer state and activations (the rest: the CUDA context, NCCL buffers, "
+        "the allocator's fragmentation, the weights a layer dequantises to compute)",
+    )
+    nf4_params_per_s: PositiveFloat = Field(
+        7e6,
+        description="weights one process quantises to NF4 per second in the staged loader "
+        "(quantize_moe_experts; on the GPU when there is one): the processes of an FSDP2 shard "
+        "group each quantise 1 / their number of every weight, so a training job's start "
+        "(train_start_s) gains the model's quantised parameters / (this x fsdp_size; one "
+        "device-map process alone). Default: measured on one CPU core by bench/staged_load.py",
     )
 
 

@@ -385,7 +385,8 @@ class Train(Section):
         False,
         description="with load_in_4bit: attention, dense MLP and the fused experts in NF4 "
         "(torchao), read layer by layer from the checkpoint by the staged loader and "
-        "FSDP2-sharded over train.distributed's processes as each layer is read",
+        "FSDP2-sharded over train.distributed's processes as each layer is read, or, with "
+        "device_map, spread over the one process's GPUs as the map spreads layers",
     )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
@@ -465,12 +466,11 @@ class Train(Section):
                 "quantize_moe_experts: needs method qlora with load_in_4bit: true (a full "
                 "fine-tune drops all three)"
             )
-        if self.quantize_moe_experts and self.device_map is not None:
+        if self.quantize_moe_experts and self.device_map not in (None, "auto", "balanced"):
             problems.append(
-                "quantize_moe_experts: the staged NF4 loader places each layer on its process's "
-                "GPU and shards it with FSDP2; it does not spread a device_map (drop device_map "
-                "and run one process per GPU, or drop quantize_moe_experts for bitsandbytes' "
-                "nn.Linear-only NF4 under the device_map)"
+                f"device_map: {self.device_map!r} with quantize_moe_experts: the staged NF4 loader "
+                "places the layers itself, balanced over the GPUs as auto places them (within "
+                "gpu_memory_limit / max_memory): give auto"
             )
         if not full and not self.lora:
             problems.append(

@@ -30,8 +30,8 @@ from typing import Any
 
 from ..config import SPLITS, ConfigError, Experiment
 from ..config.data import KernelSource
-from ..config.evaluation import ModelFigures
-from ..config.training import TrainPhase
+from ..config.evaluation import Architecture, ModelFigures
+from ..config.training import Layout, Lora, Train, TrainPhase
 from ..io import DataError
 from .cluster import backend_gpus, stage_gpus
 
@@ -42,6 +42,150 @@ PARTS = ("generation", "training", "merge", "evaluation")
 
 class EstimateError(ConfigError):
     """A figure the estimate needs is missing from the config; the message names its key."""
+
+
+# Bytes of a weight in NF4 with double-quantised scales (torchao's layout, and bitsandbytes' with
+# bnb_4bit_use_double_quant): 4 bits, an int8 scale per 64 weights, a float32 factor per 256 scales
+NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
+GB = 1e9
+# Optimizer state per trained parameter: its moments (transformers' optimizer names) x their bytes
+# (float32; one byte in an 8-bit optimizer, half in torchao's 4-bit one)
+_MOMENTS = {"sgd": 0, "lomo": 0, "adalomo": 0, "lion": 1, "rmsprop": 1, "adagrad": 1}
+_MOMENTS |= {"adafactor": 1, "ademamix": 3, "grokadamw": 3, "schedule_free": 1}
+
+
+def optimizer_bytes(optim: str) -> float:
+    """Bytes of optimizer state per trained parameter (AdamW: two float32 moments, 8)."""
+    moments = next((n for key, n in _MOMENTS.items() if optim.startswith(key)), 2)
+    width = 1.0 if "8bit" in optim else 0.5 if "4bit" in optim else 4.0
+    return moments * width
+
+
+def architecture_of(model_dir: Path) -> Architecture:
+    """A local model's shape from its config.json (a multimodal model's text_config)."""
+    path = model_dir / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise EstimateError(f"{path}: cannot read the model's config ({exc})") from None
+    config = config.get("text_config", config)
+    config.setdefault("num_experts", config.get("num_local_experts"))
+    if config.get("head_dim") is None and config.get("num_attention_heads"):
+        config["head_dim"] = config["hidden_size"] // config["num_attention_heads"]
+    keys = {k: config.get(k) for k in Architecture.model_fields if config.get(k) is not None}
+    if keys.get("num_experts"):
+        keys.pop("intermediate_size", None)  # a dense layer's, where a MoE has any
+    try:
+        return Architecture.parse(keys)
+    except ConfigError as exc:
+        raise EstimateError(f"{path}: not a shape the estimate knows ({exc})") from None
+
+
+def parameters(a: Architecture) -> dict[str, float]:
+    """The model's parameters by part: the decoder layers' attention projections and MLP (experts
+    or dense), the rest of the layers (norms, routers), and the embeddings (input, and output
+    when untied)."""
+    h, q, kv = a.hidden_size, a.num_attention_heads * a.head_dim, a.num_key_value_heads * a.head_dim
+    per_layer_rest = 2 * h + 2 * a.head_dim  # two layer norms, q_norm and k_norm
+    if a.num_experts:
+        mlp = a.num_experts * 3 * h * a.moe_intermediate_size
+        per_layer_rest += a.num_experts * h  # the router
+    else:
+        mlp = 3 * h * a.intermediate_size
+    n = a.num_hidden_layers
+    return {
+        "attention": n * (2 * h * q + 2 * h * kv),
+        "mlp": n * mlp,
+        "layer_rest": n * per_layer_rest + h,  # and the final norm
+        "embeddings": a.vocab_size * h * (1 if a.tie_word_embeddings else 2),
+    }
+
+
+def lora_parameters(a: Architecture, lora: Lora) -> int:
+    """LoRA's parameters on ``a``: r x (in + out) per adapted projection (attention, dense MLP)
+    of every layer, r x experts x (in + out) per adapted fused expert parameter (PEFT's
+    ParamWrapper layout, one r-rank pair per expert). A target the estimate cannot size is
+    refused."""
+    h, q, kv = a.hidden_size, a.num_attention_heads * a.head_dim, a.num_key_value_heads * a.head_dim
+    i = a.intermediate_size
+    shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h)}
+    if not a.num_experts:
+        shapes |= {"gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+    per_layer = 0
+    for target in lora.target_modules:
+        if target.rsplit(".", 1)[-1] not in shapes:
+            raise EstimateError(
+                f"train.lora.target_modules: '{target}' is none of the projections the memory "
+                f"estimate sizes ({', '.join(shapes)})"
+            )
+        fan_in, fan_out = shapes[target.rsplit(".", 1)[-1]]
+        per_layer += lora.r * (fan_in + fan_out)
+    experts = {"gate_up_proj": (h, 2 * (a.moe_intermediate_size or 0))}
+    experts["down_proj"] = (a.moe_intermediate_size or 0, h)
+    for target in lora.target_parameters:
+        name = target.rsplit(".", 1)[-1]
+        if not a.num_experts or name not in experts:
+            raise EstimateError(
+                f"train.lora.target_parameters: '{target}' is no fused expert parameter of "
+                "the model (gate_up_proj, down_proj of a MoE's experts)"
+            )
+        per_layer += lora.r * a.num_experts * sum(experts[name])
+    return per_layer * a.num_hidden_layers
+
+
+def activation_bytes(a: Architecture, train: Train, dtype_bytes: float) -> dict[str, float]:
+    """Bytes of one micro-batch's activations (batch_size packed rows of max_length tokens), by
+    what holds them, as the Qwen3 / Qwen3-MoE layers save them for the backward (counted from
+    their saved tensors: tests/plan/test_estimate.py measures a step's):
+
+    - a layer, per token: its two RMSNorms' float32 inputs (4h each), q_norm's and k_norm's
+      float32 inputs (4 (q + kv)), attention's q, k, v and output (c (2q + 2kv)); each adapted
+      projection's input in the LoRA's float32 (4 in) and its rank-r output (4r); the MLP's input
+      and output and its two I-wide products (a MoE: per routed copy, k per token, with its
+      experts' LoRA the same way; the router's float32 logits); PEFT's LoRA on fused experts
+      (not the NF4 ones) also keeps the layer's experts with their delta, c per weight.
+    - with gradient checkpointing: each layer's input (c h a token) and one layer's activations,
+      recomputed in the backward; without: every layer's.
+    - the logits, per token and vocabulary entry: c (the output's), 4 (the float32 log-softmax
+      the loss keeps) and 2 x 4 (the float32 gradients as its backward runs); and the final
+      norm's float32 input and the LM head's input (4h + c h). There is no chunked loss here
+      (Liger, Cut Cross Entropy): the logits are whole.
+
+    c: the compute dtype's bytes."""
+    c, h = dtype_bytes, a.hidden_size
+    q, kv = a.num_attention_heads * a.head_dim, a.num_key_value_heads * a.head_dim
+    tokens = train.batch_size * train.max_length
+    lora = train.lora
+    r = lora.r if lora else 0
+    adapted = {t.rsplit(".", 1)[-1] for t in lora.target_modules} if lora else set()
+    inputs = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": q}
+    if not a.num_experts:
+        inputs |= {"gate_proj": h, "up_proj": h, "down_proj": a.intermediate_size}
+    token = 2 * 4 * h + 4 * (q + kv) + c * (2 * q + 2 * kv)
+    token += sum(4 * inputs[t] + 4 * r for t in adapted if t in inputs)
+    per_layer_fixed = 0.0
+    if a.num_experts:
+        i, k = a.moe_intermediate_size, a.num_experts_per_tok
+        copy = 2 * c * h + 2 * c * i + c  # input, output, the two products, routing weight
+        experts = {t.rsplit(".", 1)[-1] for t in lora.target_parameters} if lora else set()
+        if train.quantize_moe_experts:  # the NF4 experts' LoRA, run on each routed row
+            copy += (4 * h + 4 * r) * ("gate_up_proj" in experts)
+            copy += (4 * i + 4 * r) * ("down_proj" in experts)
+        elif experts:  # PEFT adds the delta to the whole weight of the layer's experts
+            per_layer_fixed = c * a.num_experts * 3 * h * i
+        token += 4 * a.num_experts + 24 * k + k * copy
+    else:
+        token += c * (h + 4 * a.intermediate_size)  # input; gate, up, activation, product
+    layer = token * tokens + per_layer_fixed
+    out = {}
+    if train.gradient_checkpointing:
+        out["layer inputs (gradient checkpointing)"] = a.num_hidden_layers * c * h * tokens
+        out["one layer's activations, recomputed"] = layer
+    else:
+        out["every layer's activations"] = a.num_hidden_layers * layer
+    # and the final norm's float32 input and the LM head's input before them
+    out["logits"] = (a.vocab_size * (c + 3 * 4) + (4 + c) * h) * tokens
+    return out
 
 
 @dataclass
@@ -200,6 +344,14 @@ def markdown(p: Bill) -> str:
         f"${t['api_usd']:,.2f}); generation and training ${t['generation_training_usd']:,.2f}; "
         f"wall {_duration(t['wall_s'])} with the parts one after another.",
     ]
+    for phase, m in i.get("train_memory", {}).items():
+        lines += [
+            "",
+            f"Training memory per GPU{f' ({phase})' if phase else ''}, {m['how']}: "
+            f"{m['need_gb']:,.1f} GB of {m['room_gb']:,.1f} GB: "
+            + "; ".join(f"{k} {v:,.1f} GB" for k, v in m["terms_gb"].items())
+            + ".",
+        ]
     if p.notes:
         lines += ["", *(f"- {n}" for n in p.notes)]
     return "\n".join(lines) + "\n"
@@ -293,6 +445,10 @@ class _Billing:
         self.rows: list[Row] = []
         self.durations: dict[str, list[float]] = {p: [] for p in PARTS}
         self.at_least: dict[str, float] = dict.fromkeys(PARTS, 0.0)  # e.g. a daily API budget
+        # each training job's memory per GPU (by phase name, "" for one run): its terms in GB
+        self.memory: dict[str, dict[str, Any]] = {}
+        # the staged loader's quantisation, in seconds, by layout
+        self.quantising: dict[Layout, float] = {}
 
     # --- figures -----------------------------------------------------------------------------
 
@@ -409,52 +565,123 @@ class _Billing:
             raise EstimateError("cannot estimate:\n  " + "\n  ".join(missing))
         return pool, problems
 
+    def architecture(self, model: str, role: str = "") -> Architecture | None:
+        """``model``'s shape: its figures' architecture, a local model's config.json, or the
+        shape a student built from scratch is built with; None when none is known."""
+        own = self.est.models.get(model) if model else None
+        if own is not None and own.architecture is not None:
+            return own.architecture
+        if model and (self._path(model) / "config.json").is_file():
+            return architecture_of(self._path(model))
+        shape, tokenizer = self.exp.student.model, self.exp.student.tokenizer
+        if role == "student" and shape is not None and tokenizer is not None:
+            fields = Architecture.model_fields
+            keys = {k: v for k, v in shape.dump().items() if k in fields and v is not None}
+            if keys.get("num_experts"):
+                keys.pop("intermediate_size")
+            return Architecture.parse({**keys, "vocab_size": tokenizer.vocab_size})
+        return None
+
+    def training_memory(self, a: Architecture, layout: Layout) -> tuple[dict[str, float], str]:
+        """Bytes per GPU of a training job of ``layout`` on a model of shape ``a``, by term, and
+        how one copy of the model is spread: a device map's GPUs each hold their layers (and the
+        one computing holds a layer's activations and the logits), FSDP2's ranks each a shard
+        and their own micro-batch's activations, a replica all of it."""
+        train = self.exp.train
+        part = parameters(a)
+        total = sum(part.values())
+        layers = a.num_hidden_layers
+        # the compute dtype on GPU is bf16; weights are stored as _dtype (runtime/sft.py) says
+        c = 2.0
+        stored = 4.0 if train.dtype == "float32" or train.method == "full" else 2.0
+        if train.device_map is not None:
+            copy, how = layout.gpus_per_node, f"a device map over {layout.gpus_per_node} GPUs"
+        elif layout.world_size > 1 and (not train.load_in_4bit or train.quantize_moe_experts):
+            copy, how = layout.fsdp_size, f"FSDP2 shards over {layout.fsdp_size} GPUs"
+        else:
+            copy, how = 1, "a whole copy on each GPU"
+        ep = layout.expert_parallel_size
+        terms: dict[str, float] = {}
+        optim = optimizer_bytes(train.optim)
+        if train.method == "full":
+            terms["weights (float32)"] = total * 4 / copy
+            terms["gradients (float32)"] = total * 4 / copy
+            terms[f"optimizer state ({train.optim}, {optim:g} B a weight)"] = total * optim / copy
+            gathered = (total - part["embeddings"]) / layers * c  # mixed precision: bf16
+        else:
+            # bitsandbytes quantises nn.Linear layers (attention, a dense MLP); the staged loader
+            # the fused experts too; the rest stays in the storage dtype
+            nf4 = {
+                "attention": train.load_in_4bit,
+                "mlp": train.quantize_moe_experts or (train.load_in_4bit and not a.num_experts),
+            }
+            held = {k: n * (NF4_BYTES if nf4.get(k) else stored) for k, n in part.items()}
+            experts = held["mlp"] if a.num_experts else 0.0
+            what = ", ".join(k for k, v in nf4.items() if v) or "none"
+            # expert parallelism: each rank holds its experts whole, FSDP2 shards the rest
+            terms[f"frozen base (in NF4: {what}; the rest {stored:g} B a weight)"] = (
+                experts / (ep if ep > 1 else copy) + (sum(held.values()) - experts) / copy
+            )
+            n = lora_parameters(a, train.lora)
+            terms[f"LoRA weights (float32, {n / 1e6:,.0f}M)"] = n * 4 / copy
+            terms["LoRA gradients (float32)"] = n * 4 / copy
+            terms[f"optimizer state ({train.optim}, {optim:g} B a weight)"] = n * optim / copy
+            gathered = sum(held.values()) - held["embeddings"] - (experts if ep > 1 else 0.0)
+            gathered /= layers
+        if copy > 1 and train.device_map is None:
+            # FSDP2 gathers a layer's weights to compute it, and prefetches the next
+            terms["FSDP2's gathered layers (one and the next)"] = 2 * gathered
+        for name, n in activation_bytes(a, train, c).items():
+            # a device map's GPUs hold their own layers' inputs
+            spread = copy if train.device_map is not None and name.startswith("layer inputs") else 1
+            terms[f"{name}, {train.batch_size} x {train.max_length} tokens"] = n / spread
+        return terms, how
+
+    def quantising_s(self, layout: Layout) -> float:
+        """Seconds the staged loader (quantize_moe_experts) spends quantising the student to NF4:
+        its attention and MLP weights over the processes that share the work (an FSDP2 shard
+        group; one device-map process alone), at cost.estimate.nf4_params_per_s each."""
+        if not self.exp.train.quantize_moe_experts:
+            return 0.0
+        student = self.model_of("student")
+        a = self.architecture(student, "student")
+        if a is None:
+            raise EstimateError(
+                f"cost.estimate.models.{student}.architecture: the staged loader's "
+                "quantisation is billed from the model's attention and MLP parameters"
+            )
+        part = parameters(a)
+        sharing = layout.fsdp_size if self.exp.train.device_map is None else 1
+        quantised = part["attention"] + part["mlp"]
+        rate = self.figure(student, "nf4_params_per_s")
+        seconds = quantised / (rate * sharing)
+        if layout not in self.quantising:
+            self.notes.append(
+                f"train: the staged loader quantises {quantised / 1e9:,.1f}B weights of "
+                f"{student or 'the student'} to NF4 at {rate:,.3g} a second per process "
+                f"(cost.estimate.nf4_params_per_s) over {sharing} process"
+                f"{'es' if sharing > 1 else ''}: {_duration(seconds)} of each job's start, "
+                "besides train_start_s"
+            )
+        self.quantising[layout] = seconds
+        return seconds
+
     def memory_problems(self) -> list[str]:
-        """Every GPU job whose GPUs cannot hold its model: the weights' bytes (with a fine-tune's
-        gradients and optimizer state) against the GPUs that hold one copy x memory per GPU x
-        cost.estimate.memory_fraction. Checked once cost.estimate.models gives any model."""
+        """Every GPU job whose GPUs cannot hold what it needs. A served model: its weights' bytes
+        against the GPUs that hold it. A training job: per GPU, its weights, adapter, gradients,
+        optimizer state and activations (``training_memory``, from the model's architecture).
+        Each against memory per GPU x cost.estimate.memory_fraction. Checked once
+        cost.estimate.models gives any model."""
         est, cost, exp = self.est, self.cost, self.exp
         if not est.models:
             return []
         problems: list[str] = []
         train, student = exp.train, self.model_of("student")
-        if train.method == "full":
-            train_bytes = (16.0, "full fine-tune: float32 weights, gradients, two Adam moments")
-        elif train.quantize_moe_experts:
-            # 4 bits a weight plus one bf16 scale per 64 (measured: a layer in 28.7% of its bf16
-            # bytes on the tiny MoE, less at real widths); routers and norms are a rounding error
-            train_bytes = (0.6, "the frozen base in NF4, experts included")
-        elif train.dtype == "bfloat16" or train.load_in_4bit:
-            # bitsandbytes quantises nn.Linear layers only: fused experts stay bf16
-            train_bytes = (2.0, "the frozen base in bf16")
-        else:
-            train_bytes = (4.0, "the frozen base in float32")
         # (rule, what, model, GPUs holding one copy, bytes per parameter or None: as served)
         jobs: list[tuple[str, str, str | None, int, tuple[float, str] | None]] = []
         for rule in exp.generation.rules():
             jobs.append(
                 (rule.name, "job", self.model_of(rule.teacher), self.gpus.get(rule.name, 0), None)
-            )
-        for phase in train.phases or [None]:
-            layout = train.phase_layout(phase)
-            # GPUs holding one copy: a device map's, FSDP2's shards; a bitsandbytes replica holds
-            # it all
-            copy = (
-                layout.gpus_per_node
-                if train.device_map is not None
-                else 1
-                if train.load_in_4bit and not train.quantize_moe_experts
-                else layout.fsdp_size
-            )
-            what = f"phase {phase.name}'s job" if phase else "job"
-            jobs.append(
-                (
-                    "train",
-                    f"{what} ({layout.nodes} x {layout.gpus_per_node} GPUs, {copy} per copy)",
-                    student,
-                    copy,
-                    train_bytes,
-                )
             )
         if exp.grpo:
             layout = exp.grpo.layout
@@ -469,7 +696,11 @@ class _Billing:
             )
         for rule in ("evaluate", "evaluate_budget", "evaluate_effort"):
             jobs.append((rule, "job", student, self.gpus.get(rule, 0), None))
-        for rule, what, model, gpus, per_param in jobs:
+        trainings = [(phase, train.phase_layout(phase)) for phase in train.phases or [None]]
+        for rule, what, model, gpus, per_param in [
+            *jobs,
+            *(("train", phase, student, layout.world_size, None) for phase, layout in trainings),
+        ]:
             if not gpus or model is None:
                 continue
             figures = est.models.get(model)
@@ -486,17 +717,56 @@ class _Billing:
                     f"hold {model} (cost.estimate.models)"
                 )
                 continue
+            memory = cost.gpu_types[kind].memory_gb
+            room = memory * est.memory_fraction
+            if rule == "train":
+                problems += self._training_problem(what, model, figures, kind, memory)
+                continue
             per_param = per_param or (figures.serve_bytes_per_param, "as served")
             need = figures.params_b * per_param[0]  # GB
-            memory = cost.gpu_types[kind].memory_gb
-            if need > gpus * memory * est.memory_fraction:
+            if need > gpus * room:
                 problems.append(
                     f"{rule}: the {what} cannot hold {model}: {figures.params_b:g}B parameters x "
                     f"{per_param[0]:g} bytes ({per_param[1]}) = {need:,.0f} GB, more than "
                     f"{est.memory_fraction:.0%} (cost.estimate.memory_fraction) of {gpus} x "
-                    f"{memory:g} GB ({kind}) = {gpus * memory * est.memory_fraction:,.0f} GB"
+                    f"{memory:g} GB ({kind}) = {gpus * room:,.0f} GB"
                 )
         return list(dict.fromkeys(problems))
+
+    def _training_problem(
+        self, phase: TrainPhase | None, model: str, figures: ModelFigures, kind: str, memory: float
+    ) -> list[str]:
+        """Why a training job (of ``phase``) cannot run on its GPUs, if it cannot."""
+        est, train = self.est, self.exp.train
+        layout = train.phase_layout(phase)
+        where = f"cost.estimate.models.{model}"
+        a = self.architecture(model, "student")
+        if a is None:
+            return [
+                f"{where}.architecture: the training memory estimate needs the model's shape "
+                "(hidden_size, num_hidden_layers, heads, head_dim, vocab_size, its MLP or "
+                "experts), from its config.json"
+            ]
+        counted = sum(parameters(a).values()) / 1e9
+        if figures.architecture is not None and abs(counted / figures.params_b - 1) > 0.05:
+            return [
+                f"{where}: its architecture has {counted:,.1f}B parameters but params_b says "
+                f"{figures.params_b:g}B: one of them is wrong"
+            ]
+        terms, how = self.training_memory(a, layout)
+        need = sum(terms.values()) / GB
+        room = memory * est.memory_fraction
+        what = f"phase {phase.name}'s job" if phase else "job"
+        self.memory[phase.name if phase else ""] = {"need_gb": need, "room_gb": room, "how": how}
+        self.memory[phase.name if phase else ""]["terms_gb"] = {k: v / GB for k, v in terms.items()}
+        if need <= room:
+            return []
+        return [
+            f"train: the {what} ({layout.nodes} x {layout.gpus_per_node} GPUs, {how}) needs "
+            f"{need:,.1f} GB per GPU for {model}, more than {est.memory_fraction:.0%} "
+            f"(cost.estimate.memory_fraction) of {memory:g} GB ({kind}) = {room:,.1f} GB: "
+            + "; ".join(f"{k} {v / GB:,.1f} GB" for k, v in terms.items())
+        ]
 
     def run(self) -> Bill:
         gen, exp = self.exp.generation, self.exp
@@ -531,6 +801,7 @@ class _Billing:
             "gpu_type_by_rule": {r: self.cost.gpu_type_of(r) for r in self.gpus},
             "gpus": self.gpus,
             "figures": self.est.dump(),
+            "train_memory": self.memory,
         }
         parts = {}
         for part in PARTS:
@@ -569,9 +840,8 @@ class _Billing:
             own = self.est.models.get(model) if model else None
             if own:
                 given = [k for k in ModelFigures.model_fields if getattr(own, k) is not None]
-                given = [
-                    k for k in given if k not in ("params_b", "serve_bytes_per_param", "assumed")
-                ]
+                shape = ("params_b", "serve_bytes_per_param", "architecture", "assumed")
+                given = [k for k in given if k not in shape]
                 notes.append(
                     f"{role} {model}: {own.params_b:g}B parameters"
                     + (f"; {', '.join(given)} its own" if given else "")
@@ -716,7 +986,8 @@ class _Billing:
                 # a step takes batch_size x grad_accum packed rows on every data-parallel process
                 step = train.batch_size * train.grad_accum * layout.world_size * train.max_length
                 tokens = min(tokens, train.max_steps * step)
-            seconds = self.figure(student, "train_start_s") + tokens / per_s
+            seconds = self.figure(student, "train_start_s") + self.quantising_s(layout)
+            seconds += tokens / per_s
             self.durations["training"].append(seconds)
             label = (
                 (f"{name}: " if name else "")

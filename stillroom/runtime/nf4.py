@@ -28,8 +28,9 @@ import contextlib
 import copy
 import ctypes
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 from torchao.quantization import NF4Tensor
 from torchao.quantization import to_nf4 as _quantize
+from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import SubclassTensorArgs
 
 from .saving import save_pretrained
 
@@ -52,13 +54,16 @@ ROUTER_NAMES = ("gate", "router", "shared_expert_gate")
 EXPERT_PARAMETERS = ("gate_up_proj", "down_proj")
 
 
-def to_nf4(weight: torch.Tensor, *, shards: int = SHARDS, where: str = "weight"):
+def to_nf4(weight: torch.Tensor, *, shards: int = SHARDS, where: str = "weight", group=None):
     """``weight`` (2-D) as an NF4Tensor that FSDP2 can shard ``shards`` ways (or any divisor).
 
     FSDP2 splits a tensor's rows and torchao splits the packed data, the block scales and the
     scales' own factors alike, so each of them must divide by the shard count: the scale block
     is the largest divisor of the block count up to 256 that leaves a multiple of ``shards``
-    scale blocks (256 on real model sizes; smaller on tiny test models)."""
+    scale blocks (256 on real model sizes; smaller on tiny test models).
+
+    ``group``: processes that all hold ``weight`` and share the work (``_quantize_shared``): the
+    same NF4 tensor, bit for bit, on each, for 1 / their number of the quantisation each."""
     rows = weight.shape[0]
     blocks, rest = divmod(weight.numel(), BLOCK_SIZE)
     if weight.ndim != 2 or rest or rows % shards or blocks % shards:
@@ -77,7 +82,40 @@ def to_nf4(weight: torch.Tensor, *, shards: int = SHARDS, where: str = "weight")
     weight = weight.detach()
     if weight.storage_offset() or not weight.is_contiguous():
         weight = weight.clone(memory_format=torch.contiguous_format)
-    return _quantize(weight, BLOCK_SIZE, scaler)
+    if group is None or group.size() == 1:
+        return _quantize(weight, BLOCK_SIZE, scaler)
+    if blocks % group.size():
+        raise ValueError(
+            f"{where}: {blocks} blocks of {BLOCK_SIZE} cannot be split over {group.size()} "
+            "processes: quantise with shards= a multiple of their number"
+        )
+    return _quantize_shared(weight, scaler, group)
+
+
+def _quantize_shared(weight: torch.Tensor, scaler: int, group) -> NF4Tensor:
+    """torchao's ``to_nf4(weight, BLOCK_SIZE, scaler)`` computed by the processes of ``group``
+    together: each maps its 1 / n of the blocks to NF4 codes (the costly part: every weight
+    against 16 levels) and the codes are all-gathered. The blocks' scales and their double
+    quantisation (one pass over the weight, and its one figure that spans blocks, the scales'
+    mean) are computed whole by each process, so every process holds the tensor quantising the
+    whole would give. torchao's own steps, called in turn."""
+    import torch.distributed as dist
+
+    flat = weight.view(-1)
+    scalers, factors, mean = NF4Tensor.double_quantize_scalers(flat, BLOCK_SIZE, scaler)
+    n, rank = group.size(), group.rank()
+    piece = flat.numel() // n
+    mine = flat[rank * piece : (rank + 1) * piece]
+    # torchao's level table, as from_tensor makes it for this dtype and device
+    levels = _quantize(weight.new_ones(BLOCK_SIZE), BLOCK_SIZE, 1).nf4
+    codes = NF4Tensor.convert_to_norm_float_weight(mine, piece // BLOCK_SIZE, BLOCK_SIZE, levels)
+    pieces = [torch.empty_like(codes) for _ in range(n)]
+    dist.all_gather(pieces, codes, group=group)
+    meta = SubclassTensorArgs(weight.size(), weight.stride(), 0, weight.dtype, weight.device, False)
+    blocks = flat.numel() // BLOCK_SIZE
+    return NF4Tensor(
+        meta, BLOCK_SIZE, blocks, scaler, scalers, factors, mean, torch.cat(pieces), levels
+    )
 
 
 def _frozen(tensor) -> nn.Parameter:
@@ -90,10 +128,12 @@ class NF4Linear(nn.Linear):
     dequantised again for the backward, never kept). Being an ``nn.Linear``, PEFT's LoRA wraps it
     as it wraps any linear layer."""
 
-    def __init__(self, weight, bias=None, *, shards: int = SHARDS, where: str = "linear"):
+    def __init__(
+        self, weight, bias=None, *, shards: int = SHARDS, where: str = "linear", group=None
+    ):
         nn.Module.__init__(self)
         self.out_features, self.in_features = weight.shape
-        self.weight = _frozen(to_nf4(weight, shards=shards, where=where))
+        self.weight = _frozen(to_nf4(weight, shards=shards, where=where, group=group))
         if bias is None:
             self.register_parameter("bias", None)
         else:
@@ -153,10 +193,13 @@ class NF4Experts(nn.Module):
         where: str = "experts",
         first: int = 0,
         num_experts: int | None = None,
+        group=None,
     ):
         """One (2I, H) ``gate_up_proj`` and one (H, I) ``down_proj`` matrix per expert held here
         (experts ``first``, ``first`` + 1, ...), each quantised as it comes (an iterator holds
-        one expert's weights at a time); ``num_experts``: the model's (default: those given)."""
+        one expert's weights at a time); ``num_experts``: the model's (default: those given);
+        ``group``: processes that hold the same experts and share their quantisation
+        (``to_nf4``)."""
         super().__init__()
         self.act_fn = act_fn
         for name, matrices in (("gate_up_proj", gate_up_proj), ("down_proj", down_proj)):
@@ -164,7 +207,9 @@ class NF4Experts(nn.Module):
                 self,
                 f"{name}_nf4",
                 nn.ParameterList(
-                    _frozen(to_nf4(w, shards=shards, where=f"{where}.{name}[{first + e}]"))
+                    _frozen(
+                        to_nf4(w, shards=shards, where=f"{where}.{name}[{first + e}]", group=group)
+                    )
                     for e, w in enumerate(matrices)
                 ),
             )
@@ -509,13 +554,13 @@ def fully_shard_layers(model: nn.Module, mesh=None, **kwargs) -> nn.Module:
 
 
 class _Checkpoint:
-    """A safetensors checkpoint's tensors by name, in ``dtype``: each file memory-mapped from its
-    first read until ``close``."""
+    """A safetensors checkpoint's tensors by name, in ``dtype`` on ``device``: each file
+    memory-mapped from its first read until ``close``."""
 
-    def __init__(self, model_dir: Path, dtype: torch.dtype):
+    def __init__(self, model_dir: Path, dtype: torch.dtype, device: str | torch.device = "cpu"):
         from .merge import shard_map
 
-        self.dir, self.dtype = model_dir, dtype
+        self.dir, self.dtype, self.device = model_dir, dtype, device
         self.files = shard_map(model_dir)
         self.handles: dict[str, object] = {}
 
@@ -535,7 +580,7 @@ class _Checkpoint:
             self.handles[name] = safe_open(self.dir / name, framework="pt")
         handle = self.handles[name]
         tensor = handle.get_tensor(key) if index is None else handle.get_slice(key)[index]
-        return tensor.to(self.dtype)
+        return tensor.to(self.device, self.dtype)
 
     def close(self) -> None:
         self.handles.clear()
@@ -556,12 +601,18 @@ def _unwrapped(name: str) -> str:
 
 
 def _read_experts(
-    read: _Checkpoint, key: str, meta: nn.Module, shards: int, part: tuple[int, int] = (0, 1)
+    read: _Checkpoint,
+    key: str,
+    meta: nn.Module,
+    shards: int,
+    part: tuple[int, int] = (0, 1),
+    group=None,
 ) -> NF4Experts:
     """The NF4 experts of ``key`` from the checkpoint, one expert at a time: saved per expert
     (``experts.{e}.gate_proj`` / ``up_proj`` / ``down_proj``, transformers' files) or fused
     (``experts.gate_up_proj`` / ``down_proj``). ``part``: (index, count) of an expert-parallel
-    group, whose ``index``-th process reads only its ``1 / count`` of the experts."""
+    group, whose ``index``-th process reads only its ``1 / count`` of the experts; ``group``:
+    processes sharing the quantisation of the same experts (``to_nf4``)."""
     check_experts_layout(meta, key)
     count = meta.num_experts
     index, parts = part
@@ -580,7 +631,14 @@ def _read_experts(
         gate_up = (read(f"{key}.gate_up_proj", e) for e in held)
         down = (read(f"{key}.down_proj", e) for e in held)
     experts = NF4Experts(
-        gate_up, down, meta.act_fn, shards=shards, where=key, first=held.start, num_experts=count
+        gate_up,
+        down,
+        meta.act_fn,
+        shards=shards,
+        where=key,
+        first=held.start,
+        num_experts=count,
+        group=group,
     )
     want = {name: tuple(getattr(meta, name).shape[1:]) for name in EXPERT_PARAMETERS}
     if experts.held != len(held) or experts.expert_shape != want:
@@ -601,8 +659,17 @@ def _read_rest(root: nn.Module, prefix: str, read: _Checkpoint) -> None:
 
 @torch.no_grad()
 def _read_layer(
-    layer, prefix: str, read: _Checkpoint, shards: int, skip: set, part: tuple[int, int] = (0, 1)
+    layer,
+    prefix: str,
+    read: _Checkpoint,
+    shards: int,
+    skip: set,
+    part: tuple[int, int] = (0, 1),
+    group=None,
 ) -> dict[str, int]:
+    """Quantise ``layer``'s linear layers and experts from the checkpoint (``group`` sharing the
+    work, ``to_nf4``; expert-parallel processes hold different experts, each its own) and read
+    the rest; how many linear and experts modules."""
     counts = {"linear": 0, "experts": 0}
     for name, module in list(layer.named_modules()):
         parts = set(name.split("."))
@@ -610,14 +677,62 @@ def _read_layer(
             continue
         key = prefix + _unwrapped(name)
         if is_fused_experts(module):
-            _set(layer, name, _read_experts(read, key, module, shards, part))
+            shared = group if part[1] == 1 else None
+            _set(layer, name, _read_experts(read, key, module, shards, part, shared))
             counts["experts"] += 1
         elif type(module) is nn.Linear:
             bias = read(f"{key}.bias") if module.bias is not None else None
-            _set(layer, name, NF4Linear(read(f"{key}.weight"), bias, shards=shards, where=key))
+            weight = read(f"{key}.weight")
+            _set(layer, name, NF4Linear(weight, bias, shards=shards, where=key, group=group))
             counts["linear"] += 1
     _read_rest(layer, prefix, read)
     return counts
+
+
+def place_layers(
+    sizes: list[int], budgets: Mapping[Any, int], *, first: int = 0, last: int = 0
+) -> list:
+    """The device of each decoder layer (``sizes``, their bytes) spread over ``budgets`` (device
+    -> bytes it may hold, in order) as transformers' device_map "auto" spreads them: consecutive
+    layers per device, balanced by bytes, the embeddings (``first`` bytes) on the first device
+    and the final norm and LM head (``last``) on the last. A layer goes to the device holding its
+    middle byte. Refused when a device would hold more than its budget."""
+    devices = list(budgets)
+    share = (first + sum(sizes) + last) / len(devices)
+    placed, start = [], first
+    for size in sizes:
+        placed.append(devices[min(int((start + size / 2) // share), len(devices) - 1)])
+        start += size
+    held = {d: sum(s for s, p in zip(sizes, placed, strict=True) if p == d) for d in devices}
+    held[devices[0]] += first
+    held[devices[-1]] += last
+    over = {d: n for d, n in held.items() if n > budgets[d]}
+    if over:
+        raise ValueError(
+            "the NF4 model does not fit its device budgets (max_memory): "
+            + ", ".join(
+                f"{d} would hold {held[d] / 2**30:.2f} GiB of {budgets[d] / 2**30:.2f}"
+                for d in over
+            )
+        )
+    return placed
+
+
+def _nf4_bytes(layer: nn.Module, skip: set, dtype: torch.dtype) -> int:
+    """Bytes a decoder layer (on the meta device) will hold once quantised as ``_read_layer``
+    quantises it: its linear layers' and experts' weights in NF4 (4 bits and the scales of
+    torchao's double quantisation), the rest in ``dtype``."""
+    quantised = 0
+    for name, module in layer.named_modules():
+        if not name or skip & set(name.split(".")):
+            continue
+        if is_fused_experts(module):
+            quantised += sum(getattr(module, p).numel() for p in EXPERT_PARAMETERS)
+        elif type(module) is nn.Linear:
+            quantised += module.weight.numel()
+    rest = sum(p.numel() for p in layer.parameters()) - quantised
+    nf4 = 0.5 + 1 / BLOCK_SIZE + 4 / (BLOCK_SIZE * SCALER_BLOCK_SIZE)
+    return int(quantised * nf4 + rest * dtype.itemsize)
 
 
 def load_staged(
@@ -633,6 +748,7 @@ def load_staged(
     attn_implementation: str | None = None,
     log=lambda _: None,
     expert_group=None,
+    max_memory: Mapping[Any, int] | None = None,
     **fsdp_kwargs,
 ):
     """The NF4 model of ``model_dir`` (with LoRA as ``lora``, a peft ``LoraConfig``, says), built
@@ -643,9 +759,15 @@ def load_staged(
     then the root is sharded. Each process holds one layer's quantisation at a time besides its
     shards. The result equals ``nf4_lora(quantize_nf4(from_pretrained(model_dir)), lora)`` with
     the same seed; ``attn_implementation`` as ``from_pretrained`` takes it (None: its default).
+
+    Sharded, the processes of a shard group quantise each weight together, each 1 / their number
+    of it (``to_nf4``), on the mesh's device (the GPU, when there is one).
     ``expert_group``: a process group for expert parallelism, each of whose processes reads and
     holds only its share of every layer's experts, whole (``NF4Experts``), outside FSDP2's
-    shards; the LoRA weights stay FSDP2-sharded like the rest."""
+    shards; the LoRA weights stay FSDP2-sharded like the rest. ``max_memory`` (device -> bytes,
+    one process): the layers spread over those devices as a device map spreads them
+    (``place_layers``), each read and quantised on its own device, and accelerate's hooks move
+    the activations from device to device (``hf_device_map`` set, as transformers sets it)."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -657,26 +779,48 @@ def load_staged(
             config, dtype=dtype, attn_implementation=attn_implementation
         )
     model.config.use_cache = False
+    skip = set(skip)
+    layers = decoder_layers(model)
+    placement = None
+    if max_memory is not None:
+        inside = {p for layer in layers for p in layer.parameters()}
+        first = model.get_input_embeddings().weight.nbytes
+        rest = sum(p.nbytes for p in model.parameters() if p not in inside) - first
+        placement = place_layers(
+            [_nf4_bytes(layer, skip, dtype) for layer in layers], max_memory, first=first, last=rest
+        )
     if lora is not None:
         lora, plan = _lora_plan(model, lora, is_fused_experts)
         model = _peft_linears(model, lora, adapter, empty=True)
     inner = model.get_base_model() if lora is not None else model
     sharded = mesh is not None or (dist.is_initialized() and dist.get_world_size() > 1)
-    read, skip = _Checkpoint(model_dir, dtype), set(skip)
+    if sharded and max_memory is not None:
+        raise ValueError("load_staged: max_memory spreads one process's model; it is not sharded")
+    # the processes holding the shards of one copy quantise it together
+    group = None
+    if sharded:
+        group = mesh.get_group(mesh.ndim - 1) if mesh is not None else dist.group.WORLD
+    on_gpu = mesh is not None and mesh.device_type == "cuda"
+    read = _Checkpoint(model_dir, dtype, device="cuda" if on_gpu else "cpu")
     part = (0, 1)
     if expert_group is not None:
         part = (dist.get_rank(expert_group), dist.get_world_size(expert_group))
     counts = {"linear": 0, "experts": 0}
     # experts placed whole by expert parallelism: neither sharded nor moved by FSDP2
     placed: set[nn.Parameter] = set()
+    together = f" (1/{group.size()} of it here)" if group is not None and group.size() > 1 else ""
     for index, layer in enumerate(decoder_layers(model)):
         prefix = f"model.layers.{index}."
-        for kind, n in _read_layer(layer, prefix, read, shards, skip, part).items():
+        if placement is not None:
+            read.device = placement[index]
+        for kind, n in _read_layer(layer, prefix, read, shards, skip, part, group).items():
             counts[kind] += n
         if lora is not None:
             mine = {k.removeprefix(prefix): v for k, v in plan.items() if k.startswith(prefix)}
             _wrap_experts(layer, mine, lora, adapter)
             _init_lora(layer, seed + index, lora, adapter)
+            if placement is not None:
+                layer.to(placement[index])  # the LoRA weights drawn on the CPU
         mine = set()
         if expert_group is not None:
             for module in layer.modules():
@@ -691,7 +835,10 @@ def load_staged(
             fully_shard(layer, mesh=mesh, ignored_params=mine or None, **fsdp_kwargs)
         # the bf16 copies went with the replaced modules; the files' pages go with their maps
         read.close()
-        log(f"layer {index}: read, quantised{', sharded' if sharded else ''}")
+        where = f" on {placement[index]}" if placement is not None else ""
+        log(f"layer {index}: read, quantised{together}{where}{', sharded' if sharded else ''}")
+    if placement is not None:
+        read.device = placement[-1]  # the final norm and LM head; the embeddings moved below
     _read_rest(inner, "", read)
     read.close()
     _release_freed_memory()
@@ -707,9 +854,32 @@ def load_staged(
         raise ValueError(f"{model_dir}: nothing read or computed for {missing[:10]}")
     if sharded:
         fully_shard(model, mesh=mesh, ignored_params=placed or None, **fsdp_kwargs)
+    if placement is not None:
+        _dispatch(inner, placement)
     held = f", {part[1]}-way expert parallel" if expert_group is not None else ""
     log(f"NF4 model: {counts['linear']} linear layers, {counts['experts']} experts modules{held}")
     return model
+
+
+def _dispatch(model: nn.Module, placement: list) -> None:
+    """``model``'s modules moved to their devices by ``placement`` (each decoder layer's; the
+    embeddings, rotary embedding and a tied LM head on the first, the final norm and an untied
+    LM head on the last), with accelerate's hooks that move each module's inputs to its device:
+    transformers' own device_map dispatch. The layers are on theirs already."""
+    from accelerate import dispatch_model
+
+    decoder = model.get_decoder()
+    path = {m: n for n, m in model.named_modules()}
+    embeddings, head = model.get_input_embeddings(), model.get_output_embeddings()
+    first = {embeddings} | {m for m in decoder.children() if "Rotary" in type(m).__name__}
+    if head.weight is embeddings.weight:
+        first.add(head)
+    device_map = {path[layer]: d for layer, d in zip(decoder.layers, placement, strict=True)}
+    for module in [*decoder.children(), *model.children()]:
+        if module is not decoder and module is not decoder.layers:
+            device_map[path[module]] = placement[0] if module in first else placement[-1]
+            module.to(device_map[path[module]])
+    dispatch_model(model, device_map=device_map)
 
 
 def save_adapter(model, out_dir, *, write: bool = True) -> dict[str, torch.Tensor]:

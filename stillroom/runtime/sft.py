@@ -214,13 +214,26 @@ def load_model(base_dir, params: Train):
     return model
 
 
+def device_budgets(params: Train, cuda: bool) -> dict:
+    """Bytes each device of a device-map process may hold, by device (GPU index; the CPU without
+    GPUs), as transformers reads max_memory: gpu_memory_limit / max_memory where given, else
+    each GPU's free memory. The staged NF4 loader spreads its layers over them."""
+    from accelerate.utils import get_max_memory
+
+    budgets = get_max_memory(launch.load_kwargs(params).get("max_memory"))
+    if cuda:
+        return {k: v for k, v in sorted(budgets.items(), key=str) if isinstance(k, int)}
+    return {"cpu": budgets["cpu"]}
+
+
 def load_staged_model(base_dir, params: Train, seed: int = 0, log: Callable[[str], Any] = print):
     """QLoRA with every weight matrix in torchao NF4, fused experts included
     (``quantize_moe_experts``): the PEFT model built by the staged loader, each layer read,
     quantised, given its LoRA and FSDP2-sharded over this job's processes before the next is
-    read. Sharded, it is marked as sharded at load time, so the Trainer neither wraps it in DDP
-    nor shards it again, and defers gradient reduction across accumulation steps as it does for
-    transformers' own load-time FSDP2."""
+    read (or, with a device map, placed on its GPU, ``device_budgets``). Sharded, it is marked
+    as sharded at load time, so the Trainer neither wraps it in DDP nor shards it again, and
+    defers gradient reduction across accumulation steps as it does for transformers' own
+    load-time FSDP2."""
     import math
 
     import torch
@@ -241,6 +254,7 @@ def load_staged_model(base_dir, params: Train, seed: int = 0, log: Callable[[str
         Path(base_dir),
         lora_config(params.lora),
         mesh=mesh,
+        max_memory=device_budgets(params, cuda) if params.device_map is not None else None,
         dtype=_dtype(params, cuda),
         # the same quantised values on every layout whose shards divide 8; more shards otherwise
         shards=math.lcm(SHARDS, layout.fsdp_size),

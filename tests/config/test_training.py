@@ -69,10 +69,6 @@ def test_only_torchao_nf4_is_sharded_by_fsdp2():
             "train.quantize_moe_experts: needs method qlora with load_in_4bit: true",
         ),
         (
-            {**QLORA, "quantize_moe_experts": True, "device_map": "auto"},
-            "train.quantize_moe_experts: the staged NF4 loader .* does not spread a device_map",
-        ),
-        (
             {**QLORA, "distributed": {"gpus_per_node": 8, "fsdp_size": 8}},
             "train.distributed: .* do not survive FSDP2 sharding.* Set quantize_moe_experts: true",
         ),

@@ -158,3 +158,45 @@ def skewed_dispatch(*, threads, log, out_dir):
     dist.barrier()
     dist.destroy_process_group()
     return diffs
+
+
+def staged_shards(*, base, lora, threads, log, out_dir):
+    """Every rank loads ``base`` with the staged loader; each of its NF4 shards is compared, bit
+    for bit, with the same shard of the whole model quantised in one piece (``quantize_nf4`` on
+    the loaded model, as one process does). Returns every rank's mismatches, the count of NF4
+    shards compared and the loader's log lines."""
+    import torch.distributed as dist
+    from peft import LoraConfig
+    from torch.distributed.tensor import DTensor
+    from torchao.quantization import NF4Tensor
+    from transformers import AutoModelForCausalLM
+
+    from stillroom.runtime.nf4 import load_staged, nf4_lora, quantize_nf4
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    lines: list[str] = []
+    staged = load_staged(base, LoraConfig(**lora), dtype=torch.float32, seed=3, log=lines.append)
+    whole = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    quantize_nf4(whole)
+    whole = dict(nf4_lora(whole, LoraConfig(**lora), seed=3).named_parameters())
+    inner = ("quantized_data", "quantized_scalers", "quantization_factor", "scaler_mean")
+    mismatched, compared = [], 0
+    for name, p in staged.named_parameters():
+        local = p.to_local() if isinstance(p, DTensor) else p
+        if not isinstance(local, NF4Tensor):
+            continue
+        compared += 1
+        want = torch.chunk(whole[name], world)[rank]
+        if not all(torch.equal(getattr(local, t), getattr(want, t)) for t in inner):
+            mismatched.append(f"rank {rank}: {name}")
+    everyone = [None] * world
+    dist.all_gather_object(everyone, (mismatched, compared, lines))
+    dist.barrier()
+    dist.destroy_process_group()
+    return {
+        "mismatched": [m for ms, _, _ in everyone for m in ms],
+        "compared": [c for _, c, _ in everyone],
+        "logs": [line for _, _, ls in everyone for line in ls],
+    }

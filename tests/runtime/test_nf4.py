@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from torchao.quantization import NF4Tensor
 from transformers import AutoModelForCausalLM
 
-from stillroom.config import Train
+from stillroom.config import ConfigError, Train
 from stillroom.runtime.launch import spawn
 from stillroom.runtime.nf4 import (
     NF4Experts,
@@ -242,6 +242,25 @@ def test_qlora_on_two_fsdp2_gloo_ranks_matches_one_process(moe, tmp_path):
     assert sum("lora_" in n for n, _ in tuned.named_parameters()) == len(b)
 
 
+@pytest.mark.slow
+def test_staged_loader_quantises_each_weight_once_over_the_ranks_bit_for_bit(moe, tmp_path):
+    """On 2 FSDP2 gloo ranks each rank quantises half of every weight and they share the codes:
+    each rank's NF4 shards equal, bit for bit, the same shards of the whole model quantised in
+    one process (the codes, the double-quantised scales, their factors and mean)."""
+    root, _ = moe
+    got = spawn(
+        Train.parse({"distributed": {"gpus_per_node": 2}}).layout,
+        {"base": str(root / "base"), "lora": LORA, "out_dir": str(tmp_path / "out"), "threads": 1},
+        log=lambda _: None,
+        cpus=2,
+        target="tests.runtime.nf4_steps:staged_shards",
+    )
+    # q, k, v, o x 2 layers, gate_up and down of 4 experts x 2 layers, on each rank
+    assert got["compared"] == [8 + 16, 8 + 16] and got["mismatched"] == []
+    shared = [line for line in got["logs"] if "quantised (1/2 of it here), sharded" in line]
+    assert len(shared) == 2 * 2  # each of the 2 layers, on each rank
+
+
 STAGED = {
     "method": "qlora",
     "load_in_4bit": True,
@@ -294,7 +313,7 @@ def test_train_stage_runs_staged_qlora_on_two_fsdp2_ranks_as_on_one(moe, tmp_pat
     assert one["world_size"] == 1 and two["world_size"] == 2 and one["steps"] == two["steps"] == 4
     # the workers' log lines go to the job's stderr
     err = capfd.readouterr().err
-    assert "[rank 0] layer 1: read, quantised, sharded" in err
+    assert "[rank 0] layer 1: read, quantised (1/2 of it here), sharded" in err
     assert "[rank 0] NF4 model: 8 linear layers, 2 experts modules, 2-way expert parallel" in err
     # each rank holds half of the experts
     assert ep["four_bit_weights"] == {"attention": 8, "experts": 8, "other": 0}
@@ -360,3 +379,71 @@ def test_killed_staged_qlora_resumes_from_its_adapter_checkpoint(moe, tmp_path):
     a = load_file(straight / "adapter_model.safetensors")
     b = load_file(out / "adapter_model.safetensors")
     assert a.keys() == b.keys() and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+
+
+def test_layers_are_placed_over_devices_as_a_balanced_device_map_places_them():
+    """Consecutive layers per device, balanced by bytes with the embeddings on the first and the
+    LM head on the last; a device over its budget refused, naming it."""
+    from stillroom.runtime.nf4 import place_layers
+
+    assert place_layers([10] * 8, {0: 100, 1: 100}) == [0] * 4 + [1] * 4
+    # the embeddings' 20 bytes push a layer to the second GPU, the head's to the first
+    assert place_layers([10] * 8, {0: 100, 1: 100}, first=20) == [0] * 3 + [1] * 5
+    assert place_layers([10] * 8, {0: 100, 1: 100}, last=20) == [0] * 5 + [1] * 3
+    assert place_layers([10] * 6, {"cpu": 100}) == ["cpu"] * 6
+    with pytest.raises(ValueError, match=r"1 would hold 0.00 GiB of 0.00"):
+        place_layers([10] * 8, {0: 100, 1: 30})
+
+
+def test_staged_loader_under_a_device_map_builds_the_same_model(moe):
+    """One process, the layers placed by max_memory (here all on the CPU, this machine's one
+    device): the same NF4 weights, LoRA weights and logits as the whole model quantised, and the
+    map the Trainer reads (hf_device_map)."""
+    root, _ = moe
+    lines = []
+    staged = load_staged(
+        root / "base",
+        LoraConfig(**LORA),
+        dtype=torch.float32,
+        seed=3,
+        max_memory={"cpu": 2**30},
+        log=lines.append,
+    )
+    model = load(root)
+    quantize_nf4(model)
+    model = nf4_lora(model, LoraConfig(**LORA), seed=3)
+    assert same(nf4_state(staged), nf4_state(model))
+    assert "layer 1: read, quantised on cpu" in lines
+    assert set(staged.hf_device_map.values()) == {"cpu"}
+    assert {"model.layers.0", "model.layers.1", "lm_head"} <= staged.hf_device_map.keys()
+    ids = token_blocks(root / "base", root / "train.jsonl", 1, 2, 24)[0]
+    with torch.no_grad():
+        assert torch.equal(staged(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_nf4_experts_under_a_device_map_are_a_config_the_staged_loader_takes():
+    """The guide's beam-qlora-experts-mp: NF4 experts spread by device_map auto (refused before);
+    an explicit map is refused, since the staged loader places the layers itself."""
+    mp = {k: v for k, v in STAGED.items() if k != "seed"}  # the stage's, not train's
+    mp |= {"device_map": "auto", "gpu_memory_limit": "125GiB"}
+    mp["distributed"] = {"gpus_per_node": 8}
+    assert Train.parse(mp).layout.world_size == 1
+    with pytest.raises(ConfigError, match=r"device_map: \{'': 0\} with quantize_moe_experts"):
+        Train.parse({**mp, "device_map": {"": 0}})
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="a device map over GPUs needs 2 GPUs")
+def test_staged_loader_spreads_the_layers_over_two_gpus(moe):
+    root, _ = moe
+    staged = load_staged(
+        root / "base",
+        LoraConfig(**LORA),
+        dtype=torch.bfloat16,
+        max_memory={0: 2**30, 1: 2**30},
+    )
+    assert staged.hf_device_map["model.layers.0"] == 0
+    assert staged.hf_device_map["model.layers.1"] == 1
+    ids = token_blocks(root / "base", root / "train.jsonl", 1, 2, 24)[0].to("cuda:0")
+    loss = staged(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert all(p.grad is not None for p in staged.parameters() if p.requires_grad)

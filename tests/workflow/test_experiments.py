@@ -103,10 +103,10 @@ def test_beam_tiny_smoke_runs_end_to_end(tmp_path):
 @pytest.mark.parametrize(
     "overlay, layout",
     [
-        ("beam-lora-fsdp", (16, 8, 2)),
+        ("beam-lora-fsdp", (32, 32, 1)),
         ("beam-qlora-mp", (1, 1, 1)),
         ("beam-qlora-experts-mp", (1, 1, 1)),
-        ("beam-full-fsdp", (64, 64, 1)),
+        ("beam-full-fsdp", (128, 128, 1)),
         ("beam-qlora-fsdp-staged", (8, 8, 1)),
         ("beam-nf4-qlora-b200", (8, 8, 1)),
     ],

@@ -88,7 +88,7 @@ def test_distillation_recipe_submissions(distill):
 
 
 @pytest.mark.parametrize(
-    "overlay, nodes, per_node", [("beam-lora-fsdp", 2, 8), ("beam-full-fsdp", 8, 8)]
+    "overlay, nodes, per_node", [("beam-lora-fsdp", 4, 8), ("beam-full-fsdp", 16, 8)]
 )
 def test_multi_node_training_is_one_launcher_task_per_node_with_gpus_per_node(
     overlay, nodes, per_node
