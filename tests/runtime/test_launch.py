@@ -10,11 +10,29 @@ import torch
 from safetensors.torch import load_file
 
 from stillroom.config import ConfigError, Train
-from stillroom.runtime.launch import command, job_port
+from stillroom.runtime.launch import command, job_port, load_kwargs
 from stillroom.stages.train import Params
 from stillroom.stages.train import run as train_stage
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+@pytest.mark.parametrize(
+    "memory, max_memory",
+    [
+        ({"gpu_memory_limit": 125}, {0: 125 * 2**30, 1: 125 * 2**30}),
+        ({"gpu_memory_limit": "80GB"}, {0: 80 * 10**9, 1: 80 * 10**9}),
+        ({"max_memory": {0: 70, "cpu": "1TiB"}}, {0: 70 * 2**30, "cpu": 2**40}),
+    ],
+)
+def test_the_device_maps_memory_limit_reaches_transformers_in_bytes(
+    memory, max_memory, monkeypatch
+):
+    """gpu_memory_limit: 125 is 125 GiB of each GPU (Axolotl's reading), not the 125 bytes that
+    transformers' max_memory makes of an int."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    params = Train.parse({"device_map": "auto", "distributed": {"gpus_per_node": 2}, **memory})
+    assert load_kwargs(params) == {"device_map": "auto", "max_memory": max_memory}
 
 
 def test_command_outside_slurm_is_standalone_torchrun():
