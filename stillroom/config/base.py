@@ -55,8 +55,13 @@ class Section(BaseModel):
             problems += [
                 f"{k}: renamed {new} (same entries)" for k, new in cls.renamed.items() if k in data
             ]
-            problems += [f"{k}: {why}" for k, why in cls.foreign.items() if k in data]
             known = {name: f.alias or name for name, f in cls.model_fields.items()}
+            # a subclass's own field (a stage's seed) is no other tool's key
+            problems += [
+                f"{k}: {why}"
+                for k, why in cls.foreign.items()
+                if k in data and k not in known and k not in known.values()
+            ]
             unknown = [
                 k
                 for k in data

@@ -8,7 +8,7 @@ import typing
 import pytest
 from pydantic import BaseModel
 
-from stillroom.config import ConfigError, Train
+from stillroom.config import ConfigError, StageParams, Train
 from stillroom.config import axolotl as ax
 from stillroom.config.experiment import Experiment
 
@@ -233,3 +233,15 @@ def test_every_table_entry_is_tested_here():
     assert {k for k, *_ in NOTHING_TO_SET} == set(ax.NOTHING_TO_SET)
     shipped = {k for k, *_ in NOT_SHIPPED} | {"plugins"}
     assert set(ax.NOT_SHIPPED) <= shipped <= set(Train.not_shipped)
+
+
+def test_a_sections_own_field_is_never_taken_for_axolotls():
+    """A stage's params add the experiment's seed to train's keys: that seed is theirs, not
+    Axolotl's seed refused."""
+
+    class StageTrain(StageParams, Train):
+        pass
+
+    assert StageTrain.parse({"seed": 3}).seed == 3
+    with pytest.raises(ConfigError, match=r"train.seed: Axolotl's key; here it is seed"):
+        Train.parse({"seed": 3}, where="train")
