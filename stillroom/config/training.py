@@ -81,11 +81,11 @@ Optimizer = Literal[tuple(OPTIMIZERS)]
 # compiled update per parameter, with the lr and step counters as tensors made without a device).
 # bitsandbytes' 8-bit optimizers move their quantisation maps to each parameter's device: allowed.
 # Under FSDP2 torchao wraps its state in DTensors, and in a fresh inductor cache the sharded step
-# equals one process's (max diff 0 on 2 gloo ranks, torch 2.13, torchao 0.18); but the compiled
-# step is cached under a key that tells OptimState4bit from OptimState8bit apart only outside a
-# DTensor (torch warns they lack _stable_hash_for_caching): a sharded step fails ("wrong number of
-# dimensions") once the other one ran sharded on the node (tests/runtime/test_launch.py re-runs
-# it). DDP replicas hold plain tensors: allowed.
+# equals one process's (max diff 0 on 2 gloo ranks, torch 2.13, torchao 0.18); but with the cache
+# of a node (/tmp/torchinductor_$USER) a sharded step fails ("wrong number of dimensions") once
+# the other low-bit AdamW ran sharded there: its compiled step is reused (torch warns that
+# OptimState4bit / 8bit lack _stable_hash_for_caching). One process never hit it; DDP replicas
+# hold plain tensors: allowed. tests/runtime/test_launch.py re-runs the failure.
 ONE_DEVICE_OPTIMIZERS = ("adamw_torch_4bit", "adamw_torch_8bit")
 
 # Memory sizes for a device map as Axolotl reads gpu_memory_limit (axolotl loaders/model.py): an
