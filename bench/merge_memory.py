@@ -15,16 +15,17 @@ models under 2 GiB; --shard-mb 100 shows its floor). transformers 5's from_pretr
 safetensors copy-on-write, so "load both" holds anonymous memory only for the model it merges into,
 not for both.
 
-Adapter merge (--adapter): a random Qwen3-MoE of at least --moe-gb GiB in bf16 (64 experts, saved
-in --shard-mb shards, one tensor per expert and projection as transformers 5 writes them) and a
-random LoRA adapter (r 16) on attention and on the fused experts (target_parameters), every lora_B
-non-zero.
+Adapter merge (--adapter): a random Qwen3-MoE of at least --moe-gb GiB in bf16 (--experts 64 of
+--hidden 1024, at least 2 layers; saved in --shard-mb shards, one tensor per expert and projection
+as transformers 5 writes them) and a random LoRA adapter (r 16) on attention and on the fused
+experts (target_parameters), every lora_B non-zero.
 Each merge runs in a fresh subprocess; VmHWM (the kernel's peak RSS, mapped files included) and the
 sampled peak RssAnon are set against the largest shard and the whole model. The streaming merge
 reads with read(), not mmap, so its VmHWM is its own memory. The outputs are compared.
 
     .venv/bin/python bench/merge_memory.py [--sizes 25,100,250] [--shard-mb MB]
-    .venv/bin/python bench/merge_memory.py --adapter [--moe-gb 1.1] [--shard-mb 200]
+    .venv/bin/python bench/merge_memory.py --adapter [--moe-gb 1.1] [--experts 64] [--hidden 1024]
+        [--shard-mb 200]
 """
 
 import argparse
@@ -184,9 +185,9 @@ def max_abs_diff(a: Path, b: Path) -> float:
     """Largest elementwise difference between two checkpoints, tensor by tensor."""
     from safetensors import safe_open
 
-    from stillroom.runtime.merge import _weight_map
+    from stillroom.runtime.merge import shard_map
 
-    map_a, map_b = _weight_map(a), _weight_map(b)
+    map_a, map_b = shard_map(a), shard_map(b)
     if map_a.keys() != map_b.keys():
         return float("nan")
     worst = 0.0
@@ -199,11 +200,14 @@ def max_abs_diff(a: Path, b: Path) -> float:
     return worst
 
 
-def moe_config(gib: float):
-    """A Qwen3-MoE of 64 experts with as many layers as make at least ``gib`` GiB in bf16."""
+def moe_config(gib: float, experts: int = 64, hidden: int = 1024):
+    """A Qwen3-MoE of ``experts`` experts with as many layers as make at least ``gib`` GiB in
+    bf16 (at least 2)."""
     from transformers import Qwen3MoeConfig
 
-    hidden, expert, experts, heads, kv, head = 1024, 512, 64, 16, 4, 64
+    expert, head = hidden // 2, 64
+    heads = hidden // head
+    kv = max(1, heads // 4)
     per_layer = experts * 3 * hidden * expert + 2 * hidden * head * (heads + kv) + experts * hidden
     embeddings = 2 * VOCAB * hidden  # untied
     layers = max(2, math.ceil((gib * 2**30 / 2 - embeddings) / per_layer))
@@ -250,9 +254,9 @@ def build_moe(config, out: Path, adapter: Path, shard_mb: int) -> int:
     return n
 
 
-def adapter_bench(gib: float, shard_mb: int) -> None:
+def adapter_bench(gib: float, shard_mb: int, experts: int, hidden: int) -> None:
     mib = 1 / 1024
-    config = moe_config(gib)
+    config = moe_config(gib, experts, hidden)
     with tempfile.TemporaryDirectory(prefix="merge_memory_") as tmp:
         tmp = Path(tmp)
         t0 = time.perf_counter()
@@ -305,6 +309,8 @@ def main() -> None:
         "--adapter", action="store_true", help="measure the adapter merge (stream_merge) instead"
     )
     ap.add_argument("--moe-gb", type=float, default=1.1, help="--adapter: the MoE's GiB in bf16")
+    ap.add_argument("--experts", type=int, default=64, help="--adapter: the MoE's experts")
+    ap.add_argument("--hidden", type=int, default=1024, help="--adapter: the MoE's hidden size")
     ap.add_argument(
         "--worker", nargs=4, metavar=("MODE", "BASE", "TUNED", "OUT"), help=argparse.SUPPRESS
     )
@@ -316,7 +322,7 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     if args.adapter:
-        adapter_bench(args.moe_gb, args.shard_mb or 200)
+        adapter_bench(args.moe_gb, args.shard_mb or 200, args.experts, args.hidden)
         return
     # KiB -> MiB
     mib = 1 / 1024

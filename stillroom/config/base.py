@@ -35,12 +35,16 @@ class Section(BaseModel):
     # Said after an unknown key of this section: where such a key belongs instead.
     unknown_hint: ClassVar[str] = ""
     # Keys (known or not) that need software this repository does not ship: key -> what is
-    # missing, for any value; or key -> {value: what is missing}, for those values only. Refused
-    # naming it, instead of the generic unknown key or accepted and ignored.
+    # missing, for any value; or key -> {value: what is missing}, for those values only (a list's
+    # entries each, by their last dotted component: Axolotl's plugins; None: any other entry).
+    # Refused naming it, instead of the generic unknown key or accepted and ignored.
     not_shipped: ClassVar[Mapping[str, str | Mapping[Any, str]]] = {}
     # Keys renamed: old key -> the new key's full name, refused naming it (an old config fails
     # once, with the fix, instead of as an unknown key).
     renamed: ClassVar[Mapping[str, str]] = {}
+    # Keys of another tool's config (Axolotl's, as the MoE guide writes them): key -> the whole
+    # refusal, saying where its setting goes here or why there is none.
+    foreign: ClassVar[Mapping[str, str]] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -52,6 +56,12 @@ class Section(BaseModel):
                 f"{k}: renamed {new} (same entries)" for k, new in cls.renamed.items() if k in data
             ]
             known = {name: f.alias or name for name, f in cls.model_fields.items()}
+            # a subclass's own field (a stage's seed) is no other tool's key
+            problems += [
+                f"{k}: {why}"
+                for k, why in cls.foreign.items()
+                if k in data and k not in known and k not in known.values()
+            ]
             unknown = [
                 k
                 for k in data
@@ -59,6 +69,7 @@ class Section(BaseModel):
                 and k not in known.values()
                 and k not in missing
                 and k not in cls.renamed
+                and k not in cls.foreign
             ]
             if unknown and cls.model_config.get("extra") == "forbid":
                 problems.append(unknown_keys(unknown, known.values()) + cls.unknown_hint)
@@ -69,13 +80,16 @@ class Section(BaseModel):
     @classmethod
     def _not_shipped(cls, key: Any, value: Any) -> str | None:
         needs = cls.not_shipped.get(key)
-        if isinstance(needs, Mapping):
-            if not isinstance(value, str) or value not in needs:
-                return None
-            return f"{key}: {value}: this repository does not ship {needs[value]}"
         if needs is None:
             return None
-        return f"{key}: this repository does not ship {needs}; drop the key"
+        if not isinstance(needs, Mapping):
+            return f"{key}: this repository does not ship {needs}; drop the key"
+        lines = [
+            f"{key}: {v}: this repository does not ship {what}"
+            for v in (value if isinstance(value, list) else [value])
+            if isinstance(v, str) and (what := needs.get(v.rpartition(".")[2], needs.get(None)))
+        ]
+        return "\n".join(lines) or None
 
     @classmethod
     def parse(cls, data: Any, where: str = "") -> Self:

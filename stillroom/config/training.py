@@ -9,15 +9,11 @@ from dataclasses import dataclass
 from string import Template
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
+from . import axolotl
 from .base import Effort, Plain, PositiveInt, Regex, Section
-
-# A MoE router by the names a target can reach it under (mlp.gate, gate.weight, router,
-# mlp.router.weight, a router's own submodules): adapting it destabilises routing. gate_proj and
-# gate_up_proj (dense and expert MLP projections) are not routers. The loaded model is checked by
-# what each target resolves to (runtime/adapters.py); this is the early refusal by spelling.
-ROUTER = re.compile(r"(^|\.)(gate|router)(\.|$)")
+from .routers import ROUTER_NAMES, router_role
 
 # LoRA on a parameter that expert parallelism shards (PEFT's ParamWrapper, i.e. target_parameters
 # on the fused experts) fails in the first forward, on any backend: PEFT adds its plain-tensor
@@ -84,7 +80,59 @@ Optimizer = Literal[tuple(OPTIMIZERS)]
 # adapters over several GPUs (not measurable here), and the 8-bit one runs the same step (one
 # compiled update per parameter, with the lr and step counters as tensors made without a device).
 # bitsandbytes' 8-bit optimizers move their quantisation maps to each parameter's device: allowed.
+# Under FSDP2 torchao wraps its state in DTensors, and in a fresh inductor cache the sharded step
+# equals one process's (max diff 0 on 2 gloo ranks, torch 2.13, torchao 0.18); but with the cache
+# of a node (/tmp/torchinductor_$USER) a sharded step fails ("wrong number of dimensions") once
+# the other low-bit AdamW ran sharded there: its compiled step is reused (torch warns that
+# OptimState4bit / 8bit lack _stable_hash_for_caching). One process never hit it; DDP replicas
+# hold plain tensors: allowed. tests/runtime/test_launch.py re-runs the failure.
 ONE_DEVICE_OPTIMIZERS = ("adamw_torch_4bit", "adamw_torch_8bit")
+
+# Memory sizes for a device map as Axolotl reads gpu_memory_limit (axolotl loaders/model.py): an
+# int is GiB, a string carries its unit. Units are case-sensitive: accelerate reads a lower-case b
+# as bits ("80gb" is 10 GB). Passed on in bytes, so accelerate's parsing never sees them.
+MEMORY_UNITS = {
+    "TiB": 2**40,
+    "GiB": 2**30,
+    "MiB": 2**20,
+    "KiB": 2**10,
+    "TB": 10**12,
+    "GB": 10**9,
+    "MB": 10**6,
+    "KB": 10**3,
+}
+_MEMORY = re.compile(rf"^(\d+(?:\.\d+)?) ?({'|'.join(MEMORY_UNITS)})$")
+
+
+def memory_bytes(size: int | str) -> int:
+    """``size`` in bytes: an int is GiB (as Axolotl reads it; transformers would read bytes), a
+    string is a number and a unit (80GiB, 80GB, 1.5TiB)."""
+    if isinstance(size, int):
+        nbytes = size * 2**30
+    elif found := _MEMORY.match(size):
+        nbytes = int(float(found[1]) * MEMORY_UNITS[found[2]])
+    else:
+        raise ValueError(
+            "a memory size is an int of GiB or a number with a unit "
+            f"({', '.join(MEMORY_UNITS)}), e.g. 80GiB; got {size!r}"
+        )
+    if nbytes <= 0:
+        raise ValueError(f"a memory size is more than 0 bytes, got {size!r}")
+    return nbytes
+
+
+def _memory_size(size: int | str) -> int | str:
+    memory_bytes(size)
+    return size
+
+
+def _device(key: int | str) -> int | str:
+    if key == "cpu" or (isinstance(key, int) and key >= 0) or str(key).isdigit():
+        return key
+    raise ValueError(f"a device of max_memory is a GPU index (0, 1, ...) or 'cpu', got {key!r}")
+
+
+MemorySize = Annotated[int | str, AfterValidator(_memory_size)]
 
 # Attention kernels transformers accepts that this repository can load: flash_attention_2 needs
 # flash-attn on the GPU nodes (envs/stillroom.yaml); the rest are torch's own.
@@ -215,7 +263,9 @@ class Lora(Section):
     target_parameters: list[str] = Field([], description="fused MoE expert parameters")
     allow_router: bool = Field(
         False,
-        description="adapt a MoE router (mlp.gate, router) anyway; it destabilises routing",
+        description="adapt a MoE router anyway (a module named "
+        f"{', '.join(ROUTER_NAMES)}: the router, or the shared expert's gate); it destabilises "
+        "routing",
     )
 
     @model_validator(mode="after")
@@ -226,15 +276,17 @@ class Lora(Section):
             raise ValueError(
                 f"dropout: must be 0 with target_parameters (PEFT), got {self.dropout}"
             )
+        # the early refusal by spelling; the loaded model is checked by what each target
+        # resolves to (runtime/adapters.py)
         if not self.allow_router:
             problems = [
-                f"{kind}: {', '.join(router)} is the router; adapting it destabilises routing. "
-                "Set allow_router: true to do it anyway"
+                f"{kind}: {', '.join(router)}; adapting it destabilises routing. Set "
+                "allow_router: true to do it anyway"
                 for kind, targets in (
                     ("target_modules", self.target_modules),
                     ("target_parameters", self.target_parameters),
                 )
-                if (router := [t for t in targets if ROUTER.search(t)])
+                if (router := [f"{t} is {role}" for t in targets if (role := router_role(t))])
             ]
             if problems:
                 raise ValueError("\n".join(problems))
@@ -351,9 +403,11 @@ class Train(Section):
             "deep_ep": "DeepEP (built for the GPUs' architecture), the all-to-all dispatch it "
             "names",
         },
+        **axolotl.NOT_SHIPPED,
     }
     # "stage" is a pipeline stage; the fine-tune's steps are its phases
     renamed: ClassVar[Mapping[str, str]] = {"stages": "train.phases"}
+    foreign: ClassVar[Mapping[str, str]] = axolotl.FOREIGN
 
     lr: float = Field(1e-3, gt=0, le=1)
     epochs: float | None = Field(
@@ -401,7 +455,8 @@ class Train(Section):
         # transformers' own default: the fused kernel (numbers as before this key existed)
         "adamw_torch_fused",
         description="the optimizer (a transformers optim name); its package is checked when the "
-        "job starts. adamw_torch_4bit / adamw_torch_8bit (torchao) only on one GPU",
+        "job starts. adamw_torch_4bit / adamw_torch_8bit (torchao) only on one GPU: refused with "
+        "FSDP2 or a device_map across GPUs (DDP replicas of bitsandbytes' QLoRA take them)",
     )
     gradient_checkpointing: bool = False
     chat_template: str | None = Field(
@@ -419,11 +474,16 @@ class Train(Section):
     device_map: str | dict[str, Plain] | None = Field(
         None, description="model parallel in one process (e.g. auto)"
     )
-    gpu_memory_limit: str | int | None = Field(
-        None, description="max memory per GPU for device_map (exclusive with max_memory)"
+    gpu_memory_limit: MemorySize | None = Field(
+        None,
+        description="max memory of each GPU for device_map (exclusive with max_memory): an int "
+        "is GiB (as Axolotl reads it), a string has its unit (125GiB, 134GB; TiB, MiB, KiB, TB, "
+        "MB, KB)",
     )
-    max_memory: dict[int | str, str | int] | None = Field(
-        None, description="max memory by GPU index (and 'cpu') for device_map"
+    max_memory: dict[Annotated[int | str, AfterValidator(_device)], MemorySize] | None = Field(
+        None,
+        description="max memory by GPU index (and 'cpu') for device_map, each as "
+        "gpu_memory_limit: an int is GiB, a string has its unit",
     )
     sampled_options: dict[str, Annotated[list[Plain], Field(min_length=1)]] = Field(
         {}, description="model config attributes sampled per optimizer step from a list"
@@ -527,6 +587,19 @@ class Train(Section):
                     f"optim: {self.optim} with a device_map across GPUs ({'; '.join(spread)}): "
                     f"{self.optim} fails once adapters span GPUs: use adamw_torch"
                 )
+        sharded = [
+            f"{key}: {d.nodes * d.gpus_per_node} processes"
+            for key, d in layouts.items()
+            if d.nodes * d.gpus_per_node > 1
+            and (not self.load_in_4bit or self.quantize_moe_experts)
+        ]
+        if self.optim in ONE_DEVICE_OPTIMIZERS and self.device_map is None and sharded:
+            problems.append(
+                f"optim: {self.optim} with FSDP2 ({'; '.join(sharded)}): torchao's low-bit "
+                "AdamW runs on one GPU only; sharded, its compiled step fails once the other "
+                "low-bit AdamW ran sharded on the node (torch's cache confuses their states). Use "
+                "adamw_torch, or one process"
+            )
         if self.gpu_memory_limit is not None and self.max_memory is not None:
             problems.append(
                 "gpu_memory_limit: exclusive with max_memory (the limit sets max_memory for every "
@@ -595,6 +668,19 @@ class Train(Section):
     @property
     def layout(self) -> Layout:
         return self.distributed.layout(device_map=self.device_map is not None)
+
+    def max_memory_bytes(self, gpus: int) -> dict[int | str, int] | None:
+        """from_pretrained's max_memory for the device map, in bytes: gpu_memory_limit on each of
+        ``gpus`` GPUs, or max_memory's devices. Without GPUs there is nothing to limit: an empty
+        max_memory would leave the map no device, and transformers then offloads to disk."""
+        if self.gpu_memory_limit is not None:
+            return {i: memory_bytes(self.gpu_memory_limit) for i in range(gpus)} or None
+        if self.max_memory is not None:
+            return {
+                int(k) if str(k).isdigit() else k: memory_bytes(v)
+                for k, v in self.max_memory.items()
+            }
+        return None
 
     @property
     def checkpointing(self) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..config.routers import router_role
 from .common import Log, attention, decreased, mib, verdict
 from .harness import run_isolated
 
@@ -124,7 +125,7 @@ def _merged_logits(base_dir, adapter: Path, merged: Path, device: str, vocab_siz
 
 
 def _is_router(key: str) -> bool:
-    return any(f".mlp.{name}." in key for name in ("gate", "router", "shared_expert_gate"))
+    return router_role(key) is not None
 
 
 def check_qlora_fsdp_staged(

@@ -1,8 +1,9 @@
 """LoRA and QLoRA on attention projections and on fused MoE experts (PEFT ``target_parameters``).
 
-No adapter touches a MoE router unless ``lora.allow_router`` says so (adapting it destabilises
-routing), whatever spelling reaches it: the config refuses router spellings (``mlp.gate``,
-``gate.weight``, ``router``), ``resolve_targets`` refuses every target that PEFT would resolve to
+No adapter touches a MoE router (config/routers.py: the router, and the shared expert's gate)
+unless ``lora.allow_router`` says so (adapting it destabilises routing), whatever spelling reaches
+it: the config refuses router spellings (``mlp.gate``, ``gate.weight``, ``router``,
+``shared_expert_gate``), ``resolve_targets`` refuses every target that PEFT would resolve to
 a router module or parameter on the model itself, and ``check_saved_adapter`` refuses a saved
 adapter holding a router tensor.
 
@@ -18,11 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Lora
+from ..config.routers import ROUTER_CLASS, ROUTER_NAMES, router_role
 
-# A router by its class (Qwen3-MoE's Qwen3MoeTopKRouter, Mixtral's and others' *Router) or by its
-# name in an MoE block (older transformers' nn.Linear mlp.gate, beside the experts).
-_ROUTER_CLASS = re.compile(r"Router|TopK")
-_ROUTER_NAMES = {"gate", "router"}
 _MOE_CLASS = re.compile(r"moe|sparse|expert", re.IGNORECASE)
 _PEFT_PREFIX = "base_model.model."
 
@@ -37,16 +35,18 @@ def meta_model(model_dir: str | Path):
 
 
 def routers(model) -> dict[str, str]:
-    """The router modules of ``model`` by name, each with its class name; a router's own
-    submodules count as the router."""
+    """The router modules of ``model`` by name, each with its class name: by class (Qwen3-MoE's
+    Qwen3MoeTopKRouter, others' *Router), or by name in an MoE block (older transformers' nn.Linear
+    mlp.gate, Qwen2-MoE's shared_expert_gate, beside the experts). A router's own submodules count
+    as the router."""
     modules = dict(model.named_modules())
     found: dict[str, str] = {}
     for name, module in modules.items():
         parent_name, _, leaf = name.rpartition(".")
         parent = modules.get(parent_name) if name else None
         cls = type(module).__name__
-        if _ROUTER_CLASS.search(cls) or (
-            leaf in _ROUTER_NAMES
+        if ROUTER_CLASS.search(cls) or (
+            leaf in ROUTER_NAMES
             and parent is not None
             and (hasattr(parent, "experts") or _MOE_CLASS.search(type(parent).__name__))
         ):
@@ -68,6 +68,21 @@ def _suffix_match(target: str, name: str) -> bool:
     return name == target or name.endswith("." + target)
 
 
+def _examples(names: list[str]) -> str:
+    """Targets that would match ``names``, to show when one matched nothing: each name's last two
+    components, stopping at a layer or expert index (self_attn.q_proj, experts.gate_up_proj,
+    input_layernorm), so each is a suffix PEFT matches and never an index or an empty name."""
+    out = set()
+    for name in names:
+        tail: list[str] = []
+        for part in reversed(name.split(".")):
+            if not part or part.isdigit() or len(tail) == 2:
+                break
+            tail.insert(0, part)
+        out.add(".".join(tail))
+    return ", ".join(sorted(out - {""}))
+
+
 def resolve_targets(model_dir: str | Path, lora: Lora) -> dict[str, list[str]]:
     """Every target must name modules / parameters of the model, and none may reach a router
     unless ``lora.allow_router``: checked on a meta-device build, matching as PEFT matches, so a
@@ -82,11 +97,13 @@ def resolve_targets(model_dir: str | Path, lora: Lora) -> dict[str, list[str]]:
         for m, module in model.named_modules()
         for p, _ in module.named_parameters(recurse=False)
     ]
+    # the modules that hold weights of their own: those a target module can adapt
+    owners = [p.rpartition(".")[0] for p in params]
     matches: dict[str, list[str]] = {}
     problems = []
-    for kind, names, pool in (
-        ("target_modules", lora.target_modules, modules),
-        ("target_parameters", lora.target_parameters, params),
+    for kind, names, pool, shown in (
+        ("target_modules", lora.target_modules, modules, owners),
+        ("target_parameters", lora.target_parameters, params, params),
     ):
         for target in names:
             hits = [n for n in pool if _suffix_match(target, n)]
@@ -103,7 +120,7 @@ def resolve_targets(model_dir: str | Path, lora: Lora) -> dict[str, list[str]]:
                 )
                 raise ValueError(
                     f"train.lora.{kind}: '{target}' matches nothing in {model_dir} "
-                    f"(e.g. {', '.join(sorted({n.split('.')[-1] for n in pool})[:12])}){hint}"
+                    f"(its {kind.removeprefix('target_')}: {_examples(shown)}){hint}"
                 )
             matches[target] = hits
             reached = [(n, r) for n in hits if (r := _router_of(n, found))]
@@ -111,8 +128,9 @@ def resolve_targets(model_dir: str | Path, lora: Lora) -> dict[str, list[str]]:
                 name, router = reached[0]
                 more = f", and {len(reached) - 1} more like it" if len(reached) > 1 else ""
                 problems.append(
-                    f"train.lora.{kind}: '{target}' reaches {name} of the router {router} "
-                    f"({found[router]}){more}; adapting it destabilises routing. Set "
+                    f"train.lora.{kind}: '{target}' reaches {name} of "
+                    f"{router_role(router) or 'the router'} {router} ({found[router]}){more}; "
+                    "adapting it destabilises routing. Set "
                     "train.lora.allow_router: true to do it anyway"
                 )
     if problems:

@@ -50,18 +50,12 @@ def load_kwargs(params: Train | Grpo) -> dict[str, Any]:
         }
     if not isinstance(params, Train) or params.device_map is None:
         return {}
-    kwargs: dict[str, Any] = {"device_map": params.device_map}
-    if params.gpu_memory_limit is not None:
-        import torch
+    import torch
 
-        # Without GPUs there is nothing to limit: an empty max_memory leaves the map no device at
-        # all, and transformers then offloads to disk (refused for 4-bit weights).
-        if gpus := range(torch.cuda.device_count()):
-            kwargs["max_memory"] = {i: params.gpu_memory_limit for i in gpus}
-    elif params.max_memory is not None:
-        kwargs["max_memory"] = {
-            int(k) if str(k).isdigit() else k: v for k, v in params.max_memory.items()
-        }
+    kwargs: dict[str, Any] = {"device_map": params.device_map}
+    # in bytes: gpu_memory_limit's int is GiB, which transformers would read as bytes
+    if memory := params.max_memory_bytes(torch.cuda.device_count()):
+        kwargs["max_memory"] = memory
     return kwargs
 
 

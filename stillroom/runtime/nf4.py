@@ -40,6 +40,8 @@ from torchao.quantization import NF4Tensor
 from torchao.quantization import to_nf4 as _quantize
 from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import SubclassTensorArgs
 
+# Never quantised nor adapted here: MoE routers (the config refuses adapting them too).
+from ..config.routers import ROUTER_NAMES
 from .saving import save_pretrained
 
 # torchao's (and torchtune's) defaults: 64 weights share an absmax scale; the scales are
@@ -49,8 +51,6 @@ SCALER_BLOCK_SIZE = 256
 # The weights are quantised so that FSDP2 can split them over any world size dividing this (8
 # GPUs of a node and its divisors): the same quantised values on every layout.
 SHARDS = 8
-# Never quantised nor adapted here: MoE routers (the config refuses adapting them too).
-ROUTER_NAMES = ("gate", "router", "shared_expert_gate")
 EXPERT_PARAMETERS = ("gate_up_proj", "down_proj")
 
 

@@ -799,8 +799,14 @@ BROKEN = [
     (
         "train typo",
         DEFAULT,
+        _set("train.lr_schedular", "cosine"),
+        "train: unknown key 'lr_schedular' (did you mean 'lr_scheduler'?)",
+    ),
+    (
+        "axolotl's spelling",
+        DEFAULT,
         _set("train.learning_rate", 1e-3),
-        "train: unknown key 'learning_rate'",
+        "train.learning_rate: Axolotl's key; here it is train.lr",
     ),
     (
         "lora without lora",

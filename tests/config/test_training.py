@@ -176,13 +176,22 @@ def test_epochs_default_to_one_pass_without_phases_and_each_phase_may_have_its_o
         ("target_parameters", "mlp.gate.weight"),
         ("target_parameters", "model.layers.3.mlp.router.weight"),
         ("target_parameters", "mlp.gate.e_score_correction_bias"),
+        # Qwen2-MoE's and Qwen3-Next's shared expert gate, as Axolotl's qwen3-next example targets
+        # it (examples/qwen3-next/qwen3-next-80b-a3b-qlora.yaml, axolotl-ai-cloud/axolotl
+        # 067b021c8b87a9e5e380b9173c704cf7340e30f5)
+        ("target_modules", "shared_expert_gate"),
+        ("target_modules", "mlp.shared_expert_gate"),
+        ("target_parameters", "shared_expert_gate.weight"),
+        ("target_modules", r"model.layers.\d+.mlp.shared_expert_gate"),
+        ("target_modules", r".*\.mlp\.shared_expert_gate"),
     ],
 )
 def test_every_spelling_of_the_router_is_refused_unless_allowed(kind, target):
     lora = {**LORA, kind: [*LORA[kind], target]}
+    role = "the shared expert's gate" if "shared" in target else "the router"
     with pytest.raises(
         ConfigError,
-        match=rf"train.lora.{kind}: {re.escape(target)} is the router; .*Set allow_router: true",
+        match=rf"train.lora.{kind}: {re.escape(target)} is {role}; .*Set allow_router: true",
     ):
         Train.parse({"method": "lora", "lora": lora}, where="train")
     assert Train.parse({"method": "lora", "lora": {**lora, "allow_router": True}}).lora
@@ -191,7 +200,13 @@ def test_every_spelling_of_the_router_is_refused_unless_allowed(kind, target):
 def test_gate_projections_are_not_the_router():
     lora = {
         **LORA,
-        "target_modules": ["gate_proj", "up_proj", "mlp.gate_proj", "shared_expert.gate_proj"],
+        "target_modules": [
+            "gate_proj",
+            "up_proj",
+            "mlp.gate_proj",
+            "shared_expert.gate_proj",
+            "shared_expert.up_proj",
+        ],
         "target_parameters": ["gate_up_proj", "mlp.experts.gate_up_proj", "experts.down_proj"],
     }
     assert Train.parse({"method": "lora", "lora": lora}).lora.target_parameters[0] == "gate_up_proj"
@@ -248,11 +263,42 @@ def test_a_low_bit_adamw_is_refused_once_a_device_map_spans_gpus(optim, layout, 
         Train.parse({**layout, "optim": optim}, where="train")
 
 
+@pytest.mark.parametrize("optim", ONE_DEVICE_OPTIMIZERS)
+@pytest.mark.parametrize(
+    "layout, where",
+    [
+        ({"distributed": {"gpus_per_node": 8}}, r"distributed: 8 processes"),
+        (
+            {**QLORA, "quantize_moe_experts": True, "distributed": {"nodes": 2}},
+            r"distributed: 2 processes",
+        ),
+        (
+            {"phases": [{"name": "a", "epochs": 1, "distributed": {"gpus_per_node": 2}}]},
+            r"phases.0.distributed: 2 processes",
+        ),
+    ],
+)
+def test_a_low_bit_adamw_is_refused_with_fsdp2(optim, layout, where):
+    """The field says "only on one GPU": FSDP2-sharded processes (full precision, or torchao's NF4
+    through the staged loader) are refused too, naming the layout."""
+    with pytest.raises(
+        ConfigError,
+        match=rf"train.optim: {optim} with FSDP2 \({where}\): torchao's low-bit AdamW runs on one "
+        r"GPU only; .*Use adamw_torch, or one process",
+    ):
+        Train.parse({**layout, "optim": optim}, where="train")
+
+
 def test_a_low_bit_adamw_on_one_gpu_and_bitsandbytes_across_gpus_are_accepted():
     assert Train.parse({"device_map": "auto", "optim": "adamw_torch_4bit"}).optim
-    # several processes each hold their own parameters and state: no device map to span
-    assert Train.parse({"distributed": {"gpus_per_node": 8}, "optim": "adamw_torch_4bit"}).optim
+    assert Train.parse({"optim": "adamw_torch_8bit"}).optim
+    # bitsandbytes' QLoRA processes are DDP replicas, each holding plain tensors and its own state
+    replicas = Train.parse(
+        {**QLORA, "distributed": {"gpus_per_node": 8}, "optim": "adamw_torch_4bit"}
+    )
+    assert not replicas.sharded and replicas.layout.world_size == 8
     # bitsandbytes keeps each parameter's state on that parameter's device
+    assert Train.parse({"distributed": {"gpus_per_node": 8}, "optim": "adamw_8bit"}).optim
     assert Train.parse({**MP, "optim": "paged_adamw_8bit"}).optim == "paged_adamw_8bit"
     assert Train.parse({**MP, "optim": "adamw_torch"}).optim == "adamw_torch"
 
@@ -412,3 +458,64 @@ def test_train_stages_is_refused_naming_its_new_key_in_one_line(tmp_path):
     assert [m.strip() for m in str(err.value).splitlines()[1:]] == [line]
     config["train"]["phases"] = config["train"].pop("stages")
     assert [ph["name"] for ph in resolve(config, REPO)["train"]["phases"]] == ["medium", "efforts"]
+
+
+# Axolotl reads an int gpu_memory_limit as GiB: str(limit) + "GiB" (axolotl-ai-cloud/axolotl,
+# src/axolotl/loaders/model.py, commit 067b021c8b87a9e5e380b9173c704cf7340e30f5).
+@pytest.mark.parametrize(
+    "limit, nbytes",
+    [
+        (125, 125 * 2**30),
+        ("125GiB", 125 * 2**30),
+        ("80GB", 80 * 10**9),
+        ("1.5TiB", int(1.5 * 2**40)),
+        ("512 MiB", 512 * 2**20),
+    ],
+)
+def test_gpu_memory_limit_takes_axolotls_units(limit, nbytes):
+    """An int is GiB (transformers alone would read 125 as 125 bytes per GPU); a string keeps its
+    unit. What the device map gets is bytes on each GPU."""
+    train = Train.parse({**MP, "gpu_memory_limit": limit})
+    assert train.max_memory_bytes(8) == dict.fromkeys(range(8), nbytes)
+    assert train.max_memory_bytes(0) is None  # no GPU: nothing to limit
+    description = Train.model_fields["gpu_memory_limit"].description
+    assert "an int is GiB" in description and "a string has its unit" in description
+
+
+def test_accelerate_reads_the_strings_as_train_does_and_an_int_as_bytes():
+    """The strings train takes mean to accelerate (which reads max_memory for transformers) what
+    they mean here; a bare int is bytes to it, hence the conversion before it is passed on."""
+    from accelerate.utils import convert_file_size_to_int
+
+    for text in ("125GiB", "80GB", "512MiB", "3KB"):
+        train = Train.parse({**MP, "gpu_memory_limit": text})
+        assert train.max_memory_bytes(1) == {0: convert_file_size_to_int(text)}
+    assert convert_file_size_to_int(125) == 125
+    assert convert_file_size_to_int("80gb") == 10**10  # a lower-case b is bits: refused here
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"gpu_memory_limit": "lots"}, r"train.gpu_memory_limit: a memory size is an int of GiB "),
+        ({"gpu_memory_limit": "125XB"}, r"train.gpu_memory_limit: .*got '125XB'"),
+        ({"gpu_memory_limit": "80gb"}, r"train.gpu_memory_limit: .*got '80gb'"),
+        ({"gpu_memory_limit": -1}, r"train.gpu_memory_limit: a memory size is more than 0 bytes"),
+        ({"gpu_memory_limit": 0}, r"train.gpu_memory_limit: a memory size is more than 0 bytes"),
+        ({"gpu_memory_limit": 12.5}, r"train.gpu_memory_limit: Input should be a valid integer"),
+        ({"max_memory": {0: "lots"}}, r"train.max_memory.0: a memory size is an int of GiB"),
+        ({"max_memory": {0: 0}}, r"train.max_memory.0: a memory size is more than 0 bytes"),
+        ({"max_memory": {"gpu0": "8GiB"}}, r"train.max_memory: key 'gpu0': a device of "),
+        ({"max_memory": {-1: "8GiB"}}, r"train.max_memory: key '-1': .*GPU index .* or 'cpu'"),
+    ],
+)
+def test_a_memory_size_without_a_meaning_is_refused_naming_the_key(params, message):
+    with pytest.raises(ConfigError, match=message):
+        Train.parse({"device_map": "auto", **params}, where="train")
+
+
+def test_max_memory_takes_gpu_indices_and_cpu_each_in_the_same_units():
+    train = Train.parse({"device_map": "auto", "max_memory": {0: 70, "1": "60GiB", "cpu": "1TiB"}})
+    assert train.max_memory_bytes(0) == {0: 70 * 2**30, 1: 60 * 2**30, "cpu": 2**40}
+    # the dump's keys are strings ("0"), the same devices
+    assert Train.parse(train.dump()).max_memory_bytes(0) == train.max_memory_bytes(0)

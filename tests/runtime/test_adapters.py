@@ -1,6 +1,7 @@
 """LoRA on attention and fused MoE experts of a tiny random Qwen3-MoE; the router is never
 adapted."""
 
+import inspect
 import json
 import re
 
@@ -275,3 +276,120 @@ def test_qlora_adapter_merges_onto_the_full_precision_base(moe, tmp_path):
     assert (tmp_path / "again" / "model.safetensors").read_bytes() == (
         tmp_path / "merged" / "model.safetensors"
     ).read_bytes()
+
+
+def test_a_target_that_matches_nothing_is_shown_names_it_could_take(moe):
+    """The hint lists suffixes PEFT would match on this model (self_attn.q_proj, mlp.gate,
+    experts.gate_up_proj), never the root's empty name nor a layer index."""
+    root, _ = moe
+    for kind, targets, named in (
+        ("target_modules", {"target_modules": ["qproj"]}, "self_attn.q_proj"),
+        ("target_parameters", {"target_parameters": ["experts.gateup"]}, "experts.gate_up_proj"),
+    ):
+        with pytest.raises(ValueError) as err:
+            resolve_targets(root / "base", Lora.parse({**LORA, **targets}))
+        found = re.search(rf"{kind}: '.*' matches nothing in .* \(its \w+: (.*)\)$", str(err.value))
+        assert found, str(err.value)
+        shown = found[1].split(", ")
+        assert named in shown and all(s and not s.isdigit() for s in shown), shown
+        # each is a name of the model: a target written as shown matches
+        model = meta_model(root / "base")
+        pool = [n for n, _ in model.named_modules()] + [n for n, _ in model.named_parameters()]
+        assert all(any(n == s or n.endswith("." + s) for n in pool) for s in shown), shown
+
+
+QWEN2_MOE = {
+    "vocab_size": 320,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "moe_intermediate_size": 16,
+    "shared_expert_intermediate_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "max_position_embeddings": 256,
+}
+
+
+@pytest.fixture(scope="module")
+def qwen2_moe(tmp_path_factory):
+    """A tiny random Qwen2-MoE (transformers' Qwen2MoeForCausalLM): routed experts behind
+    mlp.gate, and a shared expert weighed per token by mlp.shared_expert_gate."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    out = tmp_path_factory.mktemp("qwen2_moe")
+    torch.manual_seed(0)
+    Qwen2MoeForCausalLM(Qwen2MoeConfig(**QWEN2_MOE)).save_pretrained(out)
+    return out
+
+
+@pytest.mark.parametrize(
+    "kind, target, reached",
+    [
+        ("target_modules", "shared_expert_gate", "model.layers.0.mlp.shared_expert_gate"),
+        ("target_modules", "mlp.shared_expert_gate", "model.layers.0.mlp.shared_expert_gate"),
+        (
+            "target_parameters",
+            "shared_expert_gate.weight",
+            "model.layers.0.mlp.shared_expert_gate.weight",
+        ),
+        ("target_modules", "1.mlp.shared_expert_gate", "model.layers.1.mlp.shared_expert_gate"),
+    ],
+)
+def test_the_shared_expert_gate_is_a_router_on_a_qwen2_moe(qwen2_moe, kind, target, reached):
+    """Qwen2-MoE's shared_expert_gate is refused as the NF4 loader and the GPU check already
+    treat it (kept whole, never adapted), while the shared expert's own projections are not."""
+    assert routers(meta_model(qwen2_moe)) == {
+        f"model.layers.{i}.mlp.{name}": cls
+        for i in range(2)
+        for name, cls in (("gate", "Qwen2MoeTopKRouter"), ("shared_expert_gate", "Linear"))
+    }
+    other = (
+        {"target_parameters": []} if kind == "target_modules" else {"target_modules": ["q_proj"]}
+    )
+    lora = unchecked(**{**other, kind: [target]})
+    with pytest.raises(ValueError) as err:
+        resolve_targets(qwen2_moe, lora)
+    gate = reached.removesuffix(".weight")
+    assert re.search(
+        rf"train.lora.{kind}: '{re.escape(target)}' reaches {re.escape(reached)} of the shared "
+        rf"expert's gate {re.escape(gate)} \(Linear\)(, and 1 more like it)?; adapting it "
+        "destabilises routing",
+        str(err.value),
+    ), str(err.value)
+    allowed = lora.model_copy(update={"allow_router": True})
+    assert reached in resolve_targets(qwen2_moe, allowed)[target]
+    shared = unchecked(target_modules=["shared_expert.gate_proj", "shared_expert.up_proj"])
+    assert resolve_targets(qwen2_moe, shared.model_copy(update={"target_parameters": []}))
+
+
+def test_one_router_list_for_the_config_the_adapters_nf4_and_the_gpu_check(qwen2_moe, tmp_path):
+    """An adapter on a Qwen2-MoE's shared_expert_gate (allowed, then saved) is caught by the saved
+    adapter check; the GPU check counts exactly the router and shared gate weights of the
+    checkpoint, and the NF4 loader skips the same names."""
+    from peft import LoraConfig, get_peft_model
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    from stillroom.config.routers import ROUTER_NAMES
+    from stillroom.gpucheck.flagship import _is_router
+    from stillroom.runtime import nf4
+
+    model = AutoModelForCausalLM.from_pretrained(qwen2_moe)
+    peft = get_peft_model(model, LoraConfig(r=2, target_modules=["shared_expert_gate"]))
+    peft.save_pretrained(tmp_path / "adapter")
+    lora = Lora.parse({**LORA, "target_modules": ["shared_expert_gate"], "allow_router": True})
+    check_saved_adapter(tmp_path / "adapter", qwen2_moe, lora)
+    with pytest.raises(ValueError, match=r"holds router tensors .*shared_expert_gate\.lora_A"):
+        check_saved_adapter(tmp_path / "adapter", qwen2_moe, unchecked(**lora.dump()))
+    with safe_open(qwen2_moe / "model.safetensors", framework="pt") as fh:
+        flagged = {k for k in fh.keys() if _is_router(k)}
+    assert flagged == {
+        f"model.layers.{i}.mlp.{name}.weight"
+        for i in range(2)
+        for name in ("gate", "shared_expert_gate")
+    }
+    assert nf4.ROUTER_NAMES is ROUTER_NAMES
+    assert inspect.signature(nf4.quantize_nf4).parameters["skip"].default is ROUTER_NAMES

@@ -10,11 +10,29 @@ import torch
 from safetensors.torch import load_file
 
 from stillroom.config import ConfigError, Train
-from stillroom.runtime.launch import command, job_port
+from stillroom.runtime.launch import command, job_port, load_kwargs
 from stillroom.stages.train import Params
 from stillroom.stages.train import run as train_stage
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+@pytest.mark.parametrize(
+    "memory, max_memory",
+    [
+        ({"gpu_memory_limit": 125}, {0: 125 * 2**30, 1: 125 * 2**30}),
+        ({"gpu_memory_limit": "80GB"}, {0: 80 * 10**9, 1: 80 * 10**9}),
+        ({"max_memory": {0: 70, "cpu": "1TiB"}}, {0: 70 * 2**30, "cpu": 2**40}),
+    ],
+)
+def test_the_device_maps_memory_limit_reaches_transformers_in_bytes(
+    memory, max_memory, monkeypatch
+):
+    """gpu_memory_limit: 125 is 125 GiB of each GPU (Axolotl's reading), not the 125 bytes that
+    transformers' max_memory makes of an int."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    params = Train.parse({"device_map": "auto", "distributed": {"gpus_per_node": 2}, **memory})
+    assert load_kwargs(params) == {"device_map": "auto", "max_memory": max_memory}
 
 
 def test_command_outside_slurm_is_standalone_torchrun():
@@ -297,3 +315,54 @@ def test_lora_on_two_fsdp_ranks_saves_the_whole_adapter(setup, tmp_path):
     assert set(a) == set(b) and all(a[k].shape == b[k].shape for k in a)
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-3, atol=1e-4)
+
+
+# One AdamW step of torchao's low-bit optimizer on a model FSDP2-sharded over 2 gloo ranks.
+LOW_BIT_STEP = """
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torchao.optim import AdamW4bit, AdamW8bit
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 128))
+mesh = init_device_mesh("cpu", (2,))
+for layer in model[::2]:
+    fully_shard(layer, mesh=mesh)
+fully_shard(model, mesh=mesh)
+optim = {"4bit": AdamW4bit, "8bit": AdamW8bit}[sys.argv[1]]
+step = optim(model.parameters(), lr=1e-2, block_size=128)
+model(torch.randn(16, 128)).pow(2).mean().backward()
+step.step()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_torchaos_low_bit_adamw_fails_sharded_once_the_other_one_ran(tmp_path):
+    """The measurement behind refusing adamw_torch_4bit / adamw_torch_8bit with FSDP2
+    (config/training.py ONE_DEVICE_OPTIMIZERS): each steps FSDP2 shards in a fresh inductor cache,
+    but the 4-bit one fails once the 8-bit one ran sharded with the same cache (a node's
+    /tmp/torchinductor_$USER). When this stops failing, the refusal can go."""
+    import subprocess
+
+    (tmp_path / "step.py").write_text(LOW_BIT_STEP)
+
+    def step(bits: str, cache: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / cache)}
+        cmd = [*TORCHRUN, "--standalone", "--nproc-per-node=2", str(tmp_path / "step.py"), bits]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+    fresh = step("4bit", "fresh")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    first = step("8bit", "shared")
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = step("4bit", "shared")
+    assert second.returncode and "wrong number of dimensions" in second.stderr, second.stderr[
+        -3000:
+    ]
