@@ -76,6 +76,12 @@ SMOKE: dict[str, list[tuple[list[str], str]]] = {
     "pipeline_wall_time.py": [
         (["--configfile", CONFIG, "--cores", "2"], r"whole run \(wall\) +\d+\.\d+")
     ],
+    "staged_load.py": [
+        (
+            ["--layers", "2", "--experts", "4", "--hidden", "256", "--moe-intermediate", "128"],
+            r"this checkout \| 1 \| yes \| \d+\.\dM \| \d+\.\d \| \d+\.\d \| \d+\.\d+ \| \d+\.\d",
+        )
+    ],
     "stop_sets.py": [
         (
             ["--problems", "2", "--samples", "1", "--max-new-tokens", "8"],
@@ -103,6 +109,7 @@ SLOW = {
     "moe_qlora_memory.py",
     "packing_efficiency.py",
     "pipeline_wall_time.py",
+    "staged_load.py",
     "stop_sets.py",
     "structure_metrics.py",
     "train_throughput.py",
