@@ -190,8 +190,8 @@ def test_stillroom_train_refuses_a_template_before_any_step(setup, tmp_path):
 
 
 def test_unknown_param_raises(setup):
-    with pytest.raises(ConfigError, match="train: unknown key 'learning_rate'"):
-        Params.parse({"learning_rate": 1e-3}, where="train")
+    with pytest.raises(ConfigError, match="train: unknown key 'lerning_rate'"):
+        Params.parse({"lerning_rate": 1e-3}, where="train")
     with pytest.raises(
         ConfigError, match="train.max_length: Input should be greater than or equal to 16"
     ):
