@@ -67,6 +67,7 @@ def worker(model_dir: str) -> None:
     dist.all_gather_object(every, mine)
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(every), flush=True)
+    dist.barrier()  # no rank tears gloo down while another still talks to it
     dist.destroy_process_group()
 
 

@@ -16,6 +16,7 @@ from .conftest import small_config
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 CONFIG = "{config}"  # a tiny workflow config (conftest.small_config), written for the run
+DONE = "{done}"  # the session's finished run of that config (conftest's done fixture)
 
 # script -> its runs: (arguments at tiny sizes, a line of numbers the run prints)
 SMOKE: dict[str, list[tuple[list[str], str]]] = {
@@ -27,7 +28,8 @@ SMOKE: dict[str, list[tuple[list[str], str]]] = {
     ],
     "chaos.py": [
         (
-            ["--configfile", CONFIG, "--kills", "1", "--cores", "2"],
+            # the session's run is the uninterrupted one the chaos run is compared with
+            ["--configfile", CONFIG, "--baseline", DONE, "--kills", "1", "--cores", "2"],
             r"chaos run wall +\d+\.\d+ s \(cost x\d+\.\d+\)",
         )
     ],
@@ -74,7 +76,7 @@ SMOKE: dict[str, list[tuple[list[str], str]]] = {
     ],
     "packing_efficiency.py": [(["--docs", "300"], r"BFD packing into 16384 .* +0\.\d+ +\d+")],
     "pipeline_wall_time.py": [
-        (["--configfile", CONFIG, "--cores", "2"], r"whole run \(wall\) +\d+\.\d+")
+        (["--existing", DONE], r"first start to last end +\d+\.\d+"),
     ],
     "staged_load.py": [
         (
@@ -125,18 +127,21 @@ def test_every_bench_script_has_a_smoke_run():
     "script",
     [pytest.param(s, marks=pytest.mark.slow) if s in SLOW else s for s in sorted(SMOKE)],
 )
-def test_a_bench_script_runs_at_tiny_sizes_and_prints_its_numbers(script, tmp_path):
+def test_a_bench_script_runs_at_tiny_sizes_and_prints_its_numbers(script, tmp_path, request):
     if script == "code_grading.py":
         from stillroom import sandbox
 
         if not sandbox.bwrap_available():
             pytest.skip("bubblewrap cannot run here: code_grading compares it with no sandbox")
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(small_config()))
+    # as the done fixture writes it: a reordered mapping changes the pool's params (the benchmarks)
+    config.write_text(yaml.safe_dump(small_config(), sort_keys=False))
     # this checkout's stillroom, and Triton's CPU interpreter (the kernel benches' documented run)
     env = {**os.environ, "PYTHONPATH": str(REPO), "TRITON_INTERPRET": "1"}
     for args, numbers in SMOKE[script]:
-        args = [str(config) if a == CONFIG else a for a in args]
+        if DONE in args:
+            done = str(request.getfixturevalue("done")[0])
+        args = [str(config) if a == CONFIG else done if a == DONE else a for a in args]
         proc = subprocess.run(
             [sys.executable, str(BENCH / script), *args],
             cwd=REPO,
