@@ -156,10 +156,9 @@ def activation_bytes(a: Architecture, train: Train, dtype_bytes: float) -> dict[
       Per token it saves the final norm's float32 input (4h), the head's copy of its input rows
       (c h; the norm's output too, c h, when the norm trains: method full) and its statistics
       (32 at most: log-sum-exp, entropy, target, mask); its backward adds the float32 gradient
-      of those rows and its cast (4h + c h).
-      And one tile of the logits and one of the head's weight, c x TRL_VOCAB_TILE x
-      (TRL_TOKEN_TILE + h), whatever the vocabulary (a chunked loss such as Cut Cross Entropy
-      holds about as much).
+      of those rows and its cast (4h + c h), and one tile of the logits and one of the head's
+      weight, c x TRL_VOCAB_TILE x (TRL_TOKEN_TILE + h), whatever the vocabulary (a chunked
+      loss such as Cut Cross Entropy holds about as much).
 
     c: the compute dtype's bytes."""
     c, h = dtype_bytes, a.hidden_size
