@@ -14,6 +14,11 @@ from typing import Any
 _FSDP = "train.distributed (FSDP2 over its processes: nodes, gpus_per_node, fsdp_size)"
 _LIGER = "Liger Kernel's fused Triton kernels (the model runs transformers' own layers)"
 _LORA_KERNELS = "Axolotl's fused LoRA Triton kernels (PEFT's LoRA layers run here)"
+# what Axolotl's Cut Cross Entropy saves, the loss here saves already
+_CCE = (
+    "Cut Cross Entropy (the cut-cross-entropy package), nor needs it: the loss here is TRL's "
+    "fused LM head, which like it never holds the logits (stillroom/plan/estimate.py counts it)"
+)
 
 # Axolotl's key -> the key (full name) that sets the same thing here, with what differs
 ELSEWHERE = {
@@ -72,8 +77,7 @@ NOTHING_TO_SET = {
 # mapping; a list's entries, Axolotl's plugins, by their class, None for any other)
 NOT_SHIPPED: dict[str, str | dict[Any, str]] = {
     "plugins": {
-        "CutCrossEntropyPlugin": "Cut Cross Entropy (the cut-cross-entropy package; the loss "
-        "here is transformers' cross-entropy over full logits)",
+        "CutCrossEntropyPlugin": _CCE,
         "LigerPlugin": _LIGER,
         "KernelsPlugin": "the kernels plugin's expert kernels (ScatterMoE, SonicMoE; the "
         "experts run transformers' own forward)",
@@ -81,8 +85,7 @@ NOT_SHIPPED: dict[str, str | dict[Any, str]] = {
         "train.distributed.expert_parallel_size)",
         None: "Axolotl's plugins",
     },
-    "cut_cross_entropy": "Cut Cross Entropy (the cut-cross-entropy package; the loss here is "
-    "transformers' cross-entropy over full logits)",
+    "cut_cross_entropy": _CCE,
     "use_scattermoe": "ScatterMoE's Triton expert kernels (the experts run transformers' own "
     "forward)",
     "use_kernels": "the Hugging Face kernels hub's kernels",

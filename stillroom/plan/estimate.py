@@ -52,6 +52,10 @@ GB = 1e9
 # (float32; one byte in an 8-bit optimizer, half in torchao's 4-bit one)
 _MOMENTS = {"sgd": 0, "lomo": 0, "adalomo": 0, "lion": 1, "rmsprop": 1, "adagrad": 1}
 _MOMENTS |= {"adafactor": 1, "ademamix": 3, "grokadamw": 3, "schedule_free": 1}
+# The tiles of TRL's fused LM head (trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE, and the
+# vocabulary width trl/trainer/utils.py passes it): tokens and vocabulary entries of one tile
+TRL_TOKEN_TILE = 4096
+TRL_VOCAB_TILE = 32768
 
 
 def optimizer_bytes(optim: str) -> float:
@@ -146,10 +150,15 @@ def activation_bytes(a: Architecture, train: Train, dtype_bytes: float) -> dict[
       (not the NF4 ones) also keeps the layer's experts with their delta, c per weight.
     - with gradient checkpointing: each layer's input (c h a token) and one layer's activations,
       recomputed in the backward; without: every layer's.
-    - the logits, per token and vocabulary entry: c (the output's), 4 (the float32 log-softmax
-      the loss keeps) and 2 x 4 (the float32 gradients as its backward runs); and the final
-      norm's float32 input and the LM head's input (4h + c h). There is no chunked loss here
-      (Liger, Cut Cross Entropy): the logits are whole.
+    - the loss: TRL's SFTTrainer computes it through its fused LM head (trl.trainer.utils
+      add_fused_lm_head), which never holds the logits: it projects tiles of TRL_TOKEN_TILE
+      tokens x TRL_VOCAB_TILE vocabulary entries (c each) and keeps each token's log-sum-exp.
+      Per token it saves the final norm's float32 input (4h), the head's copy of its input rows
+      (c h; the norm's output too, c h, when the norm trains: method full) and its statistics
+      (32 at most: log-sum-exp, entropy, target, mask); its backward adds the float32 gradient
+      of those rows and its cast (4h + c h), and one tile of the logits and one of the head's
+      weight, c x TRL_VOCAB_TILE x (TRL_TOKEN_TILE + h), whatever the vocabulary (a chunked
+      loss such as Cut Cross Entropy holds about as much).
 
     c: the compute dtype's bytes."""
     c, h = dtype_bytes, a.hidden_size
@@ -183,8 +192,11 @@ def activation_bytes(a: Architecture, train: Train, dtype_bytes: float) -> dict[
         out["one layer's activations, recomputed"] = layer
     else:
         out["every layer's activations"] = a.num_hidden_layers * layer
-    # and the final norm's float32 input and the LM head's input before them
-    out["logits"] = (a.vocab_size * (c + 3 * 4) + (4 + c) * h) * tokens
+    tile = min(tokens, TRL_TOKEN_TILE) + h
+    saved = (4 + c * (2 if train.method == "full" else 1)) * h + 32
+    out["the loss (TRL's fused LM head)"] = (saved + (4 + c) * h) * tokens + (
+        c * min(a.vocab_size, TRL_VOCAB_TILE) * tile
+    )
     return out
 
 
@@ -585,7 +597,7 @@ class _Billing:
     def training_memory(self, a: Architecture, layout: Layout) -> tuple[dict[str, float], str]:
         """Bytes per GPU of a training job of ``layout`` on a model of shape ``a``, by term, and
         how one copy of the model is spread: a device map's GPUs each hold their layers (and the
-        one computing holds a layer's activations and the logits), FSDP2's ranks each a shard
+        one computing holds a layer's activations and the loss), FSDP2's ranks each a shard
         and their own micro-batch's activations, a replica all of it."""
         train = self.exp.train
         part = parameters(a)

@@ -215,6 +215,17 @@ def test_the_findings_five_keys_name_what_is_missing():
         assert re.match(rf"train\.{key}: (.+: )?this repository does not ship ", line), line
 
 
+def test_cut_cross_entropy_is_refused_as_not_needed():
+    """Axolotl's Cut Cross Entropy (the key and the plugin) saves the logits' memory, which the
+    loss here (TRL's fused LM head, tests/runtime/test_sft_loss.py) never holds either: the
+    refusal says so, never that the loss here holds full logits."""
+    plugin = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
+    for key, value in (("cut_cross_entropy", True), ("plugins", [plugin])):
+        (line,) = refusal(key, value)
+        assert "nor needs it: the loss here is TRL's fused LM head" in line, line
+        assert "never holds the logits" in line and "full logits" not in line, line
+
+
 def test_keys_taken_under_the_same_name_and_meaning():
     train = Train.parse(
         {

@@ -419,7 +419,10 @@ def by_hand(gpus: int, max_length: int, r: int) -> dict[str, float]:
         "gathered": 2 * ((attention + experts) * nf4 + (rest - 2 * v * h) * 2) / n / 1e9,
         "inputs": n * 2 * h * t / 1e9,
         "layer": per_token * t / 1e9,
-        "logits": (v * (2 + 12) + (4 + 2) * h) * t / 1e9,  # and the final norm, LM head inputs
+        # TRL's fused LM head: per token the final norm's float32 input, the head's bf16 copy of
+        # its rows and their float32 gradient and its cast, 32 B of statistics; one tile of
+        # 4,096 tokens x 32,768 vocabulary entries and one of the weight's rows, in bf16
+        "loss": ((4 + 2 + 4 + 2) * h + 32) * t / 1e9 + 2 * 32768 * (4096 + h) / 1e9,
     }
 
 
@@ -428,15 +431,16 @@ def by_hand(gpus: int, max_length: int, r: int) -> dict[str, float]:
 def test_the_training_memory_counts_adapter_optimizer_and_activations(gpus, max_length):
     """The flagship (NF4 QLoRA, FSDP2 over one H200 node) per GPU: the frozen NF4 base, the LoRA
     weights, gradients and Adam state, FSDP2's gathered layers, the activations at max_length and
-    the logits, as worked out by hand; only 8 GPUs at 16k fit (80% of 141 GB)."""
+    the loss through TRL's fused LM head, as worked out by hand; 8 GPUs fit at 16k and 32k tokens
+    (80% of 141 GB), 4 at neither."""
     config = staged(max_length=max_length, distributed={"gpus_per_node": gpus, "fsdp_size": gpus})
     want = by_hand(gpus, max_length, r=16)
     need = sum(want.values())
-    if (gpus, max_length) == (8, 16384):
+    if gpus == 8:
         (m,) = bill(config, REPO).inputs["train_memory"].values()
         got = list(m["terms_gb"].values())
         parts = [want["base"], want["lora"], want["lora"] / 4, want["lora"] / 2]
-        parts += [want["gathered"], want["inputs"], want["layer"], want["logits"]]
+        parts += [want["gathered"], want["inputs"], want["layer"], want["loss"]]
         # weights, gradients and Adam state of the adapter: 4, 4 and 8 of its 16 bytes
         expected = [parts[0], parts[1] / 4, parts[1] / 4, parts[1] / 2, *parts[4:]]
         assert got == pytest.approx(expected, rel=1e-3)
@@ -447,17 +451,52 @@ def test_the_training_memory_counts_adapter_optimizer_and_activations(gpus, max_
         bill(config, REPO)
     message = str(refused.value)
     assert f"needs {need:,.1f} GB per GPU for reflection/beam" in message
-    for term in ("frozen base", "LoRA weights", "optimizer state", "logits, 1 x"):
+    for term in (
+        "frozen base",
+        "LoRA weights",
+        "optimizer state",
+        "the loss (TRL's fused LM head)",
+    ):
         assert term in message
-    assert f"logits, 1 x {max_length} tokens {want['logits']:,.1f} GB" in message
+    loss = f"the loss (TRL's fused LM head), 1 x {max_length} tokens {want['loss']:,.1f} GB"
+    assert loss in message
+
+
+def test_the_loss_is_counted_without_the_logits():
+    """The trainer's loss never holds the logits (TRL's fused LM head,
+    tests/runtime/test_sft_loss.py): at 32k tokens the flagship's loss term is 3.1 GB, and the
+    job fits its 8 H200s (98.3 GB of 112.8); whole logits (bf16, their float32 log-softmax and
+    its gradients: 14 B an entry) would be 69.7 GB and refuse it."""
+    (m,) = bill(staged(max_length=32768), REPO).inputs["train_memory"].values()
+    loss = m["terms_gb"]["the loss (TRL's fused LM head), 1 x 32768 tokens"]
+    assert loss == pytest.approx(by_hand(8, 32768, r=16)["loss"], rel=1e-6)
+    assert (round(loss, 1), round(m["need_gb"], 1), round(m["room_gb"], 1)) == (3.1, 98.3, 112.8)
+    logits = 151_936 * 14 * 32768 / 1e9
+    assert round(logits, 1) == 69.7
+    assert m["need_gb"] - loss + logits > m["room_gb"]
+
+
+def test_the_tiles_are_trls():
+    """The estimate's tiles of the fused LM head are those of the TRL installed."""
+    import inspect
+
+    from trl.kernels import chunked_logprob
+    from trl.trainer import utils
+
+    from stillroom.plan.estimate import TRL_TOKEN_TILE, TRL_VOCAB_TILE
+
+    assert chunked_logprob.TOKEN_CHUNK_SIZE == TRL_TOKEN_TILE
+    assert utils._CHUNKED_LOGPROB_CHUNK_SIZE == TRL_VOCAB_TILE
+    # the fused forward passes that vocabulary width to the kernel
+    assert "_CHUNKED_LOGPROB_CHUNK_SIZE," in inspect.getsource(utils.add_fused_lm_head)
 
 
 def test_a_larger_adapter_is_refused_where_its_state_does_not_fit():
-    """Rank 64 on the flagship's node: the adapter of 256 experts per layer (r x experts x (in +
-    out)) is 15B parameters, 16 bytes each with Adam's state."""
-    want = by_hand(8, 16384, r=64)
+    """Rank 64 on the flagship's node at 32k tokens: the adapter of 256 experts per layer (r x
+    experts x (in + out)) is 15B parameters, 16 bytes each with Adam's state (rank 16 fits)."""
+    want = by_hand(8, 32768, r=64)
     with pytest.raises(EstimateError, match=r"LoRA weights \(float32, 14,930M\) 7.5 GB"):
-        bill(staged(lora={"r": 64, "alpha": 128}), REPO)
+        bill(staged(lora={"r": 64, "alpha": 128}, max_length=32768), REPO)
     assert sum(want.values()) > 0.8 * 141
 
 
@@ -498,8 +537,9 @@ def test_an_architecture_that_contradicts_params_b_is_refused():
 
 
 def saved_bytes(model, ids) -> int:
-    """Bytes autograd keeps for the backward of a training forward of ``ids``: every tensor saved
-    for it, each storage once, the model's own weights left out."""
+    """Bytes autograd keeps for the backward of a training forward of ``ids``, its loss through
+    TRL's fused LM head as the trainer computes it: every tensor saved for it, each storage once,
+    the model's own weights left out."""
     import torch
     from torchao.quantization import NF4Tensor
 
@@ -518,21 +558,29 @@ def saved_bytes(model, ids) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=ids, labels=ids)
+        model(input_ids=ids, labels=ids, fused_lm_head=True)
     return sum(seen.values())
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
-@pytest.mark.parametrize("nf4", [False, True])
-def test_the_activation_formula_matches_a_measured_step(nf4, checkpointing, capsys):
+# full without checkpointing is left out: every trained projection keeps its input, which the
+# layer's term (written for adapters) does not count
+@pytest.mark.parametrize(
+    "method, checkpointing",
+    [("lora", False), ("lora", True), ("qlora", False), ("qlora", True), ("full", True)],
+)
+def test_the_activation_formula_matches_a_measured_step(method, checkpointing, capsys):
     """A random Qwen3-MoE in bf16 with LoRA (r 4) on attention and the fused experts, as the
-    staged loader builds it (NF4) or PEFT does (bf16): what its training forward saves for the
-    backward against activation_bytes (the logits' share it saves: the float32 log-softmax, 4
-    bytes an entry; with checkpointing, the layers' inputs: the recomputed layer is the
-    backward's)."""
+    staged loader builds it (NF4, qlora) or PEFT does (bf16, lora), or every weight trained
+    (full), its loss through TRL's fused LM head as SFTTrainer adds it: what its training forward
+    saves for the backward against activation_bytes (the loss's share it saves: the final norm's
+    float32 input, the head's copy of its rows, with method full the norm's output, 32 B of
+    statistics a token; with checkpointing, the layers' inputs: the recomputed layer is the
+    backward's). A vocabulary-wide term would be off by 4 vocab bytes a token, most of the
+    step's."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+    from trl.trainer.utils import add_fused_lm_head
 
     from stillroom.config import Train
     from stillroom.config.evaluation import Architecture
@@ -541,7 +589,7 @@ def test_the_activation_formula_matches_a_measured_step(nf4, checkpointing, caps
 
     shape = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4)
     shape |= dict(num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2)
-    shape |= dict(moe_intermediate_size=96, vocab_size=1000)
+    shape |= dict(moe_intermediate_size=96, vocab_size=4000)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(
         Qwen3MoeConfig(**shape, intermediate_size=192, tie_word_embeddings=False),
@@ -557,24 +605,27 @@ def test_the_activation_formula_matches_a_measured_step(nf4, checkpointing, caps
         target_modules=lora["target_modules"],
         target_parameters=lora["target_parameters"],
     )
-    if nf4:
+    if method == "qlora":
         quantize_nf4(model)
         model = nf4_lora(model, config)
-    else:
+    elif method == "lora":
         model = get_peft_model(model, config)
         for p in model.parameters():
             if p.requires_grad:
                 p.data = p.data.float()  # the LoRA weights train in float32 (runtime/sft.py)
+    # as SFTTrainer.__init__ patches the model it trains (trl/trainer/sft_trainer.py)
+    base = model if method == "full" else model.get_base_model()
+    add_fused_lm_head(base, outputs=("log_probs", "entropy", "is_top1"))
     if checkpointing:
         model.gradient_checkpointing_enable({"use_reentrant": False})
         model.enable_input_require_grads()
     model.train()
     train = Train.parse(
         {
-            "method": "qlora" if nf4 else "lora",
-            "load_in_4bit": nf4,
-            "quantize_moe_experts": nf4,
-            "lora": lora,
+            "method": method,
+            "load_in_4bit": method == "qlora",
+            "quantize_moe_experts": method == "qlora",
+            **({"lora": lora} if method != "full" else {}),
             "batch_size": 2,
             "max_length": 256,
             "gradient_checkpointing": checkpointing,
@@ -582,15 +633,16 @@ def test_the_activation_formula_matches_a_measured_step(nf4, checkpointing, caps
     )
     terms = activation_bytes(Architecture.parse(shape), train, 2)
     tokens = train.batch_size * train.max_length
-    formula = sum(n for k, n in terms.items() if "recomputed" not in k and k != "logits")
-    # of the logits' term, the forward saves the log-softmax and the final norm's and LM head's
-    # inputs; the gradients come in the backward
-    formula += (shape["vocab_size"] * 4 + (4 + 2) * shape["hidden_size"]) * tokens
+    formula = sum(n for k, n in terms.items() if "recomputed" not in k and "loss" not in k)
+    # of the loss's term, the forward saves the final norm's float32 input (and, trained, its
+    # output), the head's rows and the statistics; the gradients and tiles come in the backward
+    norm = 2 * 2 if method == "full" else 2
+    formula += ((4 + norm) * shape["hidden_size"] + 32) * tokens
     ids = torch.randint(0, shape["vocab_size"], (train.batch_size, train.max_length))
     measured = saved_bytes(model, ids)
     with capsys.disabled():
         print(
-            f"\nsaved for the backward ({'NF4' if nf4 else 'bf16'} + LoRA, checkpointing "
+            f"\nsaved for the backward ({method}, checkpointing "
             f"{checkpointing}): measured {measured / 2**20:.2f} MiB, formula "
             f"{formula / 2**20:.2f} MiB ({formula / measured - 1:+.1%})"
         )
