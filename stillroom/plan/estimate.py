@@ -147,7 +147,9 @@ def activation_bytes(a: Architecture, train: Train, dtype_bytes: float) -> dict[
       projection's input in the LoRA's float32 (4 in) and its rank-r output (4r); the MLP's input
       and output and its two I-wide products (a MoE: per routed copy, k per token, with its
       experts' LoRA the same way; the router's float32 logits); PEFT's LoRA on fused experts
-      (not the NF4 ones) also keeps the layer's experts with their delta, c per weight.
+      (not the NF4 ones) also keeps the layer's experts with their delta, c per weight. A full
+      fine-tune's trained weights keep what their gradients read besides: each norm's
+      normalised output, the attention's input and a MoE's router's and experts' inputs.
     - with gradient checkpointing: each layer's input (c h a token) and one layer's activations,
       recomputed in the backward; without: every layer's.
     - the loss: TRL's SFTTrainer computes it through its fused LM head (trl.trainer.utils
@@ -185,6 +187,12 @@ def activation_bytes(a: Architecture, train: Train, dtype_bytes: float) -> dict[
         token += 4 * a.num_experts + 24 * k + k * copy
     else:
         token += c * (h + 4 * a.intermediate_size)  # input; gate, up, activation, product
+    if train.method == "full":
+        # trained weights keep what their gradients read: the four norms' normalised outputs
+        # (c (2h + q + kv)) and the attention's input (c h); a MoE's router its input (c h), each
+        # routed copy its input and the down projection's (a dense MLP's are counted above)
+        mlp = h + a.num_experts_per_tok * (h + a.moe_intermediate_size) if a.num_experts else 0
+        token += c * (3 * h + q + kv + mlp)
     layer = token * tokens + per_layer_fixed
     out = {}
     if train.gradient_checkpointing:

@@ -562,14 +562,21 @@ def saved_bytes(model, ids) -> int:
     return sum(seen.values())
 
 
-# full without checkpointing is left out: every trained projection keeps its input, which the
-# layer's term (written for adapters) does not count
 @pytest.mark.parametrize(
-    "method, checkpointing",
-    [("lora", False), ("lora", True), ("qlora", False), ("qlora", True), ("full", True)],
+    "family, method, checkpointing",
+    [
+        ("moe", "lora", False),
+        ("moe", "lora", True),
+        ("moe", "qlora", False),
+        ("moe", "qlora", True),
+        ("moe", "full", False),
+        ("moe", "full", True),
+        ("dense", "full", False),
+    ],
 )
-def test_the_activation_formula_matches_a_measured_step(method, checkpointing, capsys):
-    """A random Qwen3-MoE in bf16 with LoRA (r 4) on attention and the fused experts, as the
+def test_the_activation_formula_matches_a_measured_step(family, method, checkpointing, capsys):
+    """A random Qwen3-MoE in bf16 with LoRA (r 4) on attention and the fused experts (a dense
+    Qwen3 too, fully fine-tuned), as the
     staged loader builds it (NF4, qlora) or PEFT does (bf16, lora), or every weight trained
     (full), its loss through TRL's fused LM head as SFTTrainer adds it: what its training forward
     saves for the backward against activation_bytes (the loss's share it saves: the final norm's
@@ -579,7 +586,7 @@ def test_the_activation_formula_matches_a_measured_step(method, checkpointing, c
     step's."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+    from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3MoeConfig
     from trl.trainer.utils import add_fused_lm_head
 
     from stillroom.config import Train
@@ -588,13 +595,16 @@ def test_the_activation_formula_matches_a_measured_step(method, checkpointing, c
     from stillroom.runtime.nf4 import nf4_lora, quantize_nf4
 
     shape = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4)
-    shape |= dict(num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2)
-    shape |= dict(moe_intermediate_size=96, vocab_size=4000)
+    shape |= dict(num_key_value_heads=2, head_dim=64, vocab_size=4000)
+    if family == "moe":
+        shape |= dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=96)
+        config = Qwen3MoeConfig(**shape, intermediate_size=192, tie_word_embeddings=False)
+    else:
+        shape |= dict(intermediate_size=320)
+        config = Qwen3Config(**shape, tie_word_embeddings=False)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(
-        Qwen3MoeConfig(**shape, intermediate_size=192, tie_word_embeddings=False),
-        dtype=torch.bfloat16,
-        attn_implementation="sdpa",
+        config, dtype=torch.bfloat16, attn_implementation="sdpa"
     )
     model.config.use_cache = False
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
@@ -642,7 +652,7 @@ def test_the_activation_formula_matches_a_measured_step(method, checkpointing, c
     measured = saved_bytes(model, ids)
     with capsys.disabled():
         print(
-            f"\nsaved for the backward ({method}, checkpointing "
+            f"\nsaved for the backward ({family}, {method}, checkpointing "
             f"{checkpointing}): measured {measured / 2**20:.2f} MiB, formula "
             f"{formula / 2**20:.2f} MiB ({formula / measured - 1:+.1%})"
         )
