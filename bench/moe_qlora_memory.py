@@ -23,6 +23,7 @@ embeddings and LM head) is printed for reference. Prints numbers only.
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -142,19 +143,12 @@ def worker(model_dir: str) -> None:
     import torch
     import torch.distributed as dist
     from merge_memory import AnonPeak, status_kib
-    from peft import LoraConfig
 
     from stillroom.runtime.nf4 import load_staged, storage_bytes
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    lora = LoraConfig(
-        r=8,
-        lora_alpha=16,
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
-        task_type="CAUSAL_LM",
-    )
+    lora = lora_config()
     start = status_kib("RssAnon")
     t0 = time.perf_counter()
     with AnonPeak() as loading:
@@ -186,17 +180,38 @@ def worker(model_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def measure(model_dir: Path) -> list[dict]:
+def lora_config():
+    """LoRA r=8 on attention and on the fused experts, as the workers load the model with."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=8,
+        lora_alpha=16,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+        task_type="CAUSAL_LM",
+    )
+
+
+def on_two_ranks(script: str, model_dir: Path, code: Path = REPO) -> list[dict]:
+    """``script --worker model_dir`` on 2 gloo ranks as the launcher starts them, with the
+    stillroom of the checkout ``code`` first on the path; the JSON line rank 0 prints."""
     from stillroom.config import Train
     from stillroom.runtime.launch import command
 
     layout = Train.parse({"distributed": {"gpus_per_node": 2}}).layout
-    cmd = command(layout, [__file__, "--worker", str(model_dir)])
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=REPO)
+    cmd = command(layout, [script, "--worker", str(model_dir)])
+    # the checkout's package first (the environment's .pth imports stillroom at start-up)
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=code, env=env)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if proc.returncode or not lines:
-        sys.exit(f"staged load on 2 ranks failed:\n{proc.stderr[-4000:]}")
+        sys.exit(f"staged load ({code}) on 2 ranks failed:\n{proc.stderr[-4000:]}")
     return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def measure(model_dir: Path) -> list[dict]:
+    return on_two_ranks(__file__, model_dir)
 
 
 def main() -> None:

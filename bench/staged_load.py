@@ -18,8 +18,6 @@ as here. Prints numbers only.
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +34,7 @@ def worker(model_dir: str) -> None:
     """One rank: load; rank 0 prints every rank's numbers as a JSON line."""
     import torch
     import torch.distributed as dist
-    from peft import LoraConfig
+    from moe_qlora_memory import lora_config
     from torch.distributed.tensor import DTensor
     from torchao.quantization import NF4Tensor
 
@@ -44,13 +42,7 @@ def worker(model_dir: str) -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    lora = LoraConfig(
-        r=8,
-        lora_alpha=16,
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
-        task_type="CAUSAL_LM",
-    )
+    lora = lora_config()
     lines: list[str] = []
     dist.barrier()
     wall, cpu = time.perf_counter(), time.process_time()
@@ -71,21 +63,6 @@ def worker(model_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def measure(model_dir: Path, code: Path) -> list[dict]:
-    from stillroom.config import Train
-    from stillroom.runtime.launch import command
-
-    layout = Train.parse({"distributed": {"gpus_per_node": 2}}).layout
-    cmd = command(layout, [__file__, "--worker", str(model_dir)])
-    # the checkout's package first (the environment's .pth imports stillroom at start-up)
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=code, env=env)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode or not lines:
-        sys.exit(f"staged load ({code}) on 2 ranks failed:\n{proc.stderr[-4000:]}")
-    return json.loads(lines[-1].removeprefix("RESULT "))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=16, help="decoder layers")
@@ -101,7 +78,7 @@ def main() -> None:
         return
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "bench"))
-    from moe_qlora_memory import moe_config, write_checkpoint
+    from moe_qlora_memory import moe_config, on_two_ranks, write_checkpoint
 
     def config_of(depth: int):
         return moe_config(depth, args.experts, args.hidden, args.moe_intermediate)
@@ -120,7 +97,7 @@ def main() -> None:
             "M params quantised / CPU s of this process | Beam's load on 8 processes (h)"
         )
         for label, code in codes.items():
-            for rank, m in enumerate(measure(model_dir, code)):
+            for rank, m in enumerate(on_two_ranks(__file__, model_dir, code)):
                 share = 1 / 2 if m["split"] else 1
                 per_cpu = m["quantised"] * share / m["cpu_s"]
                 # the wall time scales with the parameters a process quantises
