@@ -172,6 +172,14 @@ def worker(model_dir: str) -> None:
         "seconds": seconds,
         "loss": loss.item(),
     }
+    report(mine)
+
+
+def report(mine: dict) -> None:
+    """Every rank's numbers to rank 0, printed as one JSON line (what ``on_two_ranks`` reads);
+    then the process group torn down."""
+    import torch.distributed as dist
+
     every = [None] * dist.get_world_size()
     dist.all_gather_object(every, mine)
     if dist.get_rank() == 0:

@@ -17,7 +17,6 @@ as here. Prints numbers only.
 """
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ def worker(model_dir: str) -> None:
     """One rank: load; rank 0 prints every rank's numbers as a JSON line."""
     import torch
     import torch.distributed as dist
-    from moe_qlora_memory import lora_config
+    from moe_qlora_memory import lora_config, report
     from torch.distributed.tensor import DTensor
     from torchao.quantization import NF4Tensor
 
@@ -55,12 +54,7 @@ def worker(model_dir: str) -> None:
         local = p.to_local() if isinstance(p, DTensor) else p
         quantised += p.numel() if isinstance(local, NF4Tensor) else 0
     mine["quantised"] = quantised
-    every = [None] * dist.get_world_size()
-    dist.all_gather_object(every, mine)
-    if dist.get_rank() == 0:
-        print("RESULT " + json.dumps(every), flush=True)
-    dist.barrier()  # no rank tears gloo down while another still talks to it
-    dist.destroy_process_group()
+    report(mine)
 
 
 def main() -> None:
