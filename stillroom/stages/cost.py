@@ -90,7 +90,8 @@ def ledger(
     usage: Callable[[str], tuple[float, int] | None] = slurm_usage,
 ) -> dict[str, list[dict[str, Any]]]:
     """API rows per (teacher, effort) and GPU rows per rule; one job writing several outputs counts
-    once."""
+    once. A job is known by the outputs its sidecars name (never by its start time: two jobs of a
+    rule can start in the same millisecond)."""
     api: dict[tuple[str, str], dict[str, float]] = defaultdict(
         lambda: {"prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0, "jobs": 0}
     )
@@ -103,7 +104,7 @@ def ledger(
     sidecars = []
     for path in artifacts.values():
         prov = read_sidecar(path)
-        job = (prov["rule"], prov["started_at"], prov.get("host"))
+        job = (prov["rule"], tuple(sorted(prov["outputs"].values())))
         if job not in seen:
             seen.add(job)
             sidecars.append(prov)

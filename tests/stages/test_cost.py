@@ -107,6 +107,42 @@ def test_ledger_sums_api_cost_per_teacher_and_effort_and_gpu_hours_per_rule(tmp_
     assert gpu["generate_high_xhigh"]["gpu_hours"] == 0.0  # no GPUs configured for that rule
 
 
+def test_jobs_started_in_the_same_millisecond_are_two_jobs_and_one_jobs_outputs_one(tmp_path):
+    """Two evaluations of one rule started in the same millisecond (seen in CI: the ledger counted
+    9 evaluate jobs of 10, and their tokens short) are charged both; one job writing two outputs is
+    charged once."""
+    started = "2026-12-06T08:00:03.032+00:00"
+    arts = {}
+    for name in ("heldout", "tinycode"):
+        path = tmp_path / name
+        path.write_text(name)
+        write_sidecars(
+            {"samples": path},
+            {},
+            stage="evaluate",
+            params={},
+            started=started,
+            metrics={"completion_tokens": 100, "wall_s": 36},
+            job=Job(rule="evaluate"),
+        )
+        arts[name] = str(path)
+    outs = {n: tmp_path / f"pair-{n}" for n in ("a", "b")}
+    for path in outs.values():
+        path.write_text(path.name)
+    write_sidecars(
+        outs,
+        {},
+        stage="evaluate",
+        params={},
+        started=started,
+        metrics={"completion_tokens": 7, "wall_s": 36},
+        job=Job(rule="evaluate"),
+    )
+    arts |= {f"pair-{n}": str(p) for n, p in outs.items()}
+    (row,) = ledger(arts, {"gpus": {"evaluate": 1}}, usage=lambda job: None)["gpu"]
+    assert (row["jobs"], row["tokens"], row["gpu_hours"]) == (3, 207, 0.03)
+
+
 def test_each_rule_is_charged_its_gpu_types_price_and_a_phase_its_own_gpus(tmp_path, monkeypatch):
     """The teacher's B300s at their price, training at the B200's; a training phase with a
     layout of its own (train-<phase>) charged its own GPUs when sacct has no answer."""
