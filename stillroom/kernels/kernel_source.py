@@ -19,18 +19,32 @@ contain is a whitelist, not a list of bans:
   library it imports), or a member of ``VALUE_MEMBERS`` on a value (``x.to``, ``acc.dtype``); no
   name with a leading underscore anywhere;
 - calls: ``triton.language`` functions, recorded kernels, the builtins, members of a value; no
-  ``*args`` or ``**kwargs``.
+  ``*args`` or ``**kwargs``;
+- the ``@triton.jit`` functions of a trusted installed module (``TRUSTED``: Inductor's
+  ``triton_helpers``, the libdevice stand-ins below), by attribute (``triton_helpers.max2``):
+  their source and what their names are is read here, from the module installed beside this one,
+  never from the record, so a candidate cannot put a body of its own under such a name;
+- ``libdevice`` (``triton.language.extra.libdevice`` or a backend's): Triton's CPU interpreter
+  cannot run it (its functions are stubs that return None), so each function becomes what the
+  interpreter runs: ``triton.language``'s function of that name (``libdevice.exp`` is
+  ``tl.exp``), or the Triton of ``stillroom.kernels.libdevice`` (``tanh``, ``pow``, ``isnan`` ...);
+  one with neither is refused, naming it.
 
 The canonical source names every module by one path from ``tl`` (``L.load`` becomes ``tl.load``),
 writes module-level constants in as literals, names each kernel uniquely (``k0_relu_kernel``), drops
-decorators (the recorded launch says which config of an autotuner ran) and annotates constexpr
-parameters ``tl.constexpr`` whatever alias the candidate used. It runs in a namespace that holds
+decorators (the recorded launch says which config of an autotuner ran) and a docstring (the first
+statement, when it is a string: documentation, not a constant), annotates constexpr parameters and
+in-body constexpr assignments (``RBLOCK: tl.constexpr = 256``, as Inductor writes them)
+``tl.constexpr`` whatever alias the candidate used, and names a trusted module's function
+``kt_<module>_<name>``. It runs in a namespace that holds
 ``tl``, ``triton`` and the builtins of ``BUILTINS`` only; the instrumented twin of it
 (``instrument``) counts the operations the analysis needs (replay.py)."""
 
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import inspect
 import re
 import textwrap
@@ -69,6 +83,24 @@ _EXPRESSIONS = (
     ast.Load, ast.Store, ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.arguments, ast.arg,
 )  # fmt: skip
 RANGES = {"range": "range", "tl.range": "range", "tl.static_range": "static"}
+# installed modules whose @triton.jit functions a kernel may call by attribute -> the tag of their
+# canonical names (kt_<tag>_<name>)
+TRUSTED = {
+    "torch._inductor.runtime.triton_helpers": "triton_helpers",
+    "stillroom.kernels.libdevice": "libdevice",
+}
+TRUSTED_KID = "trusted:"  # "trusted:<module>:<name>", an id no extraction gives a kernel
+LIBDEVICE = {
+    "triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice",
+    "triton.language.extra.hip.libdevice",
+}  # fmt: skip
+# libdevice's fast (approximate) and explicitly rounded variants: the function they approximate
+LIBDEVICE_ALIASES = {
+    "fast_expf": "exp", "fast_logf": "log", "fast_log2f": "log2", "fast_log10f": "log10",
+    "fast_exp10f": "exp10", "fast_sinf": "sin", "fast_cosf": "cos", "fast_tanf": "tan",
+    "fast_tanhf": "tanh", "fast_powf": "pow", "fast_dividef": "div_rn", "rsqrt_rn": "rsqrt",
+    "fma_rn": "fma", "nearbyint": "rint", "finitef": "isfinite", "isfinited": "isfinite",
+}  # fmt: skip
 
 
 @dataclass
@@ -168,6 +200,43 @@ def modules(path: str) -> list[str]:
     return found
 
 
+def trusted_kid(module: str, name: str) -> str:
+    return f"{TRUSTED_KID}{module}:{name}"
+
+
+@functools.cache
+def trusted_record(kid: str) -> dict | None:
+    """The record of a trusted module's @triton.jit function (``kid``: trusted_kid), made here
+    from the installed module as the extraction makes a candidate's: its source and what each
+    module-level name it reads is; None when ``kid`` names no such function."""
+    from . import extract
+
+    module_name, _, name = kid.removeprefix(TRUSTED_KID).partition(":")
+    if not kid.startswith(TRUSTED_KID) or module_name not in TRUSTED or not name.isidentifier():
+        return None
+    try:
+        fn = getattr(importlib.import_module(module_name), name, None)
+    except ImportError:  # a torch without Inductor's runtime: no such function here
+        return None
+    inner = getattr(fn, "fn", None)
+    if not inspect.isfunction(inner) or inner.__module__ != module_name:
+        return None
+
+    class Trusted(extract._Kernels):
+        def add(self, jit):  # a kernel it calls: another trusted function, by id
+            called = getattr(jit, "fn", jit)
+            return trusted_kid(called.__module__, called.__name__)
+
+    source = textwrap.dedent(inspect.getsource(inner))
+    names = [n for n in extract._free_names(source) if n in inner.__globals__]
+    describe = Trusted().describe
+    return {
+        "name": name,
+        "source": source,
+        "globals": {n: describe(inner.__globals__[n]) for n in names},
+    }
+
+
 _language: list[_Language] = []
 
 
@@ -253,17 +322,15 @@ class _Checker(ast.NodeTransformer):
         if kind == "language":  # an object of triton.language imported by name
             path = str(value)
             if path.startswith(LANGUAGE + "."):
-                _, why = language().resolve(path)
-                if why is None:
-                    return ast.copy_location(_path_expr(path), node)
+                return self.language_path(node, path, name)
             self.refuse(node, f"uses {name} ({path})")
             return None
         if kind == "kernel":
-            if value not in self.canonical:
+            called = self.kernel_name(str(value))
+            if called is None:
                 self.refuse(node, f"calls {name}, a kernel whose source was not recorded")
                 return None
-            self.kernel.calls.add(value)
-            return ast.copy_location(ast.Name(self.canonical[value], ast.Load()), node)
+            return ast.copy_location(ast.Name(called, ast.Load()), node)
         if kind == "value":
             if isinstance(value, str) and len(value) > MAX_STRING:
                 self.refuse(node, f"uses {name}, a string of {len(value)} characters")
@@ -283,6 +350,49 @@ class _Checker(ast.NodeTransformer):
         )
         return None
 
+    def kernel_name(self, kid: str) -> str | None:
+        """The canonical name of the kernel ``kid`` (recorded, or a trusted module's function),
+        which this kernel calls; None when there is none."""
+        if kid.startswith(TRUSTED_KID) and trusted_record(kid) is not None:
+            module, _, name = kid.removeprefix(TRUSTED_KID).partition(":")
+            self.canonical.setdefault(kid, f"kt_{TRUSTED[module]}_{name}")
+        called = self.canonical.get(kid)
+        if called is not None:
+            self.kernel.calls.add(kid)
+        return called
+
+    def trusted_member(self, node: ast.Attribute) -> ast.expr | None:
+        """``triton_helpers.max2``: a @triton.jit function of a trusted module, named by the
+        module the record says the name is (its body is the installed one, whatever the candidate's
+        process held); None when ``node`` is not such an attribute."""
+        value = node.value
+        if not isinstance(value, ast.Name) or value.id in self.local:
+            return None
+        entry = self.globals.get(value.id)
+        module = entry.get("module") if isinstance(entry, dict) and len(entry) == 1 else None
+        if module not in TRUSTED:
+            return None
+        called = self.kernel_name(trusted_kid(module, node.attr))
+        if called is None:
+            self.refuse(node, f"uses {value.id}.{node.attr}: no @triton.jit function of {module}")
+            return node
+        return ast.copy_location(ast.Name(called, ast.Load()), node)
+
+    def libdevice(self, node: ast.AST, function: str) -> ast.expr | None:
+        """libdevice's ``function`` as the interpreter can run it (the module docstring)."""
+        function = LIBDEVICE_ALIASES.get(function, function)
+        if language().tl.core.is_builtin(getattr(language().tl.math, function, None)):
+            return ast.copy_location(_path_expr(f"{LANGUAGE}.math.{function}"), node)
+        called = self.kernel_name(trusted_kid("stillroom.kernels.libdevice", function))
+        if called is None:
+            self.refuse(
+                node,
+                f"uses libdevice.{function}, which Triton's CPU interpreter cannot run (its "
+                "libdevice functions are stubs) and which has no equivalent here",
+            )
+            return None
+        return ast.copy_location(ast.Name(called, ast.Load()), node)
+
     def language_path(self, node: ast.AST, path: str, name: str | None) -> ast.expr | None:
         """The canonical expression of ``path`` (``triton``, or under triton.language, checked
         on the real module); None (refused) where it leads outside. ``name``: the candidate's
@@ -292,6 +402,9 @@ class _Checker(ast.NodeTransformer):
             if why:
                 self.refuse(node, f"uses {name} ({why})" if name else f"uses {why}")
                 return None
+            module, _, function = path.rpartition(".")
+            if module in LIBDEVICE:
+                return self.libdevice(node, function)
             self.kernel.modules.update(modules(path))
         return ast.copy_location(_path_expr(path), node)
 
@@ -316,6 +429,9 @@ class _Checker(ast.NodeTransformer):
         if not isinstance(node.ctx, ast.Load):
             self.refuse(node, f"assigns to {_dotted(node)}")
             return node
+        trusted = self.trusted_member(node)
+        if trusted is not None:
+            return trusted
         node = self.generic_visit(node)
         path = _module_path(node)
         if path is not None:
@@ -373,10 +489,15 @@ class _Checker(ast.NodeTransformer):
         return self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign):
-        # the annotation of a local is dropped: Triton infers it
         self._target(node.target)
         if node.value is None:
             return ast.copy_location(ast.Pass(), node)
+        annotation, constexpr = _annotation(node.annotation, self)
+        if constexpr:  # a compile-time value (Inductor's RBLOCK: tl.constexpr = 256)
+            node.annotation, node.simple = annotation, 1
+            node.value = self.visit(node.value)
+            return node
+        # the annotation of any other local is dropped: Triton infers it
         assign = ast.copy_location(ast.Assign([node.target], node.value), node)
         return self.generic_visit(assign)
 
@@ -452,30 +573,44 @@ def _default(node: ast.expr, checker: _Checker) -> ast.expr:
 
 
 def check(kernels: dict[str, dict]) -> dict[str, Kernel]:
-    """Each recorded kernel (kid -> {"name", "source", "globals"}) checked and rewritten."""
+    """Each recorded kernel (kid -> {"name", "source", "globals"}) checked and rewritten, with
+    the trusted modules' functions they call (read from the installed modules)."""
     canonical = {
         kid: f"k{i}_{re.sub(r'[^0-9A-Za-z_]', '_', str(r.get('name', 'kernel')))[:60]}"
         for i, (kid, r) in enumerate(kernels.items())
     }
     out = {}
     for kid, rec in kernels.items():
-        name = str(rec.get("name", kid))
-        kernel = out[kid] = Kernel(kid, name, canonical[kid])
-        source, globals_ = rec.get("source"), rec.get("globals")
-        if not isinstance(source, str) or not isinstance(globals_, dict):
-            kernel.reasons.append(f"kernel {name}: no source was recorded")
-        elif len(source) > MAX_SOURCE:
-            kernel.reasons.append(f"kernel {name}: its source has {len(source)} characters")
-        else:
-            try:
-                _check_one(kernel, source, globals_, canonical)
-            # Python's own limits on the candidate's text: the kernel is refused, nothing else
-            except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-                kernel.tree = None
-                why = f"{type(exc).__name__}: {str(exc)[:200]}"
-                kernel.reasons.append(f"kernel {name}: its source cannot be checked ({why})")
-        kernel.reasons = list(dict.fromkeys(kernel.reasons))
+        out[kid] = _checked(kid, rec, canonical)
+        if kid.startswith(TRUSTED_KID):  # a record cannot stand in for a trusted function
+            out[kid].reasons.append(f"kernel {out[kid].name}: its id {kid!r} is reserved")
+    pending = [c for k in out.values() for c in k.calls]
+    while pending:
+        kid = pending.pop()
+        if kid not in out:
+            out[kid] = _checked(kid, trusted_record(kid), canonical)
+            pending += out[kid].calls
     return out
+
+
+def _checked(kid: str, rec: dict, canonical: dict[str, str]) -> Kernel:
+    name = str(rec.get("name", kid))
+    kernel = Kernel(kid, name, canonical[kid])
+    source, globals_ = rec.get("source"), rec.get("globals")
+    if not isinstance(source, str) or not isinstance(globals_, dict):
+        kernel.reasons.append(f"kernel {name}: no source was recorded")
+    elif len(source) > MAX_SOURCE:
+        kernel.reasons.append(f"kernel {name}: its source has {len(source)} characters")
+    else:
+        try:
+            _check_one(kernel, source, globals_, canonical)
+        # Python's own limits on the candidate's text: the kernel is refused, nothing else
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            kernel.tree = None
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+            kernel.reasons.append(f"kernel {name}: its source cannot be checked ({why})")
+    kernel.reasons = list(dict.fromkeys(kernel.reasons))
+    return kernel
 
 
 def _check_one(kernel: Kernel, source: str, globals_: dict, canonical: dict[str, str]) -> None:
@@ -489,7 +624,8 @@ def _check_one(kernel: Kernel, source: str, globals_: dict, canonical: dict[str,
     if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
         checker.refuse(fn, "takes *args, **kwargs or keyword-only parameters")
     checker.local = _locals(fn)
-    for taken in sorted(checker.local & ({"tl", "triton"} | set(canonical.values()))):
+    reserved = {"tl", "triton"} | set(canonical.values())
+    for taken in sorted(n for n in checker.local if n in reserved or n.startswith("kt_")):
         checker.refuse(fn, f"a local named {taken} (the canonical source's own name)")
     params = []
     for arg in args.args:
@@ -501,8 +637,13 @@ def _check_one(kernel: Kernel, source: str, globals_: dict, canonical: dict[str,
         if constexpr:
             kernel.constexprs.add(arg.arg)
     defaults = [_default(d, checker) for d in args.defaults]
+    statements = fn.body
+    first = statements[0] if statements else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        if isinstance(first.value.value, str):  # the docstring: documentation, not a constant
+            statements = statements[1:]
     body = []
-    for stmt in fn.body:
+    for stmt in statements:
         if not isinstance(stmt, _STATEMENTS):
             checker.refuse(stmt, f"{type(stmt).__name__} is not allowed in a Triton kernel")
             continue
