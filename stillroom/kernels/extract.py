@@ -12,8 +12,16 @@ under a recorder:
 
 - every Triton launch (``kernel[grid](...)``, through ``@triton.autotune`` and
   ``@triton.heuristics``) is recorded, never run: the kernel's source and the module-level names
-  it reads, the grid, each argument and ``num_warps``/``num_stages``; an autotuned launch records
-  each of its configs;
+  it reads, the grid, each argument and ``num_warps``/``num_stages`` (a keyword that names a
+  parameter of the kernel is its argument, as Triton binds it, and sets the option too); an
+  autotuned launch records each of its configs;
+- an autotuner's hooks run where Triton runs them before a launch, and what they do is recorded as
+  the host steps of that config (``before``): a ``Config(pre_hook=...)`` before its own launch,
+  and ``reset_to_zero`` (or the autotuner's own ``pre_hook``, with ``reset_only=True``) when
+  there are several configs to benchmark, as Triton resets them after benchmarking. A hook is
+  candidate code like the rest: only what the recorder records of it (fills, copies of the
+  program's tensors) reaches the replay, so a hook that computes an output with torch leaves
+  nothing of it in the program;
 - allocations, fills and copies (``torch.empty``/``zeros``/``ones``/``full`` and their ``_like``
   and ``new_`` forms, ``zero_``, ``fill_``, and ``contiguous``/``clone``/``reshape``/``copy_`` that
   copy) are recorded as steps; views need no record (a tensor is a view of its storage);
@@ -23,6 +31,14 @@ under a recorder:
 The record and the constants go into ``out.bin`` (the only file this process may write, laid out
 by the parent). ``started()`` tells the caller that candidate code runs from now on: a failure
 after it is the candidate's.
+
+Inductor's runtime helpers (``from torch._inductor.runtime import triton_helpers``, the first line
+of every module torch.compile writes) are imported before the sandbox's hook when the candidate's
+source names ``torch._inductor``: importing ``torch._inductor`` makes its cache directory (in
+this job's own TMPDIR), which the hook would refuse, and the import is installed torch's code
+under a fixed name, not the candidate's. The hook stays as strict for every path the candidate
+chooses; the replay never imports the module (kernel_source.py reads the helpers it calls from
+the parent's own import).
 """
 
 from __future__ import annotations
@@ -46,6 +62,7 @@ OUT = "out.bin"
 MAGIC = b"SRPROG01"
 RECORD_SPACE = 32 << 20  # bytes of out.bin kept for the record's JSON; the constants follow
 MAX_CONSTANT_BYTES = 1 << 30
+INDUCTOR_HELPERS = "torch._inductor.runtime.triton_helpers"
 LAUNCH_OPTIONS = {
     "num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "launch_cooperative_grid",
     "launch_pdl", "debug", "instrumentation_mode", "fpsan_homomorphic_casts", "warmup", "grid",
@@ -150,7 +167,12 @@ class _Recorder:
 
         fn = jit.fn
         params = inspect.signature(fn).parameters
-        given = {k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS}
+        # a keyword naming a parameter is its argument (the fused-softmax tutorial's num_stages)
+        given = {
+            k: v
+            for k, v in kwargs.items()
+            if k != "grid" and (k in params or k not in LAUNCH_OPTIONS)
+        }
         bound = inspect.signature(fn).bind(*args, **given)
         bound.apply_defaults()
         grid = kwargs["grid"]
@@ -172,6 +194,17 @@ class _Recorder:
             self.choices[-1].append(record)
         else:
             self.steps.append({"op": "launch", "alternatives": [record]})
+
+    def hooked(self, hook, *args, **kwargs) -> list[dict]:
+        """The steps an autotuner's hook takes, recorded apart from the forward's (a launch too:
+        a step, not a config of the autotuner, which the parent refuses in a hook)."""
+        outer, choices = self.steps, self.choices
+        self.steps, self.choices = [], None
+        try:
+            hook(*args, **kwargs)
+            return self.steps
+        finally:
+            self.steps, self.choices = outer, choices
 
     def program(self) -> dict:
         return {"storages": self.storages, "steps": self.steps}
@@ -278,7 +311,16 @@ def _patch_launches() -> None:
         recorder.choices = [*(outer or []), []]
         try:
             for config in configs:
+                nargs = {**self.nargs, **kwargs, **config.all_kwargs()}
+                before = []
+                if len(configs) > 1:  # Triton benchmarks, then resets (reset_to_zero)
+                    before += recorder.hooked(self.pre_hook, nargs, reset_only=True)
+                if config.pre_hook is not None:
+                    before += recorder.hooked(config.pre_hook, nargs)
+                made = len(recorder.choices[-1])
                 self.fn.run(*args, **kwargs, **config.all_kwargs())
+                for alternative in recorder.choices[-1][made:]:
+                    alternative["before"] = before + alternative.get("before", [])
             alternatives = recorder.choices[-1]
         finally:
             recorder.choices = outer
@@ -379,6 +421,8 @@ def main(scratch: str, device: str, started=None) -> None:
     import torch
     import triton  # noqa: F401 - imported before the audit hook: its own start is not audited
 
+    if "torch._inductor" in (work / "candidate.py").read_text(errors="replace"):
+        importlib.import_module(INDUCTOR_HELPERS)  # its cache directory: see the module docstring
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     job = torch.load(work / "job.pt", weights_only=True, mmap=True)

@@ -16,8 +16,9 @@ no kernel writes cannot match by luck), or a ``constant`` (any other tensor a la
 reached, with the bytes it held then). Every tensor is a view of a storage: a dtype, an offset,
 a shape and strides (so view, reshape, permute, transpose, expand, narrow, slicing ... are
 views and nothing more). Steps, in order: ``launch`` (a kernel, its grid, its arguments, num_warps
-and num_stages; an autotuned launch holds each config as an alternative), ``fill`` (zero_, fill_)
-and ``copy`` (contiguous, clone or copy_ that copies)."""
+and num_stages; an autotuned launch holds each config as an alternative, with the host steps its
+autotuner's hooks take before it: ``before``), ``fill`` (zero_, fill_) and ``copy`` (contiguous,
+clone or copy_ that copies)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ class Launch:
     num_warps: int
     num_stages: int
     name: str  # the candidate's name for the kernel
+    before: list[dict] = field(default_factory=list)  # fills and copies of its autotuner's hooks
 
 
 @dataclass
@@ -234,6 +236,9 @@ class _Parser:
                 raise ProgramError(f"{where}: {value!r}")
             if name in kernel.constexprs:
                 constexprs[name] = v
+        before = raw.get("before", [])
+        if not isinstance(before, list) or len(before) > MAX_STEPS:
+            raise ProgramError(f"{what}: before: a list of at most {MAX_STEPS} steps")
         return Launch(
             kernel=kernel.canonical,
             grid=grid,
@@ -242,7 +247,24 @@ class _Parser:
             num_warps=_int(raw.get("num_warps", 4), f"{what}: num_warps", 1, MAX_WARPS),
             num_stages=_int(raw.get("num_stages", 3), f"{what}: num_stages", 0, 64),
             name=kernel.name,
+            before=[self.host(s, f"{what}: a step of an autotuner's hook") for s in before],
         )
+
+    def host(self, s, what: str) -> dict:
+        """A fill or a copy."""
+        op = s.get("op") if isinstance(s, dict) else None
+        if op == "fill":
+            value = s.get("value")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ProgramError(f"{what}: fill value {value!r}")
+            return {"op": "fill", "tensor": self.tensor(s.get("tensor"), what), "value": value}
+        if op == "copy":  # element by element in row-major order (contiguous, reshape)
+            dst, src = self.tensor(s.get("dst"), what), self.tensor(s.get("src"), what)
+            a, b = self.tensors[dst], self.tensors[src]
+            if math.prod(a["shape"]) != math.prod(b["shape"]) or a["dtype"] != b["dtype"]:
+                raise ProgramError(f"{what}: a copy between tensors of another size or dtype")
+            return {"op": "copy", "dst": dst, "src": src}
+        raise ProgramError(f"{what}: op {op!r}")
 
     def returns(self, raw, what: str, depth: int = 0):
         if not isinstance(raw, dict) or len(raw) != 1 or depth > MAX_DIMS:
@@ -280,21 +302,8 @@ class _Parser:
                     {"op": "launch", "alternatives": [self.launch(a, what) for a in alternatives]}
                 )
                 launches += 1
-            elif op == "fill":
-                value = s.get("value")
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise ProgramError(f"{what}: fill value {value!r}")
-                steps.append(
-                    {"op": "fill", "tensor": self.tensor(s.get("tensor"), what), "value": value}
-                )
-            elif op == "copy":  # element by element in row-major order (contiguous, reshape)
-                dst, src = self.tensor(s.get("dst"), what), self.tensor(s.get("src"), what)
-                a, b = self.tensors[dst], self.tensors[src]
-                if math.prod(a["shape"]) != math.prod(b["shape"]) or a["dtype"] != b["dtype"]:
-                    raise ProgramError(f"{what}: a copy between tensors of another size or dtype")
-                steps.append({"op": "copy", "dst": dst, "src": src})
             else:
-                raise ProgramError(f"{what}: op {op!r}")
+                steps.append(self.host(s, what))
         returns = self.returns(raw.get("returns"), "returns")
         program = Program(self.storages, self.tensors, steps, returns, launches)
         program.returned = list(_flat(returns))

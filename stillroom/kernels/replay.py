@@ -22,8 +22,19 @@ The analysis (the launch rules' values, launch_checks.py): before the first case
 launch (every config of an autotuned one), its first and last program instances run in the
 interpreter on copies of its arguments with the instrumented source: every ``tl.arange`` length
 and block shape, the operations each instance executes (a loop whose bounds are run-time values
-counted once, unrolled ones every iteration, through helpers with their actual constexprs), and
-for each load and store the addresses of neighbouring lanes along each axis (coalescing).
+counted once, unrolled ones every iteration, through helpers with their actual constexprs; the
+combine function of a ``tl.reduce`` or ``tl.associative_scan`` once per call, as a compiled
+reduction holds its body once, where the interpreter calls it once per element), and for each load
+and store the addresses of neighbouring lanes along each axis (coalescing).
+
+A reduction or scan with a combine function of the program's (``tl.reduce(x, 1, combine)``,
+Inductor's ``triton_helpers.max2``) runs as a GPU runs it, in a tree: one call of the combine per
+level, on whole blocks, where Triton's interpreter would call it once per element (in Python,
+re-patching ``tl`` for each helper it calls: minutes for one softmax). The combine must be
+associative for Triton, so every order gives its result up to rounding, as on a GPU.
+
+Builtin ``min``/``max`` of Triton tensors are ``tl.minimum``/``tl.maximum``, as Triton's compiler
+makes them; of anything else they are Python's.
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ RESULT_BYTES = 16 << 20
 RESULT_MAGIC = b"SRREPL01"
 MEMORY_LIMIT_BYTES = 8 << 30
 MAX_ACCESS_SITES = 256
+COMBINE = -1  # Analysis.muted's mark for a combine function's later calls (loops count up from 0)
 WARP, SECTOR = 32, 32  # lanes that access memory together; bytes a memory transaction moves
 # what Triton's compiler does on a GPU (ptxas): the kernels it compiles are checked sources
 GPU_EVENTS = {"subprocess.Popen", "_posixsubprocess.fork_exec", "os.posix_spawn"}
@@ -180,6 +192,31 @@ class Analysis:
         if self.recording and not self.muted:
             self.count += n
 
+    def once(self, combine_fn):
+        """A reduction's or scan's combine function, counted on its first call only when it is
+        one of the program's (Triton's own combines are recognised by identity: left as they are).
+        """
+        code = getattr(getattr(combine_fn, "fn", None), "__code__", None)
+        if code is None or code.co_filename not in _KERNEL_FILES:
+            return combine_fn
+        analysis = self
+
+        class Once:  # what the interpreter calls: combine_fn.fn(...)
+            calls = 0
+
+            @staticmethod
+            def fn(*args):
+                Once.calls += 1
+                if Once.calls > 1:
+                    analysis.muted.add(COMBINE)
+                try:
+                    return combine_fn.fn(*args)
+                finally:
+                    if Once.calls > 1:
+                        analysis.muted.discard(COMBINE)
+
+        return Once
+
     def loop(self, ident: int, kind: str, *args, **kwargs):
         import triton.language as tl
 
@@ -258,6 +295,7 @@ class _Runner:
         self.dtypes = kernel_source.language().dtypes
         self.memory: _Memory | None = None
         self.analysis = Analysis()
+        _tree_reductions()
         for name in self.job.get("modules", []):  # submodules the kernels reach (libdevice)
             if name.startswith(kernel_source.LANGUAGE + "."):
                 importlib.import_module(name)
@@ -353,9 +391,7 @@ class _Runner:
             self.memory.allow([v for v in kwargs.values() if isinstance(v, self.torch.Tensor)])
         kernel = self.kernels[launch["kernel"]]
         try:
-            kernel[tuple(launch["grid"])](
-                **kwargs, num_warps=launch["num_warps"], num_stages=launch["num_stages"]
-            )
+            kernel[tuple(launch["grid"])](**_options(launch, kwargs))
         except ReplayError:
             raise
         except Exception as exc:  # noqa: BLE001 - the kernel's failure (compile, interpreter)
@@ -409,7 +445,20 @@ class _Runner:
         previous = memory.analysis
         memory.allow([v for v in kwargs.values() if isinstance(v, torch.Tensor)])
         memory.analysis = analysis
+
+        class Reduce(interpreter.ReduceOps):
+            def __init__(self, axis, combine_fn, keep_dims):
+                super().__init__(axis, analysis.once(combine_fn), keep_dims)
+
+        class Scan(interpreter.ScanOps):
+            def __init__(self, axis, combine_fn, reverse):
+                super().__init__(axis, analysis.once(combine_fn), reverse)
+
+        reduce_ops, scan_ops = interpreter.ReduceOps, interpreter.ScanOps
         builder.create_make_range, builder.create_splat = counted_range, counted_splat
+        # what tl.reduce and tl.associative_scan make, as the interpreter patches them in for
+        # the kernel and again for each helper it calls
+        interpreter.ReduceOps, interpreter.ScanOps = Reduce, Scan
         scope = interpreter._patch_lang(fn)
         try:
             args = inspect.getcallargs(fn, **kwargs)
@@ -433,6 +482,7 @@ class _Runner:
         finally:
             scope.restore()
             builder.create_make_range, builder.create_splat = make_range, splat
+            interpreter.ReduceOps, interpreter.ScanOps = reduce_ops, scan_ops
             memory.analysis = previous
         return analysis.finish()
 
@@ -451,13 +501,19 @@ class _Runner:
         self.execute(program, tensors, analyse, result, index)
         return _returned(program["returns"], tensors)
 
+    @staticmethod
+    def host(step: dict, tensors: list) -> None:
+        """A fill or a copy."""
+        if step["op"] == "fill":
+            tensors[step["tensor"]].fill_(step["value"])
+        else:
+            dst, src = tensors[step["dst"]], tensors[step["src"]]
+            dst.copy_(src.reshape(dst.shape))
+
     def execute(self, program: dict, tensors: list, analyse: bool, result: dict, index: int):
         for i, step in enumerate(program["steps"]):
-            if step["op"] == "fill":
-                tensors[step["tensor"]].fill_(step["value"])
-            elif step["op"] == "copy":
-                dst, src = tensors[step["dst"]], tensors[step["src"]]
-                dst.copy_(src.reshape(dst.shape))
+            if step["op"] != "launch":
+                self.host(step, tensors)
             else:
                 alternatives = step["alternatives"]
                 if analyse:
@@ -472,6 +528,8 @@ class _Runner:
                             }  # fmt: skip
                 choice = self.choose(alternatives, tensors) if len(alternatives) > 1 else 0
                 result["chosen"][f"{index}:{i}"] = choice
+                for before in alternatives[choice].get("before", []):  # its autotuner's hooks
+                    self.host(before, tensors)
                 self.launch(alternatives[choice], tensors)
 
     def choose(self, alternatives: list, tensors: list) -> int:
@@ -488,11 +546,11 @@ class _Runner:
             }
             kernel = self.kernels[alt["kernel"]][tuple(alt["grid"])]
             try:
-                kernel(**scratch, num_warps=alt["num_warps"], num_stages=alt["num_stages"])
+                kernel(**_options(alt, scratch))
                 torch.cuda.synchronize()
                 start = time.perf_counter()
                 for _ in range(5):
-                    kernel(**scratch, num_warps=alt["num_warps"], num_stages=alt["num_stages"])
+                    kernel(**_options(alt, scratch))
                 torch.cuda.synchronize()
                 seconds = (time.perf_counter() - start) / 5
             except Exception:  # noqa: BLE001 - a config that fails is not chosen
@@ -504,11 +562,20 @@ class _Runner:
 
 # Builtins that would read a run-time value into Python (Triton's compiler refuses that; its
 # interpreter would let a kernel compute in Python): on a Triton tensor they raise.
-SCALAR_ONLY = ("int", "float", "bool", "min", "max")
+SCALAR_ONLY = ("int", "float", "bool")
+# Builtins Triton's compiler maps onto triton.language for tensors (core.builtin_min/max)
+ELEMENTWISE = {"min": "minimum", "max": "maximum"}
+
+
+def _options(launch: dict, kwargs: dict) -> dict:
+    """A launch's keywords: its arguments and its options, an argument winning where a kernel
+    has a parameter named like an option (Triton binds the keyword to the parameter)."""
+    return {"num_warps": launch["num_warps"], "num_stages": launch["num_stages"], **kwargs}
 
 
 def _builtins(tl) -> dict:
     import builtins
+    import functools
 
     def strict(name: str):
         real = getattr(builtins, name)
@@ -523,9 +590,92 @@ def _builtins(tl) -> dict:
 
         return call
 
-    return {
-        n: strict(n) if n in SCALAR_ONLY else getattr(builtins, n) for n in kernel_source.BUILTINS
-    }
+    def elementwise(name: str):
+        real = getattr(builtins, name)
+
+        def call(*args, **kwargs):
+            if any(isinstance(a, tl.tensor) for a in args):
+                if len(args) < 2 or kwargs:  # Python's would iterate a tensor
+                    raise TypeError(f"{name}() of Triton tensors takes two or more of them")
+                # looked up now: the interpreter patches tl's members while a kernel runs
+                return functools.reduce(getattr(tl, ELEMENTWISE[name]), args)
+            return real(*args, **kwargs)
+
+        return call
+
+    def make(n: str):
+        if n in SCALAR_ONLY:
+            return strict(n)
+        return elementwise(n) if n in ELEMENTWISE else getattr(builtins, n)
+
+    return {n: make(n) for n in kernel_source.BUILTINS}
+
+
+def _tree_reductions() -> None:
+    """Triton's interpreter, in this process, reducing and scanning with a program's combine
+    function in a tree (the module docstring); its own combines (sum, max ...) as before."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    def combine(op, input: tuple, left: list, right: list) -> list:
+        """The program's combine of the arrays ``left`` and ``right`` (one per input), element by
+        element, as arrays of ``left``'s shapes and dtypes."""
+        sides = [
+            [op.to_tensor(a, arg.dtype) for a, arg in zip(side, input, strict=True)]
+            for side in (left, right)
+        ]
+        out = op.combine_fn.fn(*sides[0], *sides[1])
+        out = out if isinstance(out, tuple) else (out,)
+        return [
+            np.broadcast_to(o.handle.data if hasattr(o, "handle") else o, a.shape).astype(a.dtype)
+            for o, a in zip(out, left, strict=True)
+        ]
+
+    class TreeReduce(interpreter.ReduceOps):
+        def generic_reduce(self, input):
+            original_axis = self.axis
+            input, axis = self.unravel(input, self.axis)
+            shape = input[0].handle.data.shape
+            data = [np.moveaxis(arg.handle.data, axis, 0) for arg in input]
+            while data[0].shape[0] > 1:  # neighbours in pairs: the order of the elements kept
+                even = data[0].shape[0] // 2 * 2
+                pairs = combine(
+                    self, input, [d[0:even:2] for d in data], [d[1:even:2] for d in data]
+                )
+                data = [np.concatenate([c, d[even:]]) for c, d in zip(pairs, data, strict=True)]
+            out = []
+            for d, arg in zip(data, input, strict=True):
+                value = d[0]
+                if self.keep_dims:
+                    value = (
+                        np.expand_dims(value, axis)
+                        if original_axis is not None
+                        else value.reshape((1,) * len(shape))
+                    )
+                elif original_axis is None:
+                    value = value.item()
+                out.append(self.to_tensor(value, arg.dtype))
+            return out
+
+    class TreeScan(interpreter.ScanOps):
+        def generic_scan(self, input):
+            data = [np.moveaxis(arg.handle.data, self.axis, 0) for arg in input]
+            n, step = data[0].shape[0], 1
+            while step < n:  # Hillis and Steele: each element combined with the one step before
+                # whole blocks (Triton's shapes are powers of two): the first step elements are
+                # combined with themselves, and kept as they were
+                earlier = [np.concatenate([d[:step], d[: n - step]]) for d in data]
+                later = combine(self, input, earlier, data)
+                data = [
+                    np.concatenate([d[:step], c[step:]]) for c, d in zip(later, data, strict=True)
+                ]
+                step *= 2
+            return [
+                self.to_tensor(np.ascontiguousarray(np.moveaxis(d, 0, self.axis)), arg.dtype)
+                for d, arg in zip(data, input, strict=True)
+            ]
+
+    interpreter.ReduceOps, interpreter.ScanOps = TreeReduce, TreeScan
 
 
 def _returned(spec, tensors):
