@@ -266,3 +266,23 @@ def test_a_hub_source_must_pin_its_revision():
             {"name": "kb", "kind": "kernelbook", "path": "GPUMODE/KernelBook"},
             where="dataset.sft_sources.0",
         )
+
+
+def test_the_dataset_stage_adds_the_kept_rows_and_reports_the_dropped(tmp_path):
+    from stillroom.io import read_jsonl
+    from stillroom.stages.dataset import build
+
+    spec = source(write(tmp_path / "kb.jsonl", [ROWS[0], ROWS[3]]))
+    params = {
+        "default_effort": "low",
+        "untagged_fraction": 1.0,
+        "effort_tag": "{effort: $effort}",
+        "sft_sources": [spec.dump()],
+        "kernel": FAST.dump(),
+    }
+    out = tmp_path / "train.jsonl"
+    metrics = build(graded={}, out_dataset=str(out), params=params, log=lambda _: None)
+    assert [r["id"] for r in read_jsonl(out)] == ["kb:1"]
+    report = metrics["sft_sources"]["kb"]
+    assert (report["kept"], report["dropped"]) == (1, 1)
+    assert [o["id"] for o in report["outcomes"] if not o["kept"]] == ["4"]
