@@ -23,7 +23,6 @@ column or hold no text there is refused, naming the file, row and column.
 from __future__ import annotations
 
 import ast
-import json
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -268,7 +267,3 @@ def _category(reasons: list[str]) -> str:
     first = reasons[0] if reasons else "no reason given"
     head = first.split(": ", 1)[1] if first.startswith(("trial ", "case ")) else first
     return "".join("N" if c.isdigit() else c for c in head)[:160]
-
-
-def write_report(path: str, report: Mapping[str, Any]) -> None:
-    Path(path).write_text(json.dumps(report, indent=1) + "\n")
