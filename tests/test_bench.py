@@ -57,8 +57,9 @@ SMOKE: dict[str, list[tuple[list[str], str]]] = {
     ],
     "kernel_validator_throughput.py": [
         (
-            ["--n", "2", "--workers", "1", "--os-sandbox", "off"],
-            r"today / baseline: \d+\.\d+x the rewards per minute",
+            ["--n", "2", "--workers", "1", "--os-sandbox", "off", "--conditions", "idle"]
+            + ["--trials", "1", "--cases", "mixed_sign"],
+            r"idle: today / baseline: \d+\.\d+x the rewards per minute",
         )
     ],
     "merge_memory.py": [

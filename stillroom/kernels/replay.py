@@ -39,6 +39,7 @@ makes them; of anything else they are Python's.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import inspect
 import json
@@ -58,6 +59,7 @@ RESULT_MAGIC = b"SRREPL01"
 MEMORY_LIMIT_BYTES = 8 << 30
 MAX_ACCESS_SITES = 256
 COMBINE = -1  # Analysis.muted's mark for a combine function's later calls (loops count up from 0)
+GC_BYTES = 64 << 20  # a case whose storages hold more is collected after it (a full gc: ~0.1 s)
 WARP, SECTOR = 32, 32  # lanes that access memory together; bytes a memory transaction moves
 # what Triton's compiler does on a GPU (ptxas): the kernels it compiles are checked sources
 GPU_EVENTS = {"subprocess.Popen", "_posixsubprocess.fork_exec", "os.posix_spawn"}
@@ -80,6 +82,9 @@ class _Memory:
         self.real = real
         self.starts = self.ends = None
         self.analysis: Analysis | None = None
+        # while the analysis runs on the launch's own buffers: (addresses, old values, mask) of
+        # each write, undone after it, so no buffer is copied whole
+        self.undo: list[tuple] | None = None
 
     def __getattr__(self, name):
         return getattr(self.real, name)
@@ -131,15 +136,34 @@ class _Memory:
 
     def store(self, ptrs, value, mask):
         self.check("tl.store", ptrs, mask, value.itemsize)
+        self._save(ptrs, value, mask)
         return self.real.store(ptrs, value, mask)
 
     def atomic_rmw(self, op, ptrs, value, mask, sem):
         self.check("an atomic", ptrs, mask, value.itemsize)
+        self._save(ptrs, value, mask)
         return self.real.atomic_rmw(op, ptrs, value, mask, sem)
 
     def atomic_cas(self, ptrs, cmp, value, sem):
         self.check("an atomic", ptrs, None, value.itemsize)
+        self._save(ptrs, value, None)
         return self.real.atomic_cas(ptrs, cmp, value, sem)
+
+    def _save(self, ptrs, value, mask) -> None:
+        import numpy as np
+
+        if self.undo is None:
+            return
+        ptrs = np.asarray(ptrs)
+        mask = np.ascontiguousarray(np.broadcast_to(True if mask is None else mask, ptrs.shape))
+        old = self.real.load(ptrs, mask, np.zeros(ptrs.shape, value.dtype), value.dtype)
+        self.undo.append((ptrs, old, mask))
+
+    def restore(self) -> None:
+        """Undo the writes saved since ``undo`` was set, last first, and stop saving."""
+        for ptrs, old, mask in reversed(self.undo or []):
+            self.real.store(ptrs, old, mask)
+        self.undo = None
 
 
 _KERNEL_FILES: set[str] = set()
@@ -354,14 +378,11 @@ class _Runner:
                     raw.zero_()
                     raw[: nbytes // size * size].view(dtype).fill_(s["fill"])
                 storage = raw.untyped_storage()
-            else:  # constant
+            else:  # constant: read straight into its storage (no intermediate bytes object)
                 self.constants.seek(self.job["constants_base"] + s["offset"])
-                data = bytearray(self.constants.read(nbytes))
-                raw = (
-                    torch.frombuffer(data, dtype=torch.uint8)
-                    if nbytes
-                    else torch.empty(0, dtype=torch.uint8)
-                )
+                raw = torch.empty(nbytes, dtype=torch.uint8)
+                if self.constants.readinto(raw.numpy()) != nbytes:
+                    raise ReplayError(f"a constant storage of {nbytes} bytes was cut short")
                 storage = raw.to(self.device).untyped_storage()
             if storage.nbytes() < nbytes:
                 raise ReplayError(f"a {kind} storage holds {storage.nbytes()} bytes, not {nbytes}")
@@ -402,18 +423,20 @@ class _Runner:
 
     def analyse(self, launch: dict, tensors: list) -> dict:
         """The launch rules' values of one launch: its first and last program instances,
-        interpreted with the instrumented source on copies of its arguments."""
+        interpreted with the instrumented source: on CPU on the launch's own buffers, each write
+        undone afterwards (memory for what the two instances write, not a copy of every buffer);
+        on a GPU on host copies of its arguments."""
         from triton.runtime import interpreter
 
         torch = self.torch
         kwargs = self.arguments(launch, tensors)
         copies: dict[int, object] = {}
         for name, value in list(kwargs.items()):
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, torch.Tensor) and value.device.type != "cpu":
                 storage = value.untyped_storage()
                 key = storage.data_ptr()
                 if key not in copies:
-                    copies[key] = storage.cpu() if storage.device.type != "cpu" else storage.clone()
+                    copies[key] = storage.cpu()
                 view = torch.empty(0, dtype=value.dtype)
                 view.set_(copies[key], value.storage_offset(), value.shape, value.stride())
                 kwargs[name] = view
@@ -461,6 +484,7 @@ class _Runner:
         interpreter.ReduceOps, interpreter.ScanOps = Reduce, Scan
         scope = interpreter._patch_lang(fn)
         try:
+            memory.undo = []
             args = inspect.getcallargs(fn, **kwargs)
             args = {
                 n: a if n in executor.constexprs else interpreter._implicit_cvt(a)
@@ -480,6 +504,7 @@ class _Runner:
         except Exception as exc:  # noqa: BLE001 - the kernel's failure, as in the launch itself
             raise ReplayError(f"launch of {launch['name']}: {_message(exc)}") from None
         finally:
+            memory.restore()
             scope.restore()
             builder.create_make_range, builder.create_splat = make_range, splat
             interpreter.ReduceOps, interpreter.ScanOps = reduce_ops, scan_ops
@@ -738,6 +763,12 @@ def main(scratch: str, device: str, started=None) -> None:
                     torch.cuda.synchronize()
             seen_programs.add(index)
             why = channel.put(mapping, case["layout"], out)
+            # this case's storages go before the next case makes its own: Triton's interpreter
+            # keeps a launch's arguments in a reference cycle (a recursive closure over them), so
+            # only a collection frees them; run where the storages are large enough to matter
+            del out
+            if sum(s["nbytes"] for s in program["storages"] if s["kind"] != "input") > GC_BYTES:
+                gc.collect()
         except ReplayError as exc:
             why = str(exc)
         except Exception as exc:  # noqa: BLE001 - a host step of the program failed
