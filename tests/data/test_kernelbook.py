@@ -11,11 +11,6 @@ from stillroom.config.data import KernelBookSource
 from stillroom.data import kernelbook
 from stillroom.io import DataError
 
-# Inductor's runtime helpers (`from torch._inductor.runtime import triton_helpers`) are refused by
-# the extraction's audit hook and the kernel whitelist until issue 41 item 1 lands (another
-# branch). Flip to True at that merge: the Inductor-style row is then kept, not dropped.
-INDUCTOR_HELPERS_EARN_1 = False
-
 # The rows imitate KernelBook's columns (python_code, triton_code, entry_point, uuid; the dataset
 # card at https://huggingface.co/datasets/GPUMODE/KernelBook) and its triton_code, which is torch
 # 2.5 Inductor's output module (kernels, call(args), class <entry_point>New), as in
@@ -186,7 +181,7 @@ ROWS = [
     relu_row(4, name="WrongRelu", stored="tmp0"),  # stores its input: not a relu
     relu_row(5, name="BrokenRelu", stored="tmp2 +"),  # does not parse
 ]
-KEPT = {"1", "2"} | ({"3"} if INDUCTOR_HELPERS_EARN_1 else set())
+KEPT = {"1", "2", "3"}
 FAST = ValidatorOptions(trials=1)
 
 
@@ -209,8 +204,6 @@ def test_honest_rows_are_kept_and_broken_ones_dropped_with_reasons(tmp_path):
     outcome = {o["id"]: o for o in report["outcomes"]}
     assert any("elements off" in r for r in outcome["4"]["reasons"]), outcome["4"]
     assert outcome["5"]["reasons"] == ["its Triton does not parse (invalid syntax, line 21)"]
-    if not INDUCTOR_HELPERS_EARN_1:
-        assert outcome["3"]["reasons"], outcome["3"]
     # the example teaches what was graded: the instruction GRPO asks with, the candidate as answer
     first = next(e for e in kept if e["id"] == "kb:1")
     user, assistant = first["messages"]
