@@ -381,8 +381,8 @@ def main(scratch: str, device: str, started=None) -> None:
     # no process may be started (a kernel-enforced filter), nor any file written
     sandbox.no_new_processes()
     sandbox.guard(box=None)
-    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT_BYTES, hard))
+    # the hard limit too: candidate code may raise a soft limit up to it
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT_BYTES, FILE_LIMIT_BYTES))
     if started is not None:
         started()
     try:

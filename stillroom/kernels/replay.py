@@ -245,7 +245,11 @@ class Races:
 
         if not self.stores:
             return None
-        stores = np.unique(np.concatenate(self.stores), axis=0)
+        stores = np.concatenate(self.stores)
+        stores = stores[np.lexsort((stores[:, 1], stores[:, 0]))]
+        fresh = np.ones(len(stores), bool)
+        fresh[1:] = (stores[1:] != stores[:-1]).any(axis=1)
+        stores = stores[fresh]  # each (address, instance) once, by address
         addresses, first = np.unique(stores[:, 0], return_index=True)
         owner = stores[first, 1]  # an instance that stores each address
         doubled = np.flatnonzero(np.diff(stores[:, 0]) == 0)
