@@ -577,6 +577,16 @@ class _Runner:
             written = self.written if real else None
             measured = self.interpret(launch, kwargs, grid, self.order(grid), written)
         else:
+            # the analysis's copies, of the memory as the launch finds it
+            copies: dict[int, object] = {}
+            on_cpu = dict(kwargs)
+            for name, value in kwargs.items():
+                if isinstance(value, torch.Tensor) and self.analysing:
+                    storage = value.untyped_storage()
+                    copy = copies.setdefault(storage.data_ptr(), storage.cpu())
+                    on_cpu[name] = torch.empty(0, dtype=value.dtype).set_(
+                        copy, value.storage_offset(), value.shape, value.stride()
+                    )
             kernel = self.kernels[launch["kernel"]]
             try:
                 kernel[tuple(launch["grid"])](
@@ -586,15 +596,7 @@ class _Runner:
                 raise ReplayError(f"launch of {launch['name']}: {_message(exc)}") from None
             if not self.analysing:
                 return
-            copies: dict[int, object] = {}
-            for name, value in list(kwargs.items()):
-                if isinstance(value, torch.Tensor):
-                    storage = value.untyped_storage()
-                    copy = copies.setdefault(storage.data_ptr(), storage.cpu())
-                    kwargs[name] = torch.empty(0, dtype=value.dtype).set_(
-                        copy, value.storage_offset(), value.shape, value.stride()
-                    )
-            measured = self.interpret(launch, kwargs, grid, self.sample(grid), None)
+            measured = self.interpret(launch, on_cpu, grid, self.sample(grid), None)
         _merge(result["analysed"], key, measured)
 
     def order(self, grid: list[int]):
