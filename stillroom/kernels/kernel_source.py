@@ -72,6 +72,9 @@ VALUE_MEMBERS = frozenset(TENSOR_MEMBERS | DTYPE_MEMBERS)
 LANGUAGE = "triton.language"
 MAX_STRING = 200
 MAX_SOURCE = 100_000  # characters of one kernel's source
+# syntax tree levels of one kernel: far above what people write (Inductor's index expressions
+# take a few), far below what Python's recursive tools (ast, copy, Triton's rewriter) survive
+MAX_DEPTH = 100
 
 _STATEMENTS = (
     ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.If, ast.For, ast.While,
@@ -113,6 +116,7 @@ class Kernel:
     canonical: str  # its name in the replay's source
     tree: ast.FunctionDef | None = None
     text: str = ""  # the canonical definition, as source
+    analysis: str = ""  # the same, instrumented for the analysis (instrument)
     calls: set[str] = field(default_factory=set)
     params: list[str] = field(default_factory=list)
     constexprs: set[str] = field(default_factory=set)
@@ -613,8 +617,25 @@ def _checked(kid: str, rec: dict, canonical: dict[str, str]) -> Kernel:
     return kernel
 
 
+def _depth(tree: ast.AST) -> int:
+    """How many levels the syntax tree nests, counted without recursion."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, level = todo.pop()
+        deepest = max(deepest, level)
+        todo += [(child, level + 1) for child in ast.iter_child_nodes(node)]
+    return deepest
+
+
 def _check_one(kernel: Kernel, source: str, globals_: dict, canonical: dict[str, str]) -> None:
     tree = ast.parse(textwrap.dedent(source))
+    depth = _depth(tree)
+    if depth > MAX_DEPTH:
+        kernel.reasons.append(
+            f"kernel {kernel.name}: its source cannot be checked (its syntax nests {depth} levels "
+            f"deep, more than {MAX_DEPTH})"
+        )
+        return
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
         kernel.reasons.append(f"kernel {kernel.name}: its source is not one function definition")
         return
@@ -654,7 +675,12 @@ def _check_one(kernel: Kernel, source: str, globals_: dict, canonical: dict[str,
         posonlyargs=[], args=params, kwonlyargs=[], kw_defaults=[], defaults=defaults
     )
     kernel.tree = ast.fix_missing_locations(fn)
-    kernel.text = ast.unparse(kernel.tree)  # here, where a too deep tree is caught
+    kernel.text = ast.unparse(kernel.tree)
+    kernel.analysis = ast.unparse(_instrumented(kernel.tree))
+    # text that parses may still not compile (break outside a loop, a repeated parameter or
+    # keyword): Python's compiler says so here, as a reason, not in the replay
+    for text in (kernel.text, kernel.analysis):
+        compile(text, f"<kernel {kernel.name}>", "exec")
 
 
 HEADER = (
@@ -670,7 +696,9 @@ def source(kernels: list[Kernel]) -> str:
 
 
 # The instrumentation's names: a kernel's own names never start with "__" (refused above).
-COUNT, LOOP, LOOP_END, ITERATION = "__sr_count", "__sr_loop", "__sr_loop_end", "__sr_iteration"
+COUNT, LOOP, LOOP_END, ITERATION, BLOCK = (
+    "__sr_count", "__sr_loop", "__sr_loop_end", "__sr_iteration", "__sr_block"
+)  # fmt: skip
 
 
 def operations(node: ast.AST) -> int:
@@ -683,17 +711,26 @@ def operations(node: ast.AST) -> int:
 
 
 class _Instrument(ast.NodeTransformer):
-    """Counts each statement's operations as it runs; a loop whose bounds are not all
-    compile-time values counts its body once (it stays a loop when compiled), a
-    ``tl.static_range`` or a loop over constants every iteration (it is unrolled)."""
+    """Counts each statement's operations as it runs, and marks each loop's iterations
+    (replay.Analysis counts a loop that stays a loop, over run-time bounds or a ``while``, as its
+    costliest iteration; an unrolled one, over constants or a ``tl.static_range``, every
+    iteration). Loops are named ``<kernel>:<n>``, unique across the kernels of a program."""
 
-    def __init__(self):
-        self.loops = 0
+    def __init__(self, kernel: str):
+        self.kernel, self.loops = kernel, 0
+
+    def ident(self) -> ast.Constant:
+        self.loops += 1
+        return ast.Constant(f"{self.kernel}:{self.loops}")
 
     @staticmethod
     def count(n: int, like: ast.AST) -> ast.stmt:
         call = ast.Call(ast.Name(COUNT, ast.Load()), [ast.Constant(n)], [])
         return ast.copy_location(ast.Expr(call), like)
+
+    @staticmethod
+    def call(name: str, args: list, like: ast.AST) -> ast.stmt:
+        return ast.copy_location(ast.Expr(ast.Call(ast.Name(name, ast.Load()), args, [])), like)
 
     def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out = []
@@ -717,36 +754,43 @@ class _Instrument(ast.NodeTransformer):
         return [self.count(operations(node.test), node), node]
 
     def visit_For(self, node: ast.For):
-        ident = self.loops
-        self.loops += 1
+        ident = self.ident()
         node.body = self.block(node.body)
         before = [self.count(operations(node.iter), node)]
         it = node.iter
         kind = RANGES.get(_dotted(it.func)) if isinstance(it, ast.Call) else None
         if kind is not None:
             node.iter = ast.Call(
-                ast.Name(LOOP, ast.Load()),
-                [ast.Constant(ident), ast.Constant(kind), *it.args],
-                it.keywords,
+                ast.Name(LOOP, ast.Load()), [ident, ast.Constant(kind), *it.args], it.keywords
             )
-        end = ast.Expr(ast.Call(ast.Name(LOOP_END, ast.Load()), [ast.Constant(ident)], []))
-        return [*before, node, ast.copy_location(end, node)]
+        return [*before, node, self.call(LOOP_END, [ident], node)]
 
     def visit_While(self, node: ast.While):
-        ident = self.loops
-        self.loops += 1
-        step = ast.Expr(ast.Call(ast.Name(ITERATION, ast.Load()), [ast.Constant(ident)], []))
-        node.body = [ast.copy_location(step, node), *self.block(node.body)]
-        end = ast.Expr(ast.Call(ast.Name(LOOP_END, ast.Load()), [ast.Constant(ident)], []))
-        return [self.count(operations(node.test), node), node, ast.copy_location(end, node)]
+        ident = self.ident()
+        node.body = [self.call(ITERATION, [ident], node), *self.block(node.body)]
+        return [self.count(operations(node.test), node), node, self.call(LOOP_END, [ident], node)]
+
+
+class _Blocks(ast.NodeTransformer):
+    """Passes the value of every call the kernel makes through ``__sr_block``, which measures
+    the blocks it builds whatever builds them (arange, full, reshape, join, broadcast_to, dot, a
+    helper's result)."""
+
+    def visit_Call(self, node: ast.Call):
+        node = self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id.startswith("__sr_"):
+            return node
+        return ast.copy_location(ast.Call(ast.Name(BLOCK, ast.Load()), [node], []), node)
+
+
+def _instrumented(tree: ast.FunctionDef) -> ast.FunctionDef:
+    """A kernel's canonical definition with the analysis's counters (replay.Analysis) in it."""
+    import copy
+
+    counted = _Instrument(tree.name).visit(copy.deepcopy(tree))
+    return ast.fix_missing_locations(_Blocks().visit(counted))
 
 
 def instrument(kernels: list[Kernel]) -> str:
-    """The canonical source with the analysis's counters (replay.Analysis) in it."""
-    import copy
-
-    trees = []
-    for k in kernels:
-        tree = _Instrument().visit(copy.deepcopy(k.tree))
-        trees.append(ast.fix_missing_locations(tree))
-    return HEADER + "\n\n".join(ast.unparse(t) for t in trees) + "\n"
+    """The canonical source with the analysis's counters in it."""
+    return HEADER + "\n\n".join(k.analysis for k in kernels) + "\n"
