@@ -336,13 +336,25 @@ class _Runner:
             tensors.append(view)
         return tensors
 
-    def arguments(self, launch: dict, tensors: list) -> dict:
+    def arguments(self, launch: dict, tensors: list, interpreted: bool | None = None) -> dict:
+        """A launch's keyword arguments; ``interpreted`` (default: on CPU) passes each float of a
+        run-time parameter as the fp32 scalar Triton's compiler makes of it."""
+        if interpreted is None:
+            interpreted = self.device == "cpu"
+        fn = self.kernels[launch["kernel"]].fn
+        runtime = {
+            n
+            for n, p in inspect.signature(fn).parameters.items()
+            if p.annotation is not self.tl.constexpr
+        }
         out = {}
         for name, arg in launch["args"].items():
             if "tensor" in arg:
                 out[name] = tensors[arg["tensor"]]
             elif "dtype" in arg:
                 out[name] = getattr(self.tl, self.dtypes[arg["dtype"]])
+            elif interpreted and name in runtime and type(arg["value"]) is float:
+                out[name] = interpreted_float(self.tl, arg["value"])
             else:
                 out[name] = arg["value"]
         return out
@@ -370,7 +382,7 @@ class _Runner:
         from triton.runtime import interpreter
 
         torch = self.torch
-        kwargs = self.arguments(launch, tensors)
+        kwargs = self.arguments(launch, tensors, interpreted=True)
         copies: dict[int, object] = {}
         for name, value in list(kwargs.items()):
             if isinstance(value, torch.Tensor):
@@ -505,6 +517,16 @@ class _Runner:
 # Builtins that would read a run-time value into Python (Triton's compiler refuses that; its
 # interpreter would let a kernel compute in Python): on a Triton tensor they raise.
 SCALAR_ONLY = ("int", "float", "bool", "min", "max")
+
+
+def interpreted_float(tl, value: float):
+    """A float argument as Triton's compiler types it, an fp32 scalar: Triton's interpreter passes
+    it on as a Python float (only ints become tensors), on which ``eps.to(tl.float32)`` fails and
+    arithmetic runs in float64."""
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+
+    return tl.tensor(TensorHandle(np.array([value], dtype=np.float32), tl.float32), tl.float32)
 
 
 def _builtins(tl) -> dict:
