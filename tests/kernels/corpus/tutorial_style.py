@@ -10,6 +10,7 @@ import textwrap
 from . import Entry
 
 TUTORIALS = "github.com/triton-lang/triton python/tutorials/"
+OPS = "github.com/triton-lang/triton (release/2.x) python/"
 IMPORTS = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
 
 
@@ -670,7 +671,7 @@ def _matmul(call: str, builtin_min: bool) -> str:
 def _entry(name, tutorial, problem, candidate, refusal=None) -> Entry:
     return Entry(
         name=f"tutorial_{name}",
-        origin=TUTORIALS + tutorial,
+        origin=(OPS if tutorial.startswith("triton/ops/") else TUTORIALS) + tutorial,
         kind="tutorial-style",
         problem=problem,
         candidate=candidate,
