@@ -413,6 +413,11 @@ def main(scratch: str, device: str, started=None) -> None:
 
     if "torch._inductor" in (work / "candidate.py").read_text(errors="replace"):
         importlib.import_module(INDUCTOR_HELPERS)  # its cache directory: see the module docstring
+    if torch.distributed.is_available():
+        # torch's own module, whose import loads libc with ctypes (refused by the audit hook); a
+        # library reaches it through torch.distributed.checkpoint (Liger-Kernel, via torchao)
+        import torch.distributed.elastic.multiprocessing.redirects  # noqa: F401
+
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     job = torch.load(work / "job.pt", weights_only=True, mmap=True)

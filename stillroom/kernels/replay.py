@@ -696,7 +696,12 @@ class _Runner:
         try:
             args = inspect.getcallargs(fn, **kwargs)
             args = {
-                n: a if n in constexprs else interpreter._implicit_cvt(a) for n, a in args.items()
+                n: a
+                if n in constexprs
+                else interpreted_float(self.tl, a)
+                if type(a) is float
+                else interpreter._implicit_cvt(a)
+                for n, a in args.items()
             }
             builder.set_grid_dim(*grid)
             for x, y, z in instances:
@@ -926,6 +931,16 @@ def _options(launch: dict, kwargs: dict) -> dict:
     """A launch's keywords: its arguments and its options, an argument winning where a kernel
     has a parameter named like an option (Triton binds the keyword to the parameter)."""
     return {"num_warps": launch["num_warps"], "num_stages": launch["num_stages"], **kwargs}
+
+
+def interpreted_float(tl, value: float):
+    """A float argument as Triton's compiler types it, an fp32 scalar: Triton's interpreter passes
+    it on as a Python float (only ints become tensors), on which ``eps.to(tl.float32)`` fails and
+    arithmetic runs in float64."""
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+
+    return tl.tensor(TensorHandle(np.array([value], dtype=np.float32), tl.float32), tl.float32)
 
 
 def _builtins(tl) -> dict:

@@ -741,12 +741,12 @@ def test_an_autotuners_hook_steps_are_fills_and_copies_of_the_programs_tensors()
     from .test_program import INPUT, VIEW, launch, record
 
     zero = {"op": "fill", "tensor": VIEW, "value": 0}
-    parsed = program.parse(record(steps=[launch(before=[zero])]), [INPUT], {}, 0)
+    parsed = program.parse(record(steps=[launch(before=[zero])]), [INPUT], {})
     (p,) = parsed.programs
     assert p.steps[0]["alternatives"][0].before == [{"op": "fill", "tensor": 0, "value": 0}]
     assert p.to_json()["steps"][0]["alternatives"][0]["before"] == [
         {"op": "fill", "tensor": 0, "value": 0}
     ]
-    parsed = program.parse(record(steps=[launch(before=[launch()])]), [INPUT], {}, 0)
+    parsed = program.parse(record(steps=[launch(before=[launch()])]), [INPUT], {})
     assert parsed.programs == [None]
     assert "a step of an autotuner's hook: op 'launch'" in parsed.errors[0], parsed.errors
