@@ -102,15 +102,7 @@ def options(name: str) -> dict:
 # Every library and Inductor-style candidate imports torch._dynamo (Liger, fla) or
 # torch._inductor.runtime.triton_helpers, whose import makes Inductor's cache directory.
 IMPORT_CACHE = "failed at import: PermissionError: sandbox: os.mkdir"
-EXPECTED_FIXED_ELSEWHERE: dict[str, str] = {
-    **{e.name: IMPORT_CACHE for e in ENTRIES if e.kind in ("library", "inductor-style")},
-    "tutorial_02_fused_softmax": "got multiple values for keyword argument 'num_stages'",
-    "tutorial_03_matmul": "min() of a Triton tensor reads a run-time value into Python",
-    "tutorial_03_matmul_transposed": "min() of a Triton tensor reads a run-time value into Python",
-    # the pre-hook that zeroes the split-K output never runs: atomics add into NaN
-    "tutorial_splitk_matmul_init_to_zero": "elements off (max abs error inf)",
-    "tutorial_splitk_matmul_reset_to_zero": "elements off (max abs error inf)",
-}
+EXPECTED_FIXED_ELSEWHERE: dict[str, str] = {}
 
 # Entries that earn 0, once the branch above is merged, for a cause no branch of issue 41 fixes
 # and a GPU compile would not give, with the reason seen (the import made to work by hand): for
