@@ -34,13 +34,12 @@ The record goes into ``out.bin`` (the only file this process may write, laid out
 parent). ``started()`` tells the caller that candidate code runs from now on: a failure
 after it is the candidate's.
 
-Inductor's runtime helpers (``from torch._inductor.runtime import triton_helpers``, the first line
-of every module torch.compile writes) are imported before the sandbox's hook when the candidate's
-source names ``torch._inductor``: importing ``torch._inductor`` makes its cache directory (in
-this job's own TMPDIR), which the hook would refuse, and the import is installed torch's code
-under a fixed name, not the candidate's. The hook stays as strict for every path the candidate
-chooses; the replay never imports the module (kernel_source.py reads the helpers it calls from
-the parent's own import).
+Inductor's cache directory is made before the sandbox's hook, in this job's own TMPDIR: importing
+``torch._inductor`` (``from torch._inductor.runtime import triton_helpers``, the first line of
+every module torch.compile writes) or ``torch._dynamo`` (which libraries reach through
+``torch.compiler.disable``) makes it again, and the hook lets a mkdir of a directory that exists
+through (it changes nothing). The hook stays as strict for every other path; the replay never
+imports Inductor (kernel_source.py reads the helpers a kernel calls from the parent's own import).
 """
 
 from __future__ import annotations
@@ -63,7 +62,6 @@ FILE_LIMIT_BYTES = 0  # this process writes no file: its output goes through out
 OUT = "out.bin"
 MAGIC = b"SRPROG01"
 RECORD_SPACE = 32 << 20  # the size of out.bin: the record's JSON
-INDUCTOR_HELPERS = "torch._inductor.runtime.triton_helpers"
 LAUNCH_OPTIONS = {
     "num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "launch_cooperative_grid",
     "launch_pdl", "debug", "instrumentation_mode", "fpsan_homomorphic_casts", "warmup", "grid",
@@ -410,9 +408,10 @@ def main(scratch: str, device: str, started=None) -> None:
     )
     import torch
     import triton  # noqa: F401 - imported before the audit hook: its own start is not audited
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    if "torch._inductor" in (work / "candidate.py").read_text(errors="replace"):
-        importlib.import_module(INDUCTOR_HELPERS)  # its cache directory: see the module docstring
+    # Inductor's cache directory, made in this job's TMPDIR before the hook: see the docstring
+    cache_dir()
     if torch.distributed.is_available():
         # torch's own module, whose import loads libc with ctypes (refused by the audit hook); a
         # library reaches it through torch.distributed.checkpoint (Liger-Kernel, via torchao)
