@@ -20,8 +20,10 @@ helper, or terms that cancel are judged by what they are when the kernel runs.
 - Coalescing: every load and store, each execution judged alone, with lanes laid out as Triton
   lays them (along the most contiguous axis, the last on a tie, 32 to a warp): its warps touch at
   most 1.5x the 32-byte memory sectors their distinct addresses need (a unit stride or a
-  broadcast: 1x; a stride of 2: 2x). A scalar access passes; it excuses no other access of its
-  line."""
+  broadcast: 1x; a stride of 2: 2x). A row's edge (a line that jumps at most once per 32 bytes of
+  elements, as where an index modulo an odd size wraps) neither moves the lanes off its axis nor
+  is charged: Triton lays them there on the sizes the block divides. A scalar access passes; it
+  excuses no other access of its line."""
 
 from __future__ import annotations
 

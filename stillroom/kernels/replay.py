@@ -421,7 +421,8 @@ class Analysis:
         """The memory sectors (32 bytes) a warp's active lanes touch, and the fewest their
         distinct addresses could take (``_sectors``), summed over the access's warps, with lanes
         laid out as Triton lays them: along the most contiguous axis (the last on a tie), 32 to a
-        warp. Each access is judged alone; per site the worst one is kept. A scalar passes."""
+        warp. A row's edge along an axis (``_continues``) neither breaks its contiguity nor is
+        charged. Each access is judged alone; per site the worst one is kept. A scalar passes."""
         import numpy as np
 
         if not self.recording:
@@ -434,10 +435,14 @@ class Analysis:
             if mask is None
             else np.broadcast_to(np.asarray(mask, bool), a.shape)
         )
-        axis = max(range(a.ndim), key=lambda d: (_contiguity(a, d, itemsize), d))
+        axis = max(range(a.ndim), key=lambda d: (_contiguity(_continues(a, d, itemsize)[0]), d))
         lanes = np.moveaxis(a, axis, -1).reshape(-1)
         active = np.moveaxis(m, axis, -1).reshape(-1)
-        touched, fewest = _sectors(lanes, active, itemsize, a.shape[axis])
+        # a lane begins a row where its line along the lane axis begins or a row's edge cuts it
+        edges = _continues(a, axis, itemsize)[1]
+        starts = np.concatenate([np.ones((*edges.shape[:-1], 1), bool), edges], axis=-1)
+        rows = np.cumsum(starts.reshape(-1))
+        touched, fewest = _sectors(lanes, active, itemsize, rows)
         if not fewest:
             return
         site = _site()
@@ -448,28 +453,45 @@ class Analysis:
             entry["touched"], entry["fewest"] = touched, fewest
 
 
-def _contiguity(a, axis: int, itemsize: int) -> int:
-    """How many neighbours along ``axis`` lie one element apart in every aligned run (a power of
-    two: Triton's contiguity of a pointer block)."""
+def _continues(a, axis: int, itemsize: int):
+    """(steps, edges), per pair of neighbours along ``axis`` (moved last): whether the pair
+    continues a row of memory, and whether it is a row's edge. A pair continues a row when its
+    addresses lie one element apart, or at a row's edge: a jump in a line along ``axis`` that
+    jumps at most once per sector's worth of elements, as where ``xindex % ks`` wraps into the
+    next row. Where the size is odd, Triton's axis analysis loses the contiguity and lays lanes
+    along the other axis; on a size the block divides (as the problem's own sizes are) they
+    run along this one and coalesce. The rule charges what an odd size causes no more than
+    an odd stride: lanes run along this axis, each row from its edge costs what it needs."""
     import numpy as np
 
-    n = a.shape[axis]
-    steps = np.diff(a, axis=axis) == itemsize
+    unit = np.diff(np.moveaxis(a, axis, -1), axis=-1) == itemsize
+    jumps = (~unit).sum(axis=-1, keepdims=True)
+    edges = ~unit & (jumps * max(1, SECTOR // itemsize) <= a.shape[axis])
+    return unit | edges, edges
+
+
+def _contiguity(steps) -> int:
+    """How many neighbours along the last axis of ``steps`` (the pairs that continue a row, along
+    an axis of one more element) lie in one row in every aligned run (a power of two: Triton's
+    contiguity of a pointer block)."""
+    import numpy as np
+
+    n = steps.shape[-1] + 1
     run = 1
     while run * 2 <= n:
         run *= 2
-        # within each aligned run of `run` elements, every step but the run's last is unit
+        # within each aligned run of `run` elements, every step but the run's last continues
         inner = np.arange(n - 1) % run != run - 1
-        if not steps.compress(inner, axis=axis).all():
+        if not steps[..., inner].all():
             return run // 2
     return run
 
 
-def _sectors(lanes, active, itemsize: int, row: int) -> tuple[int, int]:
-    """(sectors the warps touch, the fewest their addresses need), 32 lanes a warp, lanes laid
-    out along rows of ``row`` lanes. Per warp and row, the fewest sectors of its distinct active
-    addresses packed from its first one: a row cut by the warp's edge or a mask, or starting off
-    a sector's edge (odd strides), costs what any layout would."""
+def _sectors(lanes, active, itemsize: int, rows) -> tuple[int, int]:
+    """(sectors the warps touch, the fewest their addresses need), 32 lanes a warp; ``rows``: per
+    lane, the row it belongs to (numbered in lane order). Per warp and row, the fewest sectors of
+    its distinct active addresses packed from its first one: a row cut by the warp's edge, a mask
+    or a row's edge, or starting off a sector's edge (odd strides), costs what any layout would."""
     import numpy as np
 
     pad = -lanes.size % WARP
@@ -480,7 +502,7 @@ def _sectors(lanes, active, itemsize: int, row: int) -> tuple[int, int]:
     high = np.where(active, (lanes + itemsize - 1) // SECTOR, -1)
     touched = int(_distinct(np.concatenate([low, high], axis=1)).sum())
     live = active.reshape(-1)[: index.size]
-    group = (index // WARP * (index.size + 1) + index // row)[live]
+    group = (index // WARP * (index.size + 1) + rows)[live]
     address = lanes.reshape(-1)[: index.size][live]
     order = np.lexsort((address, group))
     group, address = group[order], address[order]
