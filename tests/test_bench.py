@@ -49,6 +49,12 @@ SMOKE: dict[str, list[tuple[list[str], str]]] = {
     "grading_throughput.py": [
         (["--items", "40"], r"2 worker processes +\d+\.\d+ +\d+\.\d+ +\d+\.\d+x")
     ],
+    "kernel_corpus.py": [
+        (
+            ["--only", "tutorial_01_vector_add"],
+            r"1 kernels over 1 problems: 1 earned 1, 0 earned 0; 1 as the corpus expects",
+        )
+    ],
     "kernel_validator_sizes.py": [
         (
             ["--relu-rows", "1", "--diag", "16", "--trials", "1", "--cases", "mixed_sign"],
@@ -57,8 +63,9 @@ SMOKE: dict[str, list[tuple[list[str], str]]] = {
     ],
     "kernel_validator_throughput.py": [
         (
-            ["--n", "2", "--workers", "1", "--os-sandbox", "off"],
-            r"today / baseline: \d+\.\d+x the rewards per minute",
+            ["--n", "2", "--workers", "1", "--os-sandbox", "off", "--conditions", "idle"]
+            + ["--trials", "1", "--cases", "mixed_sign"],
+            r"idle: today / baseline: \d+\.\d+x the rewards per minute",
         )
     ],
     "merge_memory.py": [
@@ -150,5 +157,7 @@ def test_a_bench_script_runs_at_tiny_sizes_and_prints_its_numbers(script, tmp_pa
             text=True,
             timeout=1200,
         )
-        assert proc.returncode == 0, f"{script} {args}:\n{proc.stderr[-4000:]}"
+        assert proc.returncode == 0, (
+            f"{script} {args}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
         assert re.search(numbers, proc.stdout), f"{script} {args}:\n{proc.stdout[-4000:]}"

@@ -147,11 +147,20 @@ def test_evaluate_writes_every_sample(fixture, cpu_only):
 
 def test_kernel_solutions_score_through_the_reward():
     r = check_kernels(
-        **{**check_kwargs("kernels", "cpu", CPU, {}), "problems": ["relu", "add"]},
+        **{
+            **check_kwargs("kernels", "cpu", CPU, {}),
+            "problems": ["relu", "add"],
+            "corpus": ["tutorial_01_vector_add", "tutorial_06_fused_attention_block_ptr"],
+        },
         log=lambda _: None,
     )
     assert r["status"] == "pass", r["failures"]
     assert (r["problems"], r["passed"], r["not_run"]) == (2, 2, 0)
+    # the honest corpus replayed after them, each held to what it earns on CPU (1, or a refusal
+    # a GPU compile gives too)
+    corpus = r["corpus"]
+    assert (corpus["run"], corpus["as_expected"], corpus["not_run"]) == (2, 2, 0), corpus
+    assert corpus["entries"]["tutorial_01_vector_add"]["reward"] == 1
     # only a GPU times kernels
     assert r["speedup_geomean"] is None and r["per_problem"]["relu"]["reward"] == 1.0
 

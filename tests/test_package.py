@@ -171,6 +171,7 @@ def test_the_kernel_track_is_imported_only_by_kernel_specific_code():
         "stillroom.grading.kernel",  # the kernel grader
         "stillroom.runtime.grpo",  # GRPO on kernel problems
         "stillroom.data.sources",  # a kind: kernels source
+        "stillroom.data.kernelbook",  # KernelBook rows, graded by the kernel reward
         "stillroom.teachers.kernel",  # the procedural teacher's answers to kernel problems
         "stillroom.plan.estimate",  # the problems a kind: kernels source counts
         "stillroom.gpucheck.kernels",  # the GPU check compiles the kernel solutions

@@ -60,6 +60,23 @@ def test_writes_outside_the_sandbox_are_blocked(root):
     assert sorted(p.name for p in root.parent.iterdir()) == ["keep.txt", "sandboxes"]
 
 
+def test_a_mkdir_of_a_directory_that_exists_is_let_through(root):
+    """Libraries make their cache directories with makedirs(exist_ok=True) on every use (torch's
+    Inductor, reached by importing torch._dynamo): a mkdir of a directory that exists changes
+    nothing, so it raises FileExistsError, not the sandbox's refusal; a new one is still refused."""
+    program = (
+        "import os\n"
+        "os.makedirs('/usr', exist_ok=True)\n"
+        "try:\n    os.mkdir('/usr')\nexcept FileExistsError:\n    pass\n"
+        "try:\n    os.makedirs('/usr/stillroom-new', exist_ok=True)\n"
+        "except PermissionError as exc:\n    assert 'sandbox' in str(exc)\n"
+        "else:\n    raise SystemExit('a new directory outside the box was made')\n"
+    ) + ADD
+    result = grade_code(fenced(program), GOLD, timeout_s=5, tmp_root=str(root))
+    assert result.status == "passed", result.stderr_tail
+    assert not Path("/usr/stillroom-new").exists()
+
+
 def test_writes_inside_the_sandbox_are_allowed(root):
     program = (
         "import os, shutil, tempfile\nos.mkdir('d')\n"

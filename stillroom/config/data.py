@@ -283,3 +283,62 @@ class Decontam(Section):
                 "to flag what the dropping detector keeps"
             )
         return self
+
+
+class KernelBookColumns(Section):
+    """Which column holds what: GPUMODE/KernelBook's names by default (its dataset card; the rows
+    as public loaders read them: uuid, entry_point, python_code, triton_code, repo_name, licenses,
+    ...)."""
+
+    id: str = Field("uuid", description="a row's stable id")
+    entry_point: str = Field("entry_point", description="the nn.Module class python_code defines")
+    python_code: str = Field(
+        "python_code",
+        description="the module with get_inputs() and get_init_inputs() (returning [args, kwargs])",
+    )
+    triton_code: str = Field(
+        "triton_code",
+        description="Inductor's Triton for it: kernels, call(args), and class <entry_point>New",
+    )
+    reasoning: str | None = Field(
+        None,
+        description="a column of reasoning written before the code (KernelBook has none: the "
+        "answer is then the code alone)",
+    )
+
+
+# Inductor specializes a module on its example's shapes (assert_size_stride): only cases that
+# keep the shapes grade such a row, as a GPU would run it
+KERNELBOOK_CASES = ["mixed_sign", "negative", "zero", "large"]
+
+
+class KernelBookSource(Section):
+    """SFT examples from KernelBook-style rows: each row's Triton is graded by the kernel reward
+    against its own PyTorch module and kept only if it earns 1 (the others are dropped, with
+    their reasons in the report)."""
+
+    name: Name
+    kind: Literal["kernelbook"]
+    path: str = Field(description="a hub dataset id, or a local .jsonl or .parquet file")
+    revision: str | None = Field(None, description="the hub dataset's pinned revision (required)")
+    split: str = "train"
+    columns: KernelBookColumns = KernelBookColumns()
+    limit: PositiveInt | None = Field(None, description="grade the first N rows only")
+    cases: list[Literal["mixed_sign", "negative", "zero", "large"]] = Field(
+        KERNELBOOK_CASES,
+        description="the generated cases each row is graded on beyond the trials (no odd_shape: "
+        "Inductor's code is specialized on the example's shapes)",
+    )
+
+    @property
+    def local(self) -> bool:
+        return self.path.endswith((".jsonl", ".parquet"))
+
+    @model_validator(mode="after")
+    def _pinned(self) -> KernelBookSource:
+        if not self.local and not self.revision:
+            raise ValueError(
+                f"revision: {self.path} is a hub dataset (not a .jsonl or .parquet file): pin "
+                "its revision (a commit sha), so the examples do not change under the run"
+            )
+        return self

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import ConfigDict, Field, model_serializer, model_validator
 
 from .base import Effort, Plain, PositiveInt, Probability, Section, placeholders, tag
+from .data import KernelBookSource
 
 
 @dataclass(frozen=True)
@@ -422,6 +423,11 @@ class DatasetSelection(Section):
         [],
         description="other selections, each trained into a model select-<selection> (the student "
         "fine-tuned as sft is, from the base, on that dataset) and compared in every table",
+    )
+    sft_sources: list[KernelBookSource] = Field(
+        [],
+        description="SFT examples read as they are, beside the teacher's traces: kernelbook rows "
+        "(PyTorch module, Inductor's Triton), each kept only if the kernel reward grades it 1",
     )
 
     @model_validator(mode="after")

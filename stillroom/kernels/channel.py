@@ -107,10 +107,9 @@ class Mapping:
 class Report:
     """A job's report to the parent: a file the parent made at its full size (sparse), mapped by
     the job before its own code runs (writes through a mapping never extend a file), holding a
-    header (magic, the JSON's length, how many raw bytes follow ``space``), the JSON, and from
-    ``space`` on raw bytes (the extraction's constants). The parent reads it once the job ended."""
+    header (magic, the JSON's length) and the JSON. The parent reads it once the job ended."""
 
-    HEADER = struct.Struct("<8sQQ")
+    HEADER = struct.Struct("<8sQ")
 
     def __init__(self, path: Path, magic: bytes, space: int):
         fd = os.open(path, os.O_RDWR)
@@ -118,40 +117,30 @@ class Report:
             self.map = mmap.mmap(fd, 0, access=mmap.ACCESS_WRITE)
         finally:
             os.close(fd)
-        self.magic, self.space, self.used = magic, space, 0
-
-    def append(self, data: memoryview) -> int:
-        """Raw bytes after ``space``; their offset there."""
-        room = len(self.map) - self.space
-        if self.used + len(data) > room:
-            raise ValueError(f"the report's raw bytes exceed {room}")
-        start = self.space + self.used
-        self.map[start : start + len(data)] = data
-        self.used += len(data)
-        return start - self.space
+        self.magic, self.space = magic, space
 
     def finish(self, obj: dict) -> None:
         data = json.dumps(obj, default=repr).encode()
         if len(data) > self.space - self.HEADER.size:
             data = json.dumps({"error": f"the report takes {len(data)} bytes"}).encode()
         self.map[self.HEADER.size : self.HEADER.size + len(data)] = data
-        self.map[: self.HEADER.size] = self.HEADER.pack(self.magic, len(data), self.used)
+        self.map[: self.HEADER.size] = self.HEADER.pack(self.magic, len(data))
 
     @classmethod
-    def read(cls, path: Path, magic: bytes, space: int) -> tuple[dict | None, int, str | None]:
-        """(the JSON, how many raw bytes follow it, why there is none)."""
+    def read(cls, path: Path, magic: bytes, space: int) -> tuple[dict | None, str | None]:
+        """(the JSON, why there is none)."""
         with open(path, "rb") as f:
             head = f.read(cls.HEADER.size)
             if len(head) < cls.HEADER.size or cls.HEADER.unpack(head)[0] != magic:
-                return None, 0, "nothing was written"
-            _, length, raw = cls.HEADER.unpack(head)
-            if length > space - cls.HEADER.size or raw > os.fstat(f.fileno()).st_size - space:
-                return None, 0, "its header is out of range"
+                return None, "nothing was written"
+            _, length = cls.HEADER.unpack(head)
+            if length > space - cls.HEADER.size:
+                return None, "its header is out of range"
             try:
-                return json.loads(f.read(length)), raw, None
+                return json.loads(f.read(length)), None
             # written by the job: nested past the parser's depth, or not JSON at all
             except (ValueError, RecursionError) as exc:
-                return None, 0, f"it is not JSON ({type(exc).__name__}: {str(exc)[:200]})"
+                return None, f"it is not JSON ({type(exc).__name__}: {str(exc)[:200]})"
 
 
 def flatten(value) -> list:

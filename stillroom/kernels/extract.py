@@ -6,23 +6,40 @@ replays it (replay.py) on inputs this process never sees.
 ``main(job dir, device)``, in a child of the fork server (forkserver.py) or a fresh interpreter
 (``python -m stillroom.kernels.extract <dir> <device>``). The parent wrote ``candidate.py``,
 ``job.pt`` (the init inputs, the reference's state dict, the layout of each input signature) and
-``extract.bin`` (inputs of those signatures, drawn from a seed the replay does not use). The
-candidate's module is built, loaded with the reference's weights and called once per signature
-under a recorder:
+``extract.bin`` (two draws of inputs of those signatures, from seeds the replay does not use).
+The candidate's module is built, loaded with the reference's weights (and its buffers outside the
+state dict, where ModelNew has one of that name and shape) and called twice in a row per
+signature, once per draw, under a recorder (the parent requires both calls to record one
+program):
 
 - every Triton launch (``kernel[grid](...)``, through ``@triton.autotune`` and
   ``@triton.heuristics``) is recorded, never run: the kernel's source and the module-level names
-  it reads, the grid, each argument and ``num_warps``/``num_stages``; an autotuned launch records
-  each of its configs;
+  it reads, the grid, each argument and ``num_warps``/``num_stages`` (a keyword that names a
+  parameter of the kernel is its argument, as Triton binds it, and sets the option too); an
+  autotuned launch records each of its configs;
+- an autotuner's hooks run where Triton runs them before a launch, and what they do is recorded as
+  the host steps of that config (``before``): a ``Config(pre_hook=...)`` before its own launch,
+  and ``reset_to_zero`` (or the autotuner's own ``pre_hook``, with ``reset_only=True``) when
+  there are several configs to benchmark, as Triton resets them after benchmarking. A hook is
+  candidate code like the rest: only what the recorder records of it (fills, copies of the
+  program's tensors) reaches the replay, so a hook that computes an output with torch leaves
+  nothing of it in the program;
 - allocations, fills and copies (``torch.empty``/``zeros``/``ones``/``full`` and their ``_like``
   and ``new_`` forms, ``zero_``, ``fill_``, and ``contiguous``/``clone``/``reshape``/``copy_`` that
   copy) are recorded as steps; views need no record (a tensor is a view of its storage);
-- any other tensor a launch or the return reaches is a constant: its storage's bytes as they are
-  at that moment.
+- any other tensor a launch or the return reaches is a constant: its size only (the replay holds
+  no bytes of it).
 
-The record and the constants go into ``out.bin`` (the only file this process may write, laid out
-by the parent). ``started()`` tells the caller that candidate code runs from now on: a failure
+The record goes into ``out.bin`` (the only file this process may write, laid out by the
+parent). ``started()`` tells the caller that candidate code runs from now on: a failure
 after it is the candidate's.
+
+Inductor's cache directory is made before the sandbox's hook, in this job's own TMPDIR: importing
+``torch._inductor`` (``from torch._inductor.runtime import triton_helpers``, the first line of
+every module torch.compile writes) or ``torch._dynamo`` (which libraries reach through
+``torch.compiler.disable``) makes it again, and the hook lets a mkdir of a directory that exists
+through (it changes nothing). The hook stays as strict for every other path; the replay never
+imports Inductor (kernel_source.py reads the helpers a kernel calls from the parent's own import).
 """
 
 from __future__ import annotations
@@ -44,8 +61,7 @@ MEMORY_LIMIT_BYTES = 8 << 30  # address space on CPU: torch and triton take ~3 G
 FILE_LIMIT_BYTES = 0  # this process writes no file: its output goes through out.bin's mapping
 OUT = "out.bin"
 MAGIC = b"SRPROG01"
-RECORD_SPACE = 32 << 20  # bytes of out.bin kept for the record's JSON; the constants follow
-MAX_CONSTANT_BYTES = 1 << 30
+RECORD_SPACE = 32 << 20  # the size of out.bin: the record's JSON
 LAUNCH_OPTIONS = {
     "num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "launch_cooperative_grid",
     "launch_pdl", "debug", "instrumentation_mode", "fpsan_homomorphic_casts", "warmup", "grid",
@@ -61,22 +77,16 @@ COPIES = {"torch.Tensor.contiguous", "torch.Tensor.clone", "torch.clone", "torch
           "torch.reshape", "torch.Tensor.flatten", "torch.flatten"}  # fmt: skip
 
 
-def out_size(input_bytes: int, state_bytes: int) -> int:
-    """The size the parent gives out.bin: room for the record and for constants as large as every
-    input and parameter twice over (the file is sparse: unwritten bytes take no disk)."""
-    return RECORD_SPACE + min(MAX_CONSTANT_BYTES, 2 * (input_bytes + state_bytes) + (64 << 20))
-
-
-def read_out(path: Path) -> tuple[dict | None, int, str | None]:
-    """(record, constants length, why not) from an out.bin the extraction wrote (or did not)."""
+def read_out(path: Path) -> tuple[dict | None, str | None]:
+    """(record, why not) from an out.bin the extraction wrote (or did not)."""
     return channel.Report.read(path, MAGIC, RECORD_SPACE)
 
 
 class _Recorder:
     """The program of one forward, as it runs."""
 
-    def __init__(self, out: channel.Report, kernels: _Kernels):
-        self.out, self.kernels = out, kernels
+    def __init__(self, kernels: _Kernels):
+        self.kernels = kernels
         self.storages: list[dict] = []
         self.roots: dict[int, int] = {}  # storage data_ptr -> index
         self.keep: list = []  # every registered storage stays alive: no address is reused
@@ -97,13 +107,8 @@ class _Recorder:
         index = self.roots.get(storage.data_ptr()) if storage.nbytes() else None
         if index is not None and self.storages[index]["nbytes"] == storage.nbytes():
             return index
-        # a tensor the program did not make: its bytes as they are now
-        data = storage.cpu() if storage.device.type != "cpu" else storage
-        import torch
-
-        raw = torch.empty(0, dtype=torch.uint8).set_(data).numpy().data if data.nbytes() else b""
-        offset = self.out.append(memoryview(raw))
-        return self.root(storage, {"kind": "constant", "offset": offset})
+        # a tensor the program did not make: the replay holds no bytes of it (program.py)
+        return self.root(storage, {"kind": "constant"})
 
     def tensor(self, t) -> dict:
         return {
@@ -150,7 +155,12 @@ class _Recorder:
 
         fn = jit.fn
         params = inspect.signature(fn).parameters
-        given = {k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS}
+        # a keyword naming a parameter is its argument (the fused-softmax tutorial's num_stages)
+        given = {
+            k: v
+            for k, v in kwargs.items()
+            if k != "grid" and (k in params or k not in LAUNCH_OPTIONS)
+        }
         bound = inspect.signature(fn).bind(*args, **given)
         bound.apply_defaults()
         grid = kwargs["grid"]
@@ -172,6 +182,17 @@ class _Recorder:
             self.choices[-1].append(record)
         else:
             self.steps.append({"op": "launch", "alternatives": [record]})
+
+    def hooked(self, hook, *args, **kwargs) -> list[dict]:
+        """The steps an autotuner's hook takes, recorded apart from the forward's (a launch too:
+        a step, not a config of the autotuner, which the parent refuses in a hook)."""
+        outer, choices = self.steps, self.choices
+        self.steps, self.choices = [], None
+        try:
+            hook(*args, **kwargs)
+            return self.steps
+        finally:
+            self.steps, self.choices = outer, choices
 
     def program(self) -> dict:
         return {"storages": self.storages, "steps": self.steps}
@@ -278,7 +299,16 @@ def _patch_launches() -> None:
         recorder.choices = [*(outer or []), []]
         try:
             for config in configs:
+                nargs = {**self.nargs, **kwargs, **config.all_kwargs()}
+                before = []
+                if len(configs) > 1:  # Triton benchmarks, then resets (reset_to_zero)
+                    before += recorder.hooked(self.pre_hook, nargs, reset_only=True)
+                if config.pre_hook is not None:
+                    before += recorder.hooked(config.pre_hook, nargs)
+                made = len(recorder.choices[-1])
                 self.fn.run(*args, **kwargs, **config.all_kwargs())
+                for alternative in recorder.choices[-1][made:]:
+                    alternative["before"] = before + alternative.get("before", [])
             alternatives = recorder.choices[-1]
         finally:
             recorder.choices = outer
@@ -379,6 +409,16 @@ def main(scratch: str, device: str, started=None) -> None:
     import torch
     import triton  # noqa: F401 - imported before the audit hook: its own start is not audited
 
+    # Inductor's cache directory, made in this job's TMPDIR before the hook (see the docstring);
+    # named through the variable Inductor reads, since importing torch._inductor here costs 1.6 s
+    cache = os.path.join(os.environ.get("TMPDIR", "/tmp"), "torchinductor")
+    os.makedirs(cache, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+    if torch.distributed.is_available():
+        # torch's own module, whose import loads libc with ctypes (refused by the audit hook); a
+        # library reaches it through torch.distributed.checkpoint (Liger-Kernel, via torchao)
+        import torch.distributed.elastic.multiprocessing.redirects  # noqa: F401
+
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     job = torch.load(work / "job.pt", weights_only=True, mmap=True)
@@ -391,8 +431,8 @@ def main(scratch: str, device: str, started=None) -> None:
     # no process may be started (a kernel-enforced filter), nor any file written
     sandbox.no_new_processes()
     sandbox.guard(box=None)
-    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT_BYTES, hard))
+    # the hard limit too: candidate code may raise a soft limit up to it
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT_BYTES, FILE_LIMIT_BYTES))
     if started is not None:
         started()
     try:
@@ -410,32 +450,22 @@ def main(scratch: str, device: str, started=None) -> None:
                 f"missing {sorted(set(state) - own)}, unexpected {sorted(own - set(state))}"
             )
         model.load_state_dict(state)
+        # the reference's buffers outside its state dict: where ModelNew has one of the same
+        # name and shape, it holds the reference's values and is replayed as that buffer
+        buffers = {}
+        for name, value in job["buffers"].items():
+            mine = dict(model.named_buffers()).get(name)
+            if mine is not None and mine.shape == value.shape and mine.dtype == value.dtype:
+                with torch.no_grad():
+                    mine.copy_(value)
+                buffers[name] = mine
         record["stage"] = "forward"
-        for layout in job["signatures"]:
-            recorder = _Recorder(out, kernels)
-            recorder.muted += 1
-            for name, t in model.state_dict().items():
-                if t.untyped_storage().data_ptr() not in recorder.roots:
-                    recorder.root(t.untyped_storage(), {"kind": "state", "name": name})
-            inputs = [_to(x, device) for x in data.inputs(layout)]
-            for i, x in enumerate(inputs):
-                if (
-                    isinstance(x, torch.Tensor)
-                    and x.untyped_storage().data_ptr() not in recorder.roots
-                ):
-                    recorder.root(x.untyped_storage(), {"kind": "input", "index": i})
-            recorder.muted -= 1
-            _recorder.append(recorder)
-            try:
-                with torch.no_grad(), mode:
-                    result = model(*inputs)
-                recorder.muted += 1
-                program = {**recorder.program(), "returns": recorder.returns(result)}
-            except BaseException as exc:  # noqa: BLE001 - the candidate's failure, per signature
-                program = {"error": _error(exc)}
-            finally:
-                _recorder.pop()
-            record["programs"].append(program)
+        # each signature twice in a row, on two draws (as a caller that checks a model calls
+        # it): both calls must record one program
+        record["programs"], record["again"] = [], []
+        for first, second in zip(job["signatures"], job["again"], strict=True):
+            for key, layout in (("programs", first), ("again", second)):
+                record[key].append(_call(model, layout, data, kernels, mode, buffers, device))
         record["stage"] = "done"
     except BaseException as exc:  # noqa: BLE001 - any failure of candidate code is a result
         record["error"] = _error(exc)
@@ -444,6 +474,32 @@ def main(scratch: str, device: str, started=None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _call(model, layout: dict, data, kernels, mode, buffers: dict, device: str) -> dict:
+    """The program of one forward of ``model`` on the inputs at ``layout``, or its error."""
+    import torch
+
+    recorder = _Recorder(kernels)
+    recorder.muted += 1
+    for name, t in [*model.state_dict().items(), *buffers.items()]:
+        if t.untyped_storage().data_ptr() not in recorder.roots:
+            recorder.root(t.untyped_storage(), {"kind": "state", "name": name})
+    inputs = [_to(x, device) for x in data.inputs(layout)]
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in recorder.roots:
+            recorder.root(x.untyped_storage(), {"kind": "input", "index": i})
+    recorder.muted -= 1
+    _recorder.append(recorder)
+    try:
+        with torch.no_grad(), mode:
+            result = model(*inputs)
+        recorder.muted += 1
+        return {**recorder.program(), "returns": recorder.returns(result)}
+    except BaseException as exc:  # noqa: BLE001 - the candidate's failure, per signature
+        return {"error": _error(exc)}
+    finally:
+        _recorder.pop()
 
 
 def _error(exc: BaseException) -> str:

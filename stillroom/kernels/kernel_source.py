@@ -19,18 +19,32 @@ contain is a whitelist, not a list of bans:
   library it imports), or a member of ``VALUE_MEMBERS`` on a value (``x.to``, ``acc.dtype``); no
   name with a leading underscore anywhere;
 - calls: ``triton.language`` functions, recorded kernels, the builtins, members of a value; no
-  ``*args`` or ``**kwargs``.
+  ``*args`` or ``**kwargs``;
+- the ``@triton.jit`` functions of a trusted installed module (``TRUSTED``: Inductor's
+  ``triton_helpers``, the libdevice stand-ins below), by attribute (``triton_helpers.max2``):
+  their source and what their names are is read here, from the module installed beside this one,
+  never from the record, so a candidate cannot put a body of its own under such a name;
+- ``libdevice`` (``triton.language.extra.libdevice`` or a backend's): Triton's CPU interpreter
+  cannot run it (its functions are stubs that return None), so each function becomes what the
+  interpreter runs: ``triton.language``'s function of that name (``libdevice.exp`` is
+  ``tl.exp``), or the Triton of ``stillroom.kernels.libdevice`` (``tanh``, ``pow``, ``isnan`` ...);
+  one with neither is refused, naming it.
 
 The canonical source names every module by one path from ``tl`` (``L.load`` becomes ``tl.load``),
 writes module-level constants in as literals, names each kernel uniquely (``k0_relu_kernel``), drops
-decorators (the recorded launch says which config of an autotuner ran) and annotates constexpr
-parameters ``tl.constexpr`` whatever alias the candidate used. It runs in a namespace that holds
+decorators (the recorded launch says which config of an autotuner ran) and a docstring (the first
+statement, when it is a string: documentation, not a constant), annotates constexpr parameters and
+in-body constexpr assignments (``RBLOCK: tl.constexpr = 256``, as Inductor writes them)
+``tl.constexpr`` whatever alias the candidate used, and names a trusted module's function
+``kt_<module>_<name>``. It runs in a namespace that holds
 ``tl``, ``triton`` and the builtins of ``BUILTINS`` only; the instrumented twin of it
 (``instrument``) counts the operations the analysis needs (replay.py)."""
 
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import inspect
 import re
 import textwrap
@@ -58,6 +72,9 @@ VALUE_MEMBERS = frozenset(TENSOR_MEMBERS | DTYPE_MEMBERS)
 LANGUAGE = "triton.language"
 MAX_STRING = 200
 MAX_SOURCE = 100_000  # characters of one kernel's source
+# syntax tree levels of one kernel: far above what people write (Inductor's index expressions
+# take a few), far below what Python's recursive tools (ast, copy, Triton's rewriter) survive
+MAX_DEPTH = 100
 
 _STATEMENTS = (
     ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.If, ast.For, ast.While,
@@ -69,6 +86,24 @@ _EXPRESSIONS = (
     ast.Load, ast.Store, ast.operator, ast.unaryop, ast.boolop, ast.cmpop, ast.arguments, ast.arg,
 )  # fmt: skip
 RANGES = {"range": "range", "tl.range": "range", "tl.static_range": "static"}
+# installed modules whose @triton.jit functions a kernel may call by attribute -> the tag of their
+# canonical names (kt_<tag>_<name>)
+TRUSTED = {
+    "torch._inductor.runtime.triton_helpers": "triton_helpers",
+    "stillroom.kernels.libdevice": "libdevice",
+}
+TRUSTED_KID = "trusted:"  # "trusted:<module>:<name>", an id no extraction gives a kernel
+LIBDEVICE = {
+    "triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice",
+    "triton.language.extra.hip.libdevice",
+}  # fmt: skip
+# libdevice's fast (approximate) and explicitly rounded variants: the function they approximate
+LIBDEVICE_ALIASES = {
+    "fast_expf": "exp", "fast_logf": "log", "fast_log2f": "log2", "fast_log10f": "log10",
+    "fast_exp10f": "exp10", "fast_sinf": "sin", "fast_cosf": "cos", "fast_tanf": "tan",
+    "fast_tanhf": "tanh", "fast_powf": "pow", "fast_dividef": "div_rn", "rsqrt_rn": "rsqrt",
+    "fma_rn": "fma", "nearbyint": "rint", "finitef": "isfinite", "isfinited": "isfinite",
+}  # fmt: skip
 
 
 @dataclass
@@ -81,6 +116,7 @@ class Kernel:
     canonical: str  # its name in the replay's source
     tree: ast.FunctionDef | None = None
     text: str = ""  # the canonical definition, as source
+    analysis: str = ""  # the same, instrumented for the analysis (instrument)
     calls: set[str] = field(default_factory=set)
     params: list[str] = field(default_factory=list)
     constexprs: set[str] = field(default_factory=set)
@@ -168,6 +204,43 @@ def modules(path: str) -> list[str]:
     return found
 
 
+def trusted_kid(module: str, name: str) -> str:
+    return f"{TRUSTED_KID}{module}:{name}"
+
+
+@functools.cache
+def trusted_record(kid: str) -> dict | None:
+    """The record of a trusted module's @triton.jit function (``kid``: trusted_kid), made here
+    from the installed module as the extraction makes a candidate's: its source and what each
+    module-level name it reads is; None when ``kid`` names no such function."""
+    from . import extract
+
+    module_name, _, name = kid.removeprefix(TRUSTED_KID).partition(":")
+    if not kid.startswith(TRUSTED_KID) or module_name not in TRUSTED or not name.isidentifier():
+        return None
+    try:
+        fn = getattr(importlib.import_module(module_name), name, None)
+    except ImportError:  # a torch without Inductor's runtime: no such function here
+        return None
+    inner = getattr(fn, "fn", None)
+    if not inspect.isfunction(inner) or inner.__module__ != module_name:
+        return None
+
+    class Trusted(extract._Kernels):
+        def add(self, jit):  # a kernel it calls: another trusted function, by id
+            called = getattr(jit, "fn", jit)
+            return trusted_kid(called.__module__, called.__name__)
+
+    source = textwrap.dedent(inspect.getsource(inner))
+    names = [n for n in extract._free_names(source) if n in inner.__globals__]
+    describe = Trusted().describe
+    return {
+        "name": name,
+        "source": source,
+        "globals": {n: describe(inner.__globals__[n]) for n in names},
+    }
+
+
 _language: list[_Language] = []
 
 
@@ -253,17 +326,15 @@ class _Checker(ast.NodeTransformer):
         if kind == "language":  # an object of triton.language imported by name
             path = str(value)
             if path.startswith(LANGUAGE + "."):
-                _, why = language().resolve(path)
-                if why is None:
-                    return ast.copy_location(_path_expr(path), node)
+                return self.language_path(node, path, name)
             self.refuse(node, f"uses {name} ({path})")
             return None
         if kind == "kernel":
-            if value not in self.canonical:
+            called = self.kernel_name(str(value))
+            if called is None:
                 self.refuse(node, f"calls {name}, a kernel whose source was not recorded")
                 return None
-            self.kernel.calls.add(value)
-            return ast.copy_location(ast.Name(self.canonical[value], ast.Load()), node)
+            return ast.copy_location(ast.Name(called, ast.Load()), node)
         if kind == "value":
             if isinstance(value, str) and len(value) > MAX_STRING:
                 self.refuse(node, f"uses {name}, a string of {len(value)} characters")
@@ -283,6 +354,49 @@ class _Checker(ast.NodeTransformer):
         )
         return None
 
+    def kernel_name(self, kid: str) -> str | None:
+        """The canonical name of the kernel ``kid`` (recorded, or a trusted module's function),
+        which this kernel calls; None when there is none."""
+        if kid.startswith(TRUSTED_KID) and trusted_record(kid) is not None:
+            module, _, name = kid.removeprefix(TRUSTED_KID).partition(":")
+            self.canonical.setdefault(kid, f"kt_{TRUSTED[module]}_{name}")
+        called = self.canonical.get(kid)
+        if called is not None:
+            self.kernel.calls.add(kid)
+        return called
+
+    def trusted_member(self, node: ast.Attribute) -> ast.expr | None:
+        """``triton_helpers.max2``: a @triton.jit function of a trusted module, named by the
+        module the record says the name is (its body is the installed one, whatever the candidate's
+        process held); None when ``node`` is not such an attribute."""
+        value = node.value
+        if not isinstance(value, ast.Name) or value.id in self.local:
+            return None
+        entry = self.globals.get(value.id)
+        module = entry.get("module") if isinstance(entry, dict) and len(entry) == 1 else None
+        if module not in TRUSTED:
+            return None
+        called = self.kernel_name(trusted_kid(module, node.attr))
+        if called is None:
+            self.refuse(node, f"uses {value.id}.{node.attr}: no @triton.jit function of {module}")
+            return node
+        return ast.copy_location(ast.Name(called, ast.Load()), node)
+
+    def libdevice(self, node: ast.AST, function: str) -> ast.expr | None:
+        """libdevice's ``function`` as the interpreter can run it (the module docstring)."""
+        function = LIBDEVICE_ALIASES.get(function, function)
+        if language().tl.core.is_builtin(getattr(language().tl.math, function, None)):
+            return ast.copy_location(_path_expr(f"{LANGUAGE}.math.{function}"), node)
+        called = self.kernel_name(trusted_kid("stillroom.kernels.libdevice", function))
+        if called is None:
+            self.refuse(
+                node,
+                f"uses libdevice.{function}, which Triton's CPU interpreter cannot run (its "
+                "libdevice functions are stubs) and which has no equivalent here",
+            )
+            return None
+        return ast.copy_location(ast.Name(called, ast.Load()), node)
+
     def language_path(self, node: ast.AST, path: str, name: str | None) -> ast.expr | None:
         """The canonical expression of ``path`` (``triton``, or under triton.language, checked
         on the real module); None (refused) where it leads outside. ``name``: the candidate's
@@ -292,6 +406,9 @@ class _Checker(ast.NodeTransformer):
             if why:
                 self.refuse(node, f"uses {name} ({why})" if name else f"uses {why}")
                 return None
+            module, _, function = path.rpartition(".")
+            if module in LIBDEVICE:
+                return self.libdevice(node, function)
             self.kernel.modules.update(modules(path))
         return ast.copy_location(_path_expr(path), node)
 
@@ -316,6 +433,9 @@ class _Checker(ast.NodeTransformer):
         if not isinstance(node.ctx, ast.Load):
             self.refuse(node, f"assigns to {_dotted(node)}")
             return node
+        trusted = self.trusted_member(node)
+        if trusted is not None:
+            return trusted
         node = self.generic_visit(node)
         path = _module_path(node)
         if path is not None:
@@ -373,10 +493,15 @@ class _Checker(ast.NodeTransformer):
         return self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign):
-        # the annotation of a local is dropped: Triton infers it
         self._target(node.target)
         if node.value is None:
             return ast.copy_location(ast.Pass(), node)
+        annotation, constexpr = _annotation(node.annotation, self)
+        if constexpr:  # a compile-time value (Inductor's RBLOCK: tl.constexpr = 256)
+            node.annotation, node.simple = annotation, 1
+            node.value = self.visit(node.value)
+            return node
+        # the annotation of any other local is dropped: Triton infers it
         assign = ast.copy_location(ast.Assign([node.target], node.value), node)
         return self.generic_visit(assign)
 
@@ -452,34 +577,65 @@ def _default(node: ast.expr, checker: _Checker) -> ast.expr:
 
 
 def check(kernels: dict[str, dict]) -> dict[str, Kernel]:
-    """Each recorded kernel (kid -> {"name", "source", "globals"}) checked and rewritten."""
+    """Each recorded kernel (kid -> {"name", "source", "globals"}) checked and rewritten, with
+    the trusted modules' functions they call (read from the installed modules)."""
     canonical = {
         kid: f"k{i}_{re.sub(r'[^0-9A-Za-z_]', '_', str(r.get('name', 'kernel')))[:60]}"
         for i, (kid, r) in enumerate(kernels.items())
     }
     out = {}
     for kid, rec in kernels.items():
-        name = str(rec.get("name", kid))
-        kernel = out[kid] = Kernel(kid, name, canonical[kid])
-        source, globals_ = rec.get("source"), rec.get("globals")
-        if not isinstance(source, str) or not isinstance(globals_, dict):
-            kernel.reasons.append(f"kernel {name}: no source was recorded")
-        elif len(source) > MAX_SOURCE:
-            kernel.reasons.append(f"kernel {name}: its source has {len(source)} characters")
-        else:
-            try:
-                _check_one(kernel, source, globals_, canonical)
-            # Python's own limits on the candidate's text: the kernel is refused, nothing else
-            except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-                kernel.tree = None
-                why = f"{type(exc).__name__}: {str(exc)[:200]}"
-                kernel.reasons.append(f"kernel {name}: its source cannot be checked ({why})")
-        kernel.reasons = list(dict.fromkeys(kernel.reasons))
+        out[kid] = _checked(kid, rec, canonical)
+        if kid.startswith(TRUSTED_KID):  # a record cannot stand in for a trusted function
+            out[kid].reasons.append(f"kernel {out[kid].name}: its id {kid!r} is reserved")
+    pending = [c for k in out.values() for c in k.calls]
+    while pending:
+        kid = pending.pop()
+        if kid not in out:
+            out[kid] = _checked(kid, trusted_record(kid), canonical)
+            pending += out[kid].calls
     return out
+
+
+def _checked(kid: str, rec: dict, canonical: dict[str, str]) -> Kernel:
+    name = str(rec.get("name", kid))
+    kernel = Kernel(kid, name, canonical[kid])
+    source, globals_ = rec.get("source"), rec.get("globals")
+    if not isinstance(source, str) or not isinstance(globals_, dict):
+        kernel.reasons.append(f"kernel {name}: no source was recorded")
+    elif len(source) > MAX_SOURCE:
+        kernel.reasons.append(f"kernel {name}: its source has {len(source)} characters")
+    else:
+        try:
+            _check_one(kernel, source, globals_, canonical)
+        # Python's own limits on the candidate's text: the kernel is refused, nothing else
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            kernel.tree = None
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+            kernel.reasons.append(f"kernel {name}: its source cannot be checked ({why})")
+    kernel.reasons = list(dict.fromkeys(kernel.reasons))
+    return kernel
+
+
+def _depth(tree: ast.AST) -> int:
+    """How many levels the syntax tree nests, counted without recursion."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, level = todo.pop()
+        deepest = max(deepest, level)
+        todo += [(child, level + 1) for child in ast.iter_child_nodes(node)]
+    return deepest
 
 
 def _check_one(kernel: Kernel, source: str, globals_: dict, canonical: dict[str, str]) -> None:
     tree = ast.parse(textwrap.dedent(source))
+    depth = _depth(tree)
+    if depth > MAX_DEPTH:
+        kernel.reasons.append(
+            f"kernel {kernel.name}: its source cannot be checked (its syntax nests {depth} levels "
+            f"deep, more than {MAX_DEPTH})"
+        )
+        return
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
         kernel.reasons.append(f"kernel {kernel.name}: its source is not one function definition")
         return
@@ -489,7 +645,8 @@ def _check_one(kernel: Kernel, source: str, globals_: dict, canonical: dict[str,
     if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
         checker.refuse(fn, "takes *args, **kwargs or keyword-only parameters")
     checker.local = _locals(fn)
-    for taken in sorted(checker.local & ({"tl", "triton"} | set(canonical.values()))):
+    reserved = {"tl", "triton"} | set(canonical.values())
+    for taken in sorted(n for n in checker.local if n in reserved or n.startswith("kt_")):
         checker.refuse(fn, f"a local named {taken} (the canonical source's own name)")
     params = []
     for arg in args.args:
@@ -501,8 +658,13 @@ def _check_one(kernel: Kernel, source: str, globals_: dict, canonical: dict[str,
         if constexpr:
             kernel.constexprs.add(arg.arg)
     defaults = [_default(d, checker) for d in args.defaults]
+    statements = fn.body
+    first = statements[0] if statements else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        if isinstance(first.value.value, str):  # the docstring: documentation, not a constant
+            statements = statements[1:]
     body = []
-    for stmt in fn.body:
+    for stmt in statements:
         if not isinstance(stmt, _STATEMENTS):
             checker.refuse(stmt, f"{type(stmt).__name__} is not allowed in a Triton kernel")
             continue
@@ -513,7 +675,12 @@ def _check_one(kernel: Kernel, source: str, globals_: dict, canonical: dict[str,
         posonlyargs=[], args=params, kwonlyargs=[], kw_defaults=[], defaults=defaults
     )
     kernel.tree = ast.fix_missing_locations(fn)
-    kernel.text = ast.unparse(kernel.tree)  # here, where a too deep tree is caught
+    kernel.text = ast.unparse(kernel.tree)
+    kernel.analysis = ast.unparse(_instrumented(kernel.tree))
+    # text that parses may still not compile (break outside a loop, a repeated parameter or
+    # keyword): Python's compiler says so here, as a reason, not in the replay
+    for text in (kernel.text, kernel.analysis):
+        compile(text, f"<kernel {kernel.name}>", "exec")
 
 
 HEADER = (
@@ -529,7 +696,9 @@ def source(kernels: list[Kernel]) -> str:
 
 
 # The instrumentation's names: a kernel's own names never start with "__" (refused above).
-COUNT, LOOP, LOOP_END, ITERATION = "__sr_count", "__sr_loop", "__sr_loop_end", "__sr_iteration"
+COUNT, LOOP, LOOP_END, ITERATION, BLOCK = (
+    "__sr_count", "__sr_loop", "__sr_loop_end", "__sr_iteration", "__sr_block"
+)  # fmt: skip
 
 
 def operations(node: ast.AST) -> int:
@@ -542,17 +711,26 @@ def operations(node: ast.AST) -> int:
 
 
 class _Instrument(ast.NodeTransformer):
-    """Counts each statement's operations as it runs; a loop whose bounds are not all
-    compile-time values counts its body once (it stays a loop when compiled), a
-    ``tl.static_range`` or a loop over constants every iteration (it is unrolled)."""
+    """Counts each statement's operations as it runs, and marks each loop's iterations
+    (replay.Analysis counts a loop that stays a loop, over run-time bounds or a ``while``, as its
+    costliest iteration; an unrolled one, over constants or a ``tl.static_range``, every
+    iteration). Loops are named ``<kernel>:<n>``, unique across the kernels of a program."""
 
-    def __init__(self):
-        self.loops = 0
+    def __init__(self, kernel: str):
+        self.kernel, self.loops = kernel, 0
+
+    def ident(self) -> ast.Constant:
+        self.loops += 1
+        return ast.Constant(f"{self.kernel}:{self.loops}")
 
     @staticmethod
     def count(n: int, like: ast.AST) -> ast.stmt:
         call = ast.Call(ast.Name(COUNT, ast.Load()), [ast.Constant(n)], [])
         return ast.copy_location(ast.Expr(call), like)
+
+    @staticmethod
+    def call(name: str, args: list, like: ast.AST) -> ast.stmt:
+        return ast.copy_location(ast.Expr(ast.Call(ast.Name(name, ast.Load()), args, [])), like)
 
     def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out = []
@@ -576,36 +754,43 @@ class _Instrument(ast.NodeTransformer):
         return [self.count(operations(node.test), node), node]
 
     def visit_For(self, node: ast.For):
-        ident = self.loops
-        self.loops += 1
+        ident = self.ident()
         node.body = self.block(node.body)
         before = [self.count(operations(node.iter), node)]
         it = node.iter
         kind = RANGES.get(_dotted(it.func)) if isinstance(it, ast.Call) else None
         if kind is not None:
             node.iter = ast.Call(
-                ast.Name(LOOP, ast.Load()),
-                [ast.Constant(ident), ast.Constant(kind), *it.args],
-                it.keywords,
+                ast.Name(LOOP, ast.Load()), [ident, ast.Constant(kind), *it.args], it.keywords
             )
-        end = ast.Expr(ast.Call(ast.Name(LOOP_END, ast.Load()), [ast.Constant(ident)], []))
-        return [*before, node, ast.copy_location(end, node)]
+        return [*before, node, self.call(LOOP_END, [ident], node)]
 
     def visit_While(self, node: ast.While):
-        ident = self.loops
-        self.loops += 1
-        step = ast.Expr(ast.Call(ast.Name(ITERATION, ast.Load()), [ast.Constant(ident)], []))
-        node.body = [ast.copy_location(step, node), *self.block(node.body)]
-        end = ast.Expr(ast.Call(ast.Name(LOOP_END, ast.Load()), [ast.Constant(ident)], []))
-        return [self.count(operations(node.test), node), node, ast.copy_location(end, node)]
+        ident = self.ident()
+        node.body = [self.call(ITERATION, [ident], node), *self.block(node.body)]
+        return [self.count(operations(node.test), node), node, self.call(LOOP_END, [ident], node)]
+
+
+class _Blocks(ast.NodeTransformer):
+    """Passes the value of every call the kernel makes through ``__sr_block``, which measures
+    the blocks it builds whatever builds them (arange, full, reshape, join, broadcast_to, dot, a
+    helper's result)."""
+
+    def visit_Call(self, node: ast.Call):
+        node = self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id.startswith("__sr_"):
+            return node
+        return ast.copy_location(ast.Call(ast.Name(BLOCK, ast.Load()), [node], []), node)
+
+
+def _instrumented(tree: ast.FunctionDef) -> ast.FunctionDef:
+    """A kernel's canonical definition with the analysis's counters (replay.Analysis) in it."""
+    import copy
+
+    counted = _Instrument(tree.name).visit(copy.deepcopy(tree))
+    return ast.fix_missing_locations(_Blocks().visit(counted))
 
 
 def instrument(kernels: list[Kernel]) -> str:
-    """The canonical source with the analysis's counters (replay.Analysis) in it."""
-    import copy
-
-    trees = []
-    for k in kernels:
-        tree = _Instrument().visit(copy.deepcopy(k.tree))
-        trees.append(ast.fix_missing_locations(tree))
-    return HEADER + "\n\n".join(ast.unparse(t) for t in trees) + "\n"
+    """The canonical source with the analysis's counters in it."""
+    return HEADER + "\n\n".join(k.analysis for k in kernels) + "\n"

@@ -1,23 +1,29 @@
 """AutoTriton's rule reward (the seed's ``validate_syntax``), judged in the parent on values: the
 launches of the checked program (program.py) and what the replay measured of each one when it
-ran its first and last program instances instrumented (replay.Analysis). Nothing here reads the
-candidate's source text, so a value spelled another way (``BLOCK=tl.constexpr(4096)``,
-``tl.arange(0, HALF + HALF)``), a loop or an access moved into a helper, or terms that cancel
-are judged by what they are when the kernel runs.
+ran it instrumented (replay.Analysis): on CPU every launch, every program instance of it (in a
+random order) and every autotuned config, on every case; on a GPU every launch and config, with
+the first, the last and ``replay.GPU_SAMPLE`` program instances drawn from a secret seed. Nothing
+here reads the candidate's source text, so a value spelled another way
+(``BLOCK=tl.constexpr(4096)``, ``tl.arange(0, HALF + HALF)``), a loop or an access moved into a
+helper, or terms that cancel are judged by what they are when the kernel runs.
 
-- Block sizes: every ``tl.arange`` length and every dimension of a block the kernel builds, and
+- Block sizes: every dimension of every block a call of the kernel returns (``tl.arange``,
+  ``tl.full``, ``tl.reshape``, ``tl.join``, ``tl.broadcast_to``, ``tl.dot``, a helper ...), and
   every constexpr argument named like one (BLOCK, BLOCK_M, TILE_K, XBLOCK ...), a power of two
   and at most ``max_block_size``.
 - Threads: num_warps x 32 at most ``max_threads_per_block``.
 - Instructions: the operations an instance executes (one per call and per arithmetic,
   comparison or boolean operation of the source), a loop over compile-time bounds or a
-  ``tl.static_range`` counted every iteration (it is unrolled), a loop over run-time bounds once
-  (it stays a loop), helpers with the constexprs they were called with; at most
-  ``max_instructions``.
-- Coalescing: each load and store has an axis along which a warp's active lanes (32 in a row)
-  touch at most 1.5x the 32-byte memory sectors their distinct addresses need (a unit stride or a
-  broadcast: 1x; a stride of 2: 2x); a scalar access passes.
-"""
+  ``tl.static_range`` counted every iteration (it is unrolled), a loop over run-time bounds or a
+  ``while`` as its costliest iteration (it stays a loop), helpers with the constexprs they were
+  called with; the most any instance of any run executes, at most ``max_instructions``.
+- Coalescing: every load and store, each execution judged alone, with lanes laid out as Triton
+  lays them (along the most contiguous axis, the last on a tie, 32 to a warp): its warps touch at
+  most 1.5x the 32-byte memory sectors their distinct addresses need (a unit stride or a
+  broadcast: 1x; a stride of 2: 2x). A row's edge (a line that jumps at most once per 32 bytes of
+  elements, as where an index modulo an odd size wraps) neither moves the lanes off its axis nor
+  is charged: Triton lays them there on the sizes the block divides. A scalar access passes; it
+  excuses no other access of its line."""
 
 from __future__ import annotations
 
@@ -26,8 +32,8 @@ import re
 from .program import Launch, Parsed
 
 BLOCK_NAME = re.compile(r"(BLOCK|TILE)(_\w+)?|\w*_?(BLOCK|TILE)")
-# coalesced: along some axis, a warp's lanes touch at most this many times the 32-byte sectors
-# their distinct addresses need (a unit stride: 1; a broadcast: 1; stride 2: 2)
+# coalesced: with lanes laid out as Triton lays them, warps touch at most this many times the
+# 32-byte sectors their distinct addresses need (a unit stride: 1; a broadcast: 1; stride 2: 2)
 MAX_SECTOR_RATIO = 1.5
 
 
@@ -107,15 +113,11 @@ def _recorded(launch: Launch, named: dict, max_block_size: int, max_threads: int
 
 
 def _uncoalesced(access: dict) -> str | None:
-    axes = access.get("axes", {})
-    if "scalar" in axes:
+    touched, fewest = access.get("touched", 0), access.get("fewest", 0)
+    if not fewest or touched <= MAX_SECTOR_RATIO * fewest:
         return None
-    counted = [(touched, fewest) for touched, fewest in axes.values() if fewest]
-    if not counted or any(touched <= MAX_SECTOR_RATIO * fewest for touched, fewest in counted):
-        return None
-    ratio = min(touched / fewest for touched, fewest in counted)
     return (
         f"{access.get('site', 'a kernel')}: {access.get('what', 'an access')} has no unit-stride "
-        f"axis: its lanes touch {ratio:.1f}x the memory sectors their addresses need "
+        f"axis: its lanes touch {touched / fewest:.1f}x the memory sectors their addresses need "
         "(uncoalesced)"
     )

@@ -6,18 +6,20 @@ here, in the parent, checks every field of that record against the case it was m
 limits below, and checks every kernel against the whitelist (kernel_source.py). The record is
 untrusted: a forged one can only describe another program, and the replay (replay.py) runs what
 the program says on inputs the candidate never saw. So nothing the candidate computed on its own
-inputs, with torch or in Python, can reach an output except as a constant it recorded, which the
-fresh inputs make stale.
+inputs, with torch or in Python, can reach an output: a constant it recorded holds no bytes in
+the replay.
 
 A program's storages are where its tensors live: an ``input`` of the forward, a ``state`` tensor
 (a parameter or buffer of the module, filled from the reference's weights), an ``alloc`` made in
 the forward (empty, zeros, ones, full: an empty one is filled with NaN in the replay, so an element
 no kernel writes cannot match by luck), or a ``constant`` (any other tensor a launch or the return
-reached, with the bytes it held then). Every tensor is a view of a storage: a dtype, an offset,
-a shape and strides (so view, reshape, permute, transpose, expand, narrow, slicing ... are
-views and nothing more). Steps, in order: ``launch`` (a kernel, its grid, its arguments, num_warps
-and num_stages; an autotuned launch holds each config as an alternative), ``fill`` (zero_, fill_)
-and ``copy`` (contiguous, clone or copy_ that copies)."""
+reached: uninitialised memory in the replay, as an empty allocation; only the problem's inputs,
+parameters and buffers carry values into a program). Every tensor is a view of a storage: a
+dtype, an offset, a shape and strides (so view, reshape, permute, transpose, expand, narrow,
+slicing ... are views and nothing more). Steps, in order: ``launch`` (a kernel, its grid, its
+arguments, num_warps and num_stages; an autotuned launch holds each config as an alternative, with
+the host steps its autotuner's hooks take before it: ``before``), ``fill`` (zero_, fill_) and
+``copy`` (contiguous, clone or copy_ that copies)."""
 
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ class Launch:
     num_warps: int
     num_stages: int
     name: str  # the candidate's name for the kernel
+    before: list[dict] = field(default_factory=list)  # fills and copies of its autotuner's hooks
 
 
 @dataclass
@@ -121,10 +124,8 @@ def _scalar(value, what: str):
 
 
 class _Parser:
-    def __init__(
-        self, constants: int, case: dict, state: dict[str, tuple[str, list[int]]], checked
-    ):
-        self.constants, self.case, self.state, self.checked = constants, case, state, checked
+    def __init__(self, case: dict, state: dict[str, tuple[str, list[int]]], checked):
+        self.case, self.state, self.checked = case, state, checked
         self.storages: list[dict] = []
         self.tensors: list[dict] = []
         self.tensor_ids: dict[str, int] = {}
@@ -162,10 +163,7 @@ class _Parser:
                 raise ProgramError(f"{what}: fill {fill!r}")
             return {"kind": "alloc", "nbytes": nbytes, "dtype": dtype, "fill": fill}
         if kind == "constant":
-            offset = _int(raw.get("offset"), f"{what}: offset", 0, self.constants)
-            if offset + nbytes > self.constants:
-                raise ProgramError(f"{what}: its bytes lie beyond the recorded constants")
-            return {"kind": "constant", "nbytes": nbytes, "offset": offset}
+            return {"kind": "constant", "nbytes": nbytes}
         raise ProgramError(f"{what}: kind {kind!r}")
 
     def tensor(self, raw, what: str) -> int:
@@ -234,6 +232,9 @@ class _Parser:
                 raise ProgramError(f"{where}: {value!r}")
             if name in kernel.constexprs:
                 constexprs[name] = v
+        before = raw.get("before", [])
+        if not isinstance(before, list) or len(before) > MAX_STEPS:
+            raise ProgramError(f"{what}: before: a list of at most {MAX_STEPS} steps")
         return Launch(
             kernel=kernel.canonical,
             grid=grid,
@@ -242,7 +243,24 @@ class _Parser:
             num_warps=_int(raw.get("num_warps", 4), f"{what}: num_warps", 1, MAX_WARPS),
             num_stages=_int(raw.get("num_stages", 3), f"{what}: num_stages", 0, 64),
             name=kernel.name,
+            before=[self.host(s, f"{what}: a step of an autotuner's hook") for s in before],
         )
+
+    def host(self, s, what: str) -> dict:
+        """A fill or a copy."""
+        op = s.get("op") if isinstance(s, dict) else None
+        if op == "fill":
+            value = s.get("value")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ProgramError(f"{what}: fill value {value!r}")
+            return {"op": "fill", "tensor": self.tensor(s.get("tensor"), what), "value": value}
+        if op == "copy":  # element by element in row-major order (contiguous, reshape)
+            dst, src = self.tensor(s.get("dst"), what), self.tensor(s.get("src"), what)
+            a, b = self.tensors[dst], self.tensors[src]
+            if math.prod(a["shape"]) != math.prod(b["shape"]) or a["dtype"] != b["dtype"]:
+                raise ProgramError(f"{what}: a copy between tensors of another size or dtype")
+            return {"op": "copy", "dst": dst, "src": src}
+        raise ProgramError(f"{what}: op {op!r}")
 
     def returns(self, raw, what: str, depth: int = 0):
         if not isinstance(raw, dict) or len(raw) != 1 or depth > MAX_DIMS:
@@ -280,21 +298,8 @@ class _Parser:
                     {"op": "launch", "alternatives": [self.launch(a, what) for a in alternatives]}
                 )
                 launches += 1
-            elif op == "fill":
-                value = s.get("value")
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise ProgramError(f"{what}: fill value {value!r}")
-                steps.append(
-                    {"op": "fill", "tensor": self.tensor(s.get("tensor"), what), "value": value}
-                )
-            elif op == "copy":  # element by element in row-major order (contiguous, reshape)
-                dst, src = self.tensor(s.get("dst"), what), self.tensor(s.get("src"), what)
-                a, b = self.tensors[dst], self.tensors[src]
-                if math.prod(a["shape"]) != math.prod(b["shape"]) or a["dtype"] != b["dtype"]:
-                    raise ProgramError(f"{what}: a copy between tensors of another size or dtype")
-                steps.append({"op": "copy", "dst": dst, "src": src})
             else:
-                raise ProgramError(f"{what}: op {op!r}")
+                steps.append(self.host(s, what))
         returns = self.returns(raw.get("returns"), "returns")
         program = Program(self.storages, self.tensors, steps, returns, launches)
         program.returned = list(_flat(returns))
@@ -320,12 +325,11 @@ class Parsed:
     reasons: list[str]
 
 
-def parse(
-    record, cases: list[dict], state: dict[str, tuple[str, list[int]]], constants: int
-) -> Parsed:
+def parse(record, cases: list[dict], state: dict[str, tuple[str, list[int]]]) -> Parsed:
     """Check an extraction's record. ``cases``: per signature, the layout of its inputs
     (channel.plan: {"inputs": [spec or {"value": v}]}); ``state``: the model's parameters and
-    buffers (name -> (dtype, shape)); ``constants``: how many bytes of constants came with it."""
+    buffers (name -> (dtype, shape)). The record holds two programs per signature, of two calls
+    on other inputs: they must be one program (``canonical``)."""
     if not isinstance(record, dict):
         return Parsed(
             [None] * len(cases), ["no record"] * len(cases), {}, ["the record is not an object"]
@@ -345,24 +349,24 @@ def parse(
             if not k.reasons and any(checked[c].reasons for c in k.calls if c in checked):
                 k.reasons.append(f"kernel {k.name}: calls a refused kernel")
                 changed = True
-    raw_programs = record.get("programs")
-    if not isinstance(raw_programs, list) or len(raw_programs) != len(cases):
+    raw_programs, raw_again = record.get("programs"), record.get("again")
+    if not all(isinstance(r, list) and len(r) == len(cases) for r in (raw_programs, raw_again)):
         return Parsed([None] * len(cases), ["no program recorded"] * len(cases), checked, reasons)
     programs, errors = [], []
-    for raw, case in zip(raw_programs, cases, strict=True):
-        if not isinstance(raw, dict):
-            programs.append(None)
-            errors.append("no program recorded")
-            continue
-        if raw.get("error"):
-            programs.append(None)
-            errors.append(str(raw["error"])[:2000])
-            continue
+    for raw, again, case in zip(raw_programs, raw_again, cases, strict=True):
         try:
-            program = _Parser(constants, case, state, checked).program(raw)
+            program, second = (_one(r, case, state, checked) for r in (raw, again))
         except ProgramError as exc:
             programs.append(None)
-            errors.append(f"the recorded program is refused: {exc}")
+            errors.append(str(exc))
+            continue
+        if canonical(program) != canonical(second):
+            programs.append(None)
+            errors.append(
+                "a second call of the forward, on other inputs of the same shapes, recorded "
+                "another program (a result kept from the first call, or host work that depends "
+                "on the input values)"
+            )
             continue
         refused = {
             a.name
@@ -378,6 +382,63 @@ def parse(
         programs.append(program)
         errors.append(None)
     return Parsed(programs, errors, checked, reasons)
+
+
+def _one(raw, case: dict, state: dict, checked: dict) -> Program:
+    """One recorded call's program, or ProgramError saying why there is none."""
+    if not isinstance(raw, dict):
+        raise ProgramError("no program recorded")
+    if raw.get("error"):
+        raise ProgramError(str(raw["error"])[:2000])
+    try:
+        return _Parser(case, state, checked).program(raw)
+    except ProgramError as exc:
+        raise ProgramError(f"the recorded program is refused: {exc}") from None
+
+
+def canonical(program: Program) -> str:
+    """What a program does, independent of the order its storages were first seen in: storages
+    numbered by first use in its steps and returns; an empty allocation and a constant (both
+    uninitialised memory in the replay) alike."""
+    numbers: dict[int, int] = {}
+
+    def storage(i: int) -> list:
+        s = program.storages[i]
+        numbers.setdefault(i, len(numbers))
+        if s["kind"] == "constant" or (s["kind"] == "alloc" and s["fill"] is None):
+            what = ["uninitialised"]
+        else:
+            what = [s["kind"], s.get("index"), s.get("name"), s.get("dtype"), s.get("fill")]
+        return [numbers[i], *what, s["nbytes"]]
+
+    def tensor(i: int) -> list:
+        t = program.tensors[i]
+        return [storage(t["storage"]), t["dtype"], t["offset"], t["shape"], t["stride"]]
+
+    def launch(a: Launch) -> list:
+        args = {k: tensor(v["tensor"]) if "tensor" in v else v for k, v in sorted(a.args.items())}
+        return [a.kernel, a.grid, args, a.num_warps, a.num_stages]
+
+    steps = []
+    for s in program.steps:
+        if s["op"] == "launch":
+            steps.append([launch(a) for a in s["alternatives"]])
+        elif s["op"] == "fill":
+            steps.append(["fill", tensor(s["tensor"]), s["value"]])
+        else:
+            steps.append(["copy", tensor(s["dst"]), tensor(s["src"])])
+    returned = [tensor(t) for t in program.returned]
+    return json.dumps([steps, returned, _shape(program.returns)])
+
+
+def _shape(returns):
+    """The nesting of what a program returns, tensors left out (compared by canonical)."""
+    if "tensor" in returns:
+        return "tensor"
+    for kind in ("tuple", "list"):
+        if kind in returns:
+            return [kind, [_shape(r) for r in returns[kind]]]
+    return returns
 
 
 def _refused(checked: dict[str, kernel_source.Kernel], canonical: str) -> bool:

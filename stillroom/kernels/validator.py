@@ -7,26 +7,45 @@ inputs from a secret seed (``replay_seed``: random unless given, recorded in the
 trials (fresh ``get_inputs()`` draws) and the generated cases (cases.py: other value
 distributions, odd sizes). Then:
 
-1. **Extract** (extract.py, untrusted, sandboxed): the candidate's ``ModelNew`` runs once per input
-   signature (shapes, dtypes) on inputs of its own, drawn from another secret seed, and reports
-   what its forward did: the Triton kernels it launched (source, grid, arguments, constexprs,
-   num_warps) and the allocations, fills, copies and views between them.
+1. **Extract** (extract.py, untrusted, sandboxed): the candidate's ``ModelNew`` runs twice in a
+   row per input signature (shapes, dtypes), on two draws of its own (other secret seeds), and
+   reports what its forward did: the Triton kernels it launched (source, grid, arguments,
+   constexprs, num_warps) and the allocations, fills, copies and views between them.
 2. **Check** (program.py, kernel_source.py, here): the report is data; each kernel's source
-   passes a whitelist and is rewritten into a canonical form; each buffer, view and step is
-   checked against the case and the limits.
+   passes a whitelist, compiles, and is rewritten into a canonical form; each buffer, view and
+   step is checked against the case and the limits; the two calls of a signature must record one
+   program (a module that keeps its first call's result, or whose host work depends on the input
+   values, fails).
 3. **Replay** (replay.py, trusted, sandboxed: a fresh process that never ran candidate code): the
-   checked program runs on every case, its returned buffers are the outputs; every kernel access
-   is bounds-checked on CPU; the first and last program instances of each launch are measured
-   for the launch rules.
+   checked program runs on every case, its returned buffers are the outputs. On CPU every program
+   instance of every launch runs, in a random order (a secret seed), instrumented for the launch
+   rules; every access is bounds-checked; two instances of a launch that touch one address
+   without atomics, one storing, are a data race; every config of an autotuned launch runs (on
+   copies) and must compute what the chosen one did.
 4. **Judge** (here): outputs compared with the reference's (dtype-aware tolerances); inputs must
    come back unmodified; the launch rules (launch_checks.py) on the replay's values; at least one
    launch; no output that is an input's memory.
 
+Two rules decide what may carry the answer:
+
+- **Every output byte is written by a kernel** (on CPU): by a Triton store or atomic of the
+  replay, or copied by host steps from bytes one wrote. Host steps may allocate, fill, view and
+  copy inputs into place for the kernels, and copy what kernels wrote; an output (or any part of
+  one) that host steps alone made (a transpose by ``.contiguous()``, a concat by ``copy_`` into
+  slices, a zero op by ``zeros_like``) fails the case.
+- **Only the problem's own values enter a program**: its inputs, the reference model's
+  parameters and buffers (those outside the state dict too), and fills by a constant. Any other
+  tensor the candidate's process made (a table torch computed from no input, a cache, a scalar
+  tensor) is replayed as uninitialised memory, like an empty allocation: a kernel may use it as
+  scratch it writes first, never read values from it. No size bound would do: an interpolation
+  table of 2048 knots is 8 KiB, and a table over every float16 bit pattern 128 KiB.
+
 Whatever the candidate computed in its own process (with torch, in Python, in a lookup table
-built from the seeds it could guess, by patching anything) is not part of the program, or is a
-constant the fresh inputs make stale: it cannot reach the outputs. A failure of the validator
-itself (its memory, a channel, a job lost before it started) is ``status="harness"``: no score,
-never charged to the candidate. A sandbox that cannot start raises isolation.SandboxError.
+built from the seeds it could guess, by patching anything) is not part of the program: it cannot
+reach the outputs. A failure of the validator itself (its memory, a channel, a job lost before it
+started) is ``status="harness"``: no score, never charged to the candidate; whatever a candidate
+writes (a source that does not compile, a tree nested too deep, a forged record) is 0 with a
+reason. A sandbox that cannot start raises isolation.SandboxError.
 """
 
 from __future__ import annotations
@@ -190,13 +209,14 @@ class _Built:
     expected: list[list]
     scaled: list[bool]
     extraction: list[list]  # per signature: the extraction's own inputs
+    again: list[list]  # per signature: a second draw of them, for a second call
     signature_of: list[int]  # per case: its signature's index
 
 
 def _build(problem, device: str, trials: int, seed: int, replay_seed: int, names) -> _Built:
     """The perturbed reference model, its init inputs; per trial and generated case a label, the
     inputs, the reference's flattened outputs and whether atol scales with them; the input
-    signatures and, for each, the extraction's inputs (drawn apart from every case's)."""
+    signatures and, for each, two draws of the extraction's inputs (apart from every case's)."""
     import torch
 
     torch.manual_seed(seed)
@@ -227,21 +247,26 @@ def _build(problem, device: str, trials: int, seed: int, replay_seed: int, names
         inputs.append(case.inputs)
         expected.append(case.expected)
         scaled.append(case.scale_atol)
-    # the extraction's inputs: a draw of its own (another secret seed), resized like each case
-    extraction_seed = secrets.randbits(62)
-    torch.manual_seed(extraction_seed)
-    base = problem.get_inputs()
+    # the extraction's inputs: two draws of its own (other secret seeds), resized like each case
+    draws = []
+    for _ in range(2):
+        extraction_seed = secrets.randbits(62)
+        torch.manual_seed(extraction_seed)
+        draws.append((problem.get_inputs(), torch.Generator().manual_seed(extraction_seed)))
     signatures: list[tuple] = []
     extraction: list[list] = []
+    again: list[list] = []
     signature_of = []
-    gen = torch.Generator().manual_seed(extraction_seed)
     for case in inputs:
         sig = _signature(case)
         if sig not in signatures:
             signatures.append(sig)
-            extraction.append(_like(base, inputs[0], case, gen))
+            for out, (base, gen) in zip((extraction, again), draws, strict=True):
+                out.append(_like(base, inputs[0], case, gen))
         signature_of.append(signatures.index(sig))
-    return _Built(model, init_inputs, labels, inputs, expected, scaled, extraction, signature_of)
+    return _Built(
+        model, init_inputs, labels, inputs, expected, scaled, extraction, again, signature_of
+    )
 
 
 def _signature(case: list) -> tuple:
@@ -313,19 +338,27 @@ class _Evaluation:
         ex.mkdir(mode=0o700)
         (ex / "candidate.py").write_text(self.source)
         try:
-            self.layouts, size = channel.plan([(inputs, []) for inputs in built.extraction])
+            draws = built.extraction + built.again
+            layouts, size = channel.plan([(inputs, []) for inputs in draws])
+            self.layouts = layouts[: len(built.extraction)]
             channel.create(ex / channel.EXTRACT, size)
-            _fill(ex / channel.EXTRACT, built.extraction, self.layouts)
-            self.state = {k: v.detach().cpu() for k, v in built.model.state_dict().items()}
+            _fill(ex / channel.EXTRACT, draws, layouts)
+            persistent = {k: v.detach().cpu() for k, v in built.model.state_dict().items()}
+            # the buffers outside the state dict are the problem's own values too
+            buffers = {
+                k: v.detach().cpu() for k, v in built.model.named_buffers() if k not in persistent
+            }
+            self.state = {**persistent, **buffers}
             job = {
                 "init_inputs": built.init_inputs,
-                "state_dict": self.state,
+                "state_dict": persistent,
+                "buffers": buffers,
                 "signatures": self.layouts,
+                "again": layouts[len(built.extraction) :],
                 "seed": self.seed,
             }
             torch.save(job, ex / "job.pt")
-            state_bytes = sum(t.numel() * t.element_size() for t in self.state.values())
-            _sparse(ex / extract.OUT, extract.out_size(size, state_bytes))
+            _sparse(ex / extract.OUT, extract.RECORD_SPACE)
         except OSError as exc:
             return _harness([], f"the extraction's files could not be written ({exc})")
         outcome = self.run(ex, "extract", self.device, self.timeout_s)
@@ -335,7 +368,7 @@ class _Evaluation:
             return _harness([], why + _tail(outcome.stderr))
         if outcome.timed_out:
             return _timeout([f"timed out after {self.timeout_s:g} s (running the candidate)"])
-        self.record, self.constants, why = extract.read_out(ex / extract.OUT)
+        self.record, why = extract.read_out(ex / extract.OUT)
         if self.record is not None and not isinstance(self.record, dict):
             self.record, why = None, "the record is not an object"
         if self.record is None:
@@ -351,9 +384,7 @@ class _Evaluation:
     def check(self) -> KernelResult | None:
         """The record as programs, one per input signature, each kernel through the whitelist."""
         built = self.built
-        self.parsed = parsed = program.parse(
-            self.record, self.layouts, _shapes(self.state), self.constants
-        )
+        self.parsed = parsed = program.parse(self.record, self.layouts, _shapes(self.state))
         self.reasons += parsed.reasons
         self.programs = [p for p in parsed.programs if p is not None]
         self.launched = any(p.launches for p in self.programs)
@@ -380,9 +411,8 @@ class _Evaluation:
             channel.create(rp / channel.FILE, size)
             _fill(rp / channel.FILE, built.inputs, self.layout)
             # written again, not linked from the extraction's job.pt: nothing the candidate's
-            # directory held reaches the replay but the constants it recorded
+            # directory held reaches the replay
             torch.save(self.state, rp / "state.pt")
-            os.link(self.work / "extract" / extract.OUT, rp / "constants.bin")
             _sparse(rp / replay.RESULT, replay.RESULT_BYTES)
         except OSError as exc:
             return _harness(self.reasons, f"the replay's files could not be written ({exc})")
@@ -396,9 +426,13 @@ class _Evaluation:
                 }
                 for i in self.runnable
             ],
-            "constants_base": extract.RECORD_SPACE,
             "modules": sorted({m for k in kernels for m in k.modules}),
             "time_reps": 20 if self.device.startswith("cuda") else 0,
+            # the order program instances run in (CPU) and the instances a GPU's analysis
+            # interprets: a seed no candidate sees
+            "order_seed": secrets.randbits(62),
+            # autotuned configs must agree within them
+            "tolerances": TOLERANCES[self.device.split(":")[0]],
         }
         (rp / "replay.json").write_text(json.dumps(job))
         outcome = self.run(rp, "replay", self.device, self.timeout_s)
@@ -447,6 +481,8 @@ class _Evaluation:
         compiled = any(self.errors[i] is None for i in self.runnable)
         rule_reasons = launch_checks.check(self.parsed, self.replayed.get("analysed", {}), **limits)
         reasons += rule_reasons
+        if not correct:
+            reasons += _constants_read(self.programs)
         # every kernel passed the whitelist, one was launched, every output is the program's
         rule_ok = not self.parsed.reasons and self.launched and not not_made and not rule_reasons
         out = _result(compiled, correct, rule_ok, reasons, self.launched)
@@ -544,6 +580,27 @@ def _outputs_not_made(programs: list) -> list[str]:
             elif storage["kind"] in ("constant", "state") and index not in written:
                 what = "a parameter" if storage["kind"] == "state" else "computed outside kernels"
                 found.append(f"output {i} is not made by the program ({what})")
+    return list(dict.fromkeys(found))
+
+
+def _constants_read(programs: list) -> list[str]:
+    """The launch arguments that are tensors the candidate's process made outside the program (a
+    table, a scalar tensor, a cache): the replay holds no bytes of them, so a kernel that reads
+    one reads uninitialised memory. Said where the outputs were wrong."""
+    found = []
+    for p in programs:
+        for s in p.steps:
+            for a in s.get("alternatives", []):
+                for name, arg in sorted(a.args.items()):
+                    if "tensor" in arg:
+                        storage = p.storages[p.tensors[arg["tensor"]]["storage"]]
+                        if storage["kind"] == "constant":
+                            found.append(
+                                f"argument {name} of kernel {a.name} is a tensor made outside "
+                                "the program (by torch in the candidate's process): only "
+                                "inputs, the model's parameters and buffers and what the program "
+                                "writes carry values into a replay"
+                            )
     return list(dict.fromkeys(found))
 
 

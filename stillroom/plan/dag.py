@@ -468,6 +468,12 @@ class Plan:
         # the dataset's params without its ablation list: adding a selection never rebuilds the
         # fine-tune
         dataset = {k: v for k, v in self.config["dataset"].items() if k != "ablation"}
+        # sft_sources only where there are some, and the reward grading them with them: no other
+        # experiment's dataset sees its params change
+        if dataset.get("sft_sources"):
+            dataset["kernel"] = self.validator
+        else:
+            dataset.pop("sft_sources", None)
         selected = {"select": selection} if selection else {}
         return self.as_json(
             **{**dataset, "effort_tag": self.config["student"]["effort_tag"], **selected}

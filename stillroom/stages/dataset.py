@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import DatasetSelection, StageParams
+from ..config import DatasetSelection, StageParams, ValidatorOptions
 from ..grading.formats import effort_tag, user_content
 from ..ids import bucket
 from ..io import DataError, iter_jsonl, write_jsonl
@@ -35,6 +35,9 @@ GRADED_KEYS = (
 
 class Params(StageParams, DatasetSelection):
     effort_tag: str = Field(pattern=r"\$effort")
+    kernel: ValidatorOptions = Field(
+        ValidatorOptions(), description="the kernel reward sft_sources' rows are graded by"
+    )
 
 
 def _rank(select: str, seed: int, rec: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -60,8 +63,10 @@ def build(
     graded: Mapping[str, str],
     out_dataset: str,
     params: Mapping[str, Any] | Params,
+    threads: int = 1,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
+    """``threads`` rows of sft_sources are graded at once."""
     p = Params.parse(params, where="dataset")
     seed, default = p.seed, p.default_effort
     chosen: dict[tuple[str, str], list[tuple[tuple[Any, ...], dict[str, Any], str]]] = {}
@@ -76,7 +81,18 @@ def build(
                 continue
             slot = chosen.setdefault((rec["prompt_id"], rec["effort"]), [])
             slot.append((_rank(p.select, seed, rec), rec, path))
-    if not chosen:
+    sources, sft_rows = {}, []
+    for spec in p.sft_sources:
+        from ..data.kernelbook import grade
+
+        kept, report = grade(spec, p.kernel, default, seed, threads)
+        log(
+            f"sft source '{spec.name}': kept {report['kept']} of {report['rows']} rows; "
+            f"dropped by reason {report['dropped_by_reason']}"
+        )
+        sft_rows += kept
+        sources[spec.name] = report  # every dropped row with its reasons, in the sidecar
+    if not chosen and not sft_rows:
         raise DataError(
             f"no correct samples in {len(graded)} graded shards: nothing to train on"
             if p.select != "unfiltered"
@@ -110,6 +126,7 @@ def build(
                 "source_record": {"file": path, "key": rec["key"]},
             }
         )
+    rows += sft_rows
     write_jsonl(out_dataset, rows)
     per_effort = Counter(r["effort"] for r in rows)
     tokens: defaultdict[str, list[int]] = defaultdict(list)
@@ -130,4 +147,5 @@ def build(
         "mean_completion_tokens": mean_tokens,
         "samples_seen": dict(seen),
         "samples_correct": dict(correct),
+        **({"sft_sources": sources} if sources else {}),
     }

@@ -379,8 +379,8 @@ def test_forged_records_describe_other_programs_and_earn_what_those_earn():
             fd = os.open("out.bin", os.O_RDWR)
             m = mmap.mmap(fd, 0)
             data = json.dumps(record).encode()
-            m[24 : 24 + len(data)] = data
-            m[:24] = struct.pack("<8sQQ", b"SRPROG01", len(data), 0)
+            m[16 : 16 + len(data)] = data
+            m[:16] = struct.pack("<8sQ", b"SRPROG01", len(data))
             m.flush()
             os._exit(0)
         """)
@@ -396,7 +396,7 @@ def test_forged_records_describe_other_programs_and_earn_what_those_earn():
         r = evaluate(RELU, candidate(f"forge({junk!r})", prelude=forge), cases=[])
         assert r.reward == 0 and r.status == "scored", r
         assert "without a readable record (the record is not an object)" in r.reasons[0], r
-    record = {"programs": [alias], "kernels": {}}
+    record = {"programs": [alias], "again": [alias], "kernels": {}}
     source = candidate(f"forge({record!r})", prelude=forge)
     r = evaluate(RELU, source, cases=[])
     assert r.reward == 0 and "output 0 shares memory with input 0" in r.reasons, r.reasons
@@ -443,8 +443,8 @@ def test_forged_records_describe_other_programs_and_earn_what_those_earn():
         ],
         "returns": {"tensor": out_view},
     }
-    source = candidate(f"forge({ {'programs': [honest], 'kernels': numpy_as_language}!r})",
-                       prelude=forge)  # fmt: skip
+    forged = {"programs": [honest], "again": [honest], "kernels": numpy_as_language}
+    source = candidate(f"forge({forged!r})", prelude=forge)
     r = evaluate(RELU, source, cases=[])
     # a program of triton.language only, whatever its names: a Triton implementation exists
     assert r.reward == 1, r.reasons

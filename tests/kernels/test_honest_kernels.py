@@ -227,8 +227,8 @@ TWO_OUTPUTS = textwrap.dedent('''
 
 
 def test_a_constant_buffer_of_the_module_and_two_outputs():
-    """A non-persistent buffer is not a parameter the reference hands over: it is a constant of
-    the program (its bytes as the candidate made them), read by the kernel."""
+    """A non-persistent buffer is outside the state dict, yet the problem's own: ModelNew's buffer
+    of its name holds the reference's values and is replayed as that buffer."""
     source = IMPORTS + textwrap.dedent("""
 
         @triton.jit

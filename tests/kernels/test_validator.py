@@ -157,7 +157,9 @@ CHEATS = {
         torch.isclose = torch.equal = lambda *a, **k: True
     """,
         ),
-        "elements off",
+        # the replay and the comparison run in processes the patch never reaches: the output is
+        # an allocation no kernel wrote
+        "not written by a kernel store",
     ),
     "process exits": (candidate("raise SystemExit(0)"), "SystemExit"),
     "hangs": (candidate("while True:\n    pass"), "timed out"),
