@@ -67,6 +67,7 @@ RESULT_BYTES = 16 << 20
 RESULT_MAGIC = b"SRREPL01"
 MEMORY_LIMIT_BYTES = 8 << 30
 MAX_ACCESS_SITES = 256
+MAX_PATTERNS = 4096  # access patterns remembered (each up to a block of addresses)
 GC_BYTES = 64 << 20  # a case whose storages hold more is collected after it (a full gc: ~0.1 s)
 GPU_SAMPLE = 32  # program instances per launch a GPU's analysis interprets beyond first and last
 WARP, SECTOR = 32, 32  # lanes that access memory together; bytes a memory transaction moves
@@ -284,6 +285,9 @@ class Races:
 _KERNEL_FILES: set[str] = set()
 
 
+_SITES: dict[tuple, str] = {}  # (file, line, kernel) -> what _site says of it
+
+
 def _site() -> str:
     """The kernel source line running now: 'kernel name: source text'."""
     frame = sys._getframe(1)
@@ -291,10 +295,13 @@ def _site() -> str:
         frame = frame.f_back
     if frame is None:
         return "a kernel"
-    import linecache
+    key = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+    if key not in _SITES:
+        import linecache
 
-    text = _unwrapped(linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip())
-    return f"kernel {frame.f_code.co_name.split('_', 1)[-1]}: {text}"
+        text = _unwrapped(linecache.getline(key[0], key[1]).strip())
+        _SITES[key] = f"kernel {key[2].split('_', 1)[-1]}: {text}"
+    return _SITES[key]
 
 
 def _unwrapped(text: str) -> str:
@@ -317,6 +324,9 @@ class Analysis:
     wastes the most memory sectors."""
 
     def __init__(self):
+        # (touched, fewest) per access pattern: a pure function of the addresses relative to the
+        # first, the first's place in its sector, the mask and the item size (see ``access``)
+        self.judged: dict[tuple, tuple[int, int]] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -435,14 +445,14 @@ class Analysis:
             if mask is None
             else np.broadcast_to(np.asarray(mask, bool), a.shape)
         )
-        axis = max(range(a.ndim), key=lambda d: (_contiguity(_continues(a, d, itemsize)[0]), d))
-        lanes = np.moveaxis(a, axis, -1).reshape(-1)
-        active = np.moveaxis(m, axis, -1).reshape(-1)
-        # a lane begins a row where its line along the lane axis begins or a row's edge cuts it
-        edges = _continues(a, axis, itemsize)[1]
-        starts = np.concatenate([np.ones((*edges.shape[:-1], 1), bool), edges], axis=-1)
-        rows = np.cumsum(starts.reshape(-1))
-        touched, fewest = _sectors(lanes, active, itemsize, rows)
+        # the program instances of a launch mostly repeat one pattern at other addresses
+        first = int(a.flat[0])
+        key = (a.shape, itemsize, first % SECTOR, (a - first).tobytes(), m.tobytes())
+        if key not in self.judged:
+            if len(self.judged) >= MAX_PATTERNS:
+                self.judged.clear()
+            self.judged[key] = _judged(a, m, itemsize)
+        touched, fewest = self.judged[key]
         if not fewest:
             return
         site = _site()
@@ -451,6 +461,20 @@ class Analysis:
         )
         if touched * entry["fewest"] > entry["touched"] * fewest:
             entry["touched"], entry["fewest"] = touched, fewest
+
+
+def _judged(a, m, itemsize: int) -> tuple[int, int]:
+    """(touched, fewest) sectors of one access: addresses ``a``, mask ``m`` (see ``access``)."""
+    import numpy as np
+
+    axis = max(range(a.ndim), key=lambda d: (_contiguity(_continues(a, d, itemsize)[0]), d))
+    lanes = np.moveaxis(a, axis, -1).reshape(-1)
+    active = np.moveaxis(m, axis, -1).reshape(-1)
+    # a lane begins a row where its line along the lane axis begins or a row's edge cuts it
+    edges = _continues(a, axis, itemsize)[1]
+    starts = np.concatenate([np.ones((*edges.shape[:-1], 1), bool), edges], axis=-1)
+    rows = np.cumsum(starts.reshape(-1))
+    return _sectors(lanes, active, itemsize, rows)
 
 
 def _continues(a, axis: int, itemsize: int):

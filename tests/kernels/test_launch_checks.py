@@ -153,3 +153,28 @@ def test_a_row_edge_does_not_hide_a_strided_axis_or_a_broadcast_one():
     # pairs in lines of 4: one jump in 16 bytes, less than a sector, so it is charged
     pairs = np.arange(256)[:, None] * 64 + np.array([0, 1, 32, 33])[None, :]
     assert sector_ratio(pairs) == 2.0
+
+
+def test_a_remembered_access_pattern_is_judged_as_a_fresh_one_at_any_alignment():
+    # Analysis remembers each pattern's sectors (addresses relative to the first, the first's
+    # place in its sector, the mask): one analysis over many shifted and masked accesses must
+    # keep per site what a fresh analysis of each access alone measures
+    rng = np.random.default_rng(0)
+    shared = Analysis()
+    shared.recording = True
+    patterns = [ELEMENT, (ELEMENT // 4) * 64 + ELEMENT % 4, (ELEMENT % 32) * 32]
+    masks = [rng.random(ELEMENT.shape) < 0.9 for _ in patterns]
+    worst = 0.0
+    for shift in [0, 4, 8, 12, 16, 28, 32, 64, 4096 + 4]:
+        for offsets, mask in zip(patterns, masks, strict=True):
+            addresses = np.asarray(offsets) * 4 + shift
+            shared.access("tl.load", addresses, mask, 4)
+            fresh = Analysis()
+            fresh.recording = True
+            fresh.access("tl.load", addresses, mask, 4)
+            (entry,) = fresh.sites.values()
+            worst = max(worst, entry["touched"] / entry["fewest"])
+            (kept,) = shared.sites.values()
+            assert kept["touched"] / kept["fewest"] == pytest.approx(worst)
+    # judged once per pattern and place in a sector: 0, 32 and 64 share one, as do 4 and 4100
+    assert len(shared.judged) == 6 * len(patterns)
