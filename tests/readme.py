@@ -1,0 +1,80 @@
+"""The README's shell commands as the tests run them: verbatim, taken from README.md at test time,
+so a command edited in the README is the command a test runs. Each ```bash block is found by its
+first command; tests/test_readme.py keeps every block tied to the test that runs it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+VENV_BIN = REPO / ".venv" / "bin"
+
+
+def blocks(text: str | None = None) -> list[list[str]]:
+    """The commands of each ```bash block: continuation lines joined, comments and blank lines
+    dropped."""
+    text = README.read_text() if text is None else text
+    out = []
+    for body in re.findall(r"^```bash\n(.*?)^```", text, re.M | re.S):
+        commands, pending = [], ""
+        for line in body.splitlines():
+            line = pending + line
+            if line.rstrip().endswith("\\"):
+                pending = line.rstrip()[:-1]
+                continue
+            pending = ""
+            # a comment starts at a '#' after whitespace (no README command quotes one)
+            command = re.sub(r"(^|\s+)#.*$", "", line).strip()
+            if command:
+                commands.append(" ".join(command.split()))
+        out.append(commands)
+    return out
+
+
+def block(first: str) -> list[str]:
+    """The commands of the one README block whose first command starts with ``first``."""
+    found = [b for b in blocks() if b and b[0].startswith(first)]
+    assert len(found) == 1, f"README.md: {len(found)} ```bash blocks start with {first!r}, not 1"
+    return found[0]
+
+
+def repo_copy(dest: Path) -> Path:
+    """The repository as a fresh clone has it (tracked files and untracked ones git does not
+    ignore, modification times kept, so make sees the venv as up to date) in ``dest``, with the
+    virtual environment linked in: where a README command runs as a new user would run it."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        src = REPO / name
+        if src.is_file():  # a deleted file git still lists is skipped
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name, follow_symlinks=False)
+    (dest / ".venv").symlink_to(REPO / ".venv")
+    return dest
+
+
+def user_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment as a new shell has it: the venv neither active nor on PATH, so a
+    README command that forgets to activate it fails as it would for the user."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if p and Path(p) != VENV_BIN
+    )
+    return {**env, **(extra or {})}
+
+
+def script(commands: list[str]) -> list[str]:
+    """``commands`` as one bash session that stops at the first failure, each echoed first."""
+    lines = ["set -euo pipefail"]
+    for c in commands:
+        lines += [f"echo {shlex.quote('$ ' + c)}", c]
+    return ["bash", "-c", "\n".join(lines)]

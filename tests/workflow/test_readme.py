@@ -1,0 +1,106 @@
+"""The README's commands, run verbatim as a new user runs them: in a copy of the repository as a
+fresh clone has it, from a shell where the venv is not active. Every ```bash block of the README is
+tied to the test that runs it (RUN_BY), so a block added or edited without a working test fails."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ..conftest import REPO, Started, small_config, wait_snakemake
+from ..readme import block, blocks, repo_copy, script, user_env
+from .conftest import EARLY_NICE, started
+
+# each README block, by its first command, and the tests that run its commands
+RUN_BY = {
+    "make run": ["tests/workflow/test_readme.py::start_first_contact"],
+    "source .venv/bin/activate": ["tests/workflow/test_readme.py::start_first_contact"],
+    "snakemake -n --configfile config/experiments/beam-distill.yaml": [
+        "tests/workflow/test_readme.py::start_first_contact",
+    ],
+    "stillroom stand-ins config/experiments/beam-distill-smoke.yaml": [
+        "tests/workflow/test_experiments.py::start_twin",
+    ],
+    "stillroom estimate --configfile config/experiments/beam-distill.yaml": [
+        "tests/workflow/test_readme.py::start_first_contact",
+    ],
+    "snakemake --cores 2 --configfile config/experiments/beam-tiny-smoke.yaml": [
+        "tests/workflow/test_readme.py::start_first_contact",
+    ],
+}
+
+MINE = "my-experiment"  # what `my.yaml` names: the small pipeline, as a user's own experiment
+
+
+def test_every_readme_block_is_run_by_a_test():
+    firsts = [b[0] for b in blocks() if b]
+    unclaimed = [f for f in firsts if not any(f.startswith(p) for p in RUN_BY)]
+    assert not unclaimed, f"README blocks no test runs (add them to RUN_BY): {unclaimed}"
+    for prefix, tests in RUN_BY.items():
+        assert sum(f.startswith(prefix) for f in firsts) == 1, f"README: no one block {prefix!r}"
+        for node in tests:
+            path, name = node.split("::")
+            source = (REPO / path).read_text()
+            assert f"def {name}(" in source, f"{node}: no such function"
+            body = source[source.index(f"def {name}(") :]
+            body = body[: body.find("\ndef ", 1) if "\ndef " in body[1:] else len(body)]
+            assert f'block("{prefix}' in body, f"{node} does not run README block {prefix!r}"
+
+
+def test_the_readme_blocks_are_read_as_a_shell_reads_them():
+    text = "x\n```bash\nmake a  # why\nsnakemake --x a \\\n    b   # more\n\n```\n```\nnot\n```\n"
+    assert blocks(text) == [["make a", "snakemake --x a b"]]
+
+
+def start_first_contact(workdir: Path) -> Started:
+    """A new user's first hour, from the README verbatim: `make run`, the DAG commands with their
+    own experiment (`my.yaml`, the small pipeline), the bill, the recipe's DAG offline and a MoE
+    fine-tune's smoke twin, in one shell in a copy of the repository."""
+    copy = repo_copy(workdir)
+    cfg = {**small_config(), "experiment": MINE}
+    (copy / "my.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    dag_offline = block("snakemake -n --configfile config/experiments/beam-distill.yaml")[0]
+    commands = [
+        *block("make run")[:1],  # `make test` runs this test: .ci/run is checked to run it
+        *block("source .venv/bin/activate"),
+        *block("stillroom estimate --configfile config/experiments/beam-distill.yaml"),
+        dag_offline,
+        *block("snakemake --cores 2 --configfile config/experiments/beam-tiny-smoke.yaml"),
+    ]
+    out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            script(commands),
+            cwd=copy,
+            stdout=stdout,
+            stderr=stderr,
+            env=user_env(),
+            preexec_fn=lambda: os.nice(EARLY_NICE),
+        )
+    return Started(proc, out, err)
+
+
+@pytest.mark.slow
+@pytest.mark.early_run.with_args(start_first_contact)
+def test_a_new_user_runs_the_readme_commands():
+    workdir, run = started(start_first_contact)
+    proc = wait_snakemake(run)
+    log = proc.stdout + proc.stderr
+    # make run: the default pipeline and its table printed
+    assert "| base |" in proc.stdout and (workdir / "results/tiny/tables/heldout.md").exists()
+    # `snakemake -n` after the complete run: nothing is stale
+    after = log.split("$ snakemake -n\n", 1)[1].split("$ snakemake --configfile my.yaml", 1)[0]
+    assert "Nothing to be done" in after, after[-2000:]
+    assert (workdir / "results" / MINE / "tables" / "heldout.md").exists()
+    assert (workdir / "bill.json").exists()
+    assert (workdir / "results/beam-qlora-mp-smoke/ckpt/sft.prov.json").exists()
+
+
+def test_ci_runs_the_readme_test_command():
+    # `make test` is the suite itself: .ci/run runs exactly the README's test command
+    (_, test), ci = block("make run"), (REPO / ".ci" / "run").read_text().splitlines()
+    assert test == "make test" and ci[-1] == test, (test, ci[-1])
