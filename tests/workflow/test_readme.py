@@ -28,7 +28,7 @@ RUN_BY = {
     "stillroom estimate --configfile config/experiments/beam-distill.yaml": [
         "tests/workflow/test_readme.py::start_first_contact",
     ],
-    "snakemake --cores 2 --configfile config/experiments/beam-tiny-smoke.yaml": [
+    "snakemake --cores 2 results/beam-qlora-mp-smoke/ckpt/sft": [
         "tests/workflow/test_readme.py::start_first_contact",
     ],
 }
@@ -69,7 +69,7 @@ def start_first_contact(workdir: Path) -> Started:
         *block("source .venv/bin/activate"),
         *block("stillroom estimate --configfile config/experiments/beam-distill.yaml"),
         dag_offline,
-        *block("snakemake --cores 2 --configfile config/experiments/beam-tiny-smoke.yaml"),
+        *block("snakemake --cores 2 results/beam-qlora-mp-smoke/ckpt/sft"),
     ]
     out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
     with out.open("w") as stdout, err.open("w") as stderr:
