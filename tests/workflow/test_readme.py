@@ -31,6 +31,9 @@ RUN_BY = {
     "snakemake --cores 2 results/beam-qlora-mp-smoke/ckpt/sft": [
         "tests/workflow/test_readme.py::start_first_contact",
     ],
+    "snakemake --cores 2 --configfile config/experiments/autotriton-tiny.yaml": [
+        "tests/workflow/test_experiments.py::test_autotriton_tiny_runs_end_to_end",
+    ],
 }
 
 MINE = "my-experiment"  # what `my.yaml` names: the small pipeline, as a user's own experiment
