@@ -26,6 +26,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import sys
 from collections.abc import Callable
 
@@ -71,6 +72,24 @@ PATH_EVENTS = {
     "shutil.rmtree": ((0, 1),),
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+# Wall time is only a far backstop of a job limited in CPU time (a job blocked, or starved on a
+# machine under load, which must not change a verdict): this many times its CPU limit, plus a
+# start-up allowance.
+BACKSTOP_FACTOR = 10
+BACKSTOP_EXTRA_S = 30.0
+
+
+def backstop_s(cpu_s: float) -> float:
+    """The wall-clock backstop of a job limited to ``cpu_s`` CPU seconds."""
+    return BACKSTOP_FACTOR * cpu_s + BACKSTOP_EXTRA_S
+
+
+def out_of_cpu(returncode: int | None) -> bool:
+    """Whether a process ended on SIGXCPU (its RLIMIT_CPU), as Popen or bwrap (128 + the signal)
+    reports it."""
+    return returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
 
 
 def limit(

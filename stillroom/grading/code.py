@@ -7,14 +7,17 @@ called with it.
 
 Two processes (code_runner.py): the candidate runs the program (formats.extract_program) and then
 answers calls of its top-level functions over a pair of pipes; the judge runs the tests with those
-names bound to proxies, and its exit status alone is the verdict. The candidate never sees the
-tests and cannot reach the judge: whatever it prints, patches or forges, it only chooses its own
-return values, which cross as plain data. Each runs in ``python -I -S -B`` inside bubblewrap
-(sandbox.bwrap: own PID, network and mount namespaces, a minimal read-only root with a private
-/tmp, a cleared environment), the candidate with only its own fresh directory writable (cwd, HOME
-and TMPDIR), under the sandbox's resource limits and audit hook; stdin is /dev/null and a
-wall-clock timeout kills both. Without bubblewrap (sandbox.bwrap_available warns once, loudly) the
-same two processes run under the limits and the audit hook alone.
+names bound to proxies, and its exit status alone is the verdict. The candidate never sees the tests
+and cannot reach the judge: whatever it prints, patches or forges, it only chooses its own return
+values, which cross as plain data. Each runs in ``python -I -S -B`` inside bubblewrap
+(sandbox.bwrap: own PID, network and mount namespaces, a minimal read-only root with a private /tmp,
+a cleared environment), the candidate with only its own fresh directory writable (cwd, HOME and
+TMPDIR), under the sandbox's resource limits and audit hook; stdin is /dev/null. Each process may
+spend ``TIMEOUT_S`` CPU seconds (RLIMIT_CPU: the same verdict on a busy machine); past it the run is
+a ``"timeout"``. Wall time is only a far backstop (sandbox.backstop_s) that kills both: a run past
+it (blocked, or starved by load) is the machine's fault, graded ``"harness"``. Without bubblewrap
+(sandbox.bwrap_available warns once, loudly) the same two processes run under the limits and the
+audit hook alone.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from .. import sandbox
 from .formats import extract_program
 from .result import Grade, Options
 
-TIMEOUT_S = 3.0  # the sandbox's own limit: under the grading worker's, so that it is reported
+TIMEOUT_S = 3.0  # CPU seconds of each process: under the grading worker's, so that it is reported
 MEMORY_MB = 1024
 FILE_SIZE_MB = 16
 _TAIL = 4000  # bytes of stderr kept in a result
@@ -46,14 +49,14 @@ RUNNER = os.path.join(os.path.dirname(os.path.realpath(__file__)), "code_runner.
 # where the sandbox binds it (stdlib only, under -I -S: a venv's interpreter or its base, alike)
 PYTHON = os.path.realpath(sys.executable)
 EXIT_PASSED, EXIT_FAILED = 0, 2  # the judge's exit statuses (code_runner.py); others: an error
-# bwrap reports a command killed by a signal as 128 + the signal
-_CPU_KILLED = {-signal.SIGXCPU, 128 + signal.SIGXCPU}
 
 
 @dataclass(frozen=True)
 class CodeResult:
     passed: bool
-    status: str  # "passed", "failed" (an assert failed), "timeout", "error" or "no_code"
+    # "passed", "failed" (an assert failed), "timeout" (out of CPU time), "backstop" (past the
+    # wall-clock backstop: not the program's fault), "error" or "no_code"
+    status: str
     stderr_tail: str
     program: str | None
     duration_s: float = 0.0
@@ -61,7 +64,9 @@ class CodeResult:
     def grade_fields(self) -> dict[str, Any]:
         """Keyword arguments for grading.Grade; the run's own status is in ``status`` of this
         result."""
-        status = {"no_code": "no_answer", "timeout": "timeout"}.get(self.status, "ok")
+        status = {"no_code": "no_answer", "timeout": "timeout", "backstop": "harness"}.get(
+            self.status, "ok"
+        )
         return {"correct": self.passed, "extracted": self.program, "status": status}
 
 
@@ -202,16 +207,17 @@ def run_program(
     tmp_root: str | None = None,
 ) -> CodeResult:
     """Run ``program`` in a sandboxed candidate process and ``tests`` in a sandboxed judge process
-    calling it; ``tmp_root`` holds their temporary directory."""
+    calling it, each under ``timeout_s`` CPU seconds; ``tmp_root`` holds their temporary
+    directory."""
     box = tempfile.mkdtemp(prefix="stillroom-code-", dir=tmp_root)
     start = time.monotonic()
-    deadline = start + timeout_s
+    deadline = start + sandbox.backstop_s(timeout_s)
 
     def left() -> float:
         return max(0.0, deadline - time.monotonic())
 
     limits = {
-        "cpu_s": math.ceil(timeout_s) + 1,
+        "cpu_s": math.ceil(timeout_s),
         "memory_bytes": memory_mb << 20,
         "file_bytes": FILE_SIZE_MB << 20,
     }
@@ -266,8 +272,10 @@ def run_program(
         for fd in (*to_candidate, *to_judge):
             os.close(fd)
         _remove(box)
-    if timed_out or {judge_rc, candidate_rc} & _CPU_KILLED:
+    if sandbox.out_of_cpu(judge_rc) or sandbox.out_of_cpu(candidate_rc):
         status = "timeout"
+    elif timed_out:
+        status = "backstop"
     elif judge_rc == EXIT_PASSED:
         status = "passed"
     else:
@@ -314,7 +322,8 @@ def info(options: Options) -> dict[str, Any]:
         "name": "code-sandbox",
         "version": importlib.metadata.version("stillroom"),
         "options": {
-            "sandbox_timeout_s": TIMEOUT_S,
+            "sandbox_cpu_s": TIMEOUT_S,
+            "sandbox_backstop_s": sandbox.backstop_s(TIMEOUT_S),
             "python": "-I -S -B, audit hook, tests in a separate judge process",
             "bwrap": sandbox.bwrap_available(),
         },

@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from ..config.base import DEFAULT_LETTERS
+from ..sandbox import backstop_s
 from .result import Grade, Options
 
 KINDS = ("math", "choice", "instructions", "code", "kernel")
@@ -31,7 +32,8 @@ GRADER_INFO: dict[str, Any] = {
         "verify": "math_verify.verify(gold, pred), float_rounding 6, strict; a gold that is a "
         "real number, not whole, within relative 5e-6 of a decimal answer; an answer in a base "
         "the gold does not write (52_8 for 52_9) is wrong",
-        "timeout": "hard wall-clock limit per item in a killable worker process",
+        "timeout": "CPU seconds per item in a killable worker process (RLIMIT_CPU); wall time "
+        "only a far backstop, an item past it retried, then graded harness",
     },
     "choice": "last '\\boxed{X}', 'answer: X' or 'answer is X' "
     "('answer' any case, X case-sensitive, in $, **, (), \\textbf{} or the like); "
@@ -82,6 +84,10 @@ def grader_info(kind: str, options: Options, timeout_s: float | None) -> dict[st
     if timeout_s is None:
         limit = {"timeout_s": options.timeout_s, "timeout": "signal, per math-verify call"}
     else:
-        limit = {"timeout_s": timeout_s, "timeout": "hard, per item"}
+        limit = {
+            "timeout_s": timeout_s,
+            "timeout": "CPU seconds, per item",
+            "backstop_s": backstop_s(timeout_s),
+        }
     info = grader(kind).info(options)
     return {**info, "options": {**limit, **info["options"]}}

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config import ValidatorOptions
 from ..kernels.reward import harness_failed, score, timed_out
-from ..kernels.validator import KernelResult
+from ..kernels.validator import KernelResult, key_digest
 from .formats import extract_code
 from .result import Grade, Options
 
@@ -52,6 +52,8 @@ def info(options: Options) -> dict[str, Any]:
         "version": importlib.metadata.version("stillroom"),
         "options": {
             "validator": {**options.kernel.dump(), "seed": options.seed},
+            # the key of the secret seeds, by its digest only (None: random seeds per evaluation)
+            "replay_key_sha256": key_digest(),
             "reward": "exec x rule",
             "triton": importlib.metadata.version("triton"),
         },

@@ -15,8 +15,10 @@ class Grade:
     correct: bool
     extracted: str | None
     # "ok" (right or wrong), "no_answer", "gold_unparseable" (a benchmark problem, not a wrong
-    # answer), "timeout", "crashed" (the worker died on this item, e.g. killed for memory), or
-    # "harness" (the kernel validator itself failed: not the answer's fault)
+    # answer), "timeout" (the answer's check ran out of CPU time: its own cost, the same on a
+    # busy machine), "crashed" (the worker died on this item, e.g. killed for memory), or
+    # "harness" (the grader itself failed, or an item ran past the wall-clock backstop on every
+    # try: not the answer's fault, counted apart)
     status: str
     details: dict[str, Any] | None = None  # per-kind extras: instruction scores, the run's status
 
@@ -32,7 +34,15 @@ def gold_problem(reason: str) -> Grade:
 TIMED_OUT = Grade(False, None, "timeout")
 CRASHED = Grade(False, None, "crashed")
 
-TIMEOUT_S = 5  # seconds, hard limit per item in a grading worker, unless a kind needs more
+TIMEOUT_S = 5  # CPU seconds per item in a grading worker, unless a kind needs more
+BACKSTOP_TRIES = 3  # tries of an item that keeps running past the backstop, then "harness"
+
+
+def past_backstop(tries: int, limit_s: float) -> Grade:
+    """An item that ran past its wall-clock backstop on every try: the machine's fault, not the
+    answer's (a CPU-time limit judges answers)."""
+    why = f"past the wall-clock backstop of {limit_s:g} s on {tries} tries, under its CPU limit"
+    return Grade(False, None, "harness", {"fault": why})
 
 
 class Options(StageParams):
@@ -41,4 +51,4 @@ class Options(StageParams):
     letters: Letters
     boxed: Boxed
     kernel: ValidatorOptions = ValidatorOptions()
-    timeout_s: float = Field(TIMEOUT_S, gt=0, description="hard limit per item")
+    timeout_s: float = Field(TIMEOUT_S, gt=0, description="CPU seconds per item")

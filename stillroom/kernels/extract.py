@@ -507,4 +507,7 @@ def _error(exc: BaseException) -> str:
 
 
 if __name__ == "__main__":
+    from .isolation import limit_cpu
+
+    limit_cpu(float(sys.argv[3]))
     main(sys.argv[1], sys.argv[2], started=lambda: print("started", flush=True))

@@ -11,16 +11,16 @@ caller (which may have threads, CUDA or a trainer), never runs candidate code, a
 initialises CUDA itself, so that each child can.
 
 Protocol, one JSON object a line. In, on stdin: ``{"id": n, "dir": job dir, "role": "extract" |
-"replay"}``, and ``{"id": n, "kill": true}`` to kill job n's process group if it has not been
-reaped yet (the server runs in a PID namespace of its own under bubblewrap, so the caller cannot
-signal by pid). Out, on stdout: ``{"ready": pid}`` once the imports are done; ``{"id": n, "pid":
-pid}`` when a child has started (pids as the server sees them); ``{"id": n, "started": true}``
-when the job reached the code it runs for (a byte on a pipe its code cannot take back);
-``{"id": n, "exit": code, "stderr": tail}`` when it has ended and been reaped (``code`` as
+"replay", "cpu_s": the job's CPU limit}``, and ``{"id": n, "kill": true}`` to kill job n's process
+group if it has not been reaped yet (the server runs in a PID namespace of its own under bubblewrap,
+so the caller cannot signal by pid). Out, on stdout: ``{"ready": pid}`` once the imports are done;
+``{"id": n, "pid": pid}`` when a child has started (pids as the server sees them); ``{"id": n,
+"started": true}`` when the job reached the code it runs for (a byte on a pipe its code cannot take
+back); ``{"id": n, "exit": code, "stderr": tail}`` when it has ended and been reaped (``code`` as
 ``Popen.returncode``: negative for a signal; ``tail``: its last 4 KiB of stderr). The server exits
-on EOF of stdin, or when the thread that started it ends (PR_SET_PDEATHSIG); a child dies with
-the server. Under bubblewrap the server is PID 1 of its namespace: it reaps the orphans of its
-children too.
+on EOF of stdin, or when the thread that started it ends (PR_SET_PDEATHSIG); a child dies with the
+server. Under bubblewrap the server is PID 1 of its namespace: it reaps the orphans of its children
+too.
 
 The server and its children are not dumpable: a candidate cannot read another's or the server's
 /proc entries (its working directory, its open pipes, its memory), nor trace them.
@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import selectors
 import signal
 import sys
@@ -108,6 +109,7 @@ def _run_child(job: dict, device: str, pipes: tuple[int, int], inherited: list[i
             scratch = sandbox.enter_job(scratch, list(writable), hide=jobs_root)
             os.environ.update(TMPDIR="/tmp", HOME="/tmp")
         os.chdir(scratch)
+        isolation.limit_cpu(job["cpu_s"])  # counted from the fork: the child's own time
 
         def mark() -> None:
             os.write(started, b"s")
@@ -125,6 +127,8 @@ def serve(device: str, jobs_root: str | None) -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # also ends the children: they die with this process
     _prctl(_PR_SET_DUMPABLE, 0)  # inherited by every child (until an exec)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's; it closes our stdin
+    # a caller's CPU limit (a grading worker's, per item) is not this long-lived server's
+    resource.setrlimit(resource.RLIMIT_CPU, (resource.getrlimit(resource.RLIMIT_CPU)[1],) * 2)
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # read when triton is imported
     import torch

@@ -1,6 +1,7 @@
 """How the two jobs of an evaluation run: the extraction (extract.py, candidate code) and the
-replay (replay.py, checked programs only), each a process of its own with a hard timeout, after
-which it and everything it started are killed.
+replay (replay.py, checked programs only), each a process of its own under a limit of CPU time
+(RLIMIT_CPU: SIGXCPU ends it, however busy the machine), with a far wall-clock backstop
+(sandbox.backstop_s) after which it and everything it started are killed.
 
 A job is forked from a warm fork server that has imported torch and triton once (forkserver.py;
 one server per calling process and device, shared by its threads, restarted if it dies), or is a
@@ -29,6 +30,7 @@ import atexit
 import contextlib
 import itertools
 import json
+import math
 import os
 import shutil
 import signal
@@ -64,6 +66,16 @@ class Outcome:
     returncode: int | None  # None: the fork server died while the job ran
     stderr: str
     started: bool  # the job reached the code it runs for (candidate code, or the program)
+
+    @property
+    def out_of_cpu(self) -> bool:
+        """Ended by its CPU limit: the job's own cost, not the machine's load."""
+        return not self.timed_out and sandbox.out_of_cpu(self.returncode)
+
+
+def limit_cpu(cpu_s: float) -> None:
+    """A job's CPU limit, in the job's process (RLIMIT_CPU counts whole seconds)."""
+    sandbox.limit(cpu_s=math.ceil(cpu_s))
 
 
 def _sandboxed(device: str) -> bool:
@@ -142,11 +154,12 @@ def job_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def run_process(work: Path, role: str, device: str, timeout_s: float) -> Outcome:
-    """A fresh interpreter runs the job in ``work``; it prints "started" when it gets there."""
+def run_process(work: Path, role: str, device: str, cpu_s: float) -> Outcome:
+    """A fresh interpreter runs the job in ``work`` under ``cpu_s`` CPU seconds (its imports
+    included); it prints "started" when it gets there."""
     module, writable = ROLES[role]
     # -P: neither the working directory nor the script's is put on sys.path
-    argv = [sys.executable, "-P", "-m", module, str(work), device]
+    argv = [sys.executable, "-P", "-m", module, str(work), device, str(cpu_s)]
     env = _environment(device, "/tmp")
     if _sandboxed(device):
         argv = sandbox.bwrap(
@@ -171,7 +184,7 @@ def run_process(work: Path, role: str, device: str, timeout_s: float) -> Outcome
         start_new_session=True,
     )
     try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
+        stdout, stderr = proc.communicate(timeout=sandbox.backstop_s(cpu_s))
     except subprocess.TimeoutExpired:
         # the job and anything it started; under bubblewrap, killing bwrap (the group's leader, a
         # process of ours) ends its PID namespace with everything in it
@@ -181,13 +194,14 @@ def run_process(work: Path, role: str, device: str, timeout_s: float) -> Outcome
     return Outcome(False, proc.returncode, stderr, stdout.startswith("started"))
 
 
-def run_forked(work: Path, role: str, device: str, timeout_s: float) -> Outcome:
-    """A child of this process's warm fork server runs the job in ``work``."""
+def run_forked(work: Path, role: str, device: str, cpu_s: float) -> Outcome:
+    """A child of this process's warm fork server runs the job in ``work`` under ``cpu_s`` CPU
+    seconds."""
     # a server that died before the job started: once more, on a fresh one
     for _ in range(2):
         server = fork_server(device)
-        job = server.submit(work, role)
-        if not job.done.wait(timeout_s):
+        job = server.submit(work, role, cpu_s)
+        if not job.done.wait(sandbox.backstop_s(cpu_s)):
             server.kill(job)
             if not job.done.wait(KILL_GRACE_S):  # a stopped or wedged server
                 server.proc.kill()
@@ -313,14 +327,14 @@ class _ForkServer:
         except (OSError, ValueError):
             return False
 
-    def submit(self, work: Path, role: str) -> _Job:
+    def submit(self, work: Path, role: str, cpu_s: float) -> _Job:
         job = _Job(work, role)
         with self.lock:
             alive = self.alive
             if alive:
                 self.jobs[job.id] = job
         if alive:
-            if self._send({"id": job.id, "dir": str(work), "role": role}):
+            if self._send({"id": job.id, "dir": str(work), "role": role, "cpu_s": cpu_s}):
                 return job
             with self.lock:
                 self.jobs.pop(job.id, None)

@@ -1203,4 +1203,7 @@ def _time(runner: _Runner, case: dict, mapping, reps: int) -> float | None:
 
 
 if __name__ == "__main__":
+    from .isolation import limit_cpu
+
+    limit_cpu(float(sys.argv[3]))
     main(sys.argv[1], sys.argv[2], started=lambda: print("started", flush=True))

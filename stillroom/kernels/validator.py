@@ -3,7 +3,9 @@ program the candidate describes, replayed by a trusted runner on inputs it never
 
 ``evaluate(problem_src, candidate_src)`` builds the reference ``Model`` here, perturbs its weights
 (so a candidate that ignores a weight or a running statistic cannot match) and draws every case's
-inputs from a secret seed (``replay_seed``: random unless given, recorded in the result): the
+inputs from a secret seed (``replay_seed``: unless given, drawn at random, or, with a key file
+named by ``$STILLROOM_KERNEL_KEY_FILE``, derived from the key, the problem, the candidate and
+``seed``, so that a rerun reproduces every grade; recorded in the result): the
 trials (fresh ``get_inputs()`` draws) and the generated cases (cases.py: other value
 distributions, odd sizes). Then:
 
@@ -50,14 +52,19 @@ reason. A sandbox that cannot start raises isolation.SandboxError.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import hmac
 import importlib.util
 import json
 import os
 import secrets
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import sandbox
 from ..config import ValidatorOptions
 from . import channel, extract, kernel_source, launch_checks, program, replay
 from .cases import CASES, generate, resized
@@ -72,6 +79,47 @@ TOLERANCES = {
 
 # evaluate's options, as the kernels: config section sets them
 _DEFAULT = ValidatorOptions()
+
+# A file whose bytes key the secret seeds (the replay's inputs, the extraction's, the order
+# program instances run in): kept outside the results and every sandbox, so a rerun reproduces
+# its grades while no candidate can compute them; recorded only by its digest (key_digest). Make
+# it random (``python -c "import secrets; print(secrets.token_hex(32))" > FILE``): a short key
+# could be guessed from its digest. Unset: fresh random seeds per evaluation.
+KEY_FILE_ENV = "STILLROOM_KERNEL_KEY_FILE"
+
+
+@functools.cache
+def _key(path: str) -> bytes:
+    try:
+        key = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"${KEY_FILE_ENV}: cannot read the key file {path}: {exc}") from None
+    if not key.strip():
+        raise ValueError(f"${KEY_FILE_ENV}: the key file {path} is empty")
+    return key
+
+
+def key_digest() -> str | None:
+    """The sha256 of the key file named by ``$STILLROOM_KERNEL_KEY_FILE``, or None without one."""
+    path = os.environ.get(KEY_FILE_ENV)
+    return hashlib.sha256(_key(path)).hexdigest() if path else None
+
+
+def _seeds(problem_src: str, candidate_src: str, seed: int) -> Callable[[str], int]:
+    """The secret seeds of one evaluation, one per purpose: derived from the key with HMAC (the
+    same for the same problem, candidate and seed; any other candidate gets others), or random
+    without a key."""
+    path = os.environ.get(KEY_FILE_ENV)
+    if not path:
+        return lambda purpose: secrets.randbits(62)
+    key = _key(path)
+    evaluation = json.dumps([problem_src, candidate_src, seed]).encode()
+
+    def draw(purpose: str) -> int:
+        mac = hmac.new(key, purpose.encode() + b"\0" + evaluation, hashlib.sha256)
+        return int.from_bytes(mac.digest()[:8], "big") >> 2  # 62 bits, as secrets.randbits(62)
+
+    return draw
 
 
 @dataclass
@@ -164,8 +212,9 @@ def evaluate(
     if device == "cuda":
         # this process's GPU (a torchrun rank's), for the reference and the replay alike
         device = f"cuda:{torch.cuda.current_device()}"
+    draw = _seeds(problem_src, candidate_src, seed)
     if replay_seed is None:
-        replay_seed = secrets.randbits(62)
+        replay_seed = draw("replay")
     elif (
         isinstance(replay_seed, bool)
         or not isinstance(replay_seed, int)
@@ -184,13 +233,15 @@ def evaluate(
             # the seeds are the validator's own: the caller's random state (a trainer's
             # sampling) is left as it was
             with torch.random.fork_rng(devices=[]):
-                built = _build(problem, device, trials, seed, replay_seed, cases)
+                built = _build(problem, device, trials, seed, replay_seed, cases, draw)
         # the validator's own memory, not the candidate's: no score
         except (MemoryError, torch.OutOfMemoryError) as exc:
             return _harness(
                 [], f"out of memory building the inputs or the reference's outputs ({exc})"
             )
-        result, seconds = _score(work, candidate_src, built, device, timeout_s, seed, run, limits)
+        ev = _Evaluation(work, candidate_src, built, device, timeout_s, seed, run, draw)
+        result = ev.extract() or ev.check() or ev.replay() or ev.judge(limits)
+        seconds = ev.seconds
     result.replay_seed = replay_seed
     result.cases = [
         label.removeprefix("case ") for label in built.labels if label.startswith("case ")
@@ -213,7 +264,9 @@ class _Built:
     signature_of: list[int]  # per case: its signature's index
 
 
-def _build(problem, device: str, trials: int, seed: int, replay_seed: int, names) -> _Built:
+def _build(
+    problem, device: str, trials: int, seed: int, replay_seed: int, names, draw: Callable
+) -> _Built:
     """The perturbed reference model, its init inputs; per trial and generated case a label, the
     inputs, the reference's flattened outputs and whether atol scales with them; the input
     signatures and, for each, two draws of the extraction's inputs (apart from every case's)."""
@@ -249,8 +302,8 @@ def _build(problem, device: str, trials: int, seed: int, replay_seed: int, names
         scaled.append(case.scale_atol)
     # the extraction's inputs: two draws of its own (other secret seeds), resized like each case
     draws = []
-    for _ in range(2):
-        extraction_seed = secrets.randbits(62)
+    for i in range(2):
+        extraction_seed = draw(f"extraction {i}")
         torch.manual_seed(extraction_seed)
         draws.append((problem.get_inputs(), torch.Generator().manual_seed(extraction_seed)))
     signatures: list[tuple] = []
@@ -313,20 +366,15 @@ def _shapes(state: dict) -> dict[str, tuple[str, list[int]]]:
     return {name: (str(t.dtype).removeprefix("torch."), list(t.shape)) for name, t in state.items()}
 
 
-def _score(work, candidate_src, built: _Built, device, timeout_s, seed, run, limits):
-    """Extract, check, replay and judge: (the result, the program's seconds on a GPU or None)."""
-    ev = _Evaluation(work, candidate_src, built, device, timeout_s, seed, run)
-    result = ev.extract() or ev.check() or ev.replay() or ev.judge(limits)
-    return result, ev.seconds
-
-
 class _Evaluation:
     """One candidate through the four steps; each step returns a result when it ends the
     evaluation (the harness failed, the candidate timed out or left nothing to run), else None."""
 
-    def __init__(self, work: Path, candidate_src: str, built: _Built, device, timeout_s, seed, run):
+    def __init__(self, work: Path, candidate_src: str, built: _Built, device, timeout_s, seed, run,
+                 draw: Callable[[str], int]):  # fmt: skip
         self.work, self.source, self.built = work, candidate_src, built
         self.device, self.timeout_s, self.seed, self.run = device, timeout_s, seed, run
+        self.draw = draw  # the evaluation's secret seeds
         self.reasons: list[str] = []
         self.seconds: float | None = None  # the program's, timed by the replay on a GPU
 
@@ -366,8 +414,10 @@ class _Evaluation:
         if not outcome.started:
             why = f"the extraction ended ({how}) before the candidate started"
             return _harness([], why + _tail(outcome.stderr))
-        if outcome.timed_out:
-            return _timeout([f"timed out after {self.timeout_s:g} s (running the candidate)"])
+        if outcome.timed_out:  # the machine's fault: a CPU limit judges the candidate
+            return _harness([], f"the extraction {how}")
+        if outcome.out_of_cpu:
+            return _timeout([f"{how} (running the candidate)"])
         self.record, why = extract.read_out(ex / extract.OUT)
         if self.record is not None and not isinstance(self.record, dict):
             self.record, why = None, "the record is not an object"
@@ -430,7 +480,7 @@ class _Evaluation:
             "time_reps": 20 if self.device.startswith("cuda") else 0,
             # the order program instances run in (CPU) and the instances a GPU's analysis
             # interprets: a seed no candidate sees
-            "order_seed": secrets.randbits(62),
+            "order_seed": self.draw("order"),
             # autotuned configs must agree within them
             "tolerances": TOLERANCES[self.device.split(":")[0]],
         }
@@ -440,9 +490,10 @@ class _Evaluation:
         if not outcome.started:
             why = f"the replay ended ({how}) before it started"
             return _harness(self.reasons, why + _tail(outcome.stderr))
-        if outcome.timed_out:
-            why = f"timed out after {self.timeout_s:g} s (replaying the program)"
-            out = _timeout(self.reasons + [why])
+        if outcome.timed_out:  # the machine's fault: a CPU limit judges the program
+            return _harness(self.reasons, f"the replay {how}")
+        if outcome.out_of_cpu:
+            out = _timeout(self.reasons + [f"{how} (replaying the program)"])
             out.compiled, out.launched_triton, out.program = True, self.launched, self.summary
             return out
         self.replayed, why = replay.read_result(rp / replay.RESULT)
@@ -606,7 +657,12 @@ def _constants_read(programs: list) -> list[str]:
 
 def _how(outcome: Outcome, timeout_s: float) -> str:
     if outcome.timed_out:
-        return f"timed out after {timeout_s:g} s"
+        return (
+            f"ran past the wall-clock backstop of {sandbox.backstop_s(timeout_s):g} s "
+            f"(blocked, or starved by load) within its {timeout_s:g} CPU seconds"
+        )
+    if outcome.out_of_cpu:
+        return f"ran out of its {timeout_s:g} CPU seconds"
     if outcome.returncode is None:
         return "the kernel fork server died"
     if outcome.returncode < 0:

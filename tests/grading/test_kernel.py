@@ -22,7 +22,8 @@ def test_a_grade_is_reward_one_with_every_flag_in_its_details():
     assert (none.correct, none.status, none.details["answered"]) == (False, "no_answer", False)
 
 
-def test_the_worker_waits_longer_than_the_validator_and_the_grader_is_named():
+def test_the_worker_waits_longer_than_the_validator_and_the_grader_is_named(monkeypatch):
+    monkeypatch.delenv("STILLROOM_KERNEL_KEY_FILE", raising=False)
     options = Options.parse({"kernel": {"timeout_s": 12.5}, "seed": 4})
     assert item_limit(options) == 85.0  # the validator reports its own timeouts (two jobs) first
     recorded = info(options)
@@ -37,6 +38,7 @@ def test_the_worker_waits_longer_than_the_validator_and_the_grader_is_named():
         "cases": ["mixed_sign", "negative", "zero", "large", "odd_shape"],
         "seed": 4,
     }
+    assert recorded["options"]["replay_key_sha256"] is None  # no key file: random seeds
 
 
 def test_a_failure_of_the_validator_itself_is_not_a_wrong_answer(monkeypatch):

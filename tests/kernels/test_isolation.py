@@ -59,7 +59,10 @@ def test_a_hang_is_killed_and_the_server_serves_on(monkeypatch):
     # the server kills its own child: this process signals nothing by a pid the server reported
     monkeypatch.setattr(os, "killpg", lambda *a: pytest.fail(f"killpg{a} in the caller"))
     r = evaluate(RELU, CHEATS["hangs"][0], timeout_s=2)
-    assert r.reward == 0 and "timed out after 2 s (running the candidate)" in r.reasons
+    assert (
+        r.status == "timeout"
+        and "ran out of its 2 CPU seconds (running the candidate)" in r.reasons
+    )
     # killed and reaped: the job's own first process (the intermediate's child, killed with its
     # group) may be reaped by the server a moment after the job's end is reported
     assert _settles(lambda: _descendants(server.proc.pid) == idle)

@@ -283,8 +283,8 @@ def test_a_stopped_fork_server_is_killed_on_a_timeout(monkeypatch):
     r = evaluate(RELU, CHEATS["hangs"][0], timeout_s=2)
     # the candidate never started: the harness's failure, not the candidate's
     assert r.reward == 0 and r.status == "harness", r
-    assert any("timed out after 2 s" in why for why in r.reasons), r.reasons
-    assert time.monotonic() - start < 15
+    assert any("ran past the wall-clock backstop of 50 s" in why for why in r.reasons), r.reasons
+    assert time.monotonic() - start < 50 + 15  # the backstop of 2 CPU seconds, then the grace
     assert evaluate(RELU, HONEST).reward == 1
     assert isolation.fork_server("cpu") is not server
 

@@ -162,7 +162,7 @@ CHEATS = {
         "not written by a kernel store",
     ),
     "process exits": (candidate("raise SystemExit(0)"), "SystemExit"),
-    "hangs": (candidate("while True:\n    pass"), "timed out"),
+    "hangs": (candidate("while True:\n    pass"), "CPU seconds (running the candidate)"),
     "memory bomb": (candidate("hog = [0] * (1 << 32)\nreturn hog"), "MemoryError"),
     "reaches the reference": (candidate("return Model()(x)"), "NameError"),
     "reaches the reference through sys.modules": (
@@ -480,7 +480,11 @@ def test_a_job_lost_before_it_started_is_the_harness_not_the_candidate(monkeypat
     for outcome, how in (
         (Outcome(False, -9, "", False), "killed by SIGKILL"),
         (Outcome(False, None, "", False), "the kernel fork server died"),
-        (Outcome(True, -9, "", False), "timed out after 60 s"),
+        (
+            Outcome(True, -9, "", False),
+            "ran past the wall-clock backstop of 630 s (blocked, or starved by load) within its "
+            "60 CPU seconds",
+        ),
     ):
         monkeypatch.setitem(validator.ISOLATIONS, "fork", lambda *a, outcome=outcome: outcome)
         r = evaluate(RELU, HONEST)
