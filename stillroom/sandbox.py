@@ -368,13 +368,19 @@ def enter_job(job_dir: str, writable: list[str], hide: str, tmp_bytes: int = JOB
         os.close(alive_r)
         while True:
             try:
-                _, status = os.waitpid(pid, 0)
+                _, status, usage = os.wait4(pid, 0)
                 break
             except InterruptedError:
                 continue
         if os.WIFSIGNALED(status):  # end as it ended: the fork server reports the signal
             sig = os.WTERMSIG(status)
-            signal.signal(sig, signal.SIG_DFL)
+            cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]
+            spent = usage.ru_utime + usage.ru_stime
+            if sig == signal.SIGKILL and cpu_limit != resource.RLIM_INFINITY and spent >= cpu_limit:
+                # PID 1 of a namespace ignores SIGXCPU: the hard limit's kill is its CPU limit
+                sig = signal.SIGXCPU
+            if sig != signal.SIGKILL:
+                signal.signal(sig, signal.SIG_DFL)
             os.kill(os.getpid(), sig)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     os.close(alive_w)

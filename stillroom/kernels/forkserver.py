@@ -104,12 +104,14 @@ def _run_child(job: dict, device: str, pipes: tuple[int, int], inherited: list[i
         for fd in {devnull, err, *inherited}:
             os.close(fd)
         scratch = job["dir"]
+        # counted from the fork: the child's own time (and, under enter_job, its job's, which
+        # the limit reaches by inheritance)
+        isolation.limit_cpu(job["cpu_s"])
         if jobs_root is not None:
             _, writable = isolation.ROLES[job["role"]]
             scratch = sandbox.enter_job(scratch, list(writable), hide=jobs_root)
             os.environ.update(TMPDIR="/tmp", HOME="/tmp")
         os.chdir(scratch)
-        isolation.limit_cpu(job["cpu_s"])  # counted from the fork: the child's own time
 
         def mark() -> None:
             os.write(started, b"s")
