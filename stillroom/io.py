@@ -7,14 +7,17 @@ data.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
+import functools
 import json
 import os
 import re
 import shutil
 import tempfile
 import time
+import tokenize
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -205,10 +208,68 @@ def _decode(path: Path, lineno: int, raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(
-            f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
-            f"{exc.start + 1})"
-        ) from None
+        raise _not_text(path, lineno, raw, exc) from None
+
+
+def _not_text(
+    path: Path, lineno: int, raw: bytes, exc: UnicodeDecodeError, encoding: str = "UTF-8"
+) -> DataError:
+    return DataError(
+        f"{path}:{lineno}: not {encoding} text (byte 0x{raw[exc.start]:02x} at column "
+        f"{exc.start + 1})"
+    )
+
+
+def csv_rows(path: str | os.PathLike) -> int:
+    """How many data rows a CSV file holds (its header and blank lines not counted), each checked
+    to be UTF-8 text: a byte that is not is a DataError naming the file, the row (0-based, as
+    dataset sources number rows) and the line. A quoted field may span lines; quotes and newlines
+    are single bytes in UTF-8, so records are told apart on the raw bytes."""
+    path = Path(path)
+    records, quoted, started = 0, False, False
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                where = "its header" if records == 0 else f"row {records - 1}"
+                raise DataError(
+                    f"{_not_text(path, lineno, raw, exc)} in {where}; save the file as UTF-8"
+                ) from None
+            quoted ^= raw.count(b'"') % 2 == 1
+            started = started or bool(raw.strip())
+            if started and not quoted:
+                records, started = records + 1, False
+    return max(records - 1, 0)
+
+
+def read_python(path: str | os.PathLike) -> str:
+    """A Python file's text as the interpreter reads it: in the encoding its BOM or coding line
+    declares (PEP 263), else UTF-8, the BOM dropped and every newline made \\n. A file Python
+    could not decode is a DataError naming the file, line and byte."""
+    path = Path(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    try:
+        encoding, _ = tokenize.detect_encoding(functools.partial(next, iter(lines), b""))
+    except SyntaxError as exc:
+        if not exc.msg.startswith("invalid or missing encoding declaration"):
+            # a coding line naming no codec, or one at odds with the BOM
+            raise DataError(f"{path}: {exc.msg} (its BOM or coding line)") from None
+        # a first or second line that is not UTF-8, which the decoding below names by its byte
+        encoding = "utf-8"
+    decode = codecs.getincrementaldecoder(encoding)().decode  # drops a BOM at the start only
+    text = []
+    for lineno, raw in enumerate(lines, 1):
+        try:
+            text.append(decode(raw))
+        except UnicodeDecodeError as exc:
+            if encoding != "utf-8":
+                raise _not_text(path, lineno, raw, exc, f"{encoding} (its coding line's)") from None
+            raise DataError(
+                f"{_not_text(path, lineno, raw, exc)}, which Python reads a file in unless a "
+                "coding line (PEP 263) says otherwise"
+            ) from None
+    return "".join(text).replace("\r\n", "\n").replace("\r", "\n")
 
 
 def parse_row(

@@ -26,15 +26,15 @@ import ast
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from ..config import ValidatorOptions
 from ..config.data import KernelBookSource
 from ..grading.formats import kernel_instruction
 from ..ids import prompt_id
-from ..io import DataError, iter_jsonl
-from ..provenance.sidecars import note_dataset, note_file
+from ..io import DataError, iter_lines, parse_row
+from ..provenance.sidecars import note_file
+from .sources import load_table
 
 # torch 2.5's torch/_inductor/runtime/triton_heuristics.py ``grid`` (removed from later torch),
 # which KernelBook's rows import: a launch grid over (x), (y, x) or (z, y, x) element counts, each
@@ -162,29 +162,17 @@ def _raw_rows(spec: KernelBookSource) -> Iterator[tuple[str, Mapping[str, Any]]]
     if spec.path.endswith(".jsonl"):
         note_file(spec.path)
         # our reader: a torn or undecodable line is named by its line number
-        for lineno, row in enumerate(iter_jsonl(spec.path), start=1):
-            yield f"{spec.path}:{lineno}", row
+        for lineno, line in iter_lines(spec.path):
+            yield f"{spec.path}:{lineno}", parse_row(spec.path, lineno, line)
         return
-    import datasets
-
-    try:
-        if spec.local:
-            if not Path(spec.path).exists():
-                raise DataError(f"{spec.path}: file not found")
-            ds = datasets.load_dataset("parquet", data_files=spec.path, split="train")
-        else:
-            ds = datasets.load_dataset(spec.path, split=spec.split, revision=spec.revision)
-    except DataError as exc:
-        raise DataError(f"source '{spec.name}': {exc}") from None
-    except Exception as exc:
-        # the hub, the network and the file format fail with their own exception types
-        raise DataError(
-            f"source '{spec.name}': {spec.path}: cannot load ({type(exc).__name__}: {exc})"
-        ) from exc
-    if spec.local:
-        note_file(spec.path)
-    else:
-        note_dataset(spec.path, f"sft_source:{spec.name}", split=spec.split, revision=spec.revision)
+    ds = load_table(
+        spec.name,
+        spec.path,
+        local=spec.local,
+        split=spec.split,
+        revision=spec.revision,
+        role=f"sft_source:{spec.name}",
+    )
     for i, row in enumerate(ds):
         yield f"{spec.path} row {i}", row
 

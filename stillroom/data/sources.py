@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import string
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from string import Template
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import LOCAL_DATA, DatasetSpec, Source
 from ..config.data import NAMES, OBJECTS, KernelSource, WhereRule, count_problem, distinct_problems
 from ..grading.dispatch import KINDS
 from ..grading.instructions import InstructionError, from_ifeval
 from ..ids import prompt_id
-from ..io import DataError, iter_jsonl, iter_lines, parse_row
+from ..io import DataError, csv_rows, iter_jsonl, iter_lines, parse_row
 from ..provenance.sidecars import note_dataset, note_file
 from .records import record
+
+if TYPE_CHECKING:
+    import datasets
 
 LETTERS = "ABCD"
 
@@ -337,10 +341,13 @@ def iter_sources(
 
 
 def iter_source_rows(
-    specs: Sequence[Source], benchmarks: Mapping[str, str], seed: int
+    specs: Sequence[Source],
+    benchmarks: Mapping[str, str],
+    seed: int,
+    log: Callable[[str], None] = print,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """``iter_sources``' records, each after where it came from (``source 'web' (web.jsonl:3)``),
-    for a message that must point at the row."""
+    for a message that must point at the row; ``log`` gets each dataset source's row counts."""
     for i, spec in enumerate(specs):
         where = f"sources.{i} ({spec.name})"
         named = f"source '{spec.name}'"
@@ -365,7 +372,7 @@ def iter_source_rows(
                 rec = record(spec.name, row["kind"], row["prompt"], row["answer"], meta)
                 yield f"{named} ({spec.path}:{lineno})", rec
         elif spec.kind == "dataset":
-            for rec in dataset_records(spec, spec.name):
+            for rec in dataset_records(spec, spec.name, log):
                 yield f"{named} ({spec.path} row {rec['meta']['row']})", rec
         else:
             from ..kernels.problemset import kernel_files
@@ -409,30 +416,38 @@ def _passes(value: Any, rule: WhereRule) -> bool:
     )
 
 
+def _no_value(value: Any) -> bool:
+    """A row without a value for a field: null (a missing key reads as null), or a float NaN."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 IFEVAL_FIELDS = ["instruction_id_list", "kwargs"]
 
 
-def dataset_records(spec: DatasetSpec, name: str) -> Iterator[dict[str, Any]]:
-    """Rows of a hub dataset (by id, loaded in the job, never while the DAG is built) or of a local
-    parquet/JSONL/CSV file, as pool records of source ``name``: ``prompt`` and ``answer`` name the
-    fields, ``where`` filters rows, ``limit`` keeps the first N rows that pass. An IFEval row with
-    an instruction id or kwargs the grader does not know is an error naming the row."""
+def load_table(
+    name: str,
+    path: str,
+    *,
+    local: bool,
+    split: str,
+    revision: str | None,
+    role: str,
+    subset: str | None = None,
+) -> datasets.Dataset:
+    """The rows of source ``name``: a hub dataset (by id, loaded in the job, never while the DAG
+    is built) or a local parquet/JSONL/JSON/CSV file, noted in the run's provenance as ``role``.
+    A missing, empty, undecodable or unreadable file, or a dataset the hub cannot give, is a
+    DataError starting ``source 'NAME': PATH``; a bad byte's row or line is named."""
     import datasets
 
-    path = spec.path
     try:
-        if spec.local:
-            if path.endswith(".jsonl"):
-                # our reader first: a torn, undecodable or empty file is named by line, which
-                # the datasets library's JSON reader cannot do
-                if not sum(1 for _ in iter_jsonl(path)):
-                    raise DataError(f"{path}: no rows (the file holds no JSON object)")
-            elif not Path(path).exists():
-                raise DataError(f"{path}: file not found")
-            loader = LOCAL_DATA[Path(path).suffix]
-            ds = datasets.load_dataset(loader, data_files=path, split="train")
+        if local:
+            _check_local(path)
+            ds = datasets.load_dataset(
+                LOCAL_DATA[Path(path).suffix], data_files=path, split="train"
+            )
         else:
-            ds = datasets.load_dataset(path, spec.subset, split=spec.split, revision=spec.revision)
+            ds = datasets.load_dataset(path, subset, split=split, revision=revision)
     except DataError as exc:
         raise DataError(f"source '{name}': {exc}") from None
     except Exception as exc:
@@ -440,12 +455,60 @@ def dataset_records(spec: DatasetSpec, name: str) -> Iterator[dict[str, Any]]:
         raise DataError(
             f"source '{name}': {path}: cannot load ({type(exc).__name__}: {exc})"
         ) from exc
-    if spec.local:
+    if not len(ds):
+        raise DataError(f"source '{name}': {path}: no rows (split {split} is empty)")
+    if local:
         note_file(path)
     else:
-        note_dataset(
-            path, f"source:{name}", subset=spec.subset, split=spec.split, revision=spec.revision
-        )
+        note_dataset(path, role, subset=subset, split=split, revision=revision)
+    return ds
+
+
+def _check_local(path: str) -> None:
+    """Our readers first, where the datasets library's cannot name what is wrong: a torn JSON
+    line, a byte that is not UTF-8 by its row or line, and a file without rows as empty."""
+    suffix = Path(path).suffix
+    if not Path(path).exists():
+        raise DataError(f"{path}: file not found")
+    if suffix == ".jsonl" and not sum(1 for _ in iter_jsonl(path)):
+        raise DataError(f"{path}: no rows (the file holds no JSON object)")
+    if suffix == ".json":
+        for _ in iter_lines(path):
+            pass
+    if suffix == ".csv" and not csv_rows(path):
+        past = " past its header" if Path(path).stat().st_size else ""
+        raise DataError(f"{path}: no rows (the file is empty{past})")
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        meta = pq.read_metadata(path)
+        if not meta.num_rows:
+            raise DataError(
+                f"{path}: no rows (the Parquet file is empty: columns "
+                f"{', '.join(meta.schema.names)}, 0 rows)"
+            )
+
+
+def dataset_records(
+    spec: DatasetSpec, name: str, log: Callable[[str], None] = print
+) -> Iterator[dict[str, Any]]:
+    """Rows of a hub dataset or a local file (``load_table``) as pool records of source ``name``:
+    ``prompt`` and ``answer`` name the fields, ``where`` filters rows, ``limit`` keeps the first N
+    rows that pass. A row with no value (null, missing or NaN) for a ``where`` field does not
+    pass; such rows are counted, and ``log`` gets the rows read, kept and filtered out once the
+    rows are done. A ``where`` bound of another type than the value, a template placeholder other
+    than $prompt, and an IFEval row with an instruction id or kwargs the grader does not know are
+    errors naming the row."""
+    path = spec.path
+    ds = load_table(
+        name,
+        path,
+        local=spec.local,
+        split=spec.split,
+        revision=spec.revision,
+        role=f"source:{name}",
+        subset=spec.subset,
+    )
     ifeval = spec.answer_kind == "ifeval"
     answer_fields = IFEVAL_FIELDS if ifeval else spec.choices or [spec.answer]
     extra = [spec.entry_point] if spec.entry_point else []
@@ -455,9 +518,11 @@ def dataset_records(spec: DatasetSpec, name: str) -> Iterator[dict[str, Any]]:
                 f"source '{name}': {path} has no field '{key}' "
                 f"(fields: {', '.join(ds.column_names)})"
             )
-    kept = 0
+    kept = read = 0
+    unset: dict[str, list[int]] = {}  # where field -> the rows without a value for it
     for i, row in enumerate(ds):
-        if not all(_passes(row[k], rule) for k, rule in spec.where.items()):
+        read += 1
+        if not _kept_by_where(spec, name, i, row, unset):
             continue
         prompt = row[spec.prompt]
         for key in [spec.prompt, *answer_fields, *extra]:
@@ -472,7 +537,7 @@ def dataset_records(spec: DatasetSpec, name: str) -> Iterator[dict[str, Any]]:
                     f"({value!r:.40})"
                 )
         if spec.prompt_template:
-            prompt = Template(spec.prompt_template).substitute(prompt=prompt)
+            prompt = _templated(spec, name, i, prompt)
         kind = spec.answer_kind
         if ifeval:
             try:
@@ -501,4 +566,59 @@ def dataset_records(spec: DatasetSpec, name: str) -> Iterator[dict[str, Any]]:
             yield record(name, kind, prompt, answer, {"row": i})
         kept += 1
         if spec.limit and kept >= spec.limit:
-            return
+            break
+    unvalued = sorted({i for rows in unset.values() for i in rows})
+    log(
+        f"source '{name}': {path}: {kept} of the {read} rows read kept ({len(ds)} in all); "
+        f"{read - kept} did not pass where"
+        + (
+            f", {len(unvalued)} of them for no value in "
+            + ", ".join(f"'{k}' (rows {_some(rows)})" for k, rows in unset.items())
+            if unvalued
+            else ""
+        )
+    )
+
+
+def _some(rows: list[int], shown: int = 5) -> str:
+    return ", ".join(map(str, rows[:shown])) + (
+        f", ... {len(rows)} in all" if len(rows) > shown else ""
+    )
+
+
+def _kept_by_where(
+    spec: DatasetSpec, name: str, i: int, row: Mapping[str, Any], unset: dict[str, list[int]]
+) -> bool:
+    """Whether row ``i`` passes every ``where`` rule. A field without a value passes none (its
+    row is noted in ``unset``); a value a bound cannot be compared with is a DataError."""
+    passed = True
+    for key, rule in spec.where.items():
+        value = row[key]
+        if _no_value(value):
+            unset.setdefault(key, []).append(i)
+            passed = False
+            continue
+        try:
+            passed = _passes(value, rule) and passed
+        except TypeError:
+            raise DataError(
+                f"source '{name}': {spec.path} row {i}: field '{key}' is "
+                f"{type(value).__name__} {value!r:.40}, but where '{key}' "
+                f"{rule.model_dump(by_alias=True)} compares it with a number; filter a "
+                "numeric field, or use equals/in"
+            ) from None
+    return passed
+
+
+def _templated(spec: DatasetSpec, name: str, i: int, prompt: str) -> str:
+    """The prompt inside ``prompt_template``; a placeholder other than $prompt is a DataError."""
+    try:
+        return Template(spec.prompt_template).substitute(prompt=prompt)
+    except KeyError as exc:
+        why = f"has placeholder ${exc.args[0]}, but only $prompt (field '{spec.prompt}') is filled"
+    except ValueError as exc:  # a $ followed by no name
+        why = f"has a $ that starts no placeholder ({exc})"
+    raise DataError(
+        f"source '{name}': {spec.path} row {i}: prompt_template {spec.prompt_template!r} {why}; "
+        "write $$ for a literal $"
+    )

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config.data import KernelSource
-from ..io import DataError, iter_jsonl
+from ..io import DataError, iter_lines, parse_row, read_python
 from . import family as families
-from .scaling import check_problem, scale_problem
+from .scaling import check_inputs, check_problem, scale_problem
 
 PROBLEMS_DIR = Path(__file__).parent / "problems"
 SOLUTIONS_DIR = Path(__file__).parent / "solutions"
@@ -65,7 +65,8 @@ def _jsonl_problems(spec: KernelSource) -> dict[str, tuple[str, str, dict[str, A
     """name -> (where, code, meta) of a JSONL source's rows."""
     rows: dict[str, tuple[str, str, dict[str, Any]]] = {}
     lines: dict[str, int] = {}
-    for lineno, row in enumerate(iter_jsonl(spec.path), 1):
+    for lineno, line in iter_lines(spec.path):
+        row = parse_row(spec.path, lineno, line)
         where = f"source '{spec.name}': {spec.path}:{lineno}"
         code = row.get("code")
         if not isinstance(code, str) or not code.strip():
@@ -103,9 +104,17 @@ def _problems(spec: KernelSource) -> dict[str, tuple[str, str, dict[str, Any]]]:
             for name in _chosen(spec, names, f"family {spec.family}", "problem")
         }
     return {
-        stem: (f"source '{spec.name}': {path}", path.read_text(encoding="utf-8"), {})
+        stem: (f"source '{spec.name}': {path}", _read(spec, path), {})
         for stem, path in kernel_files(spec).items()
     }
+
+
+def _read(spec: KernelSource, path: Path) -> str:
+    """A problem file's text as Python reads it (a BOM, CRLF or a coding line are valid)."""
+    try:
+        return read_python(path)
+    except DataError as exc:
+        raise DataError(f"source '{spec.name}': {exc}") from None
 
 
 def kernel_problems(
@@ -120,6 +129,7 @@ def kernel_problems(
         meta = {"problem": name, **meta, **({"solution": name} if name in solutions else {})}
         if budget is None:
             check_problem(src, where)
+            check_inputs(src, where)
         else:
             scaled = scale_problem(src, budget, where)
             src = scaled.src

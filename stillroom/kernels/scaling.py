@@ -309,6 +309,32 @@ def _elements(src: str, where: str) -> int:
     return sum(t.numel() for t in _flatten(inputs) if isinstance(t, torch.Tensor))
 
 
+def check_inputs(src: str, where: str) -> None:
+    """DataError naming ``where`` when ``get_init_inputs()`` or ``get_inputs()`` raises: run on
+    torch's meta device, which allocates nothing (a problem may be sized for a GPU), and for real
+    only where the meta device cannot run them. The caller's torch RNG is left as it was."""
+    import torch
+
+    try:
+        module = _module(src, where)
+    except Exception as exc:  # noqa: BLE001 - any failure of the problem's own code is its error
+        raise DataError(f"{where}: fails when run ({type(exc).__name__}: {exc})") from None
+    for name in ("get_init_inputs", "get_inputs"):
+        call = getattr(module, name)
+        with torch.random.fork_rng(devices=[]):
+            try:
+                with torch.device("meta"):
+                    call()
+            except Exception:  # noqa: BLE001 - what the meta device cannot run is run for real
+                try:
+                    call()
+                except Exception as exc:  # noqa: BLE001 - the problem's own code failing
+                    raise DataError(
+                        f"{where}: {name}() fails ({type(exc).__name__}: {exc}); the validator "
+                        "calls it for every trial"
+                    ) from None
+
+
 def _runs_on_meta(src: str) -> bool:
     """Whether Model(*get_init_inputs()) builds and runs on get_inputs() on the meta device."""
     import torch

@@ -39,7 +39,7 @@ def fetch_benchmark(
     p = BenchmarkParams.parse(params, where="benchmark")
     keys = ("prompt_id", "prompt", "answer", "kind")
     rows, first = [], {}
-    for r in dataset_records(p.spec, p.name):
+    for r in dataset_records(p.spec, p.name, log):
         # evaluation pairs answers by prompt id: a problem listed twice is refused here, where
         # the dataset's rows are still known, rather than when evaluation starts
         if r["prompt_id"] in first:
@@ -96,7 +96,7 @@ def build_pool(
     records: dict[str, dict[str, Any]] = {}
     first: dict[str, tuple[str, dict[str, Any]]] = {}  # prompt text -> (where, record)
     duplicates = 0
-    for where, rec in iter_source_rows(p.sources, benchmarks, seed):
+    for where, rec in iter_source_rows(p.sources, benchmarks, seed, log):
         text = normalize_prompt(rec["prompt"])
         if text in first:
             _same_gold(first[text], (where, rec))

@@ -8,6 +8,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import ast
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,71 @@ def test_kernel_source_keeps_the_file_verbatim_as_prompt_and_gold(tmp_path):
                 seed=0,
             )
         )
+
+
+def _own(directory):
+    return list(
+        iter_sources(
+            _sources({"name": "own", "kind": "kernels", "dir": str(directory)}), {}, seed=0
+        )
+    )
+
+
+@pytest.mark.parametrize("function", ["get_inputs", "get_init_inputs"])
+def test_a_problem_whose_inputs_fail_is_refused_naming_its_file(tmp_path, function):
+    src = (PROBLEMS_DIR / "relu.py").read_text()
+    path = tmp_path / "broken.py"
+    path.write_text(
+        src.replace(f"def {function}():", f"def {function}():\n    raise OSError('gone')")
+    )
+    with pytest.raises(DataError) as err:
+        _own(tmp_path)
+    assert str(err.value) == (
+        f"source 'own': {path}: {function}() fails (OSError: gone); the validator calls it for "
+        "every trial"
+    )
+
+
+def test_inputs_the_meta_device_cannot_build_are_built_for_real(tmp_path):
+    # .item() has no value on the meta device, where the inputs are tried first
+    src = (PROBLEMS_DIR / "relu.py").read_text()
+    body = "def get_inputs():\n    n = int(torch.tensor([8]).item())\n    return [torch.randn(n)]\n"
+    head, _, tail = src.partition("def get_inputs():")
+    (tmp_path / "item.py").write_text(
+        head + body + "\n\ndef get_init" + tail.split("def get_init", 1)[1]
+    )
+    assert [r["meta"] for r in _own(tmp_path)] == [{"problem": "item"}]
+
+
+def test_a_problem_file_is_read_as_python_reads_it(tmp_path):
+    """A BOM and CRLF are valid Python, as is Latin-1 under a coding line; Latin-1 without one
+    is not, and its file and line are named."""
+    src = (PROBLEMS_DIR / "relu.py").read_text()
+    (tmp_path / "bom.py").write_bytes(b"\xef\xbb\xbf" + src.replace("\n", "\r\n").encode())
+    assert [(r["meta"], r["prompt"]) for r in _own(tmp_path)] == [({"problem": "bom"}, src)]
+    (tmp_path / "bom.py").unlink()
+    declared = "# -*- coding: latin-1 -*-\n# caf\xe9\n" + src
+    (tmp_path / "coded.py").write_bytes(declared.encode("latin-1"))
+    assert [r["prompt"] for r in _own(tmp_path)] == [declared]
+    (tmp_path / "coded.py").unlink()
+    path = tmp_path / "latin.py"
+    path.write_bytes(("# caf\xe9\n" + src).encode("latin-1"))
+    with pytest.raises(DataError) as err:
+        _own(tmp_path)
+    assert str(err.value) == (
+        f"source 'own': {path}:1: not UTF-8 text (byte 0xe9 at column 6), which Python reads a "
+        "file in unless a coding line (PEP 263) says otherwise"
+    )
+
+
+def test_jsonl_problems_are_named_by_their_line_past_blank_lines(tmp_path):
+    src = (PROBLEMS_DIR / "relu.py").read_text()
+    path = tmp_path / "kb.jsonl"
+    path.write_text(
+        json.dumps({"name": "relu", "code": src})
+        + "\n\n"
+        + json.dumps({"name": "relu", "code": src})
+    )
+    spec = _sources({"name": "rows", "kind": "kernels", "path": str(path)})
+    with pytest.raises(DataError, match=r"kb\.jsonl:3: problem name 'relu' is taken by line 1"):
+        list(iter_sources(spec, {}, seed=0))
