@@ -1,9 +1,11 @@
-"""One CLI for every stage: ``stillroom <stage> --<input> PATH ... --<output> PATH --params JSON``.
+"""Stillroom's commands: the user commands (check a config, estimate, plan a SLURM run, show, audit,
+bundle) and one stage command per stage, ``stillroom <stage> --<input> PATH ... --<output> PATH
+--params JSON``, which the rules run.
 
 Each stage is a function of ``stillroom.stages``, whose module is named after the ``rules/*.smk``
 file of its rule and declares the stage's contract beside it (stages/contract.py); this module
 parses paths and params, times the call, and writes the provenance sidecar of every output. Rules
-call these commands and nothing else.
+call these commands and nothing else. ``stillroom --help`` lists the two kinds apart.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import argparse
 import errno
 import json
 import os
+import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +44,9 @@ from .stages.contract import Contract, contracts, flag
 STAGES: dict[str, Contract] = contracts(
     pool, decontam, generate, grade, dataset, student, train, grpo, merge, evaluate, cost, tables
 )
+# Stage-shaped commands no rule runs: a user builds a stand-in model with one, so `stillroom --help`
+# lists them with the user commands.
+USER_STAGES = {"tiny"}
 
 
 def _named(values: list[str]) -> dict[str, str]:
@@ -139,28 +146,32 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
     log(f"done in {metrics['wall_s']:.1f}s")
 
 
-def check_config(paths: list[str], root: str) -> None:
-    """Print the resolved config of ``paths`` (merged in order, as Snakemake merges them)."""
-    from .config import load_yaml, merge_configs, resolve
+def _merged(configfiles: list[str] | None, root: str) -> dict[str, Any]:
+    """``configfiles`` merged in order, as Snakemake merges them; none: the embedded default."""
+    from .config import load_yaml, merge_configs
 
     merged: dict[str, Any] = {}
-    for path in paths:
+    for path in configfiles or [str(Path(root) / "config" / "config.yaml")]:
         merged = merge_configs(merged, load_yaml(path))
-    print(json.dumps(resolve(merged, root), indent=2))
+    return merged
+
+
+def check_config(paths: list[str] | None, root: str) -> None:
+    """Print the resolved config of ``paths`` (merged in order, as Snakemake merges them; none:
+    the embedded default)."""
+    from .config import resolve
+
+    print(json.dumps(resolve(_merged(paths, root), root), indent=2))
 
 
 def estimate(configfiles: list[str] | None, root: str, out_json: str | None) -> None:
     """Print the bill before the run of ``configfiles`` (merged in order, as Snakemake merges
     them; none: the embedded default), offline; optionally write it as JSON."""
-    from .config import load_yaml, merge_configs, resolve
+    from .config import resolve
     from .io import write_json
     from .plan import estimate as est
 
-    paths = configfiles or [str(Path(root) / "config" / "config.yaml")]
-    merged: dict[str, Any] = {}
-    for path in paths:
-        merged = merge_configs(merged, load_yaml(path))
-    bill = est.bill(resolve(merged, root), root)
+    bill = est.bill(resolve(_merged(configfiles, root), root), root)
     print(est.markdown(bill), end="")
     if out_json:
         write_json(out_json, bill.to_json())
@@ -198,80 +209,107 @@ def _audit(args: argparse.Namespace) -> int:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stillroom", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, stage in STAGES.items():
-        p = sub.add_parser(name, help=stage.help, description=stage.help)
-        for spec in stage.inputs:
-            multi = spec.endswith("*")
-            # "*": an experiment may have none (e.g. no benchmarks besides its held-out split)
-            p.add_argument(
-                f"--{flag(spec)}",
-                dest=spec.rstrip("*?"),
-                required=not spec.endswith("?"),
-                nargs="*" if multi else None,
-                metavar="NAME=PATH" if multi else "PATH",
-            )
-        for spec in stage.outputs:
-            multi = spec.endswith("*")
-            p.add_argument(
-                f"--out-{flag(spec)}",
-                dest="out_" + spec.rstrip("*"),
-                required=True,
-                nargs="+" if multi else None,
-                metavar="PATH",
-            )
-        p.add_argument("--params", help="JSON object, or @file.json")
-        p.add_argument("--threads", type=int, default=1)
-        p.add_argument("--rule", help="the Snakemake rule, recorded in provenance")
-        p.add_argument(
-            "--config",
-            default=os.environ.get(CONFIG_ENV),
-            help=f"the resolved config's snapshot, recorded by its hash (default: ${CONFIG_ENV})",
-        )
-        p.add_argument(
-            "--workflow",
-            default=os.environ.get(WORKFLOW_ENV),
-            help=f"the workflow's directory, its git state recorded (default: ${WORKFLOW_ENV})",
-        )
-    config = sub.add_parser(
-        "config",
-        help="check experiment config files (merged in order) and print the resolved config",
-    )
-    config.add_argument("paths", nargs="+", metavar="YAML")
-    config.add_argument("--root", default=".", help="where relative paths start (the repository)")
-    sub.add_parser("schema", help="print the JSON schema of an experiment config")
-    stand_ins = sub.add_parser(
-        "stand-ins",
-        help="build the tiny student and teacher a recipe's smoke twin names in place of hub "
-        "models (its student.pretrained and its served teacher's model_path)",
-    )
-    stand_ins.add_argument("paths", nargs="+", metavar="YAML")
-    stand_ins.add_argument("--root", default=".", help="where relative paths start")
-    bill = sub.add_parser(
-        "estimate",
-        help="predict tokens, GPU-hours, wall time and dollars per stage from the config alone "
-        "(offline; the figures are cost.estimate's)",
-    )
-    bill.add_argument(
+def _configfiles(p: argparse.ArgumentParser, positional: bool = False) -> None:
+    """The config argument, as Snakemake takes it: ``--configfile YAML [YAML ...]`` or each file
+    after its own flag, merged in order; ``positional``: also bare files before it (the older form
+    of `config` and `stand-ins`)."""
+    if positional:
+        p.add_argument("paths", nargs="*", metavar="YAML", help="config files (older form)")
+    p.add_argument(
         "--configfile",
         action="extend",
         nargs="+",
+        default=[],
         metavar="YAML",
         help="an experiment config; several (after one --configfile, as Snakemake takes them, or "
-        "each after its own) are merged in order (default: config/config.yaml)",
+        "each after its own) are merged in order"
+        + ("" if positional else " (default: config/config.yaml)"),
     )
+
+
+def _command_list(sub: argparse._SubParsersAction) -> str:
+    """`stillroom --help`'s list of commands: the user commands, then the stage commands the rules
+    run, each with its one-line summary."""
+    summaries = {a.dest: a.help or "" for a in sub._choices_actions}
+    stages = [n for n in STAGES if n not in USER_STAGES]
+    users = [n for n in summaries if n not in stages]
+    width = max(shutil.get_terminal_size().columns - 2, 60)
+    lines = []
+    for title, names in (
+        ("user commands", users),
+        ("stage commands (run by the workflow's rules; see rules/*.smk)", stages),
+    ):
+        lines.append(f"{title}:")
+        for name in names:
+            lines += textwrap.wrap(
+                summaries[name],
+                width,
+                initial_indent=f"  {name:<15} ",
+                subsequent_indent=" " * 18,
+                break_on_hyphens=False,
+            )
+        lines.append("")
+    return "\n".join(lines) + "`stillroom COMMAND --help` describes a command's arguments."
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stillroom",
+        usage="%(prog)s [-h] COMMAND ...",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    # the commands are listed by kind in the epilog, not as one flat list
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS, prog="stillroom"
+    )
+
+    def command(name: str, summary: str, description: str = "") -> argparse.ArgumentParser:
+        """A user command: ``summary`` in `stillroom --help`, ``description`` (else the summary)
+        in its own --help."""
+        return sub.add_parser(name, help=summary, description=description or summary)
+
+    config = command(
+        "config",
+        "check config files and print the resolved config",
+        "check experiment config files (merged in order, as Snakemake merges them; none: "
+        "config/config.yaml) and print the resolved config, every default filled in",
+    )
+    _configfiles(config, positional=True)
+    config.add_argument("--root", default=".", help="where relative paths start (the repository)")
+    command("schema", "print the JSON schema of an experiment config")
+    bill = command(
+        "estimate",
+        "the bill before the run: tokens, GPU-hours, time, dollars",
+        "predict tokens, GPU-hours, wall time and dollars per stage from the config alone "
+        "(offline; the figures are cost.estimate's)",
+    )
+    _configfiles(bill)
     bill.add_argument("--root", default=".", help="where relative paths start (the repository)")
     bill.add_argument("--out-json", metavar="PATH", help="also write the estimate as JSON")
-    show = sub.add_parser(
-        "show", help="print the result tables of an experiment and where its artifacts are"
+    from .plan import slurm as slurm_plan  # its docstring's first paragraph describes `plan`
+
+    slurm = command(
+        "plan",
+        "the sbatch jobs profiles/slurm would submit, offline",
+        slurm_plan.__doc__.split("\n\n")[0].replace("\n", " "),
     )
+    _configfiles(slurm)
+    stand_ins = command(
+        "stand-ins",
+        "build the tiny models a recipe's smoke twin names",
+        "build the tiny student and teacher a recipe's smoke twin names in place of hub models "
+        "(its student.pretrained and its served teacher's model_path)",
+    )
+    _configfiles(stand_ins, positional=True)
+    stand_ins.add_argument("--root", default=".", help="where relative paths start")
+    show = command("show", "print an experiment's tables and where its artifacts are")
     show.add_argument("experiment_dir")
-    audit = sub.add_parser(
+    audit = command(
         "audit",
-        help="walk an artifact's provenance to the raw teacher records, re-hashing "
-        "every file; exit 1 if anything is modified, missing or stale",
+        "trace an artifact to its raw records; exit 1 on a problem",
+        "walk an artifact's provenance to the raw teacher records, re-hashing every file; exit 1 "
+        "if anything is modified, missing or stale",
     )
     audit.add_argument(
         "path", nargs="?", help="a table, plot, checkpoint or any other artifact with a .prov.json"
@@ -306,9 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --cell: grade those records again with their recorded grader; exit 1 if a "
         "verdict changed",
     )
-    bundle = sub.add_parser(
+    bundle = command(
         "bundle",
-        help="write one zip a reviewer can check without the raw data: tables, plots, config "
+        "write one zip a reviewer can check without the raw data",
+        "write one zip a reviewer can check without the raw data: tables, plots, config "
         "snapshots, sidecars, environment locks, the tables' graded records, the snakemake "
         "report and an audit transcript, with a manifest of hashes; exit 1 if the audit of the "
         "run found a problem",
@@ -326,6 +365,41 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="leave out the snakemake --report HTML (the manifest says so)",
     )
+    for name, stage in STAGES.items():
+        p = sub.add_parser(name, help=stage.help, description=stage.help)
+        for spec in stage.inputs:
+            multi = spec.endswith("*")
+            # "*": an experiment may have none (e.g. no benchmarks besides its held-out split)
+            p.add_argument(
+                f"--{flag(spec)}",
+                dest=spec.rstrip("*?"),
+                required=not spec.endswith("?"),
+                nargs="*" if multi else None,
+                metavar="NAME=PATH" if multi else "PATH",
+            )
+        for spec in stage.outputs:
+            multi = spec.endswith("*")
+            p.add_argument(
+                f"--out-{flag(spec)}",
+                dest="out_" + spec.rstrip("*"),
+                required=True,
+                nargs="+" if multi else None,
+                metavar="PATH",
+            )
+        p.add_argument("--params", help="JSON object, or @file.json")
+        p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--rule", help="the Snakemake rule, recorded in provenance")
+        p.add_argument(
+            "--config",
+            default=os.environ.get(CONFIG_ENV),
+            help=f"the resolved config's snapshot, recorded by its hash (default: ${CONFIG_ENV})",
+        )
+        p.add_argument(
+            "--workflow",
+            default=os.environ.get(WORKFLOW_ENV),
+            help=f"the workflow's directory, its git state recorded (default: ${WORKFLOW_ENV})",
+        )
+    parser.epilog = _command_list(sub)
     return parser
 
 
@@ -348,9 +422,13 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_bundle(args.experiment_dir, args.out, args.root, args.report)
         elif args.command == "config":
-            check_config(args.paths, args.root)
+            check_config(args.paths + args.configfile, args.root)
         elif args.command == "estimate":
             estimate(args.configfile, args.root, args.out_json)
+        elif args.command == "plan":
+            from .plan.slurm import print_plan
+
+            print_plan(args.configfile)
         elif args.command == "schema":
             from .config import schema
 
@@ -358,7 +436,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "stand-ins":
             from .runtime.stand_ins import build_for_config
 
-            build_for_config(args.paths, args.root)
+            paths = args.paths + args.configfile
+            if not paths:
+                raise DataError("give the recipe's config: --configfile YAML [OVERLAY ...]")
+            build_for_config(paths, args.root)
         else:
             run_stage(args.command, args)
     except (DataError, ValueError, TeacherError, BudgetExhausted) as exc:

@@ -2,6 +2,7 @@
 bad input is a clear error and exit status 2."""
 
 import json
+import re
 
 from stillroom import cli
 from stillroom.config import config_hash
@@ -128,3 +129,71 @@ def test_a_lone_surrogate_in_a_source_is_one_line_naming_file_line_and_key(tmp_p
         "surrogate pair"
     ]
     assert not (tmp_path / "pool.jsonl").exists()
+
+
+# -- the commands a user types, apart from the stages the rules run (issue 42, stumble 7) ----------
+
+
+def _help_sections() -> dict[str, list[str]]:
+    """`stillroom --help`'s command lists: section title -> command names, in order."""
+    sections: dict[str, list[str]] = {}
+    title = None
+    for line in cli.build_parser().format_help().splitlines():
+        if line.endswith(":") and not line.startswith(" "):
+            title = line[:-1]
+            sections[title] = []
+        elif title and re.match(r"^  \S", line):
+            sections[title].append(line.split()[0])
+    return sections
+
+
+def test_help_lists_the_user_commands_apart_from_the_stages_the_rules_run():
+    """It was one flat list of 30 commands, stages first, and the SLURM plan was not in it."""
+    sections = _help_sections()
+    users = sections["user commands"]
+    stages = sections["stage commands (run by the workflow's rules; see rules/*.smk)"]
+    ruled = set(re.findall(r'stillroom_cli\(\s*"(\w+)"', _rules_text()))
+    assert set(stages) == ruled, "the stage list is exactly what the rules run"
+    assert {"config", "estimate", "plan", "show", "audit", "bundle"} <= set(users)
+    assert not set(users) & ruled
+    # every command is in one list or the other
+    assert set(users) | set(stages) == set(cli.build_parser()._subparsers._group_actions[0].choices)
+
+
+def _rules_text() -> str:
+    from stillroom.workflow import REPO
+
+    return "".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
+
+
+def test_every_command_has_a_summary_and_a_description():
+    """`config`, `show`, `audit` and `bundle` had no description in their own --help."""
+    choices = cli.build_parser()._subparsers._group_actions[0].choices
+    listed = cli.build_parser().format_help()
+    for name, parser in choices.items():
+        assert parser.description, f"stillroom {name} --help has no description"
+    for name in choices:
+        assert re.search(rf"^  {re.escape(name)} +\S", listed, re.M), f"{name}: no summary"
+
+
+def test_configfile_is_taken_wherever_a_config_is(tmp_path, capsys):
+    """`config` took a positional file, `estimate` --configfile; both forms now work for `config`
+    (rules, tests and scripts use the positional one), and --configfile for every command."""
+    from stillroom.workflow import REPO
+
+    default = str(REPO / "config" / "config.yaml")
+    printed = []
+    for args in ([default], ["--configfile", default]):
+        assert cli.main(["config", *args, "--root", str(REPO)]) == 0
+        printed.append(capsys.readouterr().out)
+    assert printed[0] == printed[1] and json.loads(printed[0])["experiment"]
+    missing = tmp_path / "nope.yaml"
+    for command in ("config", "estimate", "stand-ins"):
+        assert cli.main([command, "--configfile", str(missing), "--root", str(REPO)]) == 2
+        assert str(missing) in capsys.readouterr().err, command
+    assert cli.build_parser().parse_args(
+        ["plan", "--configfile", "a.yaml", "b.yaml"]
+    ).configfile == [
+        "a.yaml",
+        "b.yaml",
+    ]

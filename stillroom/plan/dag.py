@@ -69,6 +69,13 @@ def one_of(names: Iterable[str]) -> str:
     return "|".join(re.escape(n) for n in names) or "(?!)"
 
 
+def phase_names(phases: list[dict[str, Any]]) -> dict[str, str]:
+    """Each training phase's checkpoint suffix, the {phase} wildcard of ckpt/sft{phase} ("-<name>";
+    "" for the last, the fine-tune), to the phase's name ("" without train.phases: one job)."""
+    names = [ph["name"] for ph in phases]
+    return {f"-{name}": name for name in names[:-1]} | {"": names[-1] if names else ""}
+
+
 class Plan:
     """Paths and params of one experiment's rules. ``config`` is the resolved config (every default
     filled in) that ``experiment`` was parsed from; ``root`` the repository, against which config
@@ -116,8 +123,7 @@ class Plan:
         train = config["train"]
         self.train_template = train["chat_template"]
         self.train_phases = train["phases"]
-        # the suffix of each training phase's checkpoint ("" for the last, the fine-tune)
-        self.phase_suffix = [f"-{ph['name']}" for ph in self.train_phases[:-1]] + [""]
+        self.phase_suffix = list(phase_names(self.train_phases))
         # LoRA / QLoRA: each training job saves its adapter (ckpt/<name>.adapter), which rule
         # merge_adapter streams into the checkpoint that job started from, as ckpt/<name>
         self.adapter = train["method"] != "full"

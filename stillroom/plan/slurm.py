@@ -2,23 +2,31 @@
 with the profile, rendered to its sbatch command line by the SLURM executor plugin's own
 submit-string code.
 
-    python -m stillroom.plan.slurm --configfile config/experiments/beam-distill.yaml
+    stillroom plan --configfile config/experiments/beam-distill.yaml
 
 (overlays: more files after it, as Snakemake takes them, or each after its own ``--configfile``)
 prints one line per rule: job count and the sbatch options (partition, GPUs, nodes, tasks, CPUs,
 memory, wall time); a rule whose jobs differ in shape (train.phases with layouts of their own)
-one line per shape. Check this before queueing a recipe; tests/workflow/test_slurm_profile.py
-checks the recipes. Jobs of the profile's ``slurm-array-jobs`` rules go out as arrays
-(``--array=1-N``); the plugin submits those through its array path, with the same per-task options.
+one line per shape, named by its phase (``train[phase=medium]``). Check this before queueing a
+recipe; tests/workflow/test_slurm_profile.py checks the recipes. Jobs of the profile's
+``slurm-array-jobs`` rules go out as arrays (``--array=1-N``); the plugin submits those through its
+array path, with the same per-task options.
+
+Offline means no controller is asked: the plugin runs ``scontrol show config`` when it is imported
+(for its help text and MaxArraySize), which waits 9-10 s per call where SLURM is installed but its
+controller is down or unreachable. The dry run and the rendering run in one child process
+(slurm_dry_run.py) that is given no SLURM configuration, so the probe fails at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +46,8 @@ PLACEHOLDER_ENV = {
     "STILLROOM_CPU_PARTITION": "cpu",
     "STILLROOM_GPU_PARTITION": "gpu",
 }
+# The plan's processes see no SLURM configuration: they contact no controller (see above).
+OFFLINE_ENV = {"SLURM_CONF": os.devnull}
 
 
 class _Resources(dict):
@@ -57,6 +67,7 @@ class Job:
     threads: int
     resources: dict[str, Any]
     wildcards: str = ""
+    sbatch: str = ""
 
 
 @dataclass
@@ -74,38 +85,11 @@ def _value(raw: str) -> Any:
         return raw
 
 
-def dry_run_jobs(
-    configfiles: Sequence[str | Path],
-    env: Mapping[str, str] | None = None,
-    extra: Sequence[str] = (),
-) -> list[Job]:
-    """Every job of ``snakemake -n --forceall --profile profiles/slurm`` with its threads and
-    resources. Runs in a scratch directory, so nothing under results/ is read or written."""
-    env = snakemake_env({**PLACEHOLDER_ENV, **os.environ, **(env or {})})
-    with tempfile.TemporaryDirectory(prefix="slurm-plan-") as work:
-        # A large --cores: a dry run otherwise caps every job's threads at 1 (a real SLURM run does
-        # not cap).
-        cmd = snakemake_command(
-            work,
-            "--profile",
-            str(PROFILE.parent),
-            "--workflow-profile",
-            str(REPO / "profiles" / "default"),
-            "--dry-run",
-            "--forceall",
-            "--cores",
-            "100000",
-            *extra,
-            configfiles=configfiles,
-        )
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
-    if proc.returncode:
-        raise RuntimeError(
-            f"snakemake dry run failed ({proc.returncode}):\n"
-            f"{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
-        )
+def parse_dry_run(text: str) -> list[Job]:
+    """The jobs of a ``snakemake --dry-run`` log, each with its rule, wildcards, threads and
+    resources."""
     jobs, block = [], None
-    for line in (proc.stdout + proc.stderr).splitlines():
+    for line in text.splitlines():
         head = re.match(r"^(?:local)?rule (\w+):$", line)
         if head:
             block = {"rule": head.group(1)}
@@ -128,6 +112,41 @@ def dry_run_jobs(
                 )
                 block = None
     return jobs
+
+
+def dry_run_jobs(
+    configfiles: Sequence[str | Path],
+    env: Mapping[str, str] | None = None,
+    extra: Sequence[str] = (),
+) -> list[Job]:
+    """Every job of ``snakemake -n --forceall --profile profiles/slurm`` with its threads,
+    resources, sbatch line and wildcards (a training phase's by its name). Runs in a scratch
+    directory, so nothing under results/ is read or written."""
+    env = snakemake_env({**PLACEHOLDER_ENV, **os.environ, **(env or {}), **OFFLINE_ENV})
+    with tempfile.TemporaryDirectory(prefix="slurm-plan-") as work:
+        # A large --cores: a dry run otherwise caps every job's threads at 1 (a real SLURM run does
+        # not cap).
+        args = snakemake_command(
+            work,
+            "--profile",
+            str(PROFILE.parent),
+            "--workflow-profile",
+            str(REPO / "profiles" / "default"),
+            "--dry-run",
+            "--forceall",
+            "--cores",
+            "100000",
+            *extra,
+            configfiles=configfiles,
+        )[3:]  # snakemake's arguments, less "python -m snakemake"
+        cmd = [sys.executable, "-m", "stillroom.plan.slurm_dry_run", *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
+    if proc.returncode:
+        raise RuntimeError(
+            f"snakemake dry run failed ({proc.returncode}):\n"
+            f"{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
+        )
+    return [Job(**job) for job in json.loads(proc.stdout)]
 
 
 def sbatch_line(job: Job, settings: Mapping[str, Any]) -> str:
@@ -171,13 +190,13 @@ def plan(
     """One entry per rule: how many jobs, and their sbatch line. Resources depend on the config,
     not on wildcards, except where the config gives jobs of one rule their own shapes (training
     phases with a layout of their own): then one entry per shape, ``rule[wildcards]`` of its first
-    job."""
+    job (``train[phase=medium]``)."""
     settings = yaml.safe_load(PROFILE.read_text())
     arrays = {r.strip() for r in str(settings.get("slurm-array-jobs", "")).split(",") if r.strip()}
     shapes: dict[str, dict[str, list[Job]]] = {}
     for job in dry_run_jobs(configfiles, env, extra):
         if job.rule != "all":
-            shapes.setdefault(job.rule, {}).setdefault(sbatch_line(job, settings), []).append(job)
+            shapes.setdefault(job.rule, {}).setdefault(job.sbatch, []).append(job)
     plans: dict[str, RulePlan] = {}
     for rule, by_line in shapes.items():
         for line, jobs in by_line.items():
@@ -190,22 +209,31 @@ def plan(
     return plans
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m stillroom.plan.slurm", description=__doc__.split("\n\n")[0]
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The plan's options, for ``stillroom plan`` and ``python -m stillroom.plan.slurm``."""
     parser.add_argument(
         "--configfile",
         action="extend",
         nargs="+",
-        required=True,
         metavar="YAML",
-        help="config, then overlays: after one --configfile (as Snakemake takes them) or each "
-        "after its own",
+        help="an experiment config, then overlays: after one --configfile (as Snakemake takes "
+        "them) or each after its own (default: config/config.yaml, as Snakemake's)",
     )
-    args = parser.parse_args(argv)
-    for key, p in sorted(plan(args.configfile).items()):
+
+
+def print_plan(configfiles: Sequence[str | Path] | None) -> None:
+    """The plan of ``configfiles`` (none: the embedded default), one line per rule or shape."""
+    for key, p in sorted(plan(configfiles or [REPO / "config" / "config.yaml"]).items()):
         print(f"{key:<26} {p.jobs:>5} job(s)  {p.sbatch}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m stillroom.plan.slurm", description=__doc__.split("\n\n")[0]
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    print_plan(args.configfile)
 
 
 if __name__ == "__main__":

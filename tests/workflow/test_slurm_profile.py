@@ -35,7 +35,9 @@ def test_distillation_recipe_submissions(distill):
     assert (
         counts["grade_generation"] == 62 + 3 * 20
         and counts["evaluate"] == 5 * 6 + 3
-        and counts["train[phase=-medium]"] == counts["train[phase=]"] == 1  # the seed's phases
+        and counts["train[phase=medium]"]
+        == counts["train[phase=efforts]"]
+        == 1  # the seed's phases
     )
 
     gen = opts(distill["generate"].sbatch)  # the SGLang teacher: server.tp 2 on one node, one task
@@ -55,8 +57,8 @@ def test_distillation_recipe_submissions(distill):
     assert opts(distill["generate_low_high_xhigh"].sbatch)["--gpus"] == "2"
 
     # the seed's second phase ran on a whole node: its job has its own shape
-    assert opts(distill["train[phase=]"].sbatch)["--gpus"] == "8"
-    train = opts(distill["train[phase=-medium]"].sbatch)  # FSDP2 over the seed's 4 GPUs of one node
+    assert opts(distill["train[phase=efforts]"].sbatch)["--gpus"] == "8"
+    train = opts(distill["train[phase=medium]"].sbatch)  # FSDP2 over the seed's 4 GPUs of one node
     assert (train["-p"], train["--gpus"], train["--nodes"], train["-t"], train["--mem"]) == (
         "gpu",
         "4",
@@ -152,7 +154,7 @@ def test_per_run_overrides_replace_the_profiles_entries():
     """Why the profile says to change resources in the file: Snakemake replaces the profile's
     set-resources (and set-threads) with the command line's instead of merging them."""
     plans = plan([DISTILL], extra=["--set-resources", "generate:mem_mb=7"])
-    train = opts(plans["train[phase=-medium]"].sbatch)
+    train = opts(plans["train[phase=medium]"].sbatch)
     assert (train["-p"], train["--mem"]) == ("cpu", "8000")
 
 
