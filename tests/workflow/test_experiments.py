@@ -238,7 +238,7 @@ def start_twin(workdir: Path) -> Started:
     """beam-distill-smoke as the README runs it, verbatim: its stand-in models built, then the
     recipe, in a copy of the repository in ``workdir``."""
     copy = repo_copy(workdir)
-    commands = block("stillroom stand-ins config/experiments/beam-distill-smoke.yaml")
+    commands = block("stillroom stand-ins --configfile config/experiments/beam-distill-smoke.yaml")
     out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
     with out.open("w") as stdout, err.open("w") as stderr:
         proc = subprocess.Popen(

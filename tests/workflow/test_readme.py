@@ -22,7 +22,7 @@ RUN_BY = {
     "snakemake -n --configfile config/experiments/beam-distill.yaml": [
         "tests/workflow/test_readme.py::start_first_contact",
     ],
-    "stillroom stand-ins config/experiments/beam-distill-smoke.yaml": [
+    "stillroom stand-ins --configfile config/experiments/beam-distill-smoke.yaml": [
         "tests/workflow/test_experiments.py::start_twin",
     ],
     "stillroom estimate --configfile config/experiments/beam-distill.yaml": [
