@@ -125,6 +125,6 @@ def test_readme_command_runs_and_survives_a_requeued_evaluation(tmp_path):
     states = {r["JobIDRaw"]: r["State"] for r in sacct(ids, "JobIDRaw", "State")}
     assert set(states.values()) == {"COMPLETED"}, states  # sacct agrees with snakemake
     assert requeued in ids  # the requeued job wrote its own outputs when it ran again
-    # CPUs were capped at the nodes' 2, not the profile's 8 to 64
-    cpus = sacct(ids, "JobIDRaw", "AllocCPUS")
-    assert max(int(r["AllocCPUS"]) for r in cpus) <= 2
+    # CPUs per node were capped at the nodes' 2, not the profile's 8 to 64 (training: 2 nodes)
+    cpus = sacct(ids, "JobIDRaw", "AllocCPUS", "NNodes")
+    assert max(int(r["AllocCPUS"]) / int(r["NNodes"]) for r in cpus) <= 2
