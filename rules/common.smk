@@ -17,6 +17,7 @@ import stillroom.plan.dag
 import stillroom.provenance.sidecars
 import stillroom.runtime.templates
 import stillroom.stages.student
+import stillroom.plan.fit
 from stillroom.plan.dag import Plan, conda_env, model_source, named, one_of, partition_for
 
 REPO = Path(workflow.basedir)
@@ -57,7 +58,26 @@ UNSET = workflow.is_main_process and stillroom.plan.dag.unset_profile_variables(
 if UNSET:
     raise WorkflowError(
         f"the profile's resources need {', '.join(UNSET)} in the environment "
-        "(see profiles/slurm/profile.yaml; SLURM_ACCOUNT may be empty)"
+        "(see profiles/slurm/profile.yaml)"
+    )
+
+# Under the SLURM profile without --cores or --max-threads, a job's threads are capped at the CPUs
+# of the cluster's largest node in the profile's partitions, as --cores caps them: the profile's
+# set-threads are what a stage can use on the real recipes' nodes, not a need (a stage runs with
+# fewer), while memory, GPUs and nodes are needs, checked in onstart (stillroom/plan/fit.py).
+SLURM_PARTITIONS = {
+    os.environ.get(name, "") for name in ("STILLROOM_CPU_PARTITION", "STILLROOM_GPU_PARTITION")
+} - {""}
+if (
+    workflow.is_main_process
+    and "slurm_partition" in dict(workflow.resource_settings.default_resources or {})
+    and workflow.resource_settings.cores is None
+    and workflow.resource_settings.max_threads is None
+    and shutil.which("scontrol")
+):
+    workflow.resource_settings.max_threads = max(
+        (n.cpus for n in stillroom.plan.fit.cluster_nodes() if SLURM_PARTITIONS & set(n.partitions)),
+        default=None,
     )
 
 ENV = conda_env(None)
@@ -80,7 +100,24 @@ if MIXING_WARNING:
 CONFIG_SNAPSHOT = f"{R}/config/{stillroom.config.config_hash(config)[:16]}.json"
 
 
+def slurm_problems():
+    """Under the SLURM executor: the account the jobs charge, checked against sacctmgr, and every
+    job shape no node of its partition holds, one line each (stillroom/plan/fit.py)."""
+    if not workflow.executor_plugin or not workflow.executor_plugin.name.endswith("slurm"):
+        return []
+    jobs = [job for job in workflow.dag.needrun_jobs() if not job.is_local]
+    accounts = {str(job.resources.get("slurm_account") or "") for job in jobs}
+    problems = [p for a in sorted(accounts) if (p := stillroom.plan.fit.account_problem(a))]
+    shapes = [stillroom.plan.fit.job_shape(j.rule.name, j.threads, j.resources) for j in jobs]
+    return problems + stillroom.plan.fit.refusals(shapes, stillroom.plan.fit.cluster_nodes())
+
+
 onstart:
+    # before the first sbatch: a refused shape would wait in the queue forever, a wrong account
+    # fail every job
+    SLURM_PROBLEMS = slurm_problems()
+    if SLURM_PROBLEMS:
+        raise WorkflowError("refused before submitting:\n" + "\n".join(SLURM_PROBLEMS))
     if not Path(CONFIG_SNAPSHOT).exists():
         stillroom.io.write_json(CONFIG_SNAPSHOT, config)
     os.environ.update(
