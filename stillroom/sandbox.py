@@ -28,7 +28,7 @@ import resource
 import shutil
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 DENIED = frozenset(
     {
@@ -84,6 +84,55 @@ BACKSTOP_EXTRA_S = 30.0
 def backstop_s(cpu_s: float) -> float:
     """The wall-clock backstop of a job limited to ``cpu_s`` CPU seconds."""
     return BACKSTOP_FACTOR * cpu_s + BACKSTOP_EXTRA_S
+
+
+# A job past its backstop that ran or waited to run less than this share of its life blocked itself
+# (a sleep, a read that never returns): its own fault, not the machine's
+BLOCKED_SHARE = 0.5
+
+
+def runnable_share(pids: Iterable[int]) -> float | None:
+    """The largest share of its life any thread of the process trees at ``pids`` spent running or
+    waiting for a CPU (/proc's schedstat over the thread's age): near 1 for a job a busy machine
+    starved, near 0 for one that blocked itself. None where /proc does not say."""
+    try:
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except OSError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    best, todo, seen = None, list(pids), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # ended meanwhile
+            continue
+        for tid in tids:
+            task = f"/proc/{pid}/task/{tid}"
+            try:
+                with open(f"{task}/schedstat") as f:
+                    ran_ns, waited_ns = (int(v) for v in f.read().split()[:2])
+                with open(f"{task}/stat") as f:  # field 22, its start in ticks after boot
+                    started = int(f.read().rsplit(")", 1)[1].split()[19]) / ticks
+                with open(f"{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+            except (OSError, ValueError, IndexError):
+                continue
+            age = uptime - started
+            if age > 0:
+                share = (ran_ns + waited_ns) / 1e9 / age
+                best = share if best is None else max(best, share)
+    return best
+
+
+def blocked(share: float | None) -> bool:
+    """Whether a job past its backstop, whose threads at best ran or waited ``share`` of their
+    lives (``runnable_share``), blocked itself."""
+    return share is not None and share < BLOCKED_SHARE
 
 
 def out_of_cpu(returncode: int | None) -> bool:

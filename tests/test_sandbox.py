@@ -265,3 +265,25 @@ def test_the_audit_hook_refuses_what_got_past_it(root, tmp_path):
         "sqlite3.connect('local.db').execute('create table t (x)')\n"
     )
     assert grade_code(fenced(fine + ADD), GOLD, timeout_s=5, tmp_root=str(root)).status == "passed"
+
+
+def test_a_sleeping_tree_blocked_itself_and_a_spinning_one_did_not():
+    # a job past its wall-clock backstop is judged by how its threads spent their lives: a sleep
+    # (under a parent that waits) runs almost never, a spin runs or queues for a CPU all along
+    import signal
+    import time
+
+    from stillroom import sandbox
+
+    sleeper = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        time.sleep(1.5)
+        slept, spun = sandbox.runnable_share([sleeper.pid]), sandbox.runnable_share([spinner.pid])
+        assert slept is not None and sandbox.blocked(slept), slept
+        assert spun is not None and not sandbox.blocked(spun), spun
+    finally:
+        for proc in (sleeper, spinner):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert sandbox.runnable_share([sleeper.pid]) is None  # gone: /proc says nothing

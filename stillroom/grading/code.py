@@ -15,7 +15,8 @@ a cleared environment), the candidate with only its own fresh directory writable
 TMPDIR), under the sandbox's resource limits and audit hook; stdin is /dev/null. Each process may
 spend ``TIMEOUT_S`` CPU seconds (RLIMIT_CPU: the same verdict on a busy machine); past it the run is
 a ``"timeout"``. Wall time is only a far backstop (sandbox.backstop_s) that kills both: a run past
-it (blocked, or starved by load) is the machine's fault, graded ``"harness"``. Without bubblewrap
+it that the machine starved is the machine's fault, graded ``"harness"``; one that blocked itself
+(slept: sandbox.runnable_share) is a ``"timeout"``. Without bubblewrap
 (sandbox.bwrap_available warns once, loudly) the same two processes run under the limits and the
 audit hook alone.
 """
@@ -54,8 +55,9 @@ EXIT_PASSED, EXIT_FAILED = 0, 2  # the judge's exit statuses (code_runner.py); o
 @dataclass(frozen=True)
 class CodeResult:
     passed: bool
-    # "passed", "failed" (an assert failed), "timeout" (out of CPU time), "backstop" (past the
-    # wall-clock backstop: not the program's fault), "error" or "no_code"
+    # "passed", "failed" (an assert failed), "timeout" (out of CPU time, or blocked itself past the
+    # wall-clock backstop), "backstop" (starved past it: not the program's fault), "error" or
+    # "no_code"
     status: str
     stderr_tail: str
     program: str | None
@@ -254,9 +256,11 @@ def run_program(
             to_candidate = to_judge = ()
             _send_spec(judge, {"tests": tests, "entry_point": entry_point, **limits})
             _send_spec(candidate, {"program": program, **limits})
+            runnable = None
             try:
                 judge_rc, timed_out = judge.wait(timeout=left()), False
             except subprocess.TimeoutExpired:
+                runnable = sandbox.runnable_share([judge.pid, candidate.pid])
                 judge_rc, timed_out = _kill(judge), True
             # The verdict is in; a candidate still running is killed (it ends on its own at the
             # judge's end of file, but need not).
@@ -273,6 +277,8 @@ def run_program(
             os.close(fd)
         _remove(box)
     if sandbox.out_of_cpu(judge_rc) or sandbox.out_of_cpu(candidate_rc):
+        status = "timeout"
+    elif timed_out and sandbox.blocked(runnable):  # the program slept: its own fault
         status = "timeout"
     elif timed_out:
         status = "backstop"

@@ -16,11 +16,12 @@ group if it has not been reaped yet (the server runs in a PID namespace of its o
 so the caller cannot signal by pid). Out, on stdout: ``{"ready": pid}`` once the imports are done;
 ``{"id": n, "pid": pid}`` when a child has started (pids as the server sees them); ``{"id": n,
 "started": true}`` when the job reached the code it runs for (a byte on a pipe its code cannot take
-back); ``{"id": n, "exit": code, "stderr": tail}`` when it has ended and been reaped (``code`` as
-``Popen.returncode``: negative for a signal; ``tail``: its last 4 KiB of stderr). The server exits
-on EOF of stdin, or when the thread that started it ends (PR_SET_PDEATHSIG); a child dies with the
-server. Under bubblewrap the server is PID 1 of its namespace: it reaps the orphans of its children
-too.
+back); ``{"id": n, "exit": code, "stderr": tail, "runnable": share}`` when it has ended and been
+reaped (``code`` as ``Popen.returncode``: negative for a signal; ``tail``: its last 4 KiB of
+stderr; ``share``: for a job killed on request, sandbox.runnable_share of it then, else null). The
+server exits on EOF of stdin, or when the thread that started it ends (PR_SET_PDEATHSIG); a child
+dies with the server. Under bubblewrap the server is PID 1 of its namespace: it reaps the orphans
+of its children too.
 
 The server and its children are not dumpable: a candidate cannot read another's or the server's
 /proc entries (its working directory, its open pipes, its memory), nor trace them.
@@ -58,6 +59,7 @@ def _prctl(option: int, value: int) -> None:
 class _Child:
     def __init__(self, job_id: int, err: int, started: int):
         self.id, self.err, self.started, self.tail = job_id, err, started, b""
+        self.runnable: float | None = None  # measured when it is killed (sandbox.runnable_share)
 
     def read(self, sel: selectors.BaseSelector) -> None:
         """What the child wrote to stderr so far; close the pipe at its end."""
@@ -175,6 +177,7 @@ def serve(device: str, jobs_root: str | None) -> None:
                         # only a child not reaped yet: a reaped one's pid may be reused
                         for pid, child in children.items():
                             if child.id == job["id"]:
+                                child.runnable = sandbox.runnable_share([pid])
                                 try:
                                     os.killpg(pid, signal.SIGKILL)
                                 except ProcessLookupError:  # before its setsid
@@ -220,6 +223,7 @@ def serve(device: str, jobs_root: str | None) -> None:
                         id=child.id,
                         exit=os.waitstatus_to_exitcode(status),
                         stderr=child.tail.decode(errors="replace"),
+                        runnable=child.runnable,
                     )
             elif isinstance(key.data, tuple):
                 _started(key.data[1], sel, send)

@@ -66,6 +66,12 @@ class Outcome:
     returncode: int | None  # None: the fork server died while the job ran
     stderr: str
     started: bool  # the job reached the code it runs for (candidate code, or the program)
+    runnable: float | None = None  # timed out: sandbox.runnable_share of the job when killed
+
+    @property
+    def blocked(self) -> bool:
+        """Past the backstop having blocked itself (slept, waited on nothing): its own fault."""
+        return self.timed_out and sandbox.blocked(self.runnable)
 
     @property
     def out_of_cpu(self) -> bool:
@@ -188,9 +194,10 @@ def run_process(work: Path, role: str, device: str, cpu_s: float) -> Outcome:
     except subprocess.TimeoutExpired:
         # the job and anything it started; under bubblewrap, killing bwrap (the group's leader, a
         # process of ours) ends its PID namespace with everything in it
+        runnable = sandbox.runnable_share([proc.pid])
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, _ = proc.communicate()
-        return Outcome(True, proc.returncode, "", stdout.startswith("started"))
+        return Outcome(True, proc.returncode, "", stdout.startswith("started"), runnable)
     return Outcome(False, proc.returncode, stderr, stdout.startswith("started"))
 
 
@@ -206,7 +213,7 @@ def run_forked(work: Path, role: str, device: str, cpu_s: float) -> Outcome:
             if not job.done.wait(KILL_GRACE_S):  # a stopped or wedged server
                 server.proc.kill()
                 job.done.wait()
-            return Outcome(True, job.exit, "", job.started)
+            return Outcome(True, job.exit, "", job.started, job.runnable)
         if job.pid is not None:
             break
     return Outcome(False, job.exit, job.stderr, job.started)
@@ -220,6 +227,7 @@ class _Job:
         self.exit: int | None = None
         self.stderr = ""
         self.started = False
+        self.runnable: float | None = None  # killed: the server's sandbox.runnable_share of it
         self.done = threading.Event()
 
 
@@ -296,6 +304,7 @@ class _ForkServer:
                         job.started = True
                     else:
                         job.exit, job.stderr = msg["exit"], msg["stderr"]
+                        job.runnable = msg.get("runnable")
                         del self.jobs[job.id]
                         job.done.set()
         finally:  # the server has gone (or spoke nonsense): fail what it was running

@@ -414,6 +414,8 @@ class _Evaluation:
         if not outcome.started:
             why = f"the extraction ended ({how}) before the candidate started"
             return _harness([], why + _tail(outcome.stderr))
+        if outcome.blocked:  # it slept or waited on nothing: the candidate's own doing
+            return _timeout([f"{how} (running the candidate)"])
         if outcome.timed_out:  # the machine's fault: a CPU limit judges the candidate
             return _harness([], f"the extraction {how}")
         if outcome.out_of_cpu:
@@ -656,10 +658,15 @@ def _constants_read(programs: list) -> list[str]:
 
 
 def _how(outcome: Outcome, timeout_s: float) -> str:
+    if outcome.blocked:
+        return (
+            f"blocked itself past the wall-clock backstop of {sandbox.backstop_s(timeout_s):g} s "
+            f"(it ran or waited for a CPU {outcome.runnable:.0%} of the time)"
+        )
     if outcome.timed_out:
         return (
             f"ran past the wall-clock backstop of {sandbox.backstop_s(timeout_s):g} s "
-            f"(blocked, or starved by load) within its {timeout_s:g} CPU seconds"
+            f"(starved by load) within its {timeout_s:g} CPU seconds"
         )
     if outcome.out_of_cpu:
         return f"ran out of its {timeout_s:g} CPU seconds"

@@ -15,7 +15,7 @@ import pytest
 from stillroom import sandbox
 from stillroom.kernels import evaluate, isolation
 
-from .test_validator import CHEATS, HONEST, RELU
+from .test_validator import CHEATS, HONEST, RELU, candidate
 
 
 def test_concurrent_evaluations_share_one_fork_server():
@@ -309,3 +309,13 @@ def test_a_checkout_on_pythonpath_runs_sandboxed_with_its_own_code(tmp_path):
         out.stdout,
         out.stderr[-3000:],
     )
+
+
+@pytest.mark.slow
+def test_a_candidate_that_sleeps_past_the_backstop_earns_0_not_harness():
+    # no CPU spent, so the wall-clock backstop (40 s for 1 CPU second) ends it; the fork server
+    # measures, before the kill, that it blocked itself: the candidate's fault, reward 0, which
+    # GRPO learns from (a harness result would be dropped, and stop training past a share)
+    r = evaluate(RELU, candidate("time.sleep(1000)\nreturn x", prelude="import time"), timeout_s=1)
+    assert (r.status, r.reward) == ("timeout", 0.0), r
+    assert "blocked itself past the wall-clock backstop of 40 s" in r.reasons[0], r.reasons
