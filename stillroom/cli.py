@@ -141,7 +141,8 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
 
 def check_config(paths: list[str], root: str) -> None:
     """Print the resolved config of ``paths`` (merged in order, as Snakemake merges them)."""
-    from .config import load_yaml, merge_configs, resolve
+    from .config import load_yaml, merge_configs
+    from .plan.checks import resolve
 
     merged: dict[str, Any] = {}
     for path in paths:
@@ -152,9 +153,10 @@ def check_config(paths: list[str], root: str) -> None:
 def estimate(configfiles: list[str] | None, root: str, out_json: str | None) -> None:
     """Print the bill before the run of ``configfiles`` (merged in order, as Snakemake merges
     them; none: the embedded default), offline; optionally write it as JSON."""
-    from .config import load_yaml, merge_configs, resolve
+    from .config import load_yaml, merge_configs
     from .io import write_json
     from .plan import estimate as est
+    from .plan.checks import resolve
 
     paths = configfiles or [str(Path(root) / "config" / "config.yaml")]
     merged: dict[str, Any] = {}

@@ -345,8 +345,8 @@ class Experiment(Section):
         return problems + self._local_problems(root)
 
     def _local_problems(self, root: Path) -> list[str]:
-        """What else the config names on this machine: models, ledgers, kernel problems, the
-        workflow's rules, the results directory's name."""
+        """What else the config names on this machine: models, ledgers, the workflow's rules, the
+        results directory's name (kernel problems and what a model build checks: plan/checks.py)."""
         problems = []
         # results/<experiment> is one directory entry
         name_max = os.pathconf(root, "PC_NAME_MAX")
@@ -373,7 +373,6 @@ class Experiment(Section):
                     f"{key}.path: {spec.path} is a local file of an unknown kind: local data is "
                     f"{', '.join(LOCAL_DATA)}"
                 )
-        problems += self._kernel_problems()
         problems += self._rule_problems(root)
         if not any(p.startswith("student.pretrained") for p in problems):
             problems += student_model.problems(self, root)
@@ -386,31 +385,6 @@ class Experiment(Section):
         return benchmarks + [
             (f"sources.{i}", s) for i, s in enumerate(self.sources) if isinstance(s, DatasetSpec)
         ]
-
-    def _kernel_problems(self) -> list[str]:
-        """Problem names a kernel source picks that it does not have (a JSONL source's rows are
-        data, read by the pool job)."""
-        from ..io import DataError
-        from ..kernels import family, problemset
-
-        problems = []
-        for i, s in enumerate(self.sources):
-            if not isinstance(s, KernelSource) or not s.problems or s.path:
-                continue
-            if s.family:
-                have = family.problem_names(s.family)
-                missing = [p for p in s.problems if p not in have]
-                if missing:
-                    problems.append(
-                        f"sources.{i}.problems: {', '.join(missing)} not in family {s.family} "
-                        f"(e.g. {', '.join(have[:3])})"
-                    )
-                continue
-            try:
-                problemset.kernel_files(s)
-            except DataError as exc:
-                problems.append(f"sources.{i}.problems: {exc}")
-        return problems
 
     def _rule_problems(self, root: Path) -> list[str]:
         """cost.gpus and cost.gpu_type_by_rule name rules of the workflow."""

@@ -1,19 +1,17 @@
 """Checks of the config against the student's own model config, before any job: its
-``config.json`` where ``student.pretrained`` is a local directory, or the config of the
-``student.model`` built here. A hub id is not read (no network while the DAG is built): its job
-checks the same at its start (runtime/adapters.py ``resolve_targets``, runtime/hooks.py for
+``config.json`` where ``student.pretrained`` is a local directory, or the ``student.model`` built
+here (what transformers must build to check, LoRA's targets and sampled options, is in
+plan/checks.py). A hub id is not read (no network while the DAG is built): its job checks the
+same at its start (runtime/adapters.py ``resolve_targets``, runtime/hooks.py for
 ``sampled_options``, the training stage's expert-parallel setup)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .data import HUB_ID
-
-if TYPE_CHECKING:
-    from .experiment import Experiment
 
 # what transformers needs of a model directory: the model's config and its tokenizer's
 MODEL_FILES = ("config.json", "tokenizer_config.json")
@@ -45,43 +43,28 @@ def model_dir_problem(key: str, name: str, root: Path) -> str | None:
     return None
 
 
-def _config_json(exp: Experiment, root: Path) -> tuple[dict[str, Any] | None, str]:
-    """The student's config.json as a dict, and what it is (None: a hub id, or not loadable)."""
+def config_json(exp: Any, root: Path) -> tuple[dict[str, Any] | None, str]:
+    """The student's config.json as a dict, and what it is (None: a hub id, or not loadable).
+    ``exp``: an Experiment (which imports this module)."""
     student = exp.student
-    if student.model is not None:
-        return _shape_config(exp).to_dict(), "student.model"
+    if student.model is not None:  # its keys are config.json's
+        return student.model.dump(), "student.model"
     path = local_model(student.pretrained or "", root)
     if path is None or model_dir_problem("student.pretrained", student.pretrained or "", root):
         return None, ""
     return json.loads((path / "config.json").read_text()), f"student.pretrained {path}"
 
 
-def _shape_config(exp: Experiment) -> Any:
-    from ..runtime.student import shape_config
-
-    assert exp.student.model and exp.student.tokenizer  # a built student has both
-    return shape_config(exp.student.model, vocab_size=exp.student.tokenizer.vocab_size)
-
-
-def _transformers_config(exp: Experiment, root: Path) -> Any:
-    """The student's transformers config (class defaults filled in), for attributes and modules."""
-    if exp.student.model is not None:
-        return _shape_config(exp)
-    from transformers import AutoConfig
-
-    return AutoConfig.from_pretrained(local_model(exp.student.pretrained or "", root))
-
-
-def problems(exp: Experiment, root: Path) -> list[str]:
-    """What the student's model config refuses: LoRA targets it lacks, experts split unevenly,
-    sampled attributes it does not have, a GRPO completion longer than its context."""
+def problems(exp: Any, root: Path) -> list[str]:
+    """What the student's model config refuses: expert parameters of a dense model, experts split
+    unevenly, a GRPO completion longer than its context."""
     train = exp.train
-    needs_config = train.lora or train.sampled_options or exp.grpo or train.expert_parallel
-    if not needs_config:
+    if not (train.lora or exp.grpo or train.expert_parallel):
         return []
-    config, what = _config_json(exp, root)
+    config, what = config_json(exp, root)
     if config is None:
         return []
+    student_local = exp.student.model is None
     out = []
     experts = next((config[k] for k in EXPERT_KEYS if config.get(k)), None)
     lora = train.lora
@@ -98,28 +81,10 @@ def problems(exp: Experiment, root: Path) -> list[str]:
                 f"{key}.expert_parallel_size: {ep} does not divide the {experts} experts of {what}"
             )
     context = config.get("max_position_embeddings")
-    if exp.grpo and context and exp.grpo.max_completion_length >= context:
+    # (a built student's is checked with its shape, in Experiment)
+    if exp.grpo and student_local and context and exp.grpo.max_completion_length >= context:
         out.append(
             f"grpo.max_completion_length: {exp.grpo.max_completion_length} leaves no room for "
             f"the prompt in the max_position_embeddings ({context}) of {what}"
         )
-    if (lora and not out) or train.sampled_options:
-        out += _transformers_problems(exp, root, what)
-    return out
-
-
-def _transformers_problems(exp: Experiment, root: Path, what: str) -> list[str]:
-    """Checks on the model as transformers builds it (on the meta device: no memory)."""
-    config = _transformers_config(exp, root)
-    out = []
-    missing = [k for k in exp.train.sampled_options if not hasattr(config, k)]
-    if missing:
-        out.append(f"train.sampled_options: the model config of {what} has no {', '.join(missing)}")
-    if exp.train.lora:
-        from ..runtime.adapters import resolve_targets
-
-        try:
-            resolve_targets(config, exp.train.lora, name=what)
-        except ValueError as exc:
-            out += str(exc).split("\n")
     return out

@@ -1,6 +1,7 @@
 """Issue 43's configs that `snakemake -n` and `stillroom estimate` accepted and that failed later
-or ran wrong: each is refused by ``resolve`` (what both run before any job) in one line naming
-the key and the reason. A sample goes through the real `snakemake -n` and `stillroom estimate`."""
+or ran wrong: each is refused by ``stillroom.plan.checks.resolve`` (what both run before any job)
+in one line naming the key and the reason. A sample goes through the real `snakemake -n` and
+`stillroom estimate`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import sys
 import pytest
 import yaml
 
-from stillroom.config import ConfigError, resolve
+from stillroom.config import ConfigError
+from stillroom.plan.checks import resolve
 from stillroom.workflow import snakemake_command, snakemake_env
 
 from .test_broken_configs import DEFAULT, KERNELS, REPO, SMOKE, _add_teacher, _all, _phased, _set
