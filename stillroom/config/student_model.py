@@ -1,9 +1,10 @@
 """Checks of the config against the student's own model config, before any job: its
 ``config.json`` where ``student.pretrained`` is a local directory, or the ``student.model`` built
 here (what transformers must build to check, LoRA's targets and sampled options, is in
-plan/checks.py). A hub id is not read (no network while the DAG is built): its job checks the
-same at its start (runtime/adapters.py ``resolve_targets``, runtime/hooks.py for
-``sampled_options``, the training stage's expert-parallel setup)."""
+plan/checks.py). A hub id is not read (no network while the DAG is built): its training job
+checks LoRA's targets and sampled options once it has the model (runtime/adapters.py
+``resolve_targets``, runtime/hooks.py); its expert count meets expert_parallel_size only in
+transformers' expert-parallel setup, in that job."""
 
 from __future__ import annotations
 
