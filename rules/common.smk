@@ -13,6 +13,7 @@ from snakemake.settings.types import DeploymentMethod
 
 import stillroom.config
 import stillroom.io
+import stillroom.plan.checks
 import stillroom.plan.dag
 import stillroom.provenance.sidecars
 import stillroom.runtime.templates
@@ -25,7 +26,7 @@ REPO = Path(workflow.basedir)
 # The config files given (each read again to refuse duplicated keys), or the embedded default; every
 # default filled in, so each rule passes its sections through as they are.
 try:
-    RESOLVED = stillroom.config.workflow_config(
+    RESOLVED = stillroom.plan.checks.workflow_config(
         config,
         workflow.config_settings.configfiles,
         default=REPO / "config" / "config.yaml",

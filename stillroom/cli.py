@@ -159,7 +159,7 @@ def _merged(configfiles: list[str] | None, root: str) -> dict[str, Any]:
 def check_config(paths: list[str] | None, root: str) -> None:
     """Print the resolved config of ``paths`` (merged in order, as Snakemake merges them; none:
     the embedded default)."""
-    from .config import resolve
+    from .plan.checks import resolve
 
     print(json.dumps(resolve(_merged(paths, root), root), indent=2))
 
@@ -167,9 +167,9 @@ def check_config(paths: list[str] | None, root: str) -> None:
 def estimate(configfiles: list[str] | None, root: str, out_json: str | None) -> None:
     """Print the bill before the run of ``configfiles`` (merged in order, as Snakemake merges
     them; none: the embedded default), offline; optionally write it as JSON."""
-    from .config import resolve
     from .io import write_json
     from .plan import estimate as est
+    from .plan.checks import resolve
 
     bill = est.bill(resolve(_merged(configfiles, root), root), root)
     print(est.markdown(bill), end="")

@@ -177,6 +177,7 @@ def test_the_kernel_track_is_imported_only_by_kernel_specific_code():
         "stillroom.gpucheck.kernels",  # the GPU check compiles the kernel solutions
         "stillroom.stages.student",  # the tokenizer learns the training problems' reference code
         "stillroom.plan.dag",  # kernel problem and solution files are the workflow's inputs
+        "stillroom.plan.checks",  # a kernel source's problem names, checked before any job
     }
     for module, imported in import_graph().items():
         if module.startswith("stillroom.kernels"):

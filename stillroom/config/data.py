@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import PurePosixPath
+from string import Template
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
 from .base import Name, Plain, PositiveInt, Section, tag
 
+# A hub dataset's or model's id: a name, or owner/name (more, or starting at / or ., is local).
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 # Local files a dataset spec may name instead of a hub id: suffix -> the datasets loader.
 LOCAL_DATA = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 AnswerKind = Literal["math", "choice", "code", "kernel", "ifeval"]
@@ -100,6 +105,12 @@ class WhereRule(Section):
     def _given(self, handler: Any) -> dict[str, Any]:
         return {k: v for k, v in handler(self).items() if v is not None}
 
+    @model_validator(mode="after")
+    def _range(self) -> WhereRule:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min: {self.min:g} is above max ({self.max:g}): no row could pass")
+        return self
+
 
 class DatasetSpec(Section):
     """A hub dataset (loaded in a job, never while the DAG is built) or a local parquet/JSONL/CSV
@@ -143,6 +154,19 @@ class DatasetSpec(Section):
 
     @model_validator(mode="after")
     def _choices(self) -> DatasetSpec:
+        if self.prompt_template is not None:
+            try:
+                Template(self.prompt_template).substitute(prompt="x")
+            except (KeyError, ValueError) as exc:
+                raise ValueError(
+                    f"prompt_template: only $prompt may be substituted ({exc!r}; $$ is a literal $)"
+                ) from None
+        suffix = PurePosixPath(self.path).suffix
+        if suffix and suffix not in LOCAL_DATA and not HUB_ID.fullmatch(self.path):
+            raise ValueError(
+                f"path: {self.path} is a local file of an unknown kind ({suffix}): local data is "
+                f"{', '.join(LOCAL_DATA)}; a hub dataset is <owner>/<name>"
+            )
         if self.choices and self.answer_kind != "choice":
             raise ValueError("choices: options are lettered for answer_kind: choice only")
         if self.entry_point and self.answer_kind != "code":

@@ -165,7 +165,8 @@ class BudgetForce(Forcing):
 class Decoding(Section):
     """How every model answers an evaluation problem: k samples, their limits, the backend."""
 
-    samples: PositiveInt
+    # as generation.samples_per_prompt: more is days of decoding per model and benchmark
+    samples: Annotated[int, Field(ge=1, le=1024)]
     temperature: float = Field(ge=0)
     top_p: float = Field(gt=0, le=1)
     max_new_tokens: PositiveInt = Field(description="the overall limit of an answer")
@@ -207,6 +208,11 @@ class Eval(Decoding):
         problems = []
         if len(set(self.benchmarks)) != len(self.benchmarks):
             problems.append(f"benchmarks: each benchmark may be listed once, got {self.benchmarks}")
+        if self.context_length is not None and self.context_length <= self.max_new_tokens:
+            problems.append(
+                f"context_length: {self.context_length} leaves no room for the prompt beside "
+                f"max_new_tokens ({self.max_new_tokens})"
+            )
         if self.request_tokens and self.request_tokens > self.max_new_tokens:
             problems.append(
                 f"request_tokens: {self.request_tokens} is more than max_new_tokens "
@@ -224,7 +230,8 @@ class Eval(Decoding):
 
 
 class Tables(Section):
-    n_resamples: int = Field(10_000, ge=100)
+    # a million puts the bootstrap's own error far below the interval's width; more only stalls
+    n_resamples: int = Field(10_000, ge=100, le=1_000_000)
     confidence: float = Field(0.95, gt=0, lt=1)
     two_level: bool = Field(
         False,

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
+from . import student_model
 from .base import Name, Section, Seed, Segment, tag
 from .data import (
     GENERATED,
+    LOCAL_DATA,
     DatasetSpec,
     Decontam,
     Heldout,
@@ -33,6 +38,10 @@ tag("file", "dataset")
 SPLITS = ("heldout", "dev", "train")
 # tables/<this>.{md,csv} compares the teachers of a config that mixes them across efforts
 TEACHERS_TABLE = "teachers"
+# tables/<benchmark><suffix>.md: a benchmark's budget, effort and kernel tables (rules/tables.smk)
+TABLE_SUFFIXES = ("-budgets", "-efforts", "-kernels")
+# rules/*.smk's own rules, by name (the generation rules are named by Generation.rules())
+_RULE = re.compile(r"^\s*rule\s+(\w+)\s*:", re.MULTILINE)
 
 
 class Experiment(Section):
@@ -204,6 +213,17 @@ class Experiment(Section):
                 f"eval.per_effort.reference: '{per.reference}' is not one of generation.efforts "
                 f"({', '.join(self.generation.efforts)})"
             )
+        for i, name in enumerate(ev.benchmarks):
+            if name.endswith(TABLE_SUFFIXES):
+                problems.append(
+                    f"eval.benchmarks.{i}: '{name}' ends like another table's file "
+                    f"(tables/<benchmark>{{{','.join(TABLE_SUFFIXES)}}}.md): rename the benchmark"
+                )
+        if self.kernels and not any(s.kind == "kernels" for s in self.sources):
+            problems.append(
+                "kernels: the kernel track's validator and tables, but no source has kind "
+                "'kernels' (the answers would be graded as kernels): drop the section"
+            )
         for i, name in enumerate((self.kernels.benchmarks or []) if self.kernels else []):
             if name not in ev.benchmarks:
                 problems.append(f"kernels.benchmarks.{i}: '{name}' is not one of eval.benchmarks")
@@ -254,6 +274,12 @@ class Experiment(Section):
             problems.append(
                 f"eval.max_new_tokens: {self.eval.max_new_tokens} leaves no room for the prompt "
                 f"in the student's max_position_embeddings ({shape.max_position_embeddings})"
+            )
+        if shape and self.grpo and self.grpo.max_completion_length >= shape.max_position_embeddings:
+            problems.append(
+                f"grpo.max_completion_length: {self.grpo.max_completion_length} leaves no room "
+                f"for the prompt in the student's max_position_embeddings "
+                f"({shape.max_position_embeddings})"
             )
         if self.grpo and not any(s.kind == "kernels" for s in self.sources):
             problems.append(
@@ -316,4 +342,71 @@ class Experiment(Section):
                 check(f"sources.{i}.dir", s.dir, want_dir=True)
         if self.train.chat_template:
             check("train.chat_template", self.train.chat_template)
+        return problems + self._local_problems(root)
+
+    def _local_problems(self, root: Path) -> list[str]:
+        """What else the config names on this machine: models, ledgers, the workflow's rules, the
+        results directory's name (kernel problems and what a model build checks: plan/checks.py)."""
+        problems = []
+        # results/<experiment> is one directory entry
+        name_max = os.pathconf(root, "PC_NAME_MAX")
+        if len(self.experiment.encode()) > name_max:
+            problems.append(
+                f"experiment: {len(self.experiment.encode())} bytes is longer than a file name "
+                f"may be ({name_max} on {root})"
+            )
+        models = {"student.pretrained": self.student.pretrained}
+        for name, t in self.teachers.items():
+            if t.backend == "hf":
+                models[f"teachers.{name}.model_path"] = t.model_path
+            ledger = getattr(t, "budget", None) and t.budget.ledger
+            if ledger and (Path(ledger) if Path(ledger).is_absolute() else root / ledger).is_dir():
+                problems.append(f"teachers.{name}.budget.ledger: {ledger} is a directory")
+        for key, model in models.items():
+            problem = model and student_model.model_dir_problem(key, model, root)
+            if problem:
+                problems.append(problem)
+        for key, spec in self._dataset_specs():
+            path = Path(spec.path) if Path(spec.path).is_absolute() else root / spec.path
+            if not spec.local and path.exists():
+                problems.append(
+                    f"{key}.path: {spec.path} is a local file of an unknown kind: local data is "
+                    f"{', '.join(LOCAL_DATA)}"
+                )
+        problems += self._rule_problems(root)
+        if not any(p.startswith("student.pretrained") for p in problems):
+            problems += student_model.problems(self, root)
+        return problems
+
+    def _dataset_specs(self) -> list[tuple[str, DatasetSpec]]:
+        benchmarks = [
+            (f"benchmarks.{n}", b) for n, b in self.benchmarks.items() if not isinstance(b, str)
+        ]
+        return benchmarks + [
+            (f"sources.{i}", s) for i, s in enumerate(self.sources) if isinstance(s, DatasetSpec)
+        ]
+
+    def _rule_problems(self, root: Path) -> list[str]:
+        """cost.gpus and cost.gpu_type_by_rule name rules of the workflow."""
+        cost = self.cost
+        named = [("gpus", r) for r in cost.gpus] + [
+            ("gpu_type_by_rule", r) for r in cost.gpu_type_by_rule
+        ]
+        if not named:
+            return []
+        rules = {
+            m
+            for smk in sorted((root / "rules").glob("*.smk"))
+            for m in _RULE.findall(smk.read_text())
+        }
+        rules |= {r.name for r in self.generation.rules()}
+        rules |= {f"train-{ph.name}" for ph in self.train.phases}
+        problems = []
+        for key, rule in named:
+            if rule not in rules:
+                close = difflib.get_close_matches(rule, rules, n=1)
+                hint = (
+                    f"did you mean '{close[0]}'?" if close else f"one of {', '.join(sorted(rules))}"
+                )
+                problems.append(f"cost.{key}.{rule}: not a rule of the workflow ({hint})")
         return problems

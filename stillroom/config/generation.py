@@ -235,6 +235,15 @@ class Sampling(Section):
 
     unknown_hint = "; a server's own sampling fields go under extra"
 
+    @model_validator(mode="after")
+    def _extra_own(self) -> Sampling:
+        typed = sorted(set(self.extra) & set(type(self).model_fields) - {"extra"})
+        if typed:  # body() would send extra's value over the typed one, unchecked
+            raise ValueError(
+                f"extra.{typed[0]}: a typed sampling field; set sampling.{typed[0]} instead"
+            )
+        return self
+
     @model_serializer(mode="wrap")
     def _given(self, handler: Any) -> dict[str, Any]:
         return {k: v for k, v in handler(self).items() if v is not None and v != {}}

@@ -87,6 +87,12 @@ Optimizer = Literal[tuple(OPTIMIZERS)]
 # OptimState4bit / 8bit lack _stable_hash_for_caching). One process never hit it; DDP replicas
 # hold plain tensors: allowed. tests/runtime/test_launch.py re-runs the failure.
 ONE_DEVICE_OPTIMIZERS = ("adamw_torch_4bit", "adamw_torch_8bit")
+# accelerate's device_map strategies, and the devices a dict's modules may go to
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+_MAP_DEVICE = re.compile(r"cpu|disk|meta|cuda(?::[0-9]+)?|[0-9]+")
+# a phase's checkpoint is ckpt/sft-<name>: these suffixes are another artifact's (a LoRA phase's
+# adapter, a provenance sidecar) of the phase named without them
+ARTIFACT_SUFFIXES = (".adapter", ".prov.json")
 
 # Memory sizes for a device map as Axolotl reads gpu_memory_limit (axolotl loaders/model.py): an
 # int is GiB, a string carries its unit. Units are case-sensitive: accelerate reads a lower-case b
@@ -101,7 +107,11 @@ MEMORY_UNITS = {
     "MB": 10**6,
     "KB": 10**3,
 }
-_MEMORY = re.compile(rf"^(\d+(?:\.\d+)?) ?({'|'.join(MEMORY_UNITS)})$")
+# ASCII digits, the whole string (a `$` would also pass a trailing newline)
+_MEMORY = re.compile(rf"([0-9]+(?:\.[0-9]+)?) ?({'|'.join(MEMORY_UNITS)})")
+# one GPU's share of a device map: below a MiB no layer fits (the map puts every layer on disk),
+# above 16TiB no GPU holds it (a unit slip: bytes written as an int, which is GiB)
+MEMORY_RANGE = (2**20, 2**44)
 
 
 def memory_bytes(size: int | str) -> int:
@@ -109,7 +119,7 @@ def memory_bytes(size: int | str) -> int:
     string is a number and a unit (80GiB, 80GB, 1.5TiB)."""
     if isinstance(size, int):
         nbytes = size * 2**30
-    elif found := _MEMORY.match(size):
+    elif found := _MEMORY.fullmatch(size):
         nbytes = int(float(found[1]) * MEMORY_UNITS[found[2]])
     else:
         raise ValueError(
@@ -127,7 +137,7 @@ def _memory_size(size: int | str) -> int | str:
 
 
 def _device(key: int | str) -> int | str:
-    if key == "cpu" or (isinstance(key, int) and key >= 0) or str(key).isdigit():
+    if key == "cpu" or (isinstance(key, int) and key >= 0) or re.fullmatch("[0-9]+", str(key)):
         return key
     raise ValueError(f"a device of max_memory is a GPU index (0, 1, ...) or 'cpu', got {key!r}")
 
@@ -249,16 +259,21 @@ class Student(Section):
                 "pretrained: set it, or both tokenizer and model (a student built from scratch)"
             )
         try:
-            Template(self.effort_tag).substitute(effort="x")
+            tags = {Template(self.effort_tag).substitute(effort=e) for e in ("low", "high")}
         except (KeyError, ValueError) as exc:
             raise ValueError(f"effort_tag: only $effort may be substituted ({exc!r})") from None
+        if len(tags) == 1:  # "$$effort" is a literal "$effort": every effort gets one tag
+            raise ValueError(
+                f"effort_tag: {self.effort_tag!r} has no $effort to substitute ($$ is a literal $)"
+            )
         return self
 
 
 class Lora(Section):
     r: PositiveInt
     alpha: float = Field(gt=0)
-    dropout: float = Field(0.0, ge=0, le=1)
+    # 1 zeroes every input of the adapter: it never learns
+    dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] = []
     target_parameters: list[str] = Field([], description="fused MoE expert parameters")
     allow_router: bool = Field(
@@ -370,7 +385,9 @@ class TrainPhase(Section):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.]+$")
     epochs: float = Field(gt=0)
-    efforts: list[Effort] | None = Field(None, description="the rows of these efforts (all: null)")
+    efforts: Annotated[list[Effort], Field(min_length=1)] | None = Field(
+        None, description="the rows of these efforts (all: null)"
+    )
     tags: Literal["as_built", "none"] = Field(
         "as_built",
         description="as_built: rows tagged as the dataset tags them; none: every effort tag "
@@ -609,7 +626,14 @@ class Train(Section):
             problems.append(
                 "gpu_memory_limit: gpu_memory_limit / max_memory only apply with device_map"
             )
+        problems += self._device_map_problems(layouts)
         names = [ph.name for ph in self.phases]
+        for i, name in enumerate(names):
+            if name.endswith(ARTIFACT_SUFFIXES):
+                problems.append(
+                    f"phases.{i}.name: '{name}' ends like another file of a checkpoint "
+                    f"({', '.join(ARTIFACT_SUFFIXES)}): ckpt/sft-{name} would be one; rename it"
+                )
         if len(set(names)) != len(names):
             problems.append(f"phases: each phase name may be used once, got {names}")
         if self.phases and self.epochs is not None:
@@ -624,6 +648,48 @@ class Train(Section):
         if not self.phases and self.epochs is None:
             object.__setattr__(self, "epochs", 1.0)  # the default of a fine-tune in one phase
         return self
+
+    def _device_map_problems(self, layouts: Mapping[str, Distributed]) -> list[str]:
+        """The device map's strategy or devices, and the memory it may use on each GPU."""
+        problems = []
+        gpus = min(d.gpus_per_node for d in layouts.values())
+        if isinstance(self.device_map, str) and self.device_map not in DEVICE_MAPS:
+            problems.append(
+                f"device_map: {self.device_map!r} is not a strategy ({', '.join(DEVICE_MAPS)}) "
+                "and not a mapping of modules to devices"
+            )
+        for module, place in (
+            (self.device_map or {}).items() if isinstance(self.device_map, dict) else []
+        ):
+            if not _MAP_DEVICE.fullmatch(str(place)) or isinstance(place, bool):
+                problems.append(
+                    f"device_map.{module}: {place!r} is not a device (a GPU index, cuda:N, cpu, "
+                    "disk)"
+                )
+            elif (index := str(place).removeprefix("cuda:")).isdigit() and int(index) >= gpus:
+                problems.append(
+                    f"device_map.{module}: GPU {index} is not one of the {gpus} of gpus_per_node"
+                )
+        limits = {"gpu_memory_limit": self.gpu_memory_limit} if self.gpu_memory_limit else {}
+        if self.max_memory is not None and not any(k != "cpu" for k in self.max_memory):
+            problems.append(
+                "max_memory: gives no GPU: the map would put every layer on the CPU or disk "
+                "(give GPU indices, or drop max_memory)"
+            )
+        for device, size in (self.max_memory or {}).items():
+            if device == "cpu":
+                continue
+            if int(device) >= gpus:
+                problems.append(
+                    f"max_memory.{device}: GPU {device} is not one of the {gpus} of gpus_per_node"
+                )
+            limits[f"max_memory.{device}"] = size
+        for key, size in limits.items():
+            if not MEMORY_RANGE[0] <= memory_bytes(size) <= MEMORY_RANGE[1]:
+                problems.append(
+                    f"{key}: {size!r} is not a GPU's memory (1MiB to 16TiB; an int is GiB)"
+                )
+        return problems
 
     @model_validator(mode="after")
     def _expert_parallel(self) -> Train:
@@ -686,6 +752,22 @@ class Train(Section):
     def checkpointing(self) -> bool:
         """Whether the job writes preemption checkpoints (by steps, by time or both)."""
         return bool(self.save_steps or self.save_minutes)
+
+    @property
+    def expert_parallel(self) -> dict[str, int]:
+        """Each layout that splits the experts (its key: distributed, phases.<i>.distributed), with
+        its expert_parallel_size."""
+        layouts = {"distributed": self.distributed}
+        layouts.update(
+            (f"phases.{i}.distributed", ph.distributed)
+            for i, ph in enumerate(self.phases)
+            if ph.distributed is not None
+        )
+        return {
+            f"train.{k}": d.expert_parallel_size
+            for k, d in layouts.items()
+            if d.expert_parallel_size > 1
+        }
 
     @property
     def sharded(self) -> bool:

@@ -25,13 +25,15 @@ _MOE_CLASS = re.compile(r"moe|sparse|expert", re.IGNORECASE)
 _PEFT_PREFIX = "base_model.model."
 
 
-def meta_model(model_dir: str | Path):
-    """The model of ``model_dir`` built on the meta device: names and classes, no memory."""
+def meta_model(model: str | Path | Any):
+    """The model of a directory (or of a transformers config) built on the meta device: names and
+    classes, no memory."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    config = AutoConfig.from_pretrained(model) if isinstance(model, str | Path) else model
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+        return AutoModelForCausalLM.from_config(config)
 
 
 def routers(model) -> dict[str, str]:
@@ -83,11 +85,13 @@ def _examples(names: list[str]) -> str:
     return ", ".join(sorted(out - {""}))
 
 
-def resolve_targets(model_dir: str | Path, lora: Lora) -> dict[str, list[str]]:
+def resolve_targets(
+    model_dir: str | Path | Any, lora: Lora, name: str | None = None
+) -> dict[str, list[str]]:
     """Every target must name modules / parameters of the model, and none may reach a router
     unless ``lora.allow_router``: checked on a meta-device build, matching as PEFT matches, so a
     typo or a router fails in a second instead of after loading a 500B checkpoint. Returns each
-    target's matches."""
+    target's matches. ``model_dir`` may be a transformers config, then ``name`` says whose."""
     model = meta_model(model_dir)
     found = routers(model)
     modules = [n for n, _ in model.named_modules()]
@@ -119,7 +123,7 @@ def resolve_targets(model_dir: str | Path, lora: Lora) -> dict[str, list[str]]:
                     else ""
                 )
                 raise ValueError(
-                    f"train.lora.{kind}: '{target}' matches nothing in {model_dir} "
+                    f"train.lora.{kind}: '{target}' matches nothing in {name or model_dir} "
                     f"(its {kind.removeprefix('target_')}: {_examples(shown)}){hint}"
                 )
             matches[target] = hits

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from ..config import ModelShape
 from ..io import atomic_dir
@@ -114,6 +115,19 @@ def train_tokenizer(
 
 def model_config(tokenizer, shape: ModelShape):
     """The transformers config of a student of ``shape`` for ``tokenizer``."""
+    return shape_config(
+        shape,
+        # a multiple of 8 keeps the embedding matmuls aligned
+        vocab_size=-(-len(tokenizer) // 8) * 8,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def shape_config(shape: ModelShape, **tokens: Any):
+    """The transformers config of a student of ``shape``; ``tokens``: its vocabulary's size and
+    special ids (without them, the shape alone: module names and attributes, before any job)."""
     from transformers import Qwen3Config, Qwen3MoeConfig
 
     given = {k: v for k, v in shape.dump().items() if v is not None}
@@ -121,15 +135,7 @@ def model_config(tokenizer, shape: ModelShape):
     if rope_theta is not None:
         given["rope_parameters"] = {"rope_type": "default", "rope_theta": float(rope_theta)}
     config_class = Qwen3MoeConfig if family == "qwen3_moe" else Qwen3Config
-    return config_class(
-        # a multiple of 8 keeps the embedding matmuls aligned
-        vocab_size=-(-len(tokenizer) // 8) * 8,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        dtype="float32",
-        **given,
-    )
+    return config_class(dtype="float32", **tokens, **given)
 
 
 def generation_config(tokenizer):

@@ -487,7 +487,7 @@ def test_accelerate_reads_the_strings_as_train_does_and_an_int_as_bytes():
     they mean here; a bare int is bytes to it, hence the conversion before it is passed on."""
     from accelerate.utils import convert_file_size_to_int
 
-    for text in ("125GiB", "80GB", "512MiB", "3KB"):
+    for text in ("125GiB", "80GB", "512MiB", "3000KB"):
         train = Train.parse({**MP, "gpu_memory_limit": text})
         assert train.max_memory_bytes(1) == {0: convert_file_size_to_int(text)}
     assert convert_file_size_to_int(125) == 125
@@ -515,7 +515,13 @@ def test_a_memory_size_without_a_meaning_is_refused_naming_the_key(params, messa
 
 
 def test_max_memory_takes_gpu_indices_and_cpu_each_in_the_same_units():
-    train = Train.parse({"device_map": "auto", "max_memory": {0: 70, "1": "60GiB", "cpu": "1TiB"}})
+    train = Train.parse(
+        {
+            "device_map": "auto",
+            "distributed": {"gpus_per_node": 2},
+            "max_memory": {0: 70, "1": "60GiB", "cpu": "1TiB"},
+        }
+    )
     assert train.max_memory_bytes(0) == {0: 70 * 2**30, 1: 60 * 2**30, "cpu": 2**40}
     # the dump's keys are strings ("0"), the same devices
     assert Train.parse(train.dump()).max_memory_bytes(0) == train.max_memory_bytes(0)

@@ -28,7 +28,10 @@ def recipe_plan(recipe: Path) -> Plan:
     config: dict = {}
     for path in recipe_files(recipe):
         config = merge_configs(config, yaml.safe_load(path.read_text()))
-    return plan_of(config)
+    # typed only: a smoke twin's stand-in models are built by `stillroom stand-ins`, before a run,
+    # and resolve checks that they are there
+    typed = Experiment.parse(config).dump()
+    return Plan(Experiment.parse(typed), typed, REPO, base_random=True)
 
 
 def with_ratios(ratios: list[float]) -> Plan:

@@ -386,7 +386,9 @@ def test_every_shipped_recipe_passes_its_own_estimate(recipe):
     config = {}
     for path in recipe_files(recipe):
         config = merge_configs(config, load_yaml(path))
-    p = bill(resolve(config, REPO), REPO)
+    # typed, not resolved: a smoke twin's stand-in models are built by `stillroom stand-ins`
+    # before its run (resolve refuses them missing); its bill reads their figures from the config
+    p = bill(config, REPO)
     for m in p.inputs["train_memory"].values():
         assert m["need_gb"] <= m["room_gb"]
 

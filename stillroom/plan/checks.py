@@ -1,0 +1,97 @@
+"""The config checks that need the kernel track's problem sets or a model built by transformers
+(on the meta device: names and attributes, no memory), over ``stillroom.config.resolve``'s: what
+the workflow (rules/common.smk) and `stillroom estimate` / `check-config` run before any job.
+(The config package imports neither the kernels nor the runtime.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import config as cfg
+from ..config import ConfigError, Experiment
+from ..config.data import KernelSource
+from ..config.student_model import config_json, local_model
+from ..io import DataError
+from ..kernels import family, problemset
+
+
+def resolve(config: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]:
+    """``stillroom.config.resolve``, and these checks."""
+    return _checked(cfg.resolve(config, root), Path(root))
+
+
+def workflow_config(
+    config: Mapping[str, Any],
+    configfiles: Iterable[str | Path],
+    default: str | Path,
+    root: str | Path,
+) -> dict[str, Any]:
+    """``stillroom.config.workflow_config``, and these checks."""
+    return _checked(cfg.workflow_config(config, configfiles, default, root), Path(root))
+
+
+def _checked(resolved: dict[str, Any], root: Path) -> dict[str, Any]:
+    exp = Experiment.parse(resolved)
+    problems = kernel_problems(exp) + model_problems(exp, root)
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+    return resolved
+
+
+def kernel_problems(exp: Experiment) -> list[str]:
+    """Problem names a kernel source picks that it does not have (a JSONL source's rows are data,
+    read by the pool job)."""
+    problems = []
+    for i, s in enumerate(exp.sources):
+        if not isinstance(s, KernelSource) or not s.problems or s.path:
+            continue
+        if s.family:
+            have = family.problem_names(s.family)
+            missing = [p for p in s.problems if p not in have]
+            if missing:
+                problems.append(
+                    f"sources.{i}.problems: {', '.join(missing)} not in family {s.family} "
+                    f"(e.g. {', '.join(have[:3])})"
+                )
+            continue
+        try:
+            problemset.kernel_files(s)
+        except DataError as exc:
+            problems.append(f"sources.{i}.problems: {exc}")
+    return problems
+
+
+def model_problems(exp: Experiment, root: Path) -> list[str]:
+    """LoRA targets the student lacks and sampled options it has no attribute for, checked on its
+    transformers build as its training job checks them (runtime/adapters.py, runtime/hooks.py)."""
+    train = exp.train
+    if not (train.lora or train.sampled_options):
+        return []
+    found, what = config_json(exp, root)
+    if found is None:  # a hub id (checked by its job) or a directory already refused
+        return []
+    if exp.student.model is not None:
+        from ..runtime.student import shape_config
+
+        assert exp.student.tokenizer  # a built student has both
+        config = shape_config(exp.student.model, vocab_size=exp.student.tokenizer.vocab_size)
+    else:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(local_model(exp.student.pretrained or "", root))
+    problems = []
+    missing = [k for k in train.sampled_options if not hasattr(config, k)]
+    if missing:
+        problems.append(
+            f"train.sampled_options: the model config of {what} has no {', '.join(missing)}"
+        )
+    if train.lora:
+        from ..runtime.adapters import resolve_targets
+
+        try:
+            resolve_targets(config, train.lora, name=what)
+        except ValueError as exc:
+            problems += str(exc).split("\n")
+    return problems
