@@ -306,6 +306,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --cell: grade those records again with their recorded grader; exit 1 if a "
         "verdict changed",
     )
+    regenerate = sub.add_parser(
+        "regenerate",
+        help="rebuild the tables of a results tree (copied, or unpacked from a bundle) with no "
+        "upstream job: every input the tables read checked against its sidecars first; exit 1 "
+        "naming any that does not match",
+        description="Verify every input of every table of results/<experiment> against its "
+        "sidecars, then run Snakemake with only the table rules allowed and forced.",
+    )
+    regenerate.add_argument("experiment_dir", help="results/<experiment> of a run that made tables")
+    regenerate.add_argument(
+        "--root", help="the directory the pipeline ran in (default: inferred from the sidecars)"
+    )
+    regenerate.add_argument("--cores", type=int, default=2, help="Snakemake's --cores")
+    regenerate.add_argument(
+        "--dry-run", action="store_true", help="verify, and show the jobs without running them"
+    )
     bundle = sub.add_parser(
         "bundle",
         help="write one zip a reviewer can check without the raw data: tables, plots, config "
@@ -343,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
             show(args.experiment_dir)
         elif args.command == "audit":
             return _audit(args)
+        elif args.command == "regenerate":
+            from .review.regenerate import run as regenerate
+
+            return regenerate(args.experiment_dir, args.root, args.cores, args.dry_run)
         elif args.command == "bundle":
             from .review.bundle import run_bundle
 

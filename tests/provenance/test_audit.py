@@ -4,6 +4,7 @@ The pipeline tests audit a copy of the real small run (other tests share the run
 tampered with in place); the small tests build a three-file provenance chain by hand."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -63,11 +64,12 @@ def test_a_clean_run_audits_clean_down_to_the_teacher_records(run):
         n.stage is None and n.path.endswith("tinybench.jsonl") for n in nodes
     )  # the source leaf
     text = format_tree(report)
-    first = text.splitlines()[0]
-    assert (
-        first.startswith(TABLE) and "[tables]" in first and "config " in first and "git " in first
-    )
-    assert "torch " in first and "transformers " in first and "(see above)" in text
+    lines = text.splitlines()
+    assert lines[0].startswith(f"audit of {TABLE}")
+    recorded = lines[1]  # said once, not on every stage's line
+    assert recorded.startswith("recorded: config ") and "git " in recorded
+    assert "torch " in recorded and "transformers " in recorded
+    assert lines[2].startswith(TABLE) and "[tables]" in lines[2] and "(see above)" in text
 
 
 @slow
@@ -210,16 +212,89 @@ def test_a_flipped_verdict_is_named_by_regrade_and_recompute(run, capsys):
     flipped["grade"]["correct"] = True
     write_jsonl(graded, records)
     assert main(["audit", str(run / TABLE), "--cell", "sft", "--regrade"]) == 1
-    err = capsys.readouterr().err
-    assert err.strip() == (
+    err = capsys.readouterr().err.splitlines()
+    assert (
         "stillroom audit: verdict changed: results/small/eval/sft/heldout/graded.jsonl: "
         f"{flipped['key']}: recorded correct, regraded wrong"
-    )
+    ) in err
     assert main(["audit", str(run / TABLE), "--recompute"]) == 1
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "modified: results/small/eval/sft/heldout/graded.jsonl" in err
     assert "differs: results/small/tables/heldout.csv: model=sft reference=base: accuracy" in err
-    assert "differs: results/small/tables/heldout.md: sft: accuracy" in err
+    # each cell once, as the CSV has it: its Markdown and LaTeX renderings are counted, not listed
+    assert "heldout.md: sft: accuracy" not in err + out
+    assert "rendered cells differ with them in results/small/tables/heldout.md" in out
+    assert len(set(err.splitlines())) == len(err.splitlines())
+
+
+@slow
+def test_the_audit_tree_fits_a_terminal_and_has_a_legend(run):
+    text = format_tree(audit(run / TABLE))
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    assert "legend: PATH [stage: rule]" in text
+    assert sum(" git " in line for line in lines) == 1  # the recorded line, not every stage's
+
+
+@slow
+def test_cell_ties_its_counts_to_the_table_value(run, capsys):
+    assert main(["audit", str(run / TABLE), "--cell", "merge-0.5"]) == 0
+    out = capsys.readouterr().out
+    row = load(run / TABLE).set_index("model").loc["merge-0.5"].iloc[0]
+    n = int(row["problems"] * row["samples"])
+    correct = round(row["accuracy"] * n)
+    assert (
+        f"cell: accuracy = {correct}/{n} = {correct / n:.3f} (correct / graded records; "
+        f"the table says {row['accuracy']:.3f})"
+    ) in out
+    assert "ok: every file read above matches its sidecar" in out
+
+
+@slow
+def test_cell_fails_on_a_tampered_raw_teacher_record(run, capsys):
+    """A teacher record behind sft's training rows, its boxed answer changed (as a forger would,
+    a valid record): --cell names the shard, the line and the record's key."""
+    assert main(["audit", str(run / TABLE), "--cell", "sft", "--json"]) == 0
+    (ds,) = json.loads(capsys.readouterr().out)["cell"]["datasets"]
+    shard = run / ds["records"][0]["generated"][0]
+    lines = shard.read_text().splitlines()
+    n, line = next((i, x) for i, x in enumerate(lines) if re.search(r"boxed\{\d+\}", x))
+    lines[n] = re.sub(r"boxed\{(\d+)\}", lambda m: f"boxed{{{int(m[1]) + 2}}}", line, count=1)
+    shard.write_text("\n".join(lines) + "\n")
+    assert main(["audit", str(run / TABLE), "--cell", "sft"]) == 1
+    out, err = capsys.readouterr()
+    rel, key = str(shard.relative_to(run)), json.loads(line)["key"]
+    assert f"stillroom audit: modified: {rel}: recorded " in err
+    assert f"record line {n + 1} (key {key}) changed" in err
+    assert "!! 1 record file(s) do not match their provenance" in out
+    assert main(["audit", str(run / TABLE), "--cell", "sft", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["cell"]["ok"] is False
+
+
+@slow
+def test_cell_fails_on_a_flipped_graded_verdict_and_names_the_count(run, capsys):
+    graded = run / "results/small/eval/merge-0.5/heldout/graded.jsonl"
+    records = [json.loads(line) for line in graded.read_text().splitlines()]
+    i = next(
+        i
+        for i, r in enumerate(records)
+        if r["grade"]["status"] == "ok" and not r["grade"]["correct"]
+    )
+    records[i]["grade"]["correct"] = True
+    write_jsonl(graded, records)
+    assert main(["audit", str(run / TABLE), "--cell", "merge-0.5"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "modified: results/small/eval/merge-0.5/heldout/graded.jsonl: recorded " in err
+        and f"record line {i + 1} (key {records[i]['key']}) changed" in err
+    )
+    row = load(run / TABLE).set_index("model").loc["merge-0.5"].iloc[0]
+    n = int(row["problems"] * row["samples"])
+    correct = round(row["accuracy"] * n)
+    assert (
+        f"differs: results/small/tables/heldout.csv: merge-0.5: the records give accuracy "
+        f"{correct + 1}/{n}"
+    ) in err
 
 
 # --- a hand-built chain: source -> results/x/a.jsonl -> results/x/b.jsonl -------------------------
