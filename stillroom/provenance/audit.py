@@ -104,21 +104,22 @@ def _short(sha: str | None) -> str:
 
 
 def records_changed(real: Path, prov: dict[str, Any]) -> str:
-    """Which records of a changed JSONL file differ from what its job wrote, with their keys: ''
-    when its sidecar has no record digests."""
+    """The first record of a changed JSONL file that differs from what its job wrote, by line and
+    key, and how many more: '' when its sidecar has no record digests."""
     lines = changed_records(real, prov) if real.is_file() else None
     if not lines:
         return ""
-    keys = []
+    where = f"line {lines[0]}"
     with open(real, "rb") as fh:
         for n, line in enumerate(fh, 1):
-            if n in lines[:3]:
+            if n == lines[0]:
                 try:
-                    keys.append(f"line {n} (key {json.loads(line).get('key')})")
+                    where += f" (key {json.loads(line).get('key')})"
                 except (ValueError, AttributeError):
-                    keys.append(f"line {n}")
-    more = f" and {len(lines) - 3} more" if len(lines) > 3 else ""
-    return f"; record {', '.join(keys) or f'line {lines[0]}'}{more} changed"
+                    pass  # not a record any more: its line says where
+                break
+    more = f" and {len(lines) - 1} more" if len(lines) > 1 else ""
+    return f"; record {where}{more} changed"
 
 
 def modified_detail(real: Path, prov: dict[str, Any], now: str) -> str:

@@ -368,13 +368,14 @@ class BundleAudit:
         c = self.checked
         lines = [
             f"bundle {self.archive}: experiment {self.experiment}, {self.files} files",
-            f"  {c['manifest']} files against the manifest, {c['sidecar']} artifacts against "
-            f"their sidecars, {c['input']} recorded inputs and {c['input sidecar']} input "
-            f"sidecars against their consumers' records, {c['config']} config snapshots, "
-            f"{c['lock']} environment locks",
+            f"  checked: {c['manifest']} files against the manifest, {c['sidecar']} artifacts "
+            "against their sidecars,",
+            f"  {c['input']} recorded inputs and {c['input sidecar']} input sidecars against their "
+            f"consumers' records,",
+            f"  {c['config']} config snapshots, {c['lock']} environment locks",
         ]
         lines += [r.text() for r in self.recomputed]
-        lines += [f"merge choice {s}" for s in self.selections]
+        lines += self.selections
         if self.not_in_bundle:
             lines.append(f"not in bundle (by design): {len(self.not_in_bundle)} recorded inputs")
             shown = sorted(self.not_in_bundle.items())
@@ -385,10 +386,10 @@ class BundleAudit:
             lines.append(f"{len(self.problems)} problem(s):")
             lines += [f"  {p.kind}: {p.path}: {p.detail}" for p in self.problems]
         else:
-            lines.append(
-                "ok: every file matches the manifest, its sidecar and its consumers, and "
-                "every table recomputes from the bundled records"
-            )
+            lines += [
+                "ok: every file matches the manifest, its sidecar and its consumers,",
+                "  and every table recomputes from the bundled records",
+            ]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -629,8 +630,8 @@ def _check_selections(report: BundleAudit, root: Path, sidecars: dict[str, dict]
         chosen, accuracy, _ = decide(graded, SelectParams.parse(prov.get("params") or {}))
         shown = ", ".join(f"{m} {a:.3f}" for m, a in sorted(accuracy.items()))
         report.selections.append(
-            f"{artifact}: {chosen} chosen on {written.get('benchmark')} by "
-            f"{written.get('select_by')} from the bundled dev records ({shown})"
+            f"merge choice {artifact}\n  {chosen} chosen on {written.get('benchmark')} by "
+            f"{written.get('select_by')}, decided again from the bundled dev records ({shown})"
         )
         if chosen != written.get("selected") or accuracy != written.get("accuracy"):
             detail = (

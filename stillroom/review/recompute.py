@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from collections import Counter
@@ -126,15 +127,15 @@ class Difference:
     column: str
     written: str
     recomputed: str
-    key: str = (
-        ""  # the row's first key (its model): a rendering's row is matched to the CSV's by it
-    )
+    key: str = ""  # the row's model: a rendered row is matched to the CSV's by it
+    more_rows: int = 0  # the model's other rows (one per reference) with this very difference
+
+    def where(self) -> str:
+        more = f" (+{self.more_rows} row(s) of it)" if self.more_rows else ""
+        return f"{self.file}: {self.row}: {self.column}{more}"
 
     def __str__(self) -> str:
-        return (
-            f"{self.file}: {self.row}: {self.column}: written {self.written}, "
-            f"recomputed {self.recomputed}"
-        )
+        return f"{self.where()}: written {self.written}, recomputed {self.recomputed}"
 
 
 def _row_label(kind: str, row: Mapping[str, Any]) -> str:
@@ -267,17 +268,23 @@ class Recomputed:
     def text(self) -> str:
         seed, n = self.params.get("seed"), self.params.get("n_resamples")
         head = (
-            f"recompute {self.table}: stage {self.stage} on its recorded inputs"
+            f"recompute {self.table}\n  stage {self.stage} on its recorded inputs"
             + (f", seed {seed}" if seed is not None else "")
             + (f", {n} resamples" if n is not None else "")
         )
         if self.ok:
-            return f"{head}\nok: {', '.join(self.compared)} match the graded records"
+            names = ", ".join(Path(c).name for c in self.compared)
+            return f"{head}\nok: {names} match the graded records"
         lines = [head, f"{len(self.differences)} cell(s) differ from the graded records:"]
-        lines += [f"  {d}" for d in self.differences]
+        # the values below their cell: full-precision floats would pass a terminal's width
+        lines += [
+            line
+            for d in self.differences
+            for line in (f"  {d.where()}", f"    written {d.written}, recomputed {d.recomputed}")
+        ]
         if self.rendered:
-            files = ", ".join(f"{f} ({n})" for f, n in sorted(self.rendered.items()))
-            lines.append(f"  the same rows' rendered cells differ with them in {files}")
+            lines.append("  the same rows' rendered cells differ with them:")
+            lines += [f"    {f}: {n} cell(s)" for f, n in sorted(self.rendered.items())]
         return "\n".join(lines)
 
 
@@ -310,16 +317,30 @@ def recompute(path: str | os.PathLike, root: str | os.PathLike | None = None) ->
                 continue
             report.compared.append(where)
             report.differences += diffs
-    # a cell is listed once, as the CSV (the data of record) has it, not again per rendering
-    changed = {d.key for d in report.differences if d.file.endswith(".csv")}
+    report.differences = _once(report)
+    return report
+
+
+def _once(report: Recomputed) -> list[Difference]:
+    """Each cell once, as the CSV (the data of record) has it: a model's own value repeated on its
+    rows against each reference is one cell, and a rendered row of a model whose CSV cells differ
+    (its first cell the model, maybe marked: "merge-0.5 (chosen on dev)", "sft†") is counted in
+    ``report.rendered``, not listed again."""
+    csv = [d for d in report.differences if d.file.endswith(".csv")]
+    changed = [re.compile(rf"{re.escape(d.key)}(\s|†|\*|$)") for d in csv]
+    seen: dict[tuple[str, str, str, str, str], Difference] = {}
     kept = []
     for d in report.differences:
-        if d.file.endswith(".csv") or d.key not in changed:
-            kept.append(d)
-        else:
+        if not d.file.endswith(".csv") and any(k.match(d.key) for k in changed):
             report.rendered[d.file] = report.rendered.get(d.file, 0) + 1
-    report.differences = kept
-    return report
+            continue
+        same = (d.file, d.key, d.column, d.written, d.recomputed)
+        if d.file.endswith(".csv") and same in seen:
+            seen[same].more_rows += 1
+            continue
+        seen[same] = d
+        kept.append(d)
+    return kept
 
 
 # ------------------------------------------------------------------------------------- --cell
@@ -698,7 +719,8 @@ def run(
 ) -> int:
     """The CLI: with ``recompute_table`` the provenance walk and the rebuilt table's comparison,
     with ``model`` the drill-down into its rows; the report (or JSON) on stdout, each problem on
-    stderr; 1 if the walk found a problem, a cell differs or a verdict changed."""
+    stderr under --json (else their count: the report names them); 1 if the walk found a problem,
+    a cell differs, a record does not match its chain or a verdict changed."""
     out: dict[str, Any] = {}
     texts, problems = [], []
     if recompute_table:
@@ -721,6 +743,9 @@ def run(
         ]
         problems += [f"{p.kind}: {p.path}: {p.detail}" for p in c.problems]
     print(json.dumps(out, indent=2, default=str) if as_json else "\n\n".join(texts))
-    for p in problems:
-        print(f"stillroom audit: {p}", file=sys.stderr)
+    if as_json:
+        for p in problems:
+            print(f"stillroom audit: {p}", file=sys.stderr)
+    elif problems:  # the report above names each one: a terminal shows each once
+        print(f"stillroom audit: {len(problems)} problem(s), each named above", file=sys.stderr)
     return 1 if problems else 0

@@ -49,31 +49,37 @@ def table_jobs(exp: Path, root: Path) -> dict[str, dict[str, Any]]:
     return dict(jobs.values())
 
 
+def _items(prov: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every input entry a sidecar records."""
+    out = []
+    for entry in (prov.get("inputs") or {}).values():
+        out += entry if isinstance(entry, list) else [entry]
+    return out
+
+
 def verify(root: Path, jobs: dict[str, dict[str, Any]]) -> list[Problem]:
     """Every recorded input of every table job against its sidecar and the table's record."""
     auditor = Auditor(root)
     problems: list[Problem] = []
     for artifact, prov in jobs.items():
-        for entry in (prov.get("inputs") or {}).values():
-            for item in entry if isinstance(entry, list) else [entry]:
-                path, real = item["path"], auditor.resolve(item["path"])
-                now = auditor.digest(real)
-                own = auditor.sidecar(real)
-                if now is None:
-                    problems.append(Problem(path, "missing", f"an input of {artifact}, gone"))
-                    continue
-                if own is not None and own.get("sha256") != now["sha256"]:
-                    detail = modified_detail(real, own, now["sha256"])
-                    problems.append(Problem(path, "modified", detail))
-                elif now["sha256"] != item.get("sha256"):
-                    detail = (
-                        f"{artifact} was built from it at {_short(item.get('sha256'))}, "
-                        f"now {_short(now['sha256'])}"
-                    )
-                    problems.append(Problem(path, "modified", detail, input=path))
-                elif changed := auditor.sidecar_changed(artifact, item):
-                    problems.append(changed)
-    unique = {(p.kind, p.path): p for p in problems}
+        for item in _items(prov):
+            path, real = item["path"], auditor.resolve(item["path"])
+            now, own = auditor.digest(real), auditor.sidecar(real)
+            if now is None:
+                problems.append(Problem(path, "missing", f"an input of {artifact}, gone"))
+            elif own is not None and own.get("sha256") != now["sha256"]:
+                problems.append(
+                    Problem(path, "modified", modified_detail(real, own, now["sha256"]))
+                )
+            elif now["sha256"] != item.get("sha256"):
+                detail = (
+                    f"{artifact} was built from it at {_short(item.get('sha256'))}, "
+                    f"now {_short(now['sha256'])}"
+                )
+                problems.append(Problem(path, "modified", detail, input=path))
+            elif changed := auditor.sidecar_changed(artifact, item):
+                problems.append(changed)
+    unique = {(p.kind, p.path): p for p in problems}  # an input of several tables: named once
     return list(unique.values())
 
 
@@ -119,10 +125,8 @@ def run(exp_dir: str, root: str | None = None, cores: int = 2, dry_run: bool = F
             file=sys.stderr,
         )
         return 1
-    n = sum(len(prov.get("inputs") or {}) for prov in jobs.values())
-    print(
-        f"verified the inputs of {len(jobs)} table jobs ({n} input groups) against their sidecars"
-    )
+    n = len({item["path"] for prov in jobs.values() for item in _items(prov)})
+    print(f"verified the {n} inputs of {len(jobs)} table jobs against their sidecars")
     cmd = command(base, jobs, cores) + (["--dry-run"] if dry_run else [])
     print("$ " + " ".join(cmd), flush=True)
     return subprocess.run(cmd, env=snakemake_env(os.environ)).returncode

@@ -211,7 +211,7 @@ def test_a_flipped_verdict_is_named_by_regrade_and_recompute(run, capsys):
     flipped = next(r for r in records if r["grade"]["status"] == "ok" and not r["grade"]["correct"])
     flipped["grade"]["correct"] = True
     write_jsonl(graded, records)
-    assert main(["audit", str(run / TABLE), "--cell", "sft", "--regrade"]) == 1
+    assert main(["audit", str(run / TABLE), "--cell", "sft", "--regrade", "--json"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert (
         "stillroom audit: verdict changed: results/small/eval/sft/heldout/graded.jsonl: "
@@ -219,12 +219,12 @@ def test_a_flipped_verdict_is_named_by_regrade_and_recompute(run, capsys):
     ) in err
     assert main(["audit", str(run / TABLE), "--recompute"]) == 1
     out, err = capsys.readouterr()
-    assert "modified: results/small/eval/sft/heldout/graded.jsonl" in err
-    assert "differs: results/small/tables/heldout.csv: model=sft reference=base: accuracy" in err
+    assert "modified: results/small/eval/sft/heldout/graded.jsonl" in out
+    cell = "results/small/tables/heldout.csv: model=sft reference=base: accuracy"
     # each cell once, as the CSV has it: its Markdown and LaTeX renderings are counted, not listed
-    assert "heldout.md: sft: accuracy" not in err + out
-    assert "rendered cells differ with them in results/small/tables/heldout.md" in out
-    assert len(set(err.splitlines())) == len(err.splitlines())
+    assert out.count(cell) == 1 and "heldout.md: sft" not in out
+    assert "rendered cells differ with them:\n    results/small/tables/heldout.md: " in out
+    assert err.startswith("stillroom audit: ") and err.endswith("problem(s), each named above\n")
 
 
 @slow
@@ -264,11 +264,13 @@ def test_cell_fails_on_a_tampered_raw_teacher_record(run, capsys):
     assert main(["audit", str(run / TABLE), "--cell", "sft"]) == 1
     out, err = capsys.readouterr()
     rel, key = str(shard.relative_to(run)), json.loads(line)["key"]
-    assert f"stillroom audit: modified: {rel}: recorded " in err
-    assert f"record line {n + 1} (key {key}) changed" in err
-    assert "!! 1 record file(s) do not match their provenance" in out
+    assert f"!! 1 record file(s) do not match their provenance:\n  modified: {rel}\n" in out
+    assert f"; record line {n + 1} (key {key}) changed" in out
+    assert err == "stillroom audit: 1 problem(s), each named above\n"
     assert main(["audit", str(run / TABLE), "--cell", "sft", "--json"]) == 1
-    assert json.loads(capsys.readouterr().out)["cell"]["ok"] is False
+    out, err = capsys.readouterr()
+    assert json.loads(out)["cell"]["ok"] is False
+    assert f"stillroom audit: modified: {rel}: recorded " in err
 
 
 @slow
@@ -282,7 +284,7 @@ def test_cell_fails_on_a_flipped_graded_verdict_and_names_the_count(run, capsys)
     )
     records[i]["grade"]["correct"] = True
     write_jsonl(graded, records)
-    assert main(["audit", str(run / TABLE), "--cell", "merge-0.5"]) == 1
+    assert main(["audit", str(run / TABLE), "--cell", "merge-0.5", "--json"]) == 1
     err = capsys.readouterr().err
     assert (
         "modified: results/small/eval/merge-0.5/heldout/graded.jsonl: recorded " in err
@@ -467,13 +469,17 @@ def test_a_forged_csv_cell_with_a_matching_hash_is_named_by_model_and_column(bui
     write_csv(df, csv)
     _rewrite_hash(csv)
     assert audit(csv).ok  # the hashes alone say nothing is wrong
-    assert main(["audit", str(csv), "--recompute"]) == 1
+    assert main(["audit", str(csv), "--recompute", "--json"]) == 1
     err = capsys.readouterr().err
     assert (
         "differs: results/x/tables/heldout.csv: model=merge-0.5 reference=base: ci_high: written "
         in err
     )
     assert err.count("differs:") == 1
+    assert main(["audit", str(csv), "--recompute"]) == 1
+    out, err = capsys.readouterr()
+    assert out.count("results/x/tables/heldout.csv: model=merge-0.5 reference=base: ci_high") == 1
+    assert err == "stillroom audit: 1 problem(s), each named above\n"
 
 
 def test_a_forged_markdown_cell_is_named_by_its_row_and_header(built):

@@ -385,7 +385,7 @@ def test_the_bundle_of_a_run_holds_the_dev_records_of_its_merge_choice(done, tmp
     assert main(["audit", "--bundle", str(path)]) == 0
     out = capsys.readouterr().out
     chosen = json.loads(selection.read_text())["selected"]
-    assert f"merge choice {selection.relative_to(exp.parent.parent)}: {chosen} chosen on " in out
+    assert f"merge choice {selection.relative_to(exp.parent.parent)}\n  {chosen} chosen on " in out
 
 
 def test_the_readme_bundle_figures_are_the_scripts_sentence():
