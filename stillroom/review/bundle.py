@@ -42,6 +42,7 @@ from .. import __version__
 from ..io import DataError, atomic_path
 from ..provenance.audit import Auditor, Problem, audit, format_tree, infer_root
 from ..provenance.sidecars import IGNORED, SUFFIX, git_state, now, sha256_file, sidecar_path
+from ..workflow import snakemake_env
 from .recompute import SHOWN, TABLE_STAGES, Recomputed, recompute
 
 SCHEMA = "stillroom.review.bundle/1"
@@ -226,7 +227,10 @@ def snakemake_report(exp: Path, root: Path, out: Path) -> dict[str, Any]:
     cmd += ["--configfile", str(snapshot), "--nolock", "--report", str(out)]
     shown = " ".join(cmd)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=REPORT_TIMEOUT_S)
+        # this interpreter's bin first on PATH: the workflow refuses to parse without `stillroom`
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=REPORT_TIMEOUT_S, env=snakemake_env()
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"included": False, "command": shown, "reason": f"snakemake did not finish: {exc}"}
     if proc.returncode != 0 or not out.is_file():
