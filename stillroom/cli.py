@@ -344,6 +344,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --cell: grade those records again with their recorded grader; exit 1 if a "
         "verdict changed",
     )
+    regenerate = command(
+        "regenerate",
+        "rebuild a results tree's tables from its records, with no upstream job",
+        "verify every input of every table of results/<experiment> (copied, or unpacked from a "
+        "bundle) against its sidecars, then run Snakemake with only the table rules allowed and "
+        "forced; exit 1 naming any input that does not match",
+    )
+    regenerate.add_argument("experiment_dir", help="results/<experiment> of a run that made tables")
+    regenerate.add_argument(
+        "--root", help="the directory the pipeline ran in (default: inferred from the sidecars)"
+    )
+    regenerate.add_argument("--cores", type=int, default=2, help="Snakemake's --cores")
+    regenerate.add_argument(
+        "--dry-run", action="store_true", help="verify, and show the jobs without running them"
+    )
     bundle = command(
         "bundle",
         "write one zip a reviewer can check without the raw data",
@@ -417,6 +432,10 @@ def main(argv: list[str] | None = None) -> int:
             show(args.experiment_dir)
         elif args.command == "audit":
             return _audit(args)
+        elif args.command == "regenerate":
+            from .review.regenerate import run as regenerate
+
+            return regenerate(args.experiment_dir, args.root, args.cores, args.dry_run)
         elif args.command == "bundle":
             from .review.bundle import run_bundle
 

@@ -29,13 +29,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..config import config_hash
 from . import envlock
-from .sidecars import digest, sidecar_path
+from .sidecars import changed_records, digest, sidecar_path
 
 SHOWN_PACKAGES = ("torch", "transformers", "trl")  # what decides the numbers; the rest is in JSON
 SHORT = 8
@@ -100,6 +101,30 @@ class AuditReport:
 
 def _short(sha: str | None) -> str:
     return sha[:SHORT] if sha else "-"
+
+
+def records_changed(real: Path, prov: dict[str, Any]) -> str:
+    """The first record of a changed JSONL file that differs from what its job wrote, by line and
+    key, and how many more: '' when its sidecar has no record digests."""
+    lines = changed_records(real, prov) if real.is_file() else None
+    if not lines:
+        return ""
+    where = f"line {lines[0]}"
+    with open(real, "rb") as fh:
+        for n, line in enumerate(fh, 1):
+            if n == lines[0]:
+                try:
+                    where += f" (key {json.loads(line).get('key')})"
+                except (ValueError, AttributeError):
+                    pass  # not a record any more: its line says where
+                break
+    more = f" and {len(lines) - 1} more" if len(lines) > 1 else ""
+    return f"; record {where}{more} changed"
+
+
+def modified_detail(real: Path, prov: dict[str, Any], now: str) -> str:
+    """A file that no longer hashes to its sidecar: both hashes, and the records that changed."""
+    return f"recorded {_short(prov.get('sha256'))}, now {_short(now)}" + records_changed(real, prov)
 
 
 def _manifest_diff(path: str, recorded: dict[str, str], current: dict[str, str]) -> list[Problem]:
@@ -228,11 +253,7 @@ class Auditor:
                 node.problems.extend(_manifest_diff(path, prov["files"], current["files"]))
             else:
                 node.problems.append(
-                    Problem(
-                        path,
-                        "modified",
-                        f"recorded {_short(prov.get('sha256'))}, now {_short(current['sha256'])}",
-                    )
+                    Problem(path, "modified", modified_detail(real, prov, current["sha256"]))
                 )
         if problem := self.check_config(prov):
             node.problems.append(problem)
@@ -405,7 +426,30 @@ def _pins(node: Node) -> str:
     return " ".join(out)
 
 
-def _label(node: Node) -> str:
+WIDTH = 100  # a terminal's line: a label that would pass it goes on the line below its branch
+LEGEND = [
+    "legend: PATH [stage: rule] (the job that wrote it; [source]: read, not written by a job)",
+    "  sha: its sha256's first 8 hex digits; (N files): a directory, hashed per file",
+    "  (see above): reached before, its inputs shown there once",
+    "  config/git/packages: as on the 'recorded' line above, unless a line names its own",
+    "  !! KIND: a problem, listed with its file under 'problem(s)'",
+]
+
+
+def _recorded(node: Node) -> tuple[str, str, str]:
+    """(config, git commit, packages) as a line shows them."""
+    git = node.git or {}
+    commit = (git.get("commit") or "?")[:7] + ("+dirty" if git.get("dirty") else "")
+    return _short(node.config_sha256), commit, _packages(node.packages)
+
+
+def _common(report: AuditReport) -> tuple[str, str, str] | None:
+    """What most stages recorded: said once at the top, not on every line."""
+    seen = Counter(_recorded(n) for n in report.nodes() if n.stage and not n.repeat)
+    return seen.most_common(1)[0][0] if seen else None
+
+
+def _label(node: Node, common: tuple[str, str, str] | None) -> str:
     if node.repeat:
         return f"{node.path}  (see above)"
     parts = [node.path]
@@ -418,10 +462,12 @@ def _label(node: Node) -> str:
     parts.append(
         f"sha {_short(node.sha256)}" + (f" ({node.files} files)" if node.files is not None else "")
     )
+    if node.stage and (mine := _recorded(node)) != common:
+        names = ("config", "git", "packages")
+        parts += [
+            f"{n} {v}" for n, v, c in zip(names, mine, common or ("",) * 3, strict=True) if v != c
+        ]
     if node.stage:
-        git = node.git or {}
-        commit = (git.get("commit") or "?")[:7] + ("+dirty" if git.get("dirty") else "")
-        parts += [f"config {_short(node.config_sha256)}", f"git {commit}", _packages(node.packages)]
         parts.append(_pins(node))
     flags = sorted({p.kind for p in node.problems})
     if flags:
@@ -430,25 +476,41 @@ def _label(node: Node) -> str:
 
 
 def format_tree(report: AuditReport) -> str:
-    lines: list[str] = []
+    common = _common(report)
+    lines: list[str] = [f"audit of {report.artifact}"]
+    if common:
+        config, commit, packages = common
+        lines.append(f"recorded: config {config}, git {commit}, {packages}")
 
     def walk(node: Node, prefix: str, last: bool, top: bool) -> None:
-        lines.append(_label(node) if top else f"{prefix}{'└── ' if last else '├── '}{_label(node)}")
+        label = _label(node, common)
+        branch = "" if top else prefix + ("└── " if last else "├── ")
         inner = "" if top else prefix + ("    " if last else "│   ")
+        if len(branch) + len(label) <= WIDTH:
+            lines.append(branch + label)
+        else:  # the path on its branch, the rest below it
+            lines.append(branch + node.path)
+            rest = label.removeprefix(node.path).strip()
+            lines.append(inner + ("│   " if node.inputs else "    ") + rest)
         for i, child in enumerate(node.inputs):
             walk(child, inner, i == len(node.inputs) - 1, False)
 
     walk(report.tree, "", True, True)
     if report.problems:
         lines += ["", f"{len(report.problems)} problem(s):"]
-        lines += [f"  {p.kind}: {p.path}: {p.detail}" for p in report.problems]
+        lines += problem_lines(report.problems)
     else:
         lines += [
             "",
             f"ok: {report.rehashed} artifacts re-hashed, nothing modified, missing or stale",
         ]
     lines += [f"note: {n}" for n in report.notes]
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + LEGEND)
+
+
+def problem_lines(problems: list[Problem]) -> list[str]:
+    """Each problem as its kind and file, its detail below (stderr has each on one line)."""
+    return [line for p in problems for line in (f"  {p.kind}: {p.path}", f"    {p.detail}")]
 
 
 def run(artifact: str, root: str | None = None, as_json: bool = False) -> int:

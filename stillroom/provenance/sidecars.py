@@ -125,6 +125,29 @@ def _file_digest(path: Path) -> dict[str, Any]:
     return out
 
 
+# Each record's hash, short, in a JSONL artifact's sidecar: the file's sha256 decides whether it
+# changed, these only say which record did (``changed_records``).
+RECORD_SHA = 16
+
+
+def record_digests(path: str | os.PathLike) -> list[str]:
+    """The short sha256 of each line of a JSONL file (its trailing newline excluded)."""
+    with open(path, "rb") as fh:
+        return [hashlib.sha256(line.rstrip(b"\n")).hexdigest()[:RECORD_SHA] for line in fh]
+
+
+def changed_records(path: str | os.PathLike, prov: Mapping[str, Any]) -> list[int] | None:
+    """The 1-based lines of ``path`` that differ from what its job wrote (a line added or cut
+    included), by its sidecar's record digests; None when the sidecar has none (an older one)."""
+    recorded = prov.get("record_sha256")
+    if recorded is None:
+        return None
+    now = record_digests(path)
+    return [
+        i + 1 for i in range(max(len(now), len(recorded))) if now[i : i + 1] != recorded[i : i + 1]
+    ]
+
+
 def _manifest(path: Path) -> list[Path]:
     return [p for p in sorted(path.rglob("*")) if p.is_file() and p.name not in IGNORED]
 
@@ -542,9 +565,10 @@ def write_sidecars(
     }
     common = scrub(common, _secret_values(keys))
     for name, path in outputs.items():
+        records = {"record_sha256": record_digests(path)} if "records" in digests[name] else {}
         write_json(
             sidecar_path(path),
-            {**common, "artifact": relative(path), "output_name": name, **digests[name]},
+            {**common, "artifact": relative(path), "output_name": name, **digests[name], **records},
         )
 
 

@@ -42,6 +42,7 @@ from .. import __version__
 from ..io import DataError, atomic_path
 from ..provenance.audit import Auditor, Problem, audit, format_tree, infer_root
 from ..provenance.sidecars import IGNORED, SUFFIX, git_state, now, sha256_file, sidecar_path
+from ..workflow import snakemake_env
 from .recompute import SHOWN, TABLE_STAGES, Recomputed, recompute
 
 SCHEMA = "stillroom.review.bundle/1"
@@ -153,7 +154,24 @@ def collect(exp: Path, root: Path) -> dict[str, str]:
             files.update({rel(p): kind for p in _files(real)})
             if sidecar_path(real).is_file():
                 files[rel(sidecar_path(real))] = "sidecar"
+                files.update(_dev_records(real, root))
     return files
+
+
+def _dev_records(real: Path, root: Path) -> dict[str, str]:
+    """A merge selection's graded dev records (what "chosen on dev" rests on), with their
+    sidecars; nothing for another input."""
+    prov = _read_sidecar(sidecar_path(real))
+    if prov.get("stage") != "select_merge":
+        return {}
+    out = {}
+    for key, entry in _entries(prov):
+        path = root / entry["path"]
+        if key == "graded" and _inside(entry["path"]) and path.is_file():
+            out[str(path.relative_to(root))] = "dev records"
+            if sidecar_path(path).is_file():
+                out[str(sidecar_path(path).relative_to(root))] = "sidecar"
+    return out
 
 
 def transcript(exp: Path, root: Path) -> tuple[str, list[str]]:
@@ -209,7 +227,10 @@ def snakemake_report(exp: Path, root: Path, out: Path) -> dict[str, Any]:
     cmd += ["--configfile", str(snapshot), "--nolock", "--report", str(out)]
     shown = " ".join(cmd)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=REPORT_TIMEOUT_S)
+        # this interpreter's bin first on PATH: the workflow refuses to parse without `stillroom`
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=REPORT_TIMEOUT_S, env=snakemake_env()
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"included": False, "command": shown, "reason": f"snakemake did not finish: {exc}"}
     if proc.returncode != 0 or not out.is_file():
@@ -326,6 +347,7 @@ class BundleAudit:
     problems: list[Problem] = field(default_factory=list)
     not_in_bundle: dict[str, str] = field(default_factory=dict)  # input -> the consumer naming it
     recomputed: list[Recomputed] = field(default_factory=list)
+    selections: list[str] = field(default_factory=list)  # each merge choice, decided again
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -342,6 +364,7 @@ class BundleAudit:
             "problems": [asdict(p) for p in self.problems],
             "not_in_bundle": self.not_in_bundle,
             "recomputed": [r.to_dict() for r in self.recomputed],
+            "selections": self.selections,
             "notes": self.notes,
         }
 
@@ -349,12 +372,14 @@ class BundleAudit:
         c = self.checked
         lines = [
             f"bundle {self.archive}: experiment {self.experiment}, {self.files} files",
-            f"  {c['manifest']} files against the manifest, {c['sidecar']} artifacts against "
-            f"their sidecars, {c['input']} recorded inputs and {c['input sidecar']} input "
-            f"sidecars against their consumers' records, {c['config']} config snapshots, "
-            f"{c['lock']} environment locks",
+            f"  checked: {c['manifest']} files against the manifest, {c['sidecar']} artifacts "
+            "against their sidecars,",
+            f"  {c['input']} recorded inputs and {c['input sidecar']} input sidecars against their "
+            f"consumers' records,",
+            f"  {c['config']} config snapshots, {c['lock']} environment locks",
         ]
         lines += [r.text() for r in self.recomputed]
+        lines += self.selections
         if self.not_in_bundle:
             lines.append(f"not in bundle (by design): {len(self.not_in_bundle)} recorded inputs")
             shown = sorted(self.not_in_bundle.items())
@@ -365,10 +390,10 @@ class BundleAudit:
             lines.append(f"{len(self.problems)} problem(s):")
             lines += [f"  {p.kind}: {p.path}: {p.detail}" for p in self.problems]
         else:
-            lines.append(
-                "ok: every file matches the manifest, its sidecar and its consumers, and "
-                "every table recomputes from the bundled records"
-            )
+            lines += [
+                "ok: every file matches the manifest, its sidecar and its consumers,",
+                "  and every table recomputes from the bundled records",
+            ]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -456,6 +481,7 @@ def _check(
     # a listed file that is gone or damaged is a problem already, not a file left out by design
     report.not_in_bundle = {p: by for p, by in report.not_in_bundle.items() if p not in listed}
     _recompute_tables(report, root, sidecars)
+    _check_selections(report, root, sidecars)
     return report
 
 
@@ -586,6 +612,37 @@ def _recompute_tables(report: BundleAudit, root: Path, sidecars: dict[str, dict]
             )
             for d in rec.differences
         ]
+
+
+def _check_selections(report: BundleAudit, root: Path, sidecars: dict[str, dict]) -> None:
+    """Each bundled merge selection decided again from its bundled dev records."""
+    from ..stages.merge import SelectParams, decide
+
+    for artifact, prov in sorted(sidecars.items()):
+        if prov.get("stage") != "select_merge":
+            continue
+        graded = {
+            e["name"]: str(root / e["path"])
+            for key, e in _entries(prov)
+            if key == "graded" and _inside(e["path"])
+        }
+        if not graded or not all(Path(p).is_file() for p in graded.values()):
+            detail = "its dev records are not in the bundle"
+            report.problems.append(Problem(artifact, "not recomputable", detail))
+            continue
+        written = json.loads((root / artifact).read_text())
+        chosen, accuracy, _ = decide(graded, SelectParams.parse(prov.get("params") or {}))
+        shown = ", ".join(f"{m} {a:.3f}" for m, a in sorted(accuracy.items()))
+        report.selections.append(
+            f"merge choice {artifact}\n  {chosen} chosen on {written.get('benchmark')} by "
+            f"{written.get('select_by')}, decided again from the bundled dev records ({shown})"
+        )
+        if chosen != written.get("selected") or accuracy != written.get("accuracy"):
+            detail = (
+                f"says {written.get('selected')} ({written.get('accuracy')}), its dev records "
+                f"give {chosen} ({accuracy})"
+            )
+            report.problems.append(Problem(artifact, "differs", detail))
 
 
 def run_audit(archive: str, as_json: bool = False) -> int:

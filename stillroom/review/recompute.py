@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from collections import Counter
@@ -29,7 +30,15 @@ import pandas as pd
 
 from ..analysis.tables.schema import ROW_KEYS, SCHEMAS, csv_path, kind_of, load
 from ..io import DataError, iter_jsonl, read_json
-from ..provenance.audit import audit, format_tree, infer_root
+from ..provenance.audit import (
+    Auditor,
+    Problem,
+    audit,
+    format_tree,
+    infer_root,
+    modified_detail,
+    problem_lines,
+)
 from ..provenance.sidecars import sidecar_path
 
 SHOWN = 10  # records shown per list in the text report; --json has them all
@@ -118,12 +127,15 @@ class Difference:
     column: str
     written: str
     recomputed: str
+    key: str = ""  # the row's model: a rendered row is matched to the CSV's by it
+    more_rows: int = 0  # the model's other rows (one per reference) with this very difference
+
+    def where(self) -> str:
+        more = f" (+{self.more_rows} row(s) of it)" if self.more_rows else ""
+        return f"{self.file}: {self.row}: {self.column}{more}"
 
     def __str__(self) -> str:
-        return (
-            f"{self.file}: {self.row}: {self.column}: written {self.written}, "
-            f"recomputed {self.recomputed}"
-        )
+        return f"{self.where()}: written {self.written}, recomputed {self.recomputed}"
 
 
 def _row_label(kind: str, row: Mapping[str, Any]) -> str:
@@ -152,15 +164,14 @@ def compare_frames(written: pd.DataFrame, recomputed: pd.DataFrame, where: str) 
     for key, r in new.items():
         w = old.get(key)
         if w is None:
-            out.append(Difference(where, _row_label(kind, r), "(row)", "absent", "present"))
+            out.append(Difference(where, _row_label(kind, r), "(row)", "absent", "present", key[0]))
             continue
         for col in SCHEMAS[kind]:
             if not _same(w[col], r[col]):
-                out.append(
-                    Difference(where, _row_label(kind, r), col, _show(w[col]), _show(r[col]))
-                )
+                shown = (_show(w[col]), _show(r[col]))
+                out.append(Difference(where, _row_label(kind, r), col, *shown, key[0]))
     out += [
-        Difference(where, _row_label(kind, w), "(row)", "present", "absent")
+        Difference(where, _row_label(kind, w), "(row)", "present", "absent", key[0])
         for key, w in old.items()
         if key not in new
     ]
@@ -230,7 +241,7 @@ def compare_text(written: str, recomputed: str, where: str) -> list[Difference]:
         for j, (a, b) in enumerate(zip(cells_w, _cells(new[match]), strict=True)):
             if a != b:
                 column = head[j] if head and j < len(head) else f"column {j + 1}"
-                out.append(Difference(where, cells_w[0], column, a, b))
+                out.append(Difference(where, cells_w[0], column, a, b, cells_w[0]))
     out += [
         Difference(where, f"line {i + 1}", "(text)", "(no such line)", new[i]) for i in left_new
     ]
@@ -244,6 +255,8 @@ class Recomputed:
     params: dict[str, Any]
     compared: list[str]  # the outputs compared
     differences: list[Difference] = field(default_factory=list)
+    # Markdown/LaTeX cells of rows whose CSV cells differ (listed once, as the CSV's), by file
+    rendered: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -255,14 +268,23 @@ class Recomputed:
     def text(self) -> str:
         seed, n = self.params.get("seed"), self.params.get("n_resamples")
         head = (
-            f"recompute {self.table}: stage {self.stage} on its recorded inputs"
+            f"recompute {self.table}\n  stage {self.stage} on its recorded inputs"
             + (f", seed {seed}" if seed is not None else "")
             + (f", {n} resamples" if n is not None else "")
         )
         if self.ok:
-            return f"{head}\nok: {', '.join(self.compared)} match the graded records"
+            names = ", ".join(Path(c).name for c in self.compared)
+            return f"{head}\nok: {names} match the graded records"
         lines = [head, f"{len(self.differences)} cell(s) differ from the graded records:"]
-        lines += [f"  {d}" for d in self.differences]
+        # the values below their cell: full-precision floats would pass a terminal's width
+        lines += [
+            line
+            for d in self.differences
+            for line in (f"  {d.where()}", f"    written {d.written}, recomputed {d.recomputed}")
+        ]
+        if self.rendered:
+            lines.append("  the same rows' rendered cells differ with them:")
+            lines += [f"    {f}: {n} cell(s)" for f, n in sorted(self.rendered.items())]
         return "\n".join(lines)
 
 
@@ -295,7 +317,30 @@ def recompute(path: str | os.PathLike, root: str | os.PathLike | None = None) ->
                 continue
             report.compared.append(where)
             report.differences += diffs
+    report.differences = _once(report)
     return report
+
+
+def _once(report: Recomputed) -> list[Difference]:
+    """Each cell once, as the CSV (the data of record) has it: a model's own value repeated on its
+    rows against each reference is one cell, and a rendered row of a model whose CSV cells differ
+    (its first cell the model, maybe marked: "merge-0.5 (chosen on dev)", "sft†") is counted in
+    ``report.rendered``, not listed again."""
+    csv = [d for d in report.differences if d.file.endswith(".csv")]
+    changed = [re.compile(rf"{re.escape(d.key)}(\s|†|\*|$)") for d in csv]
+    seen: dict[tuple[str, str, str, str, str], Difference] = {}
+    kept = []
+    for d in report.differences:
+        if not d.file.endswith(".csv") and any(k.match(d.key) for k in changed):
+            report.rendered[d.file] = report.rendered.get(d.file, 0) + 1
+            continue
+        same = (d.file, d.key, d.column, d.written, d.recomputed)
+        if d.file.endswith(".csv") and same in seen:
+            seen[same].more_rows += 1
+            continue
+        seen[same] = d
+        kept.append(d)
+    return kept
 
 
 # ------------------------------------------------------------------------------------- --cell
@@ -392,6 +437,52 @@ def _regrade(file: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return changed
 
 
+class Verify:
+    """Each file ``--cell`` reads or names, checked once against the sidecar chain: its bytes
+    against its own sidecar (naming the records that changed) and against the hash its consumer
+    recorded, its sidecar against the one the consumer was built with."""
+
+    def __init__(self, table: Table):
+        self.table = table
+        self.auditor = Auditor(table.root)
+        self.problems: list[Problem] = []
+        self.checked: set[str] = set()
+
+    def __call__(self, path: str, consumer: str, prov: Mapping[str, Any]) -> None:
+        shown = self.table.shown(self.table.path(path))
+        if shown in self.checked:
+            return
+        self.checked.add(shown)
+        real = self.table.path(path)
+        now, own = self.auditor.digest(real), self.auditor.sidecar(real)
+        entry = next(
+            (
+                e
+                for k in prov.get("inputs") or {}
+                for e in _entries(prov, k)
+                if self.table.shown(self.table.path(e["path"])) == shown
+            ),
+            None,
+        )
+        add = self.problems.append
+        if now is None:
+            add(Problem(shown, "missing", f"read for {consumer}, gone"))
+        elif own is None:
+            add(Problem(shown, "no provenance", f"read for {consumer}, it has no sidecar"))
+        elif own.get("sha256") != now["sha256"]:
+            add(Problem(shown, "modified", modified_detail(real, own, now["sha256"])))
+        elif entry is None:
+            add(Problem(shown, "no provenance", f"{consumer}'s sidecar does not name it"))
+        elif entry.get("sha256") != now["sha256"]:
+            detail = (
+                f"{consumer} was built from it at {entry.get('sha256', '-')[:8]}, now "
+                f"{now['sha256'][:8]} (its sidecar was rewritten to match)"
+            )
+            add(Problem(shown, "modified", detail))
+        elif changed := self.auditor.sidecar_changed(consumer, entry):
+            add(changed)
+
+
 def _sidecar(path: Path) -> dict[str, Any] | None:
     side = sidecar_path(path)
     return read_json(side) if side.is_file() else None
@@ -402,7 +493,7 @@ def _entries(prov: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
     return [] if entry is None else entry if isinstance(entry, list) else [entry]
 
 
-def lineage(table: Table, files: list[str]) -> dict[str, Any]:
+def lineage(table: Table, files: list[str], verify: Verify) -> dict[str, Any]:
     """From the graded evaluation files to the checkpoint that answered, through merges and
     training phases to the training rows, and from those to the graded teacher records (with the
     generation shards they were graded from)."""
@@ -425,18 +516,26 @@ def lineage(table: Table, files: list[str]) -> dict[str, Any]:
         checkpoints.append({"path": ckpt, "stage": prov.get("stage"), "inputs": made_from})
         for key in ("tuned", "base", "adapter"):
             todo += made_from.get(key, [])
-        datasets += [_dataset(table, d) for d in made_from.get("dataset", [])]
+        datasets += [_dataset(table, d, verify, ckpt, prov) for d in made_from.get("dataset", [])]
     return {"student": bool(files), "checkpoints": checkpoints, "datasets": datasets}
 
 
-def _dataset(table: Table, path: str) -> dict[str, Any]:
-    """A training set's rows with the graded teacher records they came from."""
+def _dataset(
+    table: Table, path: str, verify: Verify, ckpt: str, ckpt_prov: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A training set's rows with the graded teacher records they came from (each file read and
+    each generation shard named verified against its consumer's record)."""
+    verify(path, ckpt, ckpt_prov)
     rows = list(iter_jsonl(table.path(path), required=("source_record",)))
     shards: dict[str, dict[str, dict[str, Any]]] = {}
     generated: dict[str, list[str]] = {}
     for file in sorted({r["source_record"]["file"] for r in rows}):
+        verify(file, path, _sidecar(table.path(path)) or {})
         shards[file] = {rec["key"]: rec for rec in iter_jsonl(table.path(file), required=("key",))}
-        generated[file] = [s["path"] for s in _entries(_sidecar(table.path(file)) or {}, "samples")]
+        graded = _sidecar(table.path(file)) or {}
+        generated[file] = [s["path"] for s in _entries(graded, "samples")]
+        for shard in generated[file]:
+            verify(shard, file, graded)
     records = []
     for i, r in enumerate(rows):
         src = r["source_record"]
@@ -472,10 +571,12 @@ class Cell:
     records: list[Record]
     regraded: list[dict[str, Any]] | None  # the changed verdicts; None when not regraded
     lineage: dict[str, Any]
+    value: dict[str, Any] | None = None  # the cell's value from the records, beside the table's
+    problems: list[Problem] = field(default_factory=list)  # records not matching their chain
 
     @property
     def ok(self) -> bool:
-        return not self.regraded
+        return not self.regraded and not self.problems
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -486,18 +587,25 @@ class Cell:
             "verdicts": dict(Counter(r.verdict for r in self.records)),
             "graders": dict(Counter(r.grader for r in self.records)),
             "regraded": self.regraded,
+            "value": self.value,
+            "problems": [asdict(p) for p in self.problems],
             **self.lineage,
         }
 
     def text(self) -> str:
         d = self.to_dict()
         files = sorted({r.file for r in self.records})
-        out = [
-            f"{self.table}: {self.model}: {len(self.records)} graded records in "
-            + ", ".join(files),
+        out = [f"{self.table}: {self.model}: {len(self.records)} graded records in"]
+        out += [f"  {f}" for f in files]
+        out += [
             "  verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(d["verdicts"].items())),
             "  graders: " + ", ".join(f"{k} ({v})" for k, v in sorted(d["graders"].items())),
         ]
+        if v := self.value:
+            out.append(
+                f"  cell: {v['column']} = {v['correct']}/{v['records']} = {v['value']:.3f} "
+                f"(correct / graded records; the table says {v['table']:.3f})"
+            )
         out += [
             f"  {r.prompt_id} #{r.sample_index}"
             + (f" {r.teacher}@{r.effort}" if r.teacher else "")
@@ -517,8 +625,8 @@ class Cell:
             else:
                 out.append(f"regrade: all {len(self.records)} verdicts unchanged")
         for c in self.lineage["checkpoints"]:
-            made = "; ".join(f"{k} {', '.join(v)}" for k, v in c["inputs"].items())
-            out.append(f"checkpoint {c['path']} [{c['stage']}] <- {made}")
+            out.append(f"checkpoint {c['path']} [{c['stage']}]")
+            out += [f"  <- {k} {p}" for k, paths in c["inputs"].items() for p in paths]
         for ds in self.lineage["datasets"]:
             out.append(
                 f"training rows {ds['path']}: {ds['rows']} rows from "
@@ -528,17 +636,21 @@ class Cell:
                 f"  {c['teacher']} @ {c['effort']}: {c['rows']} rows"
                 for c in ds["by_teacher_effort"]
             ]
-            out += [
-                f"  {r['row']} <- {r['file']} (generated in {', '.join(r['generated'])}): "
-                f"{r['verdict']}, {r['completion_tokens']} tokens"
-                for r in ds["records"][:3]
-            ]
+            for r in ds["records"][:3]:
+                out.append(f"  {r['row']}: {r['verdict']}, {r['completion_tokens']} tokens")
+                out.append(f"    <- graded {r['file']}")
+                out += [f"    <- generated {g}" for g in r["generated"]]
         if not self.lineage["student"]:
             out.append("no checkpoint: these are the teacher's own records")
         elif not self.lineage["checkpoints"]:
             out.append("no checkpoint: the graded files' sidecars name no evaluated model")
         elif not self.lineage["datasets"]:
             out.append("no training rows: no checkpoint on this path was trained on a dataset")
+        if self.problems:
+            out.append(f"!! {len(self.problems)} record file(s) do not match their provenance:")
+            out += problem_lines(self.problems)
+        else:
+            out.append("ok: every file read above matches its sidecar and its consumer's record")
         return "\n".join(out)
 
 
@@ -558,7 +670,9 @@ def cell(
     files, teacher, student = _cell_files(table, model)
     records: list[Record] = []
     regraded: list[dict[str, Any]] | None = [] if regrade else None
+    verify = Verify(table)
     for file in files:
+        verify(file, table.shown(table.csv), table.prov)
         mine = [
             r
             for r in iter_jsonl(file, required=("prompt_id", "grade"))
@@ -568,7 +682,31 @@ def cell(
         records += [_record(shown, r) for r in mine]
         if regraded is not None and mine:
             regraded += [{**c, "file": shown} for c in _regrade(file, mine)]
-    return Cell(str(path), model, records, regraded, lineage(table, files if student else []))
+    walked = lineage(table, files if student else [], verify)
+    value = _value(df[df[key] == model], records)
+    if value and not math.isclose(value["value"], value["table"], rel_tol=REL_TOL, abs_tol=1e-12):
+        detail = (
+            f"{model}: the records give {value['column']} {value['correct']}/{value['records']} = "
+            f"{value['value']:.4f}, the table says {value['table']:.4f}"
+        )
+        verify.problems.append(Problem(table.shown(table.csv), "differs", detail))
+    return Cell(str(path), model, records, regraded, walked, value, verify.problems)
+
+
+def _value(rows: pd.DataFrame, records: list[Record]) -> dict[str, Any] | None:
+    """The model's accuracy as the correct share of its graded records, beside the table's, when
+    its rows have one accuracy (a paired table; budget and effort rows each count a subset)."""
+    accuracies = set(rows["accuracy"].dropna()) if "accuracy" in rows else set()
+    if len(accuracies) != 1 or not records:
+        return None
+    correct = sum(r.verdict == "correct" for r in records)
+    return {
+        "column": "accuracy",
+        "correct": correct,
+        "records": len(records),
+        "value": correct / len(records),
+        "table": float(accuracies.pop()),
+    }
 
 
 def run(
@@ -581,7 +719,8 @@ def run(
 ) -> int:
     """The CLI: with ``recompute_table`` the provenance walk and the rebuilt table's comparison,
     with ``model`` the drill-down into its rows; the report (or JSON) on stdout, each problem on
-    stderr; 1 if the walk found a problem, a cell differs or a verdict changed."""
+    stderr under --json (else their count: the report names them); 1 if the walk found a problem,
+    a cell differs, a record does not match its chain or a verdict changed."""
     out: dict[str, Any] = {}
     texts, problems = [], []
     if recompute_table:
@@ -602,7 +741,11 @@ def run(
             f"{ch['regraded']}"
             for ch in c.regraded or []
         ]
+        problems += [f"{p.kind}: {p.path}: {p.detail}" for p in c.problems]
     print(json.dumps(out, indent=2, default=str) if as_json else "\n\n".join(texts))
-    for p in problems:
-        print(f"stillroom audit: {p}", file=sys.stderr)
+    if as_json:
+        for p in problems:
+            print(f"stillroom audit: {p}", file=sys.stderr)
+    elif problems:  # the report above names each one: a terminal shows each once
+        print(f"stillroom audit: {len(problems)} problem(s), each named above", file=sys.stderr)
     return 1 if problems else 0

@@ -124,6 +124,22 @@ class SelectParams(StageParams, Tables):
     )
 
 
+def decide(
+    graded: Mapping[str, str], p: SelectParams
+) -> tuple[str, dict[str, float], dict[str, float]]:
+    """The merge chosen from its graded dev records, with each one's accuracy and mean tokens
+    (``audit --bundle`` decides again from the bundled records)."""
+    from ..analysis.grids import score_matrix  # numpy: imported by the job that selects
+
+    weights = {name: p.ratios[name] for name in graded}
+    grids = {name: score_matrix(path) for name, path in graded.items()}
+    accuracy = {name: float(g[1].mean()) for name, g in grids.items()}
+    tokens = {name: round(float(g[2].mean()), 3) for name, g in grids.items()}
+    if p.select_by == "tokens":
+        return choose_by_tokens(grids, weights, p), accuracy, tokens
+    return choose(accuracy, weights), accuracy, tokens
+
+
 @stage(
     "select_merge",
     params=SelectParams,
@@ -157,21 +173,12 @@ def select_merge(
             f"select: {', '.join(unknown)}: no merge ratio in params.ratios "
             f"(have {sorted(p.ratios)})"
         )
-    weights = {name: p.ratios[name] for name in graded}
-    from ..analysis.grids import score_matrix  # numpy: imported by the job that selects
-
-    grids = {name: score_matrix(path) for name, path in graded.items()}
-    accuracy = {name: float(g[1].mean()) for name, g in grids.items()}
-    tokens = {name: round(float(g[2].mean()), 3) for name, g in grids.items()}
-    if p.select_by == "tokens":
-        chosen = choose_by_tokens(grids, weights, p)
-    else:
-        chosen = choose(accuracy, weights)
+    chosen, accuracy, tokens = decide(graded, p)
     write_json(
         out_selection,
         {
             "selected": chosen,
-            "tuned_weight": weights[chosen],
+            "tuned_weight": p.ratios[chosen],
             "benchmark": p.benchmark,
             "select_by": p.select_by,
             "accuracy": accuracy,

@@ -4,6 +4,7 @@ The pipeline tests audit a copy of the real small run (other tests share the run
 tampered with in place); the small tests build a three-file provenance chain by hand."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -63,11 +64,12 @@ def test_a_clean_run_audits_clean_down_to_the_teacher_records(run):
         n.stage is None and n.path.endswith("tinybench.jsonl") for n in nodes
     )  # the source leaf
     text = format_tree(report)
-    first = text.splitlines()[0]
-    assert (
-        first.startswith(TABLE) and "[tables]" in first and "config " in first and "git " in first
-    )
-    assert "torch " in first and "transformers " in first and "(see above)" in text
+    lines = text.splitlines()
+    assert lines[0].startswith(f"audit of {TABLE}")
+    recorded = lines[1]  # said once, not on every stage's line
+    assert recorded.startswith("recorded: config ") and "git " in recorded
+    assert "torch " in recorded and "transformers " in recorded
+    assert lines[2].startswith(TABLE) and "[tables]" in lines[2] and "(see above)" in text
 
 
 @slow
@@ -143,7 +145,7 @@ def test_a_table_built_from_since_rerun_inputs_is_stale(run):
     report = audit(run / TABLE)
     assert problems(report) == {("stale", TABLE)}
     assert report.problems[0].input == "results/small/eval/sft/heldout/graded.jsonl"
-    assert "STALE" in format_tree(report).splitlines()[0]
+    assert "STALE" in format_tree(report).splitlines()[2]  # below the header and recorded line
 
 
 @slow
@@ -209,17 +211,95 @@ def test_a_flipped_verdict_is_named_by_regrade_and_recompute(run, capsys):
     flipped = next(r for r in records if r["grade"]["status"] == "ok" and not r["grade"]["correct"])
     flipped["grade"]["correct"] = True
     write_jsonl(graded, records)
-    assert main(["audit", str(run / TABLE), "--cell", "sft", "--regrade"]) == 1
-    err = capsys.readouterr().err
-    assert err.strip() == (
+    assert main(["audit", str(run / TABLE), "--cell", "sft", "--regrade", "--json"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert (
         "stillroom audit: verdict changed: results/small/eval/sft/heldout/graded.jsonl: "
         f"{flipped['key']}: recorded correct, regraded wrong"
-    )
+    ) in err
     assert main(["audit", str(run / TABLE), "--recompute"]) == 1
+    out, err = capsys.readouterr()
+    assert "modified: results/small/eval/sft/heldout/graded.jsonl" in out
+    cell = "results/small/tables/heldout.csv: model=sft reference=base: accuracy"
+    # each cell once, as the CSV has it: its Markdown and LaTeX renderings are counted, not listed
+    assert out.count(cell) == 1 and "heldout.md: sft" not in out
+    assert "rendered cells differ with them:\n    results/small/tables/heldout.md: " in out
+    assert err.startswith("stillroom audit: ") and err.endswith("problem(s), each named above\n")
+
+
+@slow
+def test_the_audit_tree_fits_a_terminal_and_has_a_legend(run):
+    text = format_tree(audit(run / TABLE))
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    assert "legend: PATH [stage: rule]" in text
+    # said once on the recorded line, not on every stage's (git too, where a job's commit is the
+    # run's: a commit made while the run ran shows on the lines of the jobs after it)
+    assert sum("config " in line for line in lines) == 1
+    assert sum("transformers " in line for line in lines) == 1
+
+
+@slow
+def test_cell_ties_its_counts_to_the_table_value(run, capsys):
+    assert main(["audit", str(run / TABLE), "--cell", "merge-0.5"]) == 0
+    out = capsys.readouterr().out
+    row = load(run / TABLE).set_index("model").loc["merge-0.5"].iloc[0]
+    n = int(row["problems"] * row["samples"])
+    correct = round(row["accuracy"] * n)
+    assert (
+        f"cell: accuracy = {correct}/{n} = {correct / n:.3f} (correct / graded records; "
+        f"the table says {row['accuracy']:.3f})"
+    ) in out
+    assert "ok: every file read above matches its sidecar" in out
+
+
+@slow
+def test_cell_fails_on_a_tampered_raw_teacher_record(run, capsys):
+    """A teacher record behind sft's training rows, its boxed answer changed (as a forger would,
+    a valid record): --cell names the shard, the line and the record's key."""
+    assert main(["audit", str(run / TABLE), "--cell", "sft", "--json"]) == 0
+    (ds,) = json.loads(capsys.readouterr().out)["cell"]["datasets"]
+    shard = run / ds["records"][0]["generated"][0]
+    lines = shard.read_text().splitlines()
+    n, line = next((i, x) for i, x in enumerate(lines) if re.search(r"boxed\{\d+\}", x))
+    lines[n] = re.sub(r"boxed\{(\d+)\}", lambda m: f"boxed{{{int(m[1]) + 2}}}", line, count=1)
+    shard.write_text("\n".join(lines) + "\n")
+    assert main(["audit", str(run / TABLE), "--cell", "sft"]) == 1
+    out, err = capsys.readouterr()
+    rel, key = str(shard.relative_to(run)), json.loads(line)["key"]
+    assert f"!! 1 record file(s) do not match their provenance:\n  modified: {rel}\n" in out
+    assert f"; record line {n + 1} (key {key}) changed" in out
+    assert err == "stillroom audit: 1 problem(s), each named above\n"
+    assert main(["audit", str(run / TABLE), "--cell", "sft", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["cell"]["ok"] is False
+    assert f"stillroom audit: modified: {rel}: recorded " in err
+
+
+@slow
+def test_cell_fails_on_a_flipped_graded_verdict_and_names_the_count(run, capsys):
+    graded = run / "results/small/eval/merge-0.5/heldout/graded.jsonl"
+    records = [json.loads(line) for line in graded.read_text().splitlines()]
+    i = next(
+        i
+        for i, r in enumerate(records)
+        if r["grade"]["status"] == "ok" and not r["grade"]["correct"]
+    )
+    records[i]["grade"]["correct"] = True
+    write_jsonl(graded, records)
+    assert main(["audit", str(run / TABLE), "--cell", "merge-0.5", "--json"]) == 1
     err = capsys.readouterr().err
-    assert "modified: results/small/eval/sft/heldout/graded.jsonl" in err
-    assert "differs: results/small/tables/heldout.csv: model=sft reference=base: accuracy" in err
-    assert "differs: results/small/tables/heldout.md: sft: accuracy" in err
+    assert (
+        "modified: results/small/eval/merge-0.5/heldout/graded.jsonl: recorded " in err
+        and f"record line {i + 1} (key {records[i]['key']}) changed" in err
+    )
+    row = load(run / TABLE).set_index("model").loc["merge-0.5"].iloc[0]
+    n = int(row["problems"] * row["samples"])
+    correct = round(row["accuracy"] * n)
+    assert (
+        f"differs: results/small/tables/heldout.csv: merge-0.5: the records give accuracy "
+        f"{correct + 1}/{n}"
+    ) in err
 
 
 # --- a hand-built chain: source -> results/x/a.jsonl -> results/x/b.jsonl -------------------------
@@ -392,13 +472,17 @@ def test_a_forged_csv_cell_with_a_matching_hash_is_named_by_model_and_column(bui
     write_csv(df, csv)
     _rewrite_hash(csv)
     assert audit(csv).ok  # the hashes alone say nothing is wrong
-    assert main(["audit", str(csv), "--recompute"]) == 1
+    assert main(["audit", str(csv), "--recompute", "--json"]) == 1
     err = capsys.readouterr().err
     assert (
         "differs: results/x/tables/heldout.csv: model=merge-0.5 reference=base: ci_high: written "
         in err
     )
     assert err.count("differs:") == 1
+    assert main(["audit", str(csv), "--recompute"]) == 1
+    out, err = capsys.readouterr()
+    assert out.count("results/x/tables/heldout.csv: model=merge-0.5 reference=base: ci_high") == 1
+    assert err == "stillroom audit: 1 problem(s), each named above\n"
 
 
 def test_a_forged_markdown_cell_is_named_by_its_row_and_header(built):

@@ -145,7 +145,8 @@ def test_a_bundle_holds_the_evidence_and_audits_clean_without_the_run(archive, c
         assert e["sha256"] == hashlib.sha256(files[e["path"]]).hexdigest()
         assert e["size"] == len(files[e["path"]])
     transcript = files[TRANSCRIPT].decode()
-    assert f"$ stillroom audit {TABLE}.csv\n{TABLE}.csv  [tables]" in transcript
+    assert f"$ stillroom audit {TABLE}.csv\naudit of {TABLE}.csv\n" in transcript
+    assert f"\n{TABLE}.csv  [tables]" in transcript
     assert f"$ stillroom audit {TABLE}.csv --recompute\nrecompute" in transcript
     assert "seed 3, 300 resamples\nok: " in transcript
 
@@ -366,3 +367,41 @@ def test_bytes_changed_inside_the_archive_itself_are_named(archive):
     assert damaged[0].detail.startswith("unreadable in the archive: Bad CRC-32")
     assert ("missing", f"{TABLE}.md") not in problems(report)
     assert f"{TABLE}.md" not in report.not_in_bundle  # listed, so not left out by design
+
+
+@pytest.mark.slow
+def test_the_bundle_of_a_run_holds_the_dev_records_of_its_merge_choice(done, tmp_path, capsys):
+    """ "chosen on dev" can be checked from the bundle alone: the selection's graded dev records are
+    in it, and `audit --bundle` decides the choice again from them."""
+    from tests.conftest import as_built
+
+    exp = as_built(done[0]) / "results/small"
+    path, manifest = bundle.write(exp, tmp_path / "small.zip", report=False)
+    (selection,) = exp.rglob("selected.json")
+    prov = json.loads((selection.parent / "selected.json.prov.json").read_text())
+    dev = {e["path"] for e in prov["inputs"]["graded"]}
+    kinds = {e["path"]: e["kind"] for e in manifest["files"]}
+    assert dev and all(kinds.get(p) == "dev records" for p in dev), kinds
+    assert main(["audit", "--bundle", str(path)]) == 0
+    out = capsys.readouterr().out
+    chosen = json.loads(selection.read_text())["selected"]
+    assert f"merge choice {selection.relative_to(exp.parent.parent)}\n  {chosen} chosen on " in out
+
+
+def test_the_readme_bundle_figures_are_the_scripts_sentence():
+    """The README's figures are written by scripts/readme_bundle_figures.py from a real run, in its
+    words (a hand-typed figure elsewhere in the sentence fails here)."""
+    import importlib.util
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location(
+        "figures", REPO / "scripts/readme_bundle_figures.py"
+    )
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    said = figures.readme_sentence((REPO / "README.md").read_text())
+    assert figures.FIGURES.match(said), said
+    numbers = {"plain_mb": 0.5, "plain_files": 3, "plain_unpacked_mb": 1.0}
+    written = figures.sentence({**numbers, "report_mb": 1.25, "report_files": 4})
+    assert figures.FIGURES.match(written), written
