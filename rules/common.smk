@@ -31,6 +31,7 @@ try:
         workflow.config_settings.configfiles,
         default=REPO / "config" / "config.yaml",
         root=REPO,
+        check=workflow.is_main_process,
     )
 except (stillroom.config.ConfigError, stillroom.io.DataError) as exc:
     raise WorkflowError(str(exc)) from None

@@ -162,6 +162,12 @@ if ! sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; then
   say "registering cluster $CLUSTER"
   sacctmgr -i add cluster "$CLUSTER" >/dev/null  # also creates the root account and its association
 fi
+# the account the README's SLURM commands name (SLURM_ACCOUNT=myproj), so they run here verbatim
+if ! sacctmgr -n -P list assoc account=myproj user=root format=account | grep -qx myproj; then
+  say "adding account myproj for root"
+  sacctmgr -i add account myproj cluster="$CLUSTER" >/dev/null
+  sacctmgr -i add user root account=myproj cluster="$CLUSTER" >/dev/null
+fi
 
 # 6. slurmctld and one slurmd per node (restarted if a config changed).
 if [ "$changed" = 1 ]; then

@@ -48,6 +48,11 @@ def repo_copy(dest: Path) -> Path:
     """The repository as a fresh clone has it (tracked files and untracked ones git does not
     ignore, modification times kept, so make sees the venv as up to date) in ``dest``, with the
     virtual environment linked in: where a README command runs as a new user would run it."""
+    # make would reinstall the shared venv from the copy (an editable install pointing there)
+    stamp = VENV_BIN / "stillroom"
+    assert stamp.exists() and stamp.stat().st_mtime >= (REPO / "pyproject.toml").stat().st_mtime, (
+        "the venv is older than pyproject.toml: run `make venv` before the README's commands"
+    )
     listed = subprocess.run(
         ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         check=True,

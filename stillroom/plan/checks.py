@@ -27,9 +27,13 @@ def workflow_config(
     configfiles: Iterable[str | Path],
     default: str | Path,
     root: str | Path,
+    check: bool = True,
 ) -> dict[str, Any]:
-    """``stillroom.config.workflow_config``, and these checks."""
-    return _checked(cfg.workflow_config(config, configfiles, default, root), Path(root))
+    """``stillroom.config.workflow_config``, and these checks unless ``check`` is False (a cluster
+    job parsing the workflow again: its main process checked them, a model built per job costs
+    seconds)."""
+    resolved = cfg.workflow_config(config, configfiles, default, root)
+    return _checked(resolved, Path(root)) if check else resolved
 
 
 def _checked(resolved: dict[str, Any], root: Path) -> dict[str, Any]:

@@ -5,6 +5,7 @@ tied to the test that runs it (RUN_BY), so a block added or edited without a wor
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import yaml
 from ..conftest import REPO, Started, small_config, wait_snakemake
 from ..readme import block, blocks, repo_copy, script, user_env
 from .conftest import EARLY_NICE, started
+from .test_slurm import _cluster_problem
 
 # each README block, by its first command, and the tests that run its commands
 RUN_BY = {
@@ -21,6 +23,7 @@ RUN_BY = {
     "source .venv/bin/activate": ["tests/workflow/test_readme.py::start_first_contact"],
     "snakemake -n --configfile config/experiments/beam-distill.yaml": [
         "tests/workflow/test_readme.py::start_first_contact",
+        "tests/workflow/test_readme.py::test_the_recipes_slurm_commands_stop_before_submitting",
     ],
     "stillroom stand-ins --configfile config/experiments/beam-distill-smoke.yaml": [
         "tests/workflow/test_experiments.py::start_twin",
@@ -33,6 +36,16 @@ RUN_BY = {
     ],
     "snakemake --cores 2 --configfile config/experiments/autotriton-tiny.yaml": [
         "tests/workflow/test_experiments.py::test_autotriton_tiny_runs_end_to_end",
+        "tests/workflow/test_readme.py::test_the_recipes_slurm_commands_stop_before_submitting",
+    ],
+    "snakemake --profile profiles/slurm": [
+        "tests/workflow/test_readme.py::test_the_recipes_slurm_commands_stop_before_submitting",
+    ],
+    "make venv && source .venv/bin/activate": [
+        "tests/workflow/test_readme.py::test_the_recipes_slurm_commands_stop_before_submitting",
+    ],
+    "stillroom audit results/tiny/tables/heldout.md": [
+        "tests/workflow/test_readme.py::start_first_contact",
     ],
 }
 
@@ -73,6 +86,7 @@ def start_first_contact(workdir: Path) -> Started:
         *block("stillroom estimate --configfile config/experiments/beam-distill.yaml"),
         dag_offline,
         *block("snakemake --cores 2 results/beam-qlora-mp-smoke/ckpt/sft"),
+        *block("stillroom audit results/tiny/tables/heldout.md"),  # after make run's tables
     ]
     out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
     with out.open("w") as stdout, err.open("w") as stderr:
@@ -101,6 +115,42 @@ def test_a_new_user_runs_the_readme_commands():
     assert (workdir / "results" / MINE / "tables" / "heldout.md").exists()
     assert (workdir / "bill.json").exists()
     assert (workdir / "results/beam-qlora-mp-smoke/ckpt/sft.prov.json").exists()
+    # the audit block: the cell tied to its counts, the regenerated tables, a bundle audited
+    assert "cell: accuracy = " in proc.stdout and (workdir / "tiny-bundle.zip").exists()
+
+
+def test_the_recipes_slurm_commands_stop_before_submitting(tmp_path):
+    """The README's SLURM commands for the GPU recipes, verbatim, on the test cluster (2 stand-in
+    GPUs a node): the set-up lines run, and each recipe is refused before its first sbatch with
+    a line naming a rule's shape and what the partition has."""
+    problem = _cluster_problem()
+    if problem:
+        pytest.fail(problem) if os.environ.get("CI") else pytest.skip(problem)
+    copy = repo_copy(tmp_path)
+    setup = block("make venv && source .venv/bin/activate")
+    recipes = [
+        c
+        for b in (
+            setup,
+            block("snakemake -n --configfile config/experiments/beam-distill.yaml"),
+            block("snakemake --profile profiles/slurm"),
+            block("snakemake --cores 2 --configfile config/experiments/autotriton-tiny.yaml"),
+        )
+        for c in b
+        if c.startswith("snakemake --profile profiles/slurm")
+    ]
+    assert len(recipes) == 4, recipes  # beam-distill (twice), an overlay, autotriton-8b
+    first = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    for recipe in dict.fromkeys(recipes):
+        before = [c for c in setup if not c.startswith("snakemake ")]
+        proc = subprocess.run(
+            script(before + [recipe]), cwd=copy, env=user_env(), capture_output=True, text=True
+        )
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, out[-3000:]
+        assert re.search(r"rule \w+ asks .* partition \w+'s largest node", out), out[-3000:]
+    after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    assert set(after.split()) <= set(first.split()), "a recipe submitted a job"
 
 
 def test_ci_runs_the_readme_test_command():
