@@ -459,7 +459,8 @@ def test_teachers_table_built_by_the_cli_loads_typed_and_recomputes(tmp_path, mo
     }
     params = {"reference": "api", "teachers": TEACHERS, "n_resamples": 500, "seed": 5}
     args = ["teacher_tables", "--graded", *(f"{n}={p}" for n, p in graded.items())]
-    args += ["--out-markdown", "t.md", "--out-csv", "t.csv", "--params", json.dumps(params)]
+    args += ["--out-markdown", "t.md", "--out-csv", "t.csv", "--out-html", "t.html"]
+    args += ["--params", json.dumps(params)]
     assert main(args) == 0
     df = load("t.md")
     p = tables.TeacherParams.parse(params)
@@ -514,6 +515,7 @@ def test_budget_table_built_by_the_cli_loads_typed_and_recomputes(tmp_path, monk
     graded = {f"sft@{b}": _budget_graded(tmp_path / f"sft-{b}.jsonl", b) for b in (8, 32)}
     args = ["budget_tables", "--graded", *(f"{n}={p}" for n, p in graded.items())]
     args += ["--out-markdown", "b.md", "--out-csv", "b.csv", "--out-plot", "b.png"]
+    args += ["--out-html", "b.html"]
     params = {"benchmark": "heldout", "n_resamples": 1000, "base_random": True}
     assert main([*args, "--params", json.dumps(params)]) == 0
     df = load("b")
