@@ -12,7 +12,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test test-fast venv bwrap slurm clean gpu-check
+.PHONY: run test test-fast venv bwrap browser slurm clean gpu-check
 
 $(BIN)/stillroom: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,9 +30,19 @@ bwrap:
 	    --no-install-recommends bubblewrap >/dev/null \
 	  || echo "WARNING: could not install bubblewrap: untrusted code runs without an OS sandbox" >&2; }
 
+# A headless browser and OCR, for the tests that screenshot the snakemake --report HTML
+# (tests/workflow/browser.py): installed like bubblewrap; without them those tests skip, saying so
+browser:
+	@{ command -v chromium && command -v tesseract; } >/dev/null || [ "$$(id -u)" != 0 ] \
+	  || ! command -v apt-get >/dev/null || { \
+	  echo "installing chromium and tesseract-ocr"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core \
+	    >/dev/null || echo "WARNING: no chromium, tesseract-ocr: report screenshot tests skip" >&2; }
+
 # Snakemake reads --configfile before the Snakefile and says only "not valid JSON or YAML": a
 # .pth file in the venv makes it name the file, line and column (stillroom/snakemake_yaml.py)
-venv: $(BIN)/stillroom bwrap
+venv: $(BIN)/stillroom bwrap browser
 	$(BIN)/python -c "from stillroom.snakemake_yaml import main; main()"
 
 run: venv

@@ -10,6 +10,11 @@ rule cost:
             markdown=f"{R}/cost/ledger.md",
             csv=report(
                 f"{R}/cost/ledger.csv",
+                category="Cost (CSV)",
+                labels={"table": "cost ledger"},
+            ),
+            html=report(
+                f"{R}/cost/ledger.html",
                 caption="../report/cost.rst",
                 category="Cost",
                 labels={"table": "cost ledger"},
@@ -29,5 +34,6 @@ rule cost:
         stillroom_cli(
             "cost",
             "cost",
-            "--artifacts {params.artifacts} --out-markdown {output.markdown} --out-csv {output.csv}",
+            "--artifacts {params.artifacts} --out-markdown {output.markdown} --out-csv {output.csv}"
+            " --out-html {output.html}",
         )

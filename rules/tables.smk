@@ -17,6 +17,11 @@ rule tables:
             markdown=f"{R}/tables/{{bench}}.md",
             csv=report(
                 f"{R}/tables/{{bench}}.csv",
+                category="Tables (CSV)",
+                labels={"benchmark": "{bench}", "table": "paired comparisons"},
+            ),
+            html=report(
+                f"{R}/tables/{{bench}}.html",
                 caption="../report/table.rst",
                 category="Tables",
                 labels={"benchmark": "{bench}", "table": "paired comparisons"},
@@ -43,6 +48,7 @@ rule tables:
             "tables",
             "tables",
             "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
+            " --out-html {output.html}"
             f" --out-latex {{output.latex}} --out-plot {{output.plot}}{SELECTION_ARG}",
         )
 
@@ -55,6 +61,11 @@ rule budget_tables:
             markdown=f"{R}/tables/{{bench}}-budgets.md",
             csv=report(
                 f"{R}/tables/{{bench}}-budgets.csv",
+                category="Tables (CSV)",
+                labels={"benchmark": "{bench}", "table": "thinking budgets"},
+            ),
+            html=report(
+                f"{R}/tables/{{bench}}-budgets.html",
                 caption="../report/budgets.rst",
                 category="Tables",
                 labels={"benchmark": "{bench}", "table": "thinking budgets"},
@@ -80,6 +91,7 @@ rule budget_tables:
             "budget_tables",
             "budget_tables",
             "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
+            " --out-html {output.html}"
             " --out-plot {output.plot}",
         )
 
@@ -95,6 +107,11 @@ rule effort_tables:
             markdown=f"{R}/tables/{{bench}}-efforts.md",
             csv=report(
                 f"{R}/tables/{{bench}}-efforts.csv",
+                category="Tables (CSV)",
+                labels={"benchmark": "{bench}", "table": "per effort"},
+            ),
+            html=report(
+                f"{R}/tables/{{bench}}-efforts.html",
                 caption="../report/efforts.rst",
                 category="Tables",
                 labels={"benchmark": "{bench}", "table": "per effort"},
@@ -115,7 +132,7 @@ rule effort_tables:
             "effort_tables",
             "effort_tables",
             "--graded {params.graded} --teacher {params.teacher}"
-            " --out-markdown {output.markdown} --out-csv {output.csv}",
+            " --out-markdown {output.markdown} --out-csv {output.csv} --out-html {output.html}",
         )
 
 
@@ -132,6 +149,11 @@ rule kernel_tables:
             markdown=f"{R}/tables/{{bench}}-kernels.md",
             csv=report(
                 f"{R}/tables/{{bench}}-kernels.csv",
+                category="Tables (CSV)",
+                labels={"benchmark": "{bench}", "table": "kernel metrics"},
+            ),
+            html=report(
+                f"{R}/tables/{{bench}}-kernels.html",
                 caption="../report/kernels.rst",
                 category="Tables",
                 labels={"benchmark": "{bench}", "table": "kernel metrics"},
@@ -150,7 +172,8 @@ rule kernel_tables:
         stillroom_cli(
             "kernel_tables",
             "kernel_tables",
-            "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}",
+            "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
+            " --out-html {output.html}",
         )
 
 
@@ -168,6 +191,11 @@ if PLAN.generation.mixed:
                 markdown=PLAN.teachers_md,
                 csv=report(
                     PLAN.teachers_md.removesuffix(".md") + ".csv",
+                    category="Tables (CSV)",
+                    labels={"table": "teachers"},
+                ),
+                html=report(
+                    PLAN.teachers_md.removesuffix(".md") + ".html",
                     caption="../report/teachers.rst",
                     category="Tables",
                     labels={"table": "teachers"},
@@ -186,7 +214,8 @@ if PLAN.generation.mixed:
             stillroom_cli(
                 "teacher_tables",
                 "teacher_tables",
-                "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}",
+                "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
+                " --out-html {output.html}",
             )
 
     ruleorder: teacher_tables > tables  # "tables/{bench}.md" would also match "tables/teachers.md"

@@ -28,6 +28,8 @@ def test_cli_runs_a_stage_and_writes_provenance(tmp_path, monkeypatch, capsys):
             str(md),
             "--out-csv",
             str(tmp_path / "out" / "t.csv"),
+            "--out-html",
+            str(tmp_path / "out" / "t.html"),
             "--out-latex",
             str(tmp_path / "out" / "t.tex"),
             "--out-plot",
@@ -51,7 +53,7 @@ def test_cli_runs_a_stage_and_writes_provenance(tmp_path, monkeypatch, capsys):
         digest(p)["sha256"] for p in graded.values()
     ]
     assert (
-        set(prov["outputs"]) == {"markdown", "csv", "latex", "plot"}
+        set(prov["outputs"]) == {"markdown", "csv", "latex", "plot", "html"}
         and prov["metrics"]["wall_s"] >= 0
     )
     text = json.dumps(prov)
@@ -75,6 +77,8 @@ def test_cli_bad_input_is_a_clear_error(tmp_path, capsys):
             str(tmp_path / "t.md"),
             "--out-csv",
             str(tmp_path / "t.csv"),
+            "--out-html",
+            str(tmp_path / "t.html"),
             "--out-latex",
             str(tmp_path / "t.tex"),
             "--out-plot",
@@ -96,6 +100,8 @@ def test_cli_bad_input_is_a_clear_error(tmp_path, capsys):
                 "a",
                 "--out-csv",
                 "b",
+                "--out-html",
+                "e",
                 "--out-latex",
                 "d",
                 "--out-plot",

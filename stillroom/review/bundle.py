@@ -57,7 +57,13 @@ LEFT_OUT = (
     "raw generation shards, graded teacher shards no table reads, evaluation samples, datasets, "
     "pools, checkpoints and logs: their sidecars are included, so each is named with its sha256"
 )
-KIND_BY_SUFFIX = {".csv": "table", ".md": "table", ".tex": "table", ".png": "plot"}
+KIND_BY_SUFFIX = {
+    ".csv": "table",
+    ".md": "table",
+    ".tex": "table",
+    ".html": "table page",
+    ".png": "plot",
+}
 
 
 def _short(sha: str | None) -> str:

@@ -311,7 +311,7 @@ def recompute(path: str | os.PathLike, root: str | os.PathLike | None = None) ->
                 diffs = [Difference(where, "(file)", "(file)", "gone", "written")]
             elif written.suffix == ".csv":
                 diffs = compare_frames(load(written), load(scratch[name]), where)
-            elif written.suffix in (".md", ".tex"):
+            elif written.suffix in (".md", ".tex", ".html"):
                 diffs = compare_text(written.read_text(), scratch[name].read_text(), where)
             else:
                 continue

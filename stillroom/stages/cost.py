@@ -220,7 +220,7 @@ def compared(
     "cost",
     params=Params,
     inputs=("artifacts*",),
-    outputs=("markdown", "csv"),
+    outputs=("markdown", "csv", "html"),
     help="the cost ledger: API tokens x price per teacher and effort, GPU-hours per stage x rate",
 )
 def run(
@@ -228,6 +228,7 @@ def run(
     artifacts: Mapping[str, str],
     out_markdown: str,
     out_csv: str,
+    out_html: str | None = None,
     params: Mapping[str, Any] | Params,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -370,6 +371,12 @@ def run(
     )
     write_text(out_markdown, "\n".join(lines) + "\n")
     write_text(out_csv, buf.getvalue())
+    if out_html:
+        from ..analysis.tables import render
+
+        # the resolved config is the report's configuration file already: not repeated here
+        page = render.html("\n".join(lines) + "\n", p.model_dump(mode="json", exclude={"config"}))
+        write_text(out_html, page)
     log("\n" + "\n".join(lines))
     metrics: dict[str, Any] = {"api_usd": round(api_total, 2), "gpu_usd": round(gpu_total, 2)}
     if est_total is not None:

@@ -34,7 +34,7 @@ Params = PairedTables
     "tables",
     params=Params,
     inputs=("graded*", "selection?"),
-    outputs=("markdown", "csv", "latex", "plot"),
+    outputs=("markdown", "csv", "latex", "plot", "html"),
     help="paired bootstrap tables and the accuracy/length plot",
 )
 def run(
@@ -44,6 +44,7 @@ def run(
     out_csv: str,
     out_latex: str,
     out_plot: str | None,
+    out_html: str | None = None,
     params: Mapping[str, Any] | Params,
     selection: str | None = None,
     log: Callable[[str], None] = print,
@@ -61,7 +62,9 @@ def run(
 
     p = Params.parse(params, where="tables")
     table = paired.paired(graded, p, read_json(selection) if selection else None)
-    markdown = render.write(table, out_markdown, out_csv, out_latex)
+    markdown = render.write(
+        table, out_markdown, out_csv, out_latex, out_html=out_html, params=p.model_dump(mode="json")
+    )
     if out_plot:
         # each model's fine-tuned weight, the sweep's x, from the models' identities: base at 0,
         # the fine-tune at 1, a merge at its ratio
@@ -79,7 +82,7 @@ class BudgetParams(SeededTables):
     "budget_tables",
     params=BudgetParams,
     inputs=("graded*",),
-    outputs=("markdown", "csv", "plot"),
+    outputs=("markdown", "csv", "plot", "html"),
     help="accuracy against thinking budget (budget forcing), per model",
 )
 def budget_run(
@@ -88,6 +91,7 @@ def budget_run(
     out_markdown: str,
     out_csv: str,
     out_plot: str | None,
+    out_html: str | None = None,
     params: Mapping[str, Any] | BudgetParams,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -99,7 +103,9 @@ def budget_run(
 
     p = BudgetParams.parse(params, where="tables")
     table = budget.budgets(graded, p, p.benchmark, p.base_random)
-    markdown = render.write(table, out_markdown, out_csv)
+    markdown = render.write(
+        table, out_markdown, out_csv, out_html=out_html, params=p.model_dump(mode="json")
+    )
     log("\n" + markdown.rstrip("\n"))
     if out_plot:
         plots.budget_plot(table.df, out_plot, p.benchmark)
@@ -116,7 +122,7 @@ class EffortParams(SeededTables):
     "effort_tables",
     params=EffortParams,
     inputs=("graded*", "teacher*"),
-    outputs=("markdown", "csv"),
+    outputs=("markdown", "csv", "html"),
     help="each model at each effort it was trained with, against the reference effort",
 )
 def effort_run(
@@ -125,6 +131,7 @@ def effort_run(
     teacher: Mapping[str, str],
     out_markdown: str,
     out_csv: str,
+    out_html: str | None = None,
     params: Mapping[str, Any] | EffortParams,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -135,7 +142,9 @@ def effort_run(
 
     p = EffortParams.parse(params, where="eval.per_effort")
     table = effort.efforts(graded, teacher, p, p.benchmark, p.efforts, p.reference)
-    markdown = render.write(table, out_markdown, out_csv)
+    markdown = render.write(
+        table, out_markdown, out_csv, out_html=out_html, params=p.model_dump(mode="json")
+    )
     log("\n" + markdown.rstrip("\n"))
     return table.summary()
 
@@ -156,7 +165,7 @@ class TeacherParams(StageParams):
     "teacher_tables",
     params=TeacherParams,
     inputs=("graded*",),
-    outputs=("markdown", "csv"),
+    outputs=("markdown", "csv", "html"),
     help="the teachers' trace lengths per effort on the prompts they share, against the reference "
     "teacher",
 )
@@ -165,6 +174,7 @@ def teacher_run(
     graded: Mapping[str, str],
     out_markdown: str,
     out_csv: str,
+    out_html: str | None = None,
     params: Mapping[str, Any] | TeacherParams,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -177,7 +187,9 @@ def teacher_run(
     table = teacher_table.teachers(
         graded, p.reference, p.teachers, p.n_resamples, p.confidence, p.seed
     )
-    markdown = render.write(table, out_markdown, out_csv)
+    markdown = render.write(
+        table, out_markdown, out_csv, out_html=out_html, params=p.model_dump(mode="json")
+    )
     log("\n" + markdown.rstrip("\n"))
     return table.summary()
 
@@ -190,7 +202,7 @@ class KernelParams(PairedTables):
     "kernel_tables",
     params=KernelParams,
     inputs=("graded*",),
-    outputs=("markdown", "csv"),
+    outputs=("markdown", "csv", "html"),
     help="kernel track: compile, correct, launch, rule and reward rates with paired CIs; fast_p",
 )
 def kernel_tables(
@@ -198,6 +210,7 @@ def kernel_tables(
     graded: Mapping[str, str],
     out_markdown: str,
     out_csv: str,
+    out_html: str | None = None,
     params: Mapping[str, Any] | KernelParams,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -206,7 +219,9 @@ def kernel_tables(
 
     p = KernelParams.parse(params, where="tables")
     table = kernels.table(graded, p, p.fast_p)
-    markdown = render.write(table, out_markdown, out_csv)
+    markdown = render.write(
+        table, out_markdown, out_csv, out_html=out_html, params=p.model_dump(mode="json")
+    )
     log("\n" + markdown.rstrip("\n"))
     return table.summary()
 
@@ -222,7 +237,8 @@ def show(experiment_dir: str) -> None:
     print("Artifacts:")
     for sub in sorted(p for p in root.iterdir() if p.is_dir()):
         print(f"  {sub}/")
-    print(
-        f"Tables: {', '.join(str(t) for t in tables)} (+ .csv, .tex, .png); "
-        "provenance: <artifact>.prov.json"
-    )
+    print("Tables (the files each one has; provenance: <artifact>.prov.json):")
+    for t in tables:
+        # only what this table's job wrote: a budget table has no .tex, an effort table no .png
+        kinds = sorted(f.suffix for f in t.parent.glob(f"{t.stem}.*") if f.suffix != ".json")
+        print(f"  {t.with_suffix('')}: {', '.join(kinds)}")

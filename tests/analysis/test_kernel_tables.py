@@ -135,7 +135,16 @@ def test_the_kernel_table_loads_typed_and_recomputes(tmp_path, monkeypatch):
         "grpo": _graded(tmp_path / "g.jsonl", 0.6, 0.9, seed=3),
     }
     args = ["kernel_tables", "--graded", *(f"{n}={p}" for n, p in graded.items())]
-    args += ["--out-markdown", "k.md", "--out-csv", "k.csv", "--params", json.dumps(PARAMS)]
+    args += [
+        "--out-markdown",
+        "k.md",
+        "--out-csv",
+        "k.csv",
+        "--out-html",
+        "k.html",
+        "--params",
+        json.dumps(PARAMS),
+    ]
     assert main(args) == 0
     df = load("k.csv")
     p = KernelParams.parse(PARAMS)

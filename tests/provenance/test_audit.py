@@ -441,10 +441,11 @@ def built(tmp_path, monkeypatch):
             ],
         )
         write_sidecars({"graded": path}, {}, stage="grade", params={}, started=now())
-    out = {k: f"results/x/tables/heldout.{k}" for k in ("md", "csv", "tex", "png")}
+    out = {k: f"results/x/tables/heldout.{k}" for k in ("md", "csv", "tex", "png", "html")}
     args = ["tables", "--graded", *(f"{n}=results/x/eval/{n}.jsonl" for n in MODELS)]
     args += ["--out-markdown", out["md"], "--out-csv", out["csv"], "--out-latex", out["tex"]]
-    assert main([*args, "--out-plot", out["png"], "--params", json.dumps(PAIRED)]) == 0
+    args += ["--out-plot", out["png"], "--out-html", out["html"]]
+    assert main([*args, "--params", json.dumps(PAIRED)]) == 0
     return tmp_path
 
 
@@ -458,7 +459,7 @@ def test_recompute_passes_an_untouched_table(built, capsys):
     report = recompute("results/x/tables/heldout.md")
     assert report.ok and report.params["seed"] == 3 and report.params["n_resamples"] == 500
     assert sorted(report.compared) == [
-        f"results/x/tables/heldout.{k}" for k in ("csv", "md", "tex")
+        f"results/x/tables/heldout.{k}" for k in ("csv", "html", "md", "tex")
     ]
     assert main(["audit", "results/x/tables/heldout.csv", "--recompute"]) == 0
     assert "match the graded records" in capsys.readouterr().out

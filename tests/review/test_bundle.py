@@ -82,7 +82,14 @@ def experiment(tmp_path, monkeypatch):
             job=job,
         )
     args = ["tables", "--graded", *(f"{n}=results/x/eval/{n}/graded.jsonl" for n in MODELS)]
-    for out, ext in (("markdown", "md"), ("csv", "csv"), ("latex", "tex"), ("plot", "png")):
+    outputs = (
+        ("markdown", "md"),
+        ("csv", "csv"),
+        ("latex", "tex"),
+        ("plot", "png"),
+        ("html", "html"),
+    )
+    for out, ext in outputs:
         args += [f"--out-{out}", f"{TABLE}.{ext}"]
     assert main([*args, "--params", json.dumps(PAIRED), "--config", snapshot]) == 0
     return tmp_path
@@ -153,7 +160,7 @@ def test_a_bundle_holds_the_evidence_and_audits_clean_without_the_run(archive, c
     report = audit_bundle(archive)
     assert report.ok, report.text()
     (rec,) = report.recomputed
-    assert rec.ok and sorted(rec.compared) == [f"{TABLE}.{e}" for e in ("csv", "md", "tex")]
+    assert rec.ok and sorted(rec.compared) == [f"{TABLE}.{e}" for e in ("csv", "html", "md", "tex")]
     assert report.checked["config"] == 1 and report.checked["lock"] == 1
     assert set(report.not_in_bundle) == {f"results/x/eval/{n}/samples.jsonl" for n in MODELS}
     assert main(["audit", "--bundle", str(archive)]) == 0
@@ -171,7 +178,7 @@ def test_a_forged_cell_with_every_hash_rewritten_is_caught_by_the_recompute(arch
     files[f"{TABLE}.csv"] = forged.read_bytes()
     sha = hashlib.sha256(files[f"{TABLE}.csv"]).hexdigest()
     # the table's own sidecar and its siblings' record of it, all made to match
-    for ext in ("md", "csv", "tex", "png"):
+    for ext in ("md", "csv", "tex", "png", "html"):
         prov = json.loads(files[f"{TABLE}.{ext}.prov.json"])
         prov["output_digests"]["csv"] = sha
         if ext == "csv":
@@ -183,6 +190,7 @@ def test_a_forged_cell_with_every_hash_rewritten_is_caught_by_the_recompute(arch
         reseal=[
             f"{TABLE}.{e}"
             for e in ("csv", "csv.prov.json", "md.prov.json", "tex.prov.json", "png.prov.json")
+            + ("html.prov.json",)
         ],
     )
     report = audit_bundle(archive)

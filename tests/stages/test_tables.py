@@ -459,7 +459,8 @@ def test_teachers_table_built_by_the_cli_loads_typed_and_recomputes(tmp_path, mo
     }
     params = {"reference": "api", "teachers": TEACHERS, "n_resamples": 500, "seed": 5}
     args = ["teacher_tables", "--graded", *(f"{n}={p}" for n, p in graded.items())]
-    args += ["--out-markdown", "t.md", "--out-csv", "t.csv", "--params", json.dumps(params)]
+    args += ["--out-markdown", "t.md", "--out-csv", "t.csv", "--out-html", "t.html"]
+    args += ["--params", json.dumps(params)]
     assert main(args) == 0
     df = load("t.md")
     p = tables.TeacherParams.parse(params)
@@ -514,6 +515,7 @@ def test_budget_table_built_by_the_cli_loads_typed_and_recomputes(tmp_path, monk
     graded = {f"sft@{b}": _budget_graded(tmp_path / f"sft-{b}.jsonl", b) for b in (8, 32)}
     args = ["budget_tables", "--graded", *(f"{n}={p}" for n, p in graded.items())]
     args += ["--out-markdown", "b.md", "--out-csv", "b.csv", "--out-plot", "b.png"]
+    args += ["--out-html", "b.html"]
     params = {"benchmark": "heldout", "n_resamples": 1000, "base_random": True}
     assert main([*args, "--params", json.dumps(params)]) == 0
     df = load("b")
@@ -756,7 +758,7 @@ def test_place_labels_keeps_crowded_labels_apart(tmp_path):
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
     plt.close(fig)
     low, high = plots.fitted([0.0, 0.12, 0.2])
-    assert low < 0 and 0.2 < high < 0.25  # data under 0.25 is not drawn on 0-1
+    assert low == 0 and 0.2 < high < 0.25  # data under 0.25 is not drawn on 0-1, nor under 0
     assert plots.fitted([0.9, 1.0]) == (pytest.approx(0.88), 1.02)
 
 
@@ -816,3 +818,25 @@ def test_the_sweep_plots_each_merges_difference_from_base_with_its_ci(tmp_path, 
     assert sweep.get_ylabel().startswith("accuracy - base's")
     low, high = sweep.get_ylim()
     assert low <= vs_base.loc["sft", "ci_low"] and high >= 0.0
+
+
+def test_an_all_zero_plot_keeps_its_accuracy_axis_at_or_above_zero(tmp_path, monkeypatch):
+    """tinycode's plot, every model at accuracy 0, drew its accuracy axis from -0.02."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from stillroom.config import ModelId
+
+    models = [ModelId.base(), ModelId.sft(), ModelId.merge(0.5)]
+    graded = {m.name: _graded(tmp_path / f"{i}.jsonl", 0.0, seed=i) for i, m in enumerate(models)}
+    params = {k: v for k, v in PARAMS.items() if k not in ("base", "tuned")}
+    p = tables.Params.parse({**params, "models": [m.dump() for m in models]})
+    shown = {}
+    monkeypatch.setattr(plt, "close", lambda fig: shown.setdefault("fig", fig))
+    plots.paired_plot(paired.paired(graded, p), p.weights, str(tmp_path / "p.png"))
+    ax = shown["fig"].axes[0]
+    assert ax.get_ylabel() == "accuracy"
+    assert ax.get_ylim()[0] == 0.0
+    assert min(t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]) >= 0.0

@@ -178,7 +178,11 @@ def efforts(
         f"Δ against {reference}: paired bootstrap over problems ({settings.n_resamples} "
         f"resamples), {pct}% CI; × {reference}: mean tokens relative to {reference} (none where "
         f"either has no correct answer). Teacher rows: its graded generation shards, on the "
-        f"training prompts each effort shares with {reference}."
+        f"training prompts each effort shares with {reference}. Each model row is an "
+        f"evaluation of its own, the prompts tagged with that effort (eval.per_effort): the paired "
+        f"table of {benchmark} evaluates its prompts as eval.effort says (untagged by default), "
+        "other prompts and so other samples, so its accuracy of the same model can differ from "
+        "these rows."
         + gold_note(max((g.excluded for g in grids.values()), default=0), benchmark)
         + gold_sources(excluded_sources)
         + cap_note(flagged, settings.cap_hit_flag)

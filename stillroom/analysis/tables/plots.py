@@ -25,7 +25,7 @@ def paired_plot(table: PairedTable, weights: Mapping[str, float], path: str) -> 
     vs_base = table.df[table.df["reference"] == base].set_index("model")
     fig, (ax, sweep) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=120)
     for _, r in vs_base.iterrows():
-        ax.scatter(r["mean_tokens"], r["accuracy"], s=36)
+        ax.scatter(r["mean_tokens"], r["accuracy"], s=36, clip_on=False)
     ax.set(
         xlabel="mean response tokens",
         ylabel="accuracy",
@@ -73,13 +73,14 @@ def paired_plot(table: PairedTable, weights: Mapping[str, float], path: str) -> 
 
 def fitted(values: Any, rates: bool = True) -> tuple[float, float]:
     """An axis fitted to ``values`` with a margin (data under 0.25 is not drawn on 0–1), kept
-    within [0, 1] for ``rates`` (not for differences)."""
+    within [0, 1.02] for ``rates`` (not for differences): a rate axis never shows a negative
+    accuracy, so its points are drawn unclipped (``clip_on=False``) to show whole at 0."""
     v = pd.Series(values, dtype=float).dropna()
     low, high = (float(v.min()), float(v.max())) if len(v) else (0.0, 1.0)
     pad = max(0.08 * (high - low), 0.02)
     if not rates:
         return low - pad, high + pad
-    return max(low - pad, -0.02), min(high + pad, 1.02)
+    return max(low - pad, 0.0), min(high + pad, 1.02)
 
 
 # where a label may sit around its point (offset points) and how it is aligned there
@@ -167,6 +168,7 @@ def budget_plot(df: pd.DataFrame, path: str, benchmark: str) -> None:
                 markerfacecolor=face.format(i),
                 capsize=3,
                 label=f"{model} ({method})",
+                clip_on=False,
             )
     budgets_ = sorted(set(df["budget"].astype(int)))
     ax.set_xscale("log", base=2)

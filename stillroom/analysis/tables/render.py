@@ -5,8 +5,10 @@ rows it shows. A shown row is a row of the schema (``schema.named_rows``) or a f
 
 from __future__ import annotations
 
+import html as html_lib
+import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -127,17 +129,55 @@ class Table(Protocol):
     def markdown(self) -> str: ...
 
 
+# The page's look, kept plain: the report shows it in a frame beside its own dark menu.
+_STYLE = (
+    "body{font-family:sans-serif;margin:1.5em;color:#111;max-width:70em}"
+    "h3{font-size:1em;font-weight:normal;line-height:1.4}"
+    "table{border-collapse:collapse;margin:1em 0}"
+    "th,td{border:1px solid #bbb;padding:.25em .6em;text-align:right}"
+    "th:first-child,td:first-child{text-align:left}"
+    "dt{font-weight:bold}dd{margin:0 0 .4em 1.5em;font-family:monospace}"
+)
+
+
+def html(markdown_text: str, params: Mapping[str, Any]) -> str:
+    """A table's page for ``snakemake --report``, which shows an HTML result inline and any other
+    file only as a download: the Markdown (its caption, with the notes, above the table) as HTML,
+    then the job's parameters as a key/value list."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown_text)
+    items = "".join(
+        f"<dt>{html_lib.escape(key)}</dt><dd>{html_lib.escape(_param(value))}</dd>"
+        for key, value in sorted(params.items())
+    )
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+        f"<style>{_STYLE}</style></head><body>\n{body}"
+        f"<h4>Job parameters</h4>\n<dl>{items}</dl>\n</body></html>\n"
+    )
+
+
+def _param(value: Any) -> str:
+    """A parameter's value as the config spells it: text as is, anything else as compact JSON."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
 def write(
     table: Table,
     out_markdown: str | os.PathLike,
     out_csv: str | os.PathLike,
     out_latex: str | os.PathLike | None = None,
+    out_html: str | os.PathLike | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> str:
-    """Write the table's Markdown, its CSV and (where asked) its LaTeX; the Markdown, for the
-    log."""
+    """Write the table's Markdown, its CSV and (where asked) its LaTeX and its report page with
+    ``params``; the Markdown, for the log."""
     text = table.markdown()
     write_text(out_markdown, text)
     write_csv(table.df, out_csv)
+    if out_html:
+        write_text(out_html, html(text, params or {}))
     if out_latex:
         if not hasattr(table, "latex"):
             raise TypeError(f"{type(table).__name__} has no LaTeX layout ({out_latex})")
