@@ -537,7 +537,8 @@ def dataset_records(
                     f"({value!r:.40})"
                 )
         if spec.prompt_template:
-            prompt = _templated(spec, name, i, prompt)
+            # the template was checked with the config (DatasetSpec): $prompt only
+            prompt = Template(spec.prompt_template).substitute(prompt=prompt)
         kind = spec.answer_kind
         if ifeval:
             try:
@@ -608,17 +609,3 @@ def _kept_by_where(
                 "numeric field, or use equals/in"
             ) from None
     return passed
-
-
-def _templated(spec: DatasetSpec, name: str, i: int, prompt: str) -> str:
-    """The prompt inside ``prompt_template``; a placeholder other than $prompt is a DataError."""
-    try:
-        return Template(spec.prompt_template).substitute(prompt=prompt)
-    except KeyError as exc:
-        why = f"has placeholder ${exc.args[0]}, but only $prompt (field '{spec.prompt}') is filled"
-    except ValueError as exc:  # a $ followed by no name
-        why = f"has a $ that starts no placeholder ({exc})"
-    raise DataError(
-        f"source '{name}': {spec.path} row {i}: prompt_template {spec.prompt_template!r} {why}; "
-        "write $$ for a literal $"
-    )

@@ -482,8 +482,7 @@ def test_a_job_lost_before_it_started_is_the_harness_not_the_candidate(monkeypat
         (Outcome(False, None, "", False), "the kernel fork server died"),
         (
             Outcome(True, -9, "", False),
-            "ran past the wall-clock backstop of 630 s (starved by load) within its 60 CPU "
-            "seconds",
+            "ran past the wall-clock backstop of 630 s (starved by load) within its 60 CPU seconds",
         ),
     ):
         monkeypatch.setitem(validator.ISOLATIONS, "fork", lambda *a, outcome=outcome: outcome)
