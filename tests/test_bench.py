@@ -85,6 +85,9 @@ SMOKE: dict[str, list[tuple[list[str], str]]] = {
     "pipeline_wall_time.py": [
         (["--existing", DONE], r"first start to last end +\d+\.\d+"),
     ],
+    "slurm_plan_time.py": [
+        (["--repeats", "1"], r"beam-distill +\d+\.\d+ +\d+\.\d+"),
+    ],
     "staged_load.py": [
         (
             ["--layers", "2", "--experts", "4", "--hidden", "256", "--moe-intermediate", "128"],
@@ -118,6 +121,7 @@ SLOW = {
     "moe_qlora_memory.py",
     "packing_efficiency.py",
     "pipeline_wall_time.py",
+    "slurm_plan_time.py",
     "staged_load.py",
     "stop_sets.py",
     "structure_metrics.py",
