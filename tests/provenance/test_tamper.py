@@ -4,9 +4,11 @@ agree with a record nobody can rewrite alone (the config snapshot, a later job's
 them. The pipeline tests tamper with a private copy of the shared finished run."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 
+import stillroom
 from stillroom.cli import main
 from stillroom.io import iter_jsonl, read_json, write_json, write_jsonl
 from stillroom.provenance.audit import audit, format_tree
@@ -181,3 +183,17 @@ def test_a_kernel_grades_flipped_reward_with_its_hashes_forged_is_regraded(
     }
     assert main(["audit", graded, "--recompute"]) == 1
     assert "grade.details.reward" in capsys.readouterr().out
+
+
+@slow
+def test_the_ledgers_sidecar_names_no_checkout_and_still_estimates(done):
+    """The ledger's params hold the config's local files relative to the repository, as
+    configured: the run's records name no checkout, and the estimate still reads them."""
+    workdir, _, _ = done
+    checkout = str(Path(stillroom.__file__).resolve().parents[1])
+    side = sidecar_path(workdir / "results/small/cost/ledger.csv")
+    assert checkout not in side.read_text()
+    assert read_json(side)["params"]["config"]["benchmarks"]["tinycode"] == (
+        "config/benchmarks/tinycode.jsonl"
+    )
+    assert "est. GPU-hours" in (workdir / "results/small/cost/ledger.md").read_text()
