@@ -606,19 +606,14 @@ class Plan:
     def cost_params(self) -> str:
         """GPUs per job follow the job shapes (stillroom/plan/cluster.py); cost.gpus overrides them.
         The ledger sets the estimate made from the whole config (run in the cost job, not here)
-        beside what was spent; local files it counts are resolved against the repository."""
+        beside what was spent; the local files it counts stay relative to the repository as
+        configured (the cost job resolves them against the workflow's directory), so the ledger's
+        params name no checkout."""
         config = self.config
         cost = {
             **config["cost"],
             "gpus": {**stage_gpus(config), **config["cost"]["gpus"]},
-            "config": {
-                **config,
-                "sources": self.sources,
-                "benchmarks": {
-                    name: self.local_path(b) if isinstance(b, dict) else self.repo_path(b)
-                    for name, b in config["benchmarks"].items()
-                },
-            },
+            "config": config,
         }
         return self.as_json(**cost)
 

@@ -159,6 +159,7 @@ class Auditor:
         self.broken: dict[Path, str] = {}
         self.visited: set[Path] = set()
         self.configs: dict[str, Problem | None] = {}
+        self.snapshots: dict[str, dict[str, Any]] = {}  # recorded path -> the config it holds
         # environment locks: recorded path -> (sha, the lock or None, its problem)
         self.locks: dict[str, tuple[str, dict[str, Any] | None, Problem | None]] = {}
         self.reported: set[tuple[str, str]] = set()  # (kind, path) already a problem
@@ -201,13 +202,31 @@ class Auditor:
             found = next((c for c in candidates if c.is_file()), None)
             if found is None:
                 self.configs[recorded] = Problem(recorded, "missing", "config snapshot gone")
-            elif config_hash(json.loads(found.read_text())) != sha:
+            elif config_hash(snapshot := json.loads(found.read_text())) != sha:
                 self.configs[recorded] = Problem(
                     str(found), "modified", f"config snapshot no longer hashes to {_short(sha)}"
                 )
             else:
                 self.configs[recorded] = None
+                self.snapshots[recorded] = snapshot
         return self.configs[recorded]
+
+    def check_seed(self, path: str, prov: dict[str, Any]) -> Problem | None:
+        """Every job's params carry the config's seed (plan/dag.py as_json), and its sidecar
+        repeats it: a seed edited where no consumer hashed the sidecar (the top one) differs from
+        its config snapshot."""
+        params = prov.get("params") or {}
+        snapshot = self.snapshots.get(prov.get("config_path") or "")
+        if "seed" not in params or snapshot is None or "seed" not in snapshot:
+            return None  # a stage run by hand: no config to hold the seed against
+        if params["seed"] == prov.get("seed") == snapshot["seed"]:
+            return None
+        return Problem(
+            str(sidecar_path(path)),
+            "modified",
+            f"records seed {prov.get('seed')} (params {params['seed']}), its config snapshot "
+            f"{prov['config_path']} says {snapshot['seed']}",
+        )
 
     def visit(self, path: str, recorded: dict[str, Any] | None = None, read: bool = False) -> Node:
         """The node for ``path``; ``recorded`` is its entry in the consumer's sidecar (None at the
@@ -255,7 +274,7 @@ class Auditor:
                 node.problems.append(
                     Problem(path, "modified", modified_detail(real, prov, current["sha256"]))
                 )
-        if problem := self.check_config(prov):
+        if problem := self.check_config(prov) or self.check_seed(path, prov):
             node.problems.append(problem)
         if problem := self.check_lock(prov):
             node.problems.append(problem)
@@ -313,6 +332,25 @@ class Auditor:
             f"(recorded {_short(recorded)}, now {_short(now)})",
             input=item["path"],
         )
+
+    def consumers(self, path: str) -> list[Problem]:
+        """The top artifact's sidecar against the one each later job that read it recorded (nothing
+        in this walk hashed it: a checkpoint's sidecar is hashed by its merge and evaluation). A
+        consumer built from other bytes of it is that consumer's own staleness, not checked here."""
+        real, now = self.resolve(path), (self.digest(self.resolve(path)) or {}).get("sha256")
+        out = []
+        for side in sorted((self.root / "results").rglob("*.prov.json")):
+            try:
+                prov = json.loads(side.read_text())
+            except (OSError, ValueError):
+                continue  # an unreadable sidecar is a problem of the walk that reaches it
+            for entry in (prov.get("inputs") or {}).values():
+                for item in entry if isinstance(entry, list) else [entry]:
+                    if self.resolve(item["path"]) != real or item.get("sha256") != now:
+                        continue
+                    if changed := self.sidecar_changed(prov.get("artifact") or str(side), item):
+                        out.append(changed)
+        return out
 
     def check_lock(self, prov: dict[str, Any]) -> Problem | None:
         """The environment lock must still hash to its recorded hash (once per lock)."""
@@ -397,6 +435,7 @@ def audit(artifact: str | os.PathLike, root: str | os.PathLike | None = None) ->
     shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
     auditor = Auditor(root)
     tree = auditor.visit(shown)
+    tree.problems += auditor.consumers(shown)
     report = AuditReport(shown, str(root), tree, [], rehashed=len(auditor.hashes))
     seen: set[tuple[str, str, str | None]] = set()
     for node in report.nodes():

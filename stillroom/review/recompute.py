@@ -257,10 +257,16 @@ class Recomputed:
     differences: list[Difference] = field(default_factory=list)
     # Markdown/LaTeX cells of rows whose CSV cells differ (listed once, as the CSV's), by file
     rendered: dict[str, int] = field(default_factory=dict)
+    note: str = ""  # what of it could be compared, where not everything
 
     @property
     def ok(self) -> bool:
         return not self.differences
+
+    @property
+    def source(self) -> str:
+        """What the written values were compared with."""
+        return "the graded records" if self.stage in TABLE_STAGES else "their rebuild"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
@@ -271,11 +277,12 @@ class Recomputed:
             f"recompute {self.table}\n  stage {self.stage} on its recorded inputs"
             + (f", seed {seed}" if seed is not None else "")
             + (f", {n} resamples" if n is not None else "")
+            + (f"\n  {self.note}" if self.note else "")
         )
         if self.ok:
             names = ", ".join(Path(c).name for c in self.compared)
-            return f"{head}\nok: {names} match the graded records"
-        lines = [head, f"{len(self.differences)} cell(s) differ from the graded records:"]
+            return f"{head}\nok: {names} match {self.source}"
+        lines = [head, f"{len(self.differences)} value(s) differ from {self.source}:"]
         # the values below their cell: full-precision floats would pass a terminal's width
         lines += [
             line
@@ -298,7 +305,7 @@ def recompute(path: str | os.PathLike, root: str | os.PathLike | None = None) ->
     report = Recomputed(str(path), table.stage, dict(table.prov.get("params") or {}), [])
     with tempfile.TemporaryDirectory(prefix="stillroom-recompute-") as tmp:
         scratch = {name: Path(tmp) / p.name for name, p in outputs.items()}
-        fn(
+        metrics = fn(
             **table.inputs(),
             # a plot is an image of the same numbers (its bytes are the walk's): not drawn again
             **{f"out_{n}": None if p.suffix == ".png" else str(p) for n, p in scratch.items()},
@@ -317,7 +324,7 @@ def recompute(path: str | os.PathLike, root: str | os.PathLike | None = None) ->
                 continue
             report.compared.append(where)
             report.differences += diffs
-    report.differences = _once(report)
+    report.differences = _once(report) + compare_metrics(table, metrics)
     return report
 
 
@@ -341,6 +348,197 @@ def _once(report: Recomputed) -> list[Difference]:
         seen[same] = d
         kept.append(d)
     return kept
+
+
+# ------------------------------------------- --recompute of what a table is built from, and metrics
+
+# a job's own timing: the one metric a rerun cannot give again
+UNREPEATABLE_METRICS = ("wall_s",)
+SHORTENED = 80  # characters of a differing value shown
+
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """A record or metrics as {"a.b.0.c": value}, so each difference is named by its path."""
+    if isinstance(obj, list) and obj:
+        obj = dict(enumerate(obj))
+    if not isinstance(obj, Mapping) or not obj:
+        return {prefix: obj}
+    return {
+        k: v
+        for key, val in obj.items()
+        for k, v in _flat(val, f"{prefix}.{key}".lstrip(".")).items()
+    }
+
+
+def _shorten(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= SHORTENED else text[: SHORTENED - 3] + "..."
+
+
+def compare_metrics(art: Table, metrics: Mapping[str, Any] | None) -> list[Difference]:
+    """The metrics each output's sidecar records against those the stage returned again (through
+    JSON, as write_sidecars stored them), and its params against those rebuilt with: a sidecar no
+    consumer hashed (the top one) edited by hand differs here."""
+    again = json.loads(json.dumps(dict(metrics or {}), default=str))
+    again = {k: v for k, v in _flat(again).items() if k.split(".")[0] not in UNREPEATABLE_METRICS}
+    out = []
+    for output in art.prov.get("outputs", {}).values():
+        side = sidecar_path(art.path(output))
+        if not side.is_file():
+            continue  # a missing sidecar is the walk's problem
+        prov, where = read_json(side), art.shown(side)
+        # the job's outputs share one record: each must name the params the rebuild used, and
+        # repeat their seed as the seed it reports
+        if prov.get("params") != art.prov.get("params"):
+            shown = (_shorten(prov.get("params")), _shorten(art.prov.get("params")))
+            out.append(Difference(where, "record", "params", *shown))
+        if prov.get("seed") != (seed := (prov.get("params") or {}).get("seed")):
+            out.append(Difference(where, "record", "seed", _shorten(prov.get("seed")), str(seed)))
+        written = _flat(prov.get("metrics") or {})
+        written = {k: v for k, v in written.items() if k.split(".")[0] not in UNREPEATABLE_METRICS}
+        for key in sorted(written.keys() | again.keys()):
+            a, b = written.get(key, "(absent)"), again.get(key, "(absent)")
+            if a != b:
+                out.append(Difference(where, "metrics", key, _shorten(a), _shorten(b)))
+    return out
+
+
+def open_artifact(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Table:
+    """Any artifact with a sidecar, as a Table (its record, inputs and paths), or a clear error."""
+    real = Path(root, path) if root and not Path(path).is_absolute() else Path(path)
+    side = sidecar_path(real)
+    if not side.is_file():
+        raise DataError(f"{path}: no sidecar ({side}), so nothing records how to build it again")
+    base = Path(root).resolve() if root else infer_root(real.resolve()) or Path.cwd()
+    return Table(real, read_json(side), base)
+
+
+def _kinds(path: Path) -> set[str]:
+    return {r.get("kind", "") for r in iter_jsonl(path)}
+
+
+def recomputable(art: Table) -> bool:
+    """Built cheaply and deterministically from its inputs: a table, a dataset, a kernel grade
+    (other grades are checked per model by --cell --regrade)."""
+    if art.stage in TABLE_STAGES or art.stage == "dataset":
+        return True
+    return art.stage == "grade" and art.csv.is_file() and _kinds(art.csv) == {"kernel"}
+
+
+def recompute_artifact(
+    path: str | os.PathLike, root: str | os.PathLike | None = None
+) -> Recomputed:
+    """``path`` built again from its recorded inputs and params, and compared with what is written:
+    a table cell by cell, a dataset or a kernel grade record by record; and its metrics."""
+    art = open_artifact(path, root)
+    if not recomputable(art):
+        raise DataError(
+            f"{path}: not a table, a dataset or a kernel grade (written by stage "
+            f"'{art.stage}'), which --recompute builds again"
+        )
+    if art.stage in TABLE_STAGES:
+        return recompute(path, root)
+    from ..stages import dataset, grade
+
+    params = dict(art.prov.get("params") or {})
+    report = Recomputed(art.shown(art.csv), art.stage, params, [art.shown(art.csv)])
+    with tempfile.TemporaryDirectory(prefix="stillroom-recompute-") as tmp:
+        out = Path(tmp) / art.csv.name
+        if art.stage == "dataset":
+            metrics = dataset.build(
+                **art.inputs(), out_dataset=str(out), params=params, log=lambda _: None
+            )
+            same = _dataset_row(art)
+        else:
+            metrics = grade.run(
+                **art.inputs(), out_graded=str(out), params=params, log=lambda _: None
+            )
+            same, report.note = _kernel_grade(art)
+        report.differences = compare_records(art, out, same) + compare_metrics(art, metrics)
+    return report
+
+
+def upstream_recomputable(walk: Any) -> list[str]:
+    """The datasets and kernel grades the walk reached below its top artifact, each once: they
+    are rebuilt like the table, since their hashes alone can be forged along the whole chain."""
+    root = Path(walk.root)
+    out = []
+    for node in walk.nodes()[1:]:
+        if node.repeat or node.stage not in ("dataset", "grade") or node.sha256 is None:
+            continue
+        if recomputable(open_artifact(node.path, root)):
+            out.append(node.path)
+    return list(dict.fromkeys(out))
+
+
+def _dataset_row(art: Table) -> Any:
+    """A rebuilt dataset row as the pipeline wrote it: its source file as recorded (relative to
+    the run), not as the recompute named it."""
+
+    def same(row: dict[str, Any]) -> dict[str, Any]:
+        src = row.get("source_record")
+        if src:
+            row["source_record"] = {**src, "file": art.shown(src["file"])}
+        return row
+
+    return same
+
+
+def _kernel_grade(art: Table) -> tuple[Any, str]:
+    """What of a regraded kernel record must equal the written one. Its secret replay seeds come
+    from the key file (``$STILLROOM_KERNEL_KEY_FILE``): with the key it was graded with, the whole
+    grade but the measured speedup; without it (or with another) the cases differ, so only the
+    verdict: correct, status and the rewards."""
+    from ..kernels.validator import KEY_FILE_ENV, key_digest
+
+    recorded = {
+        ((r.get("grader") or {}).get("options") or {}).get("replay_key_sha256")
+        for r in iter_jsonl(art.csv)
+    }
+    keyed = key_digest() is not None and recorded == {key_digest()}
+    verdict = ("reward", "exec_reward", "rule_reward", "status")
+
+    def same(row: dict[str, Any]) -> dict[str, Any]:
+        g = row.get("grade") or {}
+        details = g.get("details") or {}
+        if keyed:
+            details = {k: v for k, v in details.items() if k != "speedup"}
+        else:
+            details = {k: details.get(k) for k in verdict}
+        return {**row, "grade": {**g, "details": details}}
+
+    note = (
+        f"regraded with the key it was graded with (${KEY_FILE_ENV}): every grade compared but "
+        "its measured speedup"
+        if keyed
+        else f"regraded without the key it was graded with (${KEY_FILE_ENV}): the secret cases "
+        "differ, so each verdict (correct, status, rewards) is compared, not the whole grade"
+    )
+    return same, note
+
+
+def compare_records(art: Table, rebuilt: Path, same: Any) -> list[Difference]:
+    """The written JSONL against the rebuilt one line by line, each seen through ``same`` (what of
+    a record must repeat); a differing record named by its line and key, with its fields."""
+    where = art.shown(art.csv)
+    old = list(iter_jsonl(art.csv))
+    new = list(iter_jsonl(rebuilt))
+    out = []
+    for n, (w, r) in enumerate(zip(old, new, strict=False), 1):
+        w, r = same(w), same(r)
+        if w == r:
+            continue
+        row = f"line {n} ({w.get('key') or w.get('id') or '?'})"
+        for key in sorted(w.keys() | r.keys()):
+            if w.get(key, "(absent)") != r.get(key, "(absent)"):
+                a, b = _flat(w.get(key, "(absent)"), key), _flat(r.get(key, "(absent)"), key)
+                for k in sorted(a.keys() | b.keys()):
+                    if a.get(k, "(absent)") != b.get(k, "(absent)"):
+                        shown = (_shorten(a.get(k, "(absent)")), _shorten(b.get(k, "(absent)")))
+                        out.append(Difference(where, row, k, *shown))
+    if len(old) != len(new):
+        out.append(Difference(where, "(records)", "(count)", str(len(old)), str(len(new))))
+    return out
 
 
 # ------------------------------------------------------------------------------------- --cell
@@ -717,7 +915,8 @@ def run(
     model: str | None = None,
     regrade: bool = False,
 ) -> int:
-    """The CLI: with ``recompute_table`` the provenance walk and the rebuilt table's comparison,
+    """The CLI: with ``recompute_table`` the provenance walk and the rebuilt table's comparison
+    (and of every dataset and kernel grade the walk reached),
     with ``model`` the drill-down into its rows; the report (or JSON) on stdout, each problem on
     stderr under --json (else their count: the report names them); 1 if the walk found a problem,
     a cell differs, a record does not match its chain or a verdict changed."""
@@ -728,10 +927,14 @@ def run(
         out["audit"] = walk.to_dict()
         texts.append(format_tree(walk))
         problems += [f"{p.kind}: {p.path}: {p.detail}" for p in walk.problems]
-        rec = recompute(path, root)
+        rec = recompute_artifact(path, root)
         out["recompute"] = rec.to_dict()
         texts.append(rec.text())
         problems += [f"differs: {d}" for d in rec.differences]
+        upstream = [recompute_artifact(p, walk.root) for p in upstream_recomputable(walk)]
+        out["recompute_upstream"] = [r.to_dict() for r in upstream]
+        texts += [r.text() for r in upstream]
+        problems += [f"differs: {d}" for r in upstream for d in r.differences]
     if model is not None:
         c = cell(path, model, root, regrade)
         out["cell"] = c.to_dict()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -23,15 +24,16 @@ from pydantic import Field
 from ..config import ConfigError, Cost, StageParams
 from ..io import DataError, write_text
 from ..plan import estimate
-from ..provenance.sidecars import read_sidecar
+from ..provenance.sidecars import WORKFLOW_ENV, read_sidecar
 from .contract import stage
 
 
 class Params(StageParams, Cost):
     config: dict[str, Any] | None = Field(
         None,
-        description="the resolved experiment config, local paths resolved: the estimate the "
-        "ledger is compared with (none: no estimate columns)",
+        description="the resolved experiment config, its local paths relative to the repository "
+        "(the workflow's directory): the estimate the ledger is compared with (none: no estimate "
+        "columns)",
     )
 
 
@@ -244,7 +246,8 @@ def run(
         rates["gpu_types"] = {k: t.dump() for k, t in p.gpu_types.items()}
         config = {**p.config, "cost": {**p.config.get("cost", {}), **rates}}
         try:
-            bill = estimate.bill(config)
+            # the config's local files are relative to the repository: the workflow's directory
+            bill = estimate.bill(config, root=os.environ.get(WORKFLOW_ENV) or ".")
         except (ConfigError, DataError) as exc:  # a missing figure never costs the run its ledger
             why_not = str(exc)
     if bill:
