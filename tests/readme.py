@@ -78,8 +78,9 @@ def user_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def script(commands: list[str]) -> list[str]:
-    """``commands`` as one bash session that stops at the first failure, each echoed first."""
-    lines = ["set -euo pipefail"]
+    """``commands`` as one bash session that stops at the first failure, each echoed first, its
+    output and errors in one stream (in order)."""
+    lines = ["set -euo pipefail", "exec 2>&1"]
     for c in commands:
         lines += [f"echo {shlex.quote('$ ' + c)}", c]
     return ["bash", "-c", "\n".join(lines)]
