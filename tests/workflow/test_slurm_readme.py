@@ -1,14 +1,22 @@
 """The README's SLURM command, taken from README.md's text, on the local test cluster
 (scripts/slurm-up.sh): a wrong or empty account and a shape no node holds are refused before the
-first sbatch. The command's full run, with a requeued evaluation, is test_slurm.py's (the suite's
-one SLURM run)."""
+first sbatch; SIGTERM cancels its jobs and stops it at once. The command's full run, with a
+requeued evaluation, is test_slurm.py's (the suite's one SLURM run)."""
 
 import re
+import signal
 import subprocess
+import time
 
 import pytest
 
-from .test_slurm import cluster, command_here, slurm_config, slurm_env  # noqa: F401 (a fixture)
+from .test_slurm import (  # noqa: F401 (cluster: a fixture)
+    cluster,
+    command_here,
+    sacct,
+    slurm_config,
+    slurm_env,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cluster")]
 
@@ -40,3 +48,39 @@ def test_wrong_or_empty_account_and_impossible_shapes_are_refused_before_submitt
     assert "Submitted" not in proc.stdout + proc.stderr and set(after.split()) <= set(
         before.split()
     )
+
+
+def test_sigterm_cancels_the_runs_jobs_and_exits_at_once_without_a_false_failure(tmp_path):
+    """It waited 3 and 9 minutes for the running jobs, then said a job did not complete: now the
+    run's jobs are cancelled (scancel) and it exits within a status-polling interval (2 s here)."""
+    cmd = command_here(tmp_path, slurm_config())
+    out, err = tmp_path.with_suffix(".out"), tmp_path.with_suffix(".err")
+    with out.open("w") as o, err.open("w") as e:
+        proc = subprocess.Popen(cmd, stdout=o, stderr=e, env=slurm_env())
+    try:
+        submitted = []
+        while proc.poll() is None and not submitted:
+            submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", err.read_text())
+            time.sleep(0.2)
+        assert submitted, err.read_text()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        proc.wait(timeout=120)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = out.read_text() + err.read_text()
+    assert proc.returncode == 143, log[-4000:]
+    assert took < 30, took
+    assert "Stopped on SIGTERM: this run's SLURM jobs were cancelled" in log
+    assert "did not complete successfully" not in log and "Error in rule" not in log, log[-4000:]
+    for _ in range(20):  # sacct records the cancellation within a few seconds
+        states = {r["JobIDRaw"]: r["State"] for r in sacct(submitted, "JobIDRaw", "State")}
+        if {s.split()[0] for s in states.values()} == {"CANCELLED"}:  # "CANCELLED by <uid>"
+            break
+        time.sleep(1)
+    assert {s.split()[0] for s in states.values()} == {"CANCELLED"}, states
+    queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    assert not set(submitted) & set(queued.split())
