@@ -164,8 +164,8 @@ def requeue_first_evaluation(run: Started) -> None:
     """Requeue the first evaluation job seen running while ``run`` runs (a preemption)."""
     while run.proc.poll() is None:
         job = running_evaluation()
-        if job:
-            subprocess.run(["scontrol", "requeue", job], check=True)
+        # a job that ended between squeue and scontrol is not requeued: the next one is
+        if job and subprocess.run(["scontrol", "requeue", job]).returncode == 0:
             REQUEUED["evaluate"] = job
             return
         time.sleep(0.5)
