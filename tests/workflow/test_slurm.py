@@ -130,7 +130,7 @@ def slurm_env(**extra) -> dict:
     return snakemake_env({**os.environ, **ENV, **extra})
 
 
-def start_command(workdir: Path, cmd: list[str], nice: int = 0, **extra_env) -> Started:
+def start_command(workdir: Path, cmd: list[str], nice: int = 0) -> Started:
     """``cmd`` started in the background, its output in files beside ``workdir``."""
     out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
     with out.open("w") as stdout, err.open("w") as stderr:
@@ -138,7 +138,7 @@ def start_command(workdir: Path, cmd: list[str], nice: int = 0, **extra_env) -> 
             cmd,
             stdout=stdout,
             stderr=stderr,
-            env=slurm_env(**extra_env),
+            env=slurm_env(),
             preexec_fn=(lambda: os.nice(nice)) if nice else None,
         )
     return Started(proc, out, err)

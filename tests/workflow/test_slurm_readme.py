@@ -16,9 +16,11 @@ from .test_slurm import (  # noqa: F401 (cluster: a fixture)
     sacct,
     slurm_config,
     slurm_env,
+    start_command,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cluster")]
+SUBMITTED = r"has been submitted with SLURM jobid (\d+)"  # the plugin's line per sbatch
 
 
 def test_wrong_or_empty_account_and_impossible_shapes_are_refused_before_submitting(tmp_path):
@@ -53,16 +55,14 @@ def test_wrong_or_empty_account_and_impossible_shapes_are_refused_before_submitt
 def test_sigterm_cancels_the_runs_jobs_and_exits_at_once_without_a_false_failure(tmp_path):
     """It waited 3 and 9 minutes for the running jobs, then said a job did not complete: now the
     run's jobs are cancelled (scancel) and it exits within a status-polling interval (2 s here)."""
-    cmd = command_here(tmp_path, slurm_config())
-    out, err = tmp_path.with_suffix(".out"), tmp_path.with_suffix(".err")
-    with out.open("w") as o, err.open("w") as e:
-        proc = subprocess.Popen(cmd, stdout=o, stderr=e, env=slurm_env())
+    run = start_command(tmp_path, command_here(tmp_path, slurm_config()))
+    proc = run.proc
     try:
         submitted = []
         while proc.poll() is None and not submitted:
-            submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", err.read_text())
+            submitted = re.findall(SUBMITTED, run.err.read_text())
             time.sleep(0.2)
-        assert submitted, err.read_text()[-3000:]
+        assert submitted, run.err.read_text()[-3000:]
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
         proc.wait(timeout=120)
@@ -71,7 +71,7 @@ def test_sigterm_cancels_the_runs_jobs_and_exits_at_once_without_a_false_failure
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    log = out.read_text() + err.read_text()
+    log = run.out.read_text() + run.err.read_text()
     assert proc.returncode == 143, log[-4000:]
     assert took < 30, took
     assert "Stopped on SIGTERM: this run's SLURM jobs were cancelled" in log
