@@ -26,6 +26,7 @@ import yaml
 from stillroom.workflow import snakemake_env
 
 from ..conftest import REPO, Started, run_snakemake, small_config, wait_snakemake
+from ..test_harmless_logs import harmless_lines
 from .conftest import EARLY_NICE, started
 
 ENV = {"SLURM_ACCOUNT": "root", "STILLROOM_CPU_PARTITION": "cpu", "STILLROOM_GPU_PARTITION": "gpu"}
@@ -297,3 +298,12 @@ def test_cpus_per_node_were_capped_at_the_nodes_without_cores(slurm_run):
     ids = {prov["slurm_job_id"] for prov in sidecars.values()}
     cpus = sacct(ids, "JobIDRaw", "AllocCPUS", "NNodes")
     assert max(int(r["AllocCPUS"]) / int(r["NNodes"]) for r in cpus) <= 2
+
+
+def test_job_logs_carry_no_harmless_load_messages(slurm_run):
+    """torchao / bitsandbytes load messages are dropped at their loggers (stillroom.HARMLESS)."""
+    workdir, cfg, proc, root, sidecars = slurm_run
+    logs = list((root / "logs").rglob("*.log"))
+    assert any(p.name == "train.log" for p in logs)
+    for log in logs:
+        assert harmless_lines(log.read_text()) == [], log
