@@ -11,7 +11,6 @@ starting torchrun), and one evaluation job requeued while it runs by a monitor s
 import csv
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ import yaml
 from stillroom.workflow import snakemake_env
 
 from ..conftest import REPO, Started, run_snakemake, small_config, wait_snakemake
+from ..readme import block
 from ..test_harmless_logs import harmless_lines
 from .conftest import EARLY_NICE, started
 
@@ -97,13 +97,10 @@ def slurm_config() -> dict:
 
 
 def readme_slurm_command() -> list[str]:
-    """The `snakemake --profile profiles/slurm ...` line of the README's SLURM section."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("### On a SLURM cluster", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, re.S)[1]
-    lines = [ln for ln in block.splitlines() if ln.startswith("snakemake ")]
-    assert len(lines) == 1, lines
-    return shlex.split(lines[0].split("#")[0])
+    """The `snakemake --profile profiles/slurm ...` command of the README's SLURM block."""
+    commands = [c for c in block("pip install -e .") if c.startswith("snakemake ")]
+    assert len(commands) == 1, commands
+    return shlex.split(commands[0])
 
 
 def command_here(workdir: Path, cfg: dict) -> list[str]:
