@@ -16,6 +16,7 @@ import stillroom.io
 import stillroom.plan.checks
 import stillroom.plan.dag
 import stillroom.provenance.sidecars
+import stillroom.workflow
 import stillroom.runtime.templates
 import stillroom.stages.student
 import stillroom.plan.fit
@@ -114,6 +115,10 @@ def slurm_problems():
     return problems + stillroom.plan.fit.refusals(shapes, stillroom.plan.fit.cluster_nodes())
 
 
+# the SIGTERM event of a SLURM run, once onstart has set it
+SIGTERM = []
+
+
 onstart:
     # before the first sbatch: a refused shape would wait in the queue forever, a wrong account
     # fail every job
@@ -128,6 +133,20 @@ onstart:
             stillroom.provenance.sidecars.WORKFLOW_ENV: str(REPO),
         }
     )
+    # SIGTERM (a scheduler's stop, `kill`) cancels the run's SLURM jobs at once (stillroom/workflow.py)
+    if workflow.executor_plugin and workflow.executor_plugin.name.endswith("slurm"):
+        SIGTERM.append(stillroom.workflow.cancel_on_sigterm())
+
+
+onerror:
+    # Snakemake ends a stopped run with "At least one job did not complete successfully": after a
+    # SIGTERM none failed (a failed job's error came before), so say what happened and exit 143.
+    if any(received.is_set() for received in SIGTERM):
+        logger.warning(
+            "Stopped on SIGTERM: this run's SLURM jobs were cancelled (scancel); "
+            "the same command goes on from the finished jobs."
+        )
+        raise SystemExit(143)
 
 
 wildcard_constraints:

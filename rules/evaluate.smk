@@ -22,6 +22,7 @@ rule evaluate:
     resources:
         gpu=EVAL_GPUS,
         nodes=1,
+        mem_mb=PLAN.student_mem_mb("evaluate"),  # from the student's size
     log:
         f"{R}/logs/evaluate/{{model}}-{{bench}}.log",
     benchmark:
@@ -47,6 +48,7 @@ rule evaluate_budget:
     resources:
         gpu=EVAL_GPUS,
         nodes=1,
+        mem_mb=PLAN.student_mem_mb("evaluate_budget"),  # from the student's size
     log:
         f"{R}/logs/evaluate/{{model}}-{{bench}}-budget-{{budget}}.log",
     benchmark:
@@ -72,6 +74,7 @@ rule evaluate_effort:
     resources:
         gpu=EVAL_GPUS,
         nodes=1,
+        mem_mb=PLAN.student_mem_mb("evaluate_effort"),  # from the student's size
     log:
         f"{R}/logs/evaluate/{{model}}-{{bench}}-effort-{{effort}}.log",
     benchmark:

@@ -45,6 +45,8 @@ rule merge:
         **tracked(model=directory(f"{R}/ckpt/{{merge}}")),
     params:
         p=lambda w: PLAN.merge_params(w.merge),
+    resources:
+        mem_mb=PLAN.student_mem_mb("merge"),  # base and fine-tune: the student's size
     log:
         f"{R}/logs/{{merge}}.log",
     benchmark:

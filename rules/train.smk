@@ -25,6 +25,7 @@ rule train:
             key: lambda w, key=key: PLAN.train_resource(key, w.phase)
             for key in PLAN.train_resource_keys()
         },
+        mem_mb=PLAN.student_mem_mb("train"),  # per node, from the student's size
     log:
         f"{R}/logs/train{{phase}}.log",
     benchmark:

@@ -4,7 +4,9 @@ tests, the benchmarks and the SLURM plan."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -36,3 +38,20 @@ def snakemake_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     return env
+
+
+def cancel_on_sigterm() -> threading.Event:
+    """From now on, SIGTERM stops this Snakemake process as Ctrl-C does, and the returned event
+    says one came. Snakemake's own SIGTERM handler waits for every running job to end (hours for
+    a training job, then up to one status-polling interval, 180 s at most, before it notices) and
+    then reports that a job did not complete; its Ctrl-C path cancels the executor's jobs at once
+    (the SLURM plugin's cancel_jobs: one scancel of every active job) and returns after the status
+    thread's current sleep."""
+    received = threading.Event()
+
+    def stop(signum, frame):
+        received.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    return received

@@ -14,6 +14,7 @@ the launcher's ``srun`` (one ``torchrun`` per node) can use the whole allocation
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,3 +89,28 @@ def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
     if (config.get("kernels") or {}).get("device") == "cuda":
         gpus.update(grade_generation=1, grade_eval=1)
     return gpus
+
+
+# Host memory per node (MB) of the jobs that hold the student, as sized for the recipes' 4B
+# student (Qwen3-4B): training's FSDP state, data and checkpoints take most of a B200 node; a merge
+# holds two checkpoints; an evaluation a server and its samples. A smaller student asks its share
+# of these, at least STUDENT_MIN_MEM_MB (a torch process and its data); an unknown size, all.
+STUDENT_FULL_MEM_MB = {
+    "train": 1_000_000,
+    "merge": 256_000,
+    "evaluate": 128_000,
+    "evaluate_budget": 128_000,
+    "evaluate_effort": 128_000,
+}
+STUDENT_FULL_PARAMS = 4e9
+STUDENT_MIN_MEM_MB = 8000
+
+
+def student_mem_mb(rule: str, params: float | None, attempt: int) -> int:
+    """``rule``'s memory per node (MB) for a student of ``params`` parameters, on ``attempt``: a
+    retry asks that many times more; training's never more than its full size (a retry resumes
+    from its checkpoints, and the full size is most of a node)."""
+    full = STUDENT_FULL_MEM_MB[rule]
+    share = full if params is None else math.ceil(full * min(1.0, params / STUDENT_FULL_PARAMS))
+    mem = max(STUDENT_MIN_MEM_MB, share) * attempt
+    return min(full, mem) if rule == "train" else mem

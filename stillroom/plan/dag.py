@@ -19,7 +19,8 @@ from typing import Any
 
 from ..config import LOCAL_DATA, TEACHERS_TABLE, Decoding, Experiment, Forcing, Kernels
 from ..kernels.problemset import FAMILY_FILE, kernel_files, solution_files
-from .cluster import backend_gpus, stage_gpus, train_resources
+from .cluster import backend_gpus, stage_gpus, student_mem_mb, train_resources
+from .estimate import student_parameters
 
 
 def unset_profile_variables(
@@ -392,6 +393,15 @@ class Plan:
     def ablation_resources(self) -> dict[str, Any]:
         """Nodes and GPUs of a dataset ablation's training job, from train.distributed."""
         return train_resources(self.config)
+
+    @cached_property
+    def student_parameters(self) -> float | None:
+        return student_parameters(self.experiment, self.root)
+
+    def student_mem_mb(self, rule: str):
+        """mem_mb of ``rule``'s jobs, which hold the student: a resource function of the attempt
+        that follows the student's size (stillroom/plan/cluster.py student_mem_mb)."""
+        return lambda wildcards, attempt: student_mem_mb(rule, self.student_parameters, attempt)
 
     @property
     def chat_template(self) -> dict[str, str]:

@@ -1139,3 +1139,15 @@ class _Billing:
                     for e in efforts
                 ],
             )
+
+
+def student_parameters(exp: Experiment, root: str | Path = ".") -> float | None:
+    """The student's parameters: cost.estimate.models' params_b for its pretrained id, else counted
+    from its architecture (those figures', a local config.json, or the shape it is built with from
+    scratch); None where the config knows none of them."""
+    billing = _Billing(exp, Path(root))
+    own = billing.est.models.get(exp.student.pretrained) if exp.student.pretrained else None
+    if own is not None:
+        return own.params_b * 1e9
+    arch = billing.architecture(exp.student.pretrained, "student")
+    return None if arch is None else float(sum(parameters(arch).values()))

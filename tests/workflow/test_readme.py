@@ -34,6 +34,8 @@ RUN_BY = {
     "snakemake --cores 2 results/beam-qlora-mp-smoke/ckpt/sft": [
         "tests/workflow/test_readme.py::start_first_contact",
     ],
+    # the SLURM block: its snakemake command on the test cluster (`stillroom plan`: test_slurm_plan)
+    "pip install -e .": ["tests/workflow/test_slurm.py::readme_slurm_command"],
     "snakemake --cores 2 --configfile config/experiments/autotriton-tiny.yaml": [
         "tests/workflow/test_experiments.py::test_autotriton_tiny_runs_end_to_end",
         "tests/workflow/test_readme.py::test_the_recipes_slurm_commands_stop_before_submitting",

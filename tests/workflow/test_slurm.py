@@ -2,20 +2,31 @@
 sr2 with stand-in GPUs) and slurmdbd, started by scripts/slurm-up.sh (.ci/run starts it; without it
 these skip, except under CI=true, where they fail).
 
-The small pipeline runs through `snakemake --profile profiles/slurm` unchanged but for faster status
-polling, with training over 2 nodes: its job runs `srun` with one task per node, each starting
-torchrun."""
+One run of the suite goes through SLURM: the README's SLURM command, taken from README.md's text,
+with the small config and faster status polling, nothing else: no --cores (threads are capped at the
+largest node's CPUs), training over 2 nodes (its job runs `srun` with one task per node, each
+starting torchrun), and one evaluation job requeued while it runs by a monitor started with the run
+(the profile submits without arrays: README, profiles/slurm/profile.yaml)."""
 
 import csv
 import json
 import os
+import shlex
 import shutil
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from ..conftest import REPO, Started, run_snakemake, small_config, start_snakemake, wait_snakemake
+from stillroom.workflow import snakemake_env
+
+from ..conftest import REPO, Started, run_snakemake, small_config, wait_snakemake
+from ..readme import block
+from ..test_harmless_logs import harmless_lines
 from .conftest import EARLY_NICE, started
 
 ENV = {"SLURM_ACCOUNT": "root", "STILLROOM_CPU_PARTITION": "cpu", "STILLROOM_GPU_PARTITION": "gpu"}
@@ -85,12 +96,88 @@ def slurm_config() -> dict:
     return cfg
 
 
+def readme_slurm_command() -> list[str]:
+    """The `snakemake --profile profiles/slurm ...` command of the README's SLURM block."""
+    commands = [c for c in block("pip install -e .") if c.startswith("snakemake ")]
+    assert len(commands) == 1, commands
+    return shlex.split(commands[0])
+
+
+def command_here(workdir: Path, cfg: dict) -> list[str]:
+    """The README's command with its paths made absolute and its config file replaced by ``cfg``,
+    run in ``workdir`` with the tests' faster status polling."""
+    cmd = readme_slurm_command()
+    assert cmd[:3] == ["snakemake", "--profile", "profiles/slurm"], cmd
+    configfile = cmd.index("--configfile")
+    cfg_path = workdir / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    args = cmd[1:configfile] + cmd[configfile + 2 :]
+    args[args.index("profiles/slurm")] = str(REPO / "profiles" / "slurm")
+    polling = REPO / "tests" / "workflow" / "slurm_fast_polling.py"
+    return [sys.executable, str(polling), "-s", str(REPO / "Snakefile")] + [
+        "--directory",
+        str(workdir),
+        *args,
+        *FAST[2:],
+        "--configfile",
+        str(cfg_path),
+    ]
+
+
+def slurm_env(**extra) -> dict:
+    return snakemake_env({**os.environ, **ENV, **extra})
+
+
+def start_command(workdir: Path, cmd: list[str], nice: int = 0) -> Started:
+    """``cmd`` started in the background, its output in files beside ``workdir``."""
+    out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=stdout,
+            stderr=stderr,
+            env=slurm_env(),
+            preexec_fn=(lambda: os.nice(nice)) if nice else None,
+        )
+    return Started(proc, out, err)
+
+
+def running_evaluation() -> str | None:
+    """A running evaluate job's id (its comment names the rule), or None."""
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "RUNNING", "-o", "%i|%k"], capture_output=True, text=True
+    ).stdout
+    for line in out.splitlines():
+        job, comment = line.split("|", 1)
+        if comment.startswith("rule_evaluate_wildcards"):
+            return job
+    return None
+
+
+# start_slurm_run's monitor: the evaluation job it requeued (None: none ran while the run did)
+REQUEUED: dict[str, str | None] = {}
+
+
+def requeue_first_evaluation(run: Started) -> None:
+    """Requeue the first evaluation job seen running while ``run`` runs (a preemption)."""
+    while run.proc.poll() is None:
+        job = running_evaluation()
+        # a job that ended between squeue and scontrol is not requeued: the next one is
+        if job and subprocess.run(["scontrol", "requeue", job]).returncode == 0:
+            REQUEUED["evaluate"] = job
+            return
+        time.sleep(0.5)
+    REQUEUED["evaluate"] = None
+
+
 def start_slurm_run(workdir: Path) -> Started | None:
-    """The run through the profile, started once these tests are collected (conftest.py)."""
+    """The README's command, started once these tests are collected (conftest.py), with the monitor
+    that requeues one of its evaluation jobs."""
     if _cluster_problem():
         return None  # the cluster fixture skips, or fails under CI
-    polling = Path(__file__).with_name("slurm_fast_polling.py")
-    return start_snakemake(workdir, slurm_config(), *FAST, env=ENV, script=polling, nice=EARLY_NICE)
+    run = start_command(workdir, command_here(workdir, slurm_config()), nice=EARLY_NICE)
+    threading.Thread(target=requeue_first_evaluation, args=(run,), daemon=True).start()
+    return run
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.early_run.with_args(start_slurm_run)]
@@ -101,6 +188,8 @@ def slurm_run(cluster):
     workdir, run = started(start_slurm_run)
     cfg = slurm_config()
     proc = wait_snakemake(run)
+    assert "MissingOutputException" not in proc.stdout + proc.stderr
+    assert "Error in rule" not in proc.stdout + proc.stderr
     root = workdir / "results" / "slurm"
     sidecars = {
         str(p.relative_to(root)): json.loads(p.read_text()) for p in root.rglob("*.prov.json")
@@ -186,3 +275,32 @@ def test_a_second_run_through_the_profile_submits_nothing(slurm_run):
     workdir, cfg, *_ = slurm_run
     proc = run_snakemake(workdir, cfg, *FAST, env=ENV)
     assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_the_requeued_evaluation_ran_again_and_wrote_its_own_outputs(slurm_run):
+    workdir, cfg, proc, root, sidecars = slurm_run
+    requeued = REQUEUED.get("evaluate")
+    assert requeued, "no evaluation job ran while the run did"
+    ids = {prov["slurm_job_id"] for prov in sidecars.values()}
+    assert requeued in ids  # its sidecars name it: it wrote its own outputs when it ran again
+    states = {r["JobIDRaw"]: r["State"] for r in sacct(ids, "JobIDRaw", "State")}
+    assert set(states.values()) == {"COMPLETED"}, states  # sacct agrees with snakemake
+
+
+def test_cpus_per_node_were_capped_at_the_nodes_without_cores(slurm_run):
+    """The README's command has no --cores: the profile's 8 to 64 threads are capped at the nodes'
+    2 CPUs (training: 2 nodes)."""
+    workdir, cfg, proc, root, sidecars = slurm_run
+    assert "--cores" not in proc.args
+    ids = {prov["slurm_job_id"] for prov in sidecars.values()}
+    cpus = sacct(ids, "JobIDRaw", "AllocCPUS", "NNodes")
+    assert max(int(r["AllocCPUS"]) / int(r["NNodes"]) for r in cpus) <= 2
+
+
+def test_job_logs_carry_no_harmless_load_messages(slurm_run):
+    """torchao / bitsandbytes load messages are dropped at their loggers (stillroom.HARMLESS)."""
+    workdir, cfg, proc, root, sidecars = slurm_run
+    logs = list((root / "logs").rglob("*.log"))
+    assert any(p.name == "train.log" for p in logs)
+    for log in logs:
+        assert harmless_lines(log.read_text()) == [], log

@@ -151,7 +151,26 @@ def test_per_run_overrides_replace_the_profiles_entries():
     set-resources (and set-threads) with the command line's instead of merging them."""
     plans = plan([DISTILL], extra=["--set-resources", "generate:mem_mb=7"])
     train = opts(plans["train[phase=medium]"].sbatch)
-    assert (train["-p"], train["--mem"]) == ("cpu", "8000")
+    assert train["-p"] == "cpu"  # default-resources' partition: the profile's train entry is gone
+    assert train["--mem"] == "1000000"  # the rule's own, from the student's size
+    assert opts(plans["grade_generation"].sbatch)["--mem"] == "8000"  # default-resources'
+
+
+def test_memory_of_the_student_holding_jobs_follows_the_students_size(tmp_path, distill):
+    """The small config's 22k-parameter student asks the least (8 GB) where beam-distill's 4B one
+    asks the sizes the profile had: 1 TB to train, 256 GB to merge, 128 GB to evaluate."""
+    cfg = small_config()
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    small = plan([path])
+    for rule in ("train", "merge", "evaluate", "evaluate_budget"):
+        assert opts(small[rule].sbatch)["--mem"] == "8000", (rule, small[rule].sbatch)
+    assert opts(distill["train[phase=medium]"].sbatch)["--mem"] == "1000000"
+    assert opts(distill["train[phase=efforts]"].sbatch)["--mem"] == "1000000"
+    assert opts(distill["merge"].sbatch)["--mem"] == "256000"
+    assert opts(distill["evaluate"].sbatch)["--mem"] == "128000"
+    third = opts(plan([path], extra=["--attempt", "3"])["evaluate"].sbatch)
+    assert third["--mem"] == "24000"  # a retry asks more, as the profile's `* attempt` did
 
 
 def test_retries_come_back_with_more_memory_and_time():
