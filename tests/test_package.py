@@ -178,6 +178,7 @@ def test_the_kernel_track_is_imported_only_by_kernel_specific_code():
         "stillroom.stages.student",  # the tokenizer learns the training problems' reference code
         "stillroom.plan.dag",  # kernel problem and solution files are the workflow's inputs
         "stillroom.plan.checks",  # a kernel source's problem names, checked before any job
+        "stillroom.review.recompute",  # --recompute regrades a kernel grade with its key
     }
     for module, imported in import_graph().items():
         if module.startswith("stillroom.kernels"):

@@ -35,7 +35,6 @@ RUN_BY = {
         "tests/workflow/test_readme.py::start_first_contact",
     ],
     # the SLURM block: its snakemake command on the test cluster (`stillroom plan`: test_slurm_plan)
-    "pip install -e .": ["tests/workflow/test_slurm.py::readme_slurm_command"],
     "snakemake --cores 2 --configfile config/experiments/autotriton-tiny.yaml": [
         "tests/workflow/test_experiments.py::test_autotriton_tiny_runs_end_to_end",
         "tests/workflow/test_readme.py::test_the_recipes_slurm_commands_stop_before_submitting",
@@ -45,6 +44,7 @@ RUN_BY = {
     ],
     "make venv && source .venv/bin/activate": [
         "tests/workflow/test_readme.py::test_the_recipes_slurm_commands_stop_before_submitting",
+        "tests/workflow/test_slurm.py::readme_slurm_command",
     ],
     "stillroom audit results/tiny/tables/heldout.md": [
         "tests/workflow/test_readme.py::start_first_contact",

@@ -98,7 +98,8 @@ def slurm_config() -> dict:
 
 def readme_slurm_command() -> list[str]:
     """The `snakemake --profile profiles/slurm ...` command of the README's SLURM block."""
-    commands = [c for c in block("pip install -e .") if c.startswith("snakemake ")]
+    commands = block("make venv && source .venv/bin/activate")
+    commands = [c for c in commands if c.startswith("snakemake ")]
     assert len(commands) == 1, commands
     return shlex.split(commands[0])
 
