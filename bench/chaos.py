@@ -470,7 +470,10 @@ def table_rows(path: Path) -> list[tuple[tuple[str, ...], tuple[str, ...]]] | No
 
 def table_columns_differing(a: Path, b: Path) -> set[str] | None:
     """The columns whose cells differ between two tables of the same shape; None when they
-    differ otherwise (or are not tables)."""
+    differ otherwise (or are not tables). A table's HTML page is its Markdown rendered with a
+    caption (analysis/tables/render.py): judged by the Markdown beside it."""
+    if a.suffix == ".html" and a.with_suffix(".md").exists() and b.with_suffix(".md").exists():
+        return table_columns_differing(a.with_suffix(".md"), b.with_suffix(".md")) or None
     if a.suffix not in (".csv", ".md"):
         return None
     ra, rb = table_rows(a), table_rows(b)

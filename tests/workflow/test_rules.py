@@ -18,17 +18,20 @@ import yaml
 
 from stillroom import cli
 from stillroom.cli import STAGES
-from stillroom.config import resolve
+from stillroom.config import load_yaml, resolve
 
 from ..conftest import REPO, recipe_files
+from ..readme import repo_copy
 from .test_contracts import command_problems
 
 RECIPES = [None, *sorted((REPO / "config" / "experiments").glob("*.yaml"))]
 
 
-def _snakemake(*args: str, cwd: Path, configfiles=()) -> subprocess.CompletedProcess:
+def _snakemake(
+    *args: str, cwd: Path, configfiles=(), snakefile: Path = REPO / "Snakefile"
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(cwd), *args]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(cwd), *args]
     if configfiles:
         cmd += ["--configfile", *map(str, configfiles)]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
@@ -94,10 +97,23 @@ def test_the_conda_environment_lists_the_project_dependencies():
         for r in RECIPES
     ],
 )
-def test_parsing_writes_nothing_and_lint_is_clean(dry_run, recipe):
+def test_parsing_writes_nothing_and_lint_is_clean(dry_run, recipe, tmp_path):
     """A dry run and a lint of every recipe: nothing appears in the working directory but
-    Snakemake's own state, and the linter finds nothing."""
-    workdir, dry = dry_run(_configfiles(recipe))
+    Snakemake's own state, and the linter finds nothing. A recipe naming stand-in models (a
+    missing local student is refused while the DAG is built) runs in a copy of the repository
+    where `stillroom stand-ins` has built them, as the README runs it."""
+    snakefile, configfiles = REPO / "Snakefile", _configfiles(recipe)
+    if recipe is not None and "stand-ins" in str(load_yaml(recipe)["student"].get("pretrained")):
+        copy = repo_copy(tmp_path / "repo")
+        configfiles = [copy / Path(c).relative_to(REPO) for c in configfiles]
+        stand_ins = ["stand-ins", "--configfile", *map(str, configfiles), "--root", str(copy)]
+        subprocess.run([sys.executable, "-m", "stillroom", *stand_ins], check=True, timeout=600)
+        snakefile, workdir = copy / "Snakefile", tmp_path / "work"
+        workdir.mkdir()
+        dry = _snakemake("-n", "-p", "--cores", "2", cwd=workdir, configfiles=configfiles,
+                         snakefile=snakefile)  # fmt: skip
+    else:
+        workdir, dry = dry_run(configfiles)
     assert dry.returncode == 0, dry.stderr[-3000:]
     # every rule's shell line against its stage's contract (stages/contract.py)
     commands, problems = command_problems(dry.stdout)
@@ -105,7 +121,7 @@ def test_parsing_writes_nothing_and_lint_is_clean(dry_run, recipe):
     # one teacher for every effort: no warning, no teachers table
     assert "mixes teachers" not in dry.stdout and "teacher_tables" not in dry.stdout
     assert {p.name for p in workdir.iterdir()} <= {".snakemake"}
-    lint = _snakemake("--lint", cwd=workdir, configfiles=_configfiles(recipe))
+    lint = _snakemake("--lint", cwd=workdir, configfiles=configfiles, snakefile=snakefile)
     assert "Congratulations, your workflow is in a good condition!" in lint.stdout + lint.stderr, (
         lint.stdout[-3000:] + lint.stderr[-3000:]
     )
@@ -238,6 +254,8 @@ def test_the_snakefile_needs_stillroom_on_path(tmp_path):
 def test_a_student_whose_template_cannot_be_marked_is_refused_at_dag_build(tmp_path):
     """A local pretrained student is checked while the workflow is parsed; a configured training
     template reaches the train job as an input."""
+    from transformers import Qwen3Config
+
     from stillroom.runtime.student import CHAT_TEMPLATE, train_tokenizer
 
     tokenizer = tmp_path / "student"
@@ -246,6 +264,11 @@ def test_a_student_whose_template_cannot_be_marked_is_refused_at_dag_build(tmp_p
         "{% endgeneration %}", ""
     )
     tok.save_pretrained(tokenizer)
+    # a model directory (its config; no weights are read while the DAG is built)
+    Qwen3Config(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+    ).save_pretrained(tokenizer)  # fmt: skip
     overlay = tmp_path / "student.yaml"
     overlay.write_text(
         yaml.safe_dump(

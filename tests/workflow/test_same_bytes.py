@@ -99,7 +99,7 @@ def artifacts(experiment: Path) -> dict[Path, bytes]:
 def difference(a: Path, b: Path, chaos) -> str | None:
     """Where two files differ, None when only by their clock readings: the first line and, for
     records, the keys; for a table, its columns."""
-    if a.suffix in (".csv", ".md") and (columns := chaos.table_columns_differing(a, b)):
+    if a.suffix in (".csv", ".md", ".html") and (columns := chaos.table_columns_differing(a, b)):
         if all(chaos.WALL_TIME_COLUMNS.match(c) for c in columns):
             return None
         return f"columns {sorted(columns)}"
