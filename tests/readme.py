@@ -84,3 +84,22 @@ def script(commands: list[str]) -> list[str]:
     for c in commands:
         lines += [f"echo {shlex.quote('$ ' + c)}", c]
     return ["bash", "-c", "\n".join(lines)]
+
+
+def start(commands: list[str], copy: Path, workdir: Path, nice: int):
+    """``commands`` started as one shell session (``script``) in the repository copy ``copy`` as
+    a new user's shell (``user_env``), at niceness ``nice``; its output in files beside
+    ``workdir`` (tests/conftest.py Started)."""
+    from .conftest import Started
+
+    out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            script(commands),
+            cwd=copy,
+            stdout=stdout,
+            stderr=stderr,
+            env=user_env(),
+            preexec_fn=lambda: os.nice(nice),
+        )
+    return Started(proc, out, err)

@@ -22,14 +22,6 @@ TABLE = "results/small/tables/heldout.md"
 slow = pytest.mark.slow
 
 
-@pytest.fixture
-def run(done, tmp_path):
-    """A private copy of the finished run; sidecar paths are relative to it."""
-    workdir, _, _ = done
-    shutil.copytree(workdir / "results", tmp_path / "run" / "results", symlinks=True)
-    return tmp_path / "run"
-
-
 def problems(report):
     return {(p.kind, p.path) for p in report.problems}
 

@@ -3,7 +3,6 @@
 agree with a record nobody can rewrite alone (the config snapshot, a later job's sidecar), catches
 them. The pipeline tests tamper with a private copy of the shared finished run."""
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -27,14 +26,6 @@ from ..conftest import kernel_records
 TABLE = "results/small/tables/heldout.md"
 DATASET = "results/small/dataset/train.jsonl"
 slow = pytest.mark.slow
-
-
-@pytest.fixture
-def run(done, tmp_path):
-    """A private copy of the finished run; sidecar paths are relative to it."""
-    workdir, _, _ = done
-    shutil.copytree(workdir / "results", tmp_path / "run" / "results", symlinks=True)
-    return tmp_path / "run"
 
 
 def forge(root, artifact):

@@ -2,8 +2,6 @@
 end to end."""
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from ..conftest import (
     structural_differences,
     wait_snakemake,
 )
-from ..readme import block, repo_copy, script, user_env
+from ..readme import block, repo_copy, start
 from .conftest import EARLY_NICE, started
 from .test_pipeline import scheduled
 
@@ -239,17 +237,7 @@ def start_twin(workdir: Path) -> Started:
     recipe, in a copy of the repository in ``workdir``."""
     copy = repo_copy(workdir)
     commands = block("stillroom stand-ins --configfile config/experiments/beam-distill-smoke.yaml")
-    out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
-    with out.open("w") as stdout, err.open("w") as stderr:
-        proc = subprocess.Popen(
-            script(["source .venv/bin/activate", *commands]),
-            cwd=copy,
-            stdout=stdout,
-            stderr=stderr,
-            env=user_env(),
-            preexec_fn=lambda: os.nice(EARLY_NICE),
-        )
-    return Started(proc, out, err)
+    return start(["source .venv/bin/activate", *commands], copy, workdir, EARLY_NICE)
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ..conftest import REPO, Started, small_config, wait_snakemake
-from ..readme import block, blocks, repo_copy, script, user_env
+from ..readme import block, blocks, repo_copy, script, start, user_env
 from .conftest import EARLY_NICE, started
 from .test_slurm import _cluster_problem
 
@@ -90,17 +90,7 @@ def start_first_contact(workdir: Path) -> Started:
         *block("snakemake --cores 2 results/beam-qlora-mp-smoke/ckpt/sft"),
         *block("stillroom audit results/tiny/tables/heldout.md"),  # after make run's tables
     ]
-    out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
-    with out.open("w") as stdout, err.open("w") as stderr:
-        proc = subprocess.Popen(
-            script(commands),
-            cwd=copy,
-            stdout=stdout,
-            stderr=stderr,
-            env=user_env(),
-            preexec_fn=lambda: os.nice(EARLY_NICE),
-        )
-    return Started(proc, out, err)
+    return start(commands, copy, workdir, EARLY_NICE)
 
 
 @pytest.mark.slow
