@@ -4,13 +4,17 @@ tied to the test that runs it (RUN_BY), so a block added or edited without a wor
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
+
+from stillroom.review.bundle import MANIFEST
 
 from ..conftest import REPO, Started, small_config, wait_snakemake
 from ..readme import block, blocks, repo_copy, script, start, user_env
@@ -109,6 +113,25 @@ def test_a_new_user_runs_the_readme_commands():
     assert (workdir / "results/beam-qlora-mp-smoke/ckpt/sft.prov.json").exists()
     # the audit block: the cell tied to its counts, the regenerated tables, a bundle audited
     assert "cell: accuracy = " in proc.stdout and (workdir / "tiny-bundle.zip").exists()
+    # the README's bundle figures (written by scripts/readme_bundle_figures.py) against this bundle
+    mb, files, unpacked = readme_bundle_figures()
+    with zipfile.ZipFile(workdir / "tiny-bundle.zip") as z:
+        manifest = json.loads(z.read(next(n for n in z.namelist() if n.endswith(MANIFEST))))
+    size_mb = (workdir / "tiny-bundle.zip").stat().st_size / 1e6
+    assert len(manifest["files"]) == files, (len(manifest["files"]), files)
+    measured_unpacked = sum(e["size"] for e in manifest["files"]) / 1e6
+    assert abs(size_mb - mb) <= 0.1 * mb and abs(measured_unpacked - unpacked) <= 0.1 * unpacked, (
+        f"README says {mb} MB, {unpacked} MB unpacked; the run's bundle is {size_mb:.2f} MB, "
+        f"{measured_unpacked:.1f} MB unpacked: python scripts/readme_bundle_figures.py results/tiny"
+    )
+
+
+def readme_bundle_figures() -> tuple[float, int, float]:
+    """The README's bundle figures without the report: zip MB, files, unpacked MB."""
+    text = (REPO / "README.md").read_text()
+    said = re.search(r"<!-- bundle-figures -->(.*?)<!-- /bundle-figures -->", text, re.S)
+    mb, files, unpacked = re.findall(r"\d+(?:\.\d+)?", said[1])[:3]
+    return float(mb), int(files), float(unpacked)
 
 
 def test_the_recipes_slurm_commands_stop_before_submitting(tmp_path):
