@@ -36,8 +36,8 @@ from .experiment import SPLITS, TEACHERS_TABLE, Experiment
 from .generation import (
     PROCEDURAL_DETAIL,
     DatasetSelection,
+    EffortGroup,
     Generation,
-    GenerationRule,
     HFSpec,
     OpenAISpec,
     ProceduralSpec,
@@ -71,7 +71,7 @@ __all__ = [
     "Experiment",
     "Forcing",
     "Generation",
-    "GenerationRule",
+    "EffortGroup",
     "Grpo",
     "Heldout",
     "Kernels",

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,8 +38,6 @@ SPLITS = ("heldout", "dev", "train")
 TEACHERS_TABLE = "teachers"
 # tables/<benchmark><suffix>.md: a benchmark's budget, effort and kernel tables (rules/tables.smk)
 TABLE_SUFFIXES = ("-budgets", "-efforts", "-kernels")
-# rules/*.smk's own rules, by name (the generation rules are named by Generation.rules())
-_RULE = re.compile(r"^\s*rule\s+(\w+)\s*:", re.MULTILINE)
 
 
 class Experiment(Section):
@@ -373,7 +369,6 @@ class Experiment(Section):
                     f"{key}.path: {spec.path} is a local file of an unknown kind: local data is "
                     f"{', '.join(LOCAL_DATA)}"
                 )
-        problems += self._rule_problems(root)
         if not any(p.startswith("student.pretrained") for p in problems):
             problems += student_model.problems(self, root)
         return problems
@@ -385,28 +380,3 @@ class Experiment(Section):
         return benchmarks + [
             (f"sources.{i}", s) for i, s in enumerate(self.sources) if isinstance(s, DatasetSpec)
         ]
-
-    def _rule_problems(self, root: Path) -> list[str]:
-        """cost.gpus and cost.gpu_type_by_rule name rules of the workflow."""
-        cost = self.cost
-        named = [("gpus", r) for r in cost.gpus] + [
-            ("gpu_type_by_rule", r) for r in cost.gpu_type_by_rule
-        ]
-        if not named:
-            return []
-        rules = {
-            m
-            for smk in sorted((root / "rules").glob("*.smk"))
-            for m in _RULE.findall(smk.read_text())
-        }
-        rules |= {r.name for r in self.generation.rules()}
-        rules |= {f"train-{ph.name}" for ph in self.train.phases}
-        problems = []
-        for key, rule in named:
-            if rule not in rules:
-                close = difflib.get_close_matches(rule, rules, n=1)
-                hint = (
-                    f"did you mean '{close[0]}'?" if close else f"one of {', '.join(sorted(rules))}"
-                )
-                problems.append(f"cost.{key}.{rule}: not a rule of the workflow ({hint})")
-        return problems

@@ -3,7 +3,6 @@ how the SFT dataset is chosen from the graded answers."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from string import Template
 from typing import Annotated, Any, Literal, get_args
@@ -15,16 +14,13 @@ from .data import KernelBookSource
 
 
 @dataclass(frozen=True)
-class GenerationRule:
-    """One generation rule of the workflow: its teacher and efforts. Every job of a rule has the
-    same shape (a SLURM array takes its resources from its first job), so a teacher whose efforts
-    are not grouped gets a rule of its own: ``generate`` for generation.teacher,
-    ``generate_<teacher>`` for another one; a group keeps ``generate_<efforts>``."""
+class EffortGroup:
+    """Efforts one teacher generates: ``together``, one job per shard serves them all (one server
+    start, an entry of generation.effort_groups); else one job per shard and effort."""
 
-    name: str
     teacher: str
     efforts: tuple[str, ...]
-    grouped: bool
+    together: bool
 
 
 class Generation(Section):
@@ -96,19 +92,6 @@ class Generation(Section):
                 f"('{self.teacher}'), the reference the others are compared with, generates "
                 "nothing: make one of them teacher"
             )
-        # a teacher's rule is named after it: it may clash with a group's or another teacher's
-        names: dict[str, str] = {}
-        for rule in sorted(self.rules(), key=lambda r: not r.grouped):
-            if rule.name in names:
-                problems.append(
-                    f"effort_teachers: the rule {rule.name} of teacher '{rule.teacher}' has the "
-                    f"name of the rule of {names[rule.name]}: rename the teacher"
-                )
-            names[rule.name] = (
-                f"effort group {list(rule.efforts)}"
-                if rule.grouped
-                else f"teacher '{rule.teacher}'"
-            )
         return problems
 
     def shards_of(self, effort: str) -> int:
@@ -132,24 +115,16 @@ class Generation(Section):
     def efforts_of(self, teacher: str) -> list[str]:
         return [e for e in self.efforts if self.teacher_of(e) == teacher]
 
-    def rules(self) -> list[GenerationRule]:
-        """The generation rules: per teacher, its efforts outside effort_groups (one effort a job);
-        then each group (all its efforts in one job)."""
+    def effort_jobs(self) -> list[EffortGroup]:
+        """The efforts of each generation job: per teacher, its efforts outside effort_groups (one
+        effort a job); then each of effort_groups (all its efforts in one job)."""
         grouped = {e for g in self.effort_groups for e in g}
-        rules = []
-        for teacher in self.used_teachers:
-            single = tuple(e for e in self.efforts_of(teacher) if e not in grouped)
-            if single:
-                name = (
-                    "generate"
-                    if teacher == self.teacher
-                    else "generate_" + re.sub(r"[^A-Za-z0-9_]", "_", teacher)
-                )
-                rules.append(GenerationRule(name, teacher, single, grouped=False))
-        for group in self.effort_groups:
-            name = f"generate_{'_'.join(group)}"
-            rules.append(GenerationRule(name, self.teacher_of(group[0]), tuple(group), True))
-        return rules
+        singles = [
+            EffortGroup(t, tuple(e for e in self.efforts_of(t) if e not in grouped), False)
+            for t in self.used_teachers
+        ]
+        together = [EffortGroup(self.teacher_of(g[0]), tuple(g), True) for g in self.effort_groups]
+        return [g for g in singles if g.efforts] + together
 
     def mixing_warning(self, table: str) -> str | None:
         """What a config that mixes teachers across efforts is told when the workflow is built."""

@@ -5,6 +5,8 @@ the workflow (rules/common.smk) and `stillroom estimate` / `check-config` run be
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,10 @@ from ..config.data import KernelSource
 from ..config.student_model import config_json, local_model
 from ..io import DataError
 from ..kernels import family, problemset
+from .generation import generation_rules, name_problems
+
+# rules/*.smk's own rules, by name (the generation rules are named by plan/generation.py)
+_RULE = re.compile(r"^\s*rule\s+(\w+)\s*:", re.MULTILINE)
 
 
 def resolve(config: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]:
@@ -38,10 +44,33 @@ def workflow_config(
 
 def _checked(resolved: dict[str, Any], root: Path) -> dict[str, Any]:
     exp = Experiment.parse(resolved)
-    problems = kernel_problems(exp) + model_problems(exp, root)
+    problems = name_problems(exp.generation) + rule_problems(exp, root)
+    problems += kernel_problems(exp) + model_problems(exp, root)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
     return resolved
+
+
+def rule_problems(exp: Experiment, root: Path) -> list[str]:
+    """cost.gpus and cost.gpu_type_by_rule name rules of the workflow."""
+    cost = exp.cost
+    named = [("gpus", r) for r in cost.gpus] + [
+        ("gpu_type_by_rule", r) for r in cost.gpu_type_by_rule
+    ]
+    if not named:
+        return []
+    rules = {
+        m for smk in sorted((root / "rules").glob("*.smk")) for m in _RULE.findall(smk.read_text())
+    }
+    rules |= {r.name for r in generation_rules(exp.generation)}
+    rules |= {f"train-{ph.name}" for ph in exp.train.phases}
+    problems = []
+    for key, rule in named:
+        if rule not in rules:
+            close = difflib.get_close_matches(rule, rules, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"one of {', '.join(sorted(rules))}"
+            problems.append(f"cost.{key}.{rule}: not a rule of the workflow ({hint})")
+    return problems
 
 
 def kernel_problems(exp: Experiment) -> list[str]:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import Generation, Grpo, Server, Train
+from .generation import generation_rules
 
 
 def server_gpus(spec: Mapping[str, Any]) -> int:
@@ -67,7 +68,7 @@ def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
     layout = _layout(config, "train")
     evaluation = backend_gpus(config["eval"]["backend"])
     # one teacher per generation rule (generation.effort_teachers): its server's GPUs
-    generation = Generation.parse(config["generation"], where="generation").rules()
+    generation = generation_rules(Generation.parse(config["generation"], where="generation"))
     # a training phase with a layout of its own is charged as train-<phase name>
     phases = [
         (ph["name"], _layout(config, "train", i))

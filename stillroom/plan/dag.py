@@ -21,6 +21,7 @@ from ..config import LOCAL_DATA, TEACHERS_TABLE, Decoding, Experiment, Forcing, 
 from ..kernels.problemset import FAMILY_FILE, kernel_files, solution_files
 from .cluster import backend_gpus, stage_gpus, student_mem_mb, train_resources
 from .estimate import student_parameters
+from .generation import GenerationRule, generation_rules
 
 
 def unset_profile_variables(
@@ -465,6 +466,41 @@ class Plan:
 
     def shard_params(self) -> str:
         return self.as_json(shards=len(self.shards))
+
+    def generation_rules(self) -> list[GenerationRule]:
+        return generation_rules(self.generation)
+
+    def generation_files(self, rule: GenerationRule) -> dict[str, Any]:
+        """A generation rule's samples (output name -> path), log and timing: a job of one effort
+        has it as the {effort} wildcard, a group's job names each of its efforts."""
+
+        def samples(effort: str) -> str:
+            return f"{self.results}/gen/{{teacher}}/{effort}/shard-{{shard}}.jsonl"
+
+        if rule.group.together:
+            return {
+                "samples": {e: samples(e) for e in rule.efforts},
+                "log": f"{self.results}/logs/generate/{{teacher}}-{'-'.join(rule.efforts)}-"
+                "{shard}.log",
+                "timing": self.timing(rule.name, "{teacher}-{shard}"),
+            }
+        return {
+            "samples": {"samples": samples("{effort}")},
+            "log": f"{self.results}/logs/generate/{{teacher}}-{{effort}}-{{shard}}.log",
+            "timing": self.timing(rule.name, "{teacher}-{effort}-{shard}"),
+        }
+
+    def generation_constraints(self, rule: GenerationRule) -> dict[str, str]:
+        together = rule.group.together
+        return {"teacher": one_of([rule.teacher])} | (
+            {} if together else {"effort": one_of(rule.efforts)}
+        )
+
+    def generation_job_params(self, rule: GenerationRule, teacher: str, effort: str | None) -> str:
+        """A job's params: its group's efforts, or the one effort of its {effort} wildcard."""
+        if rule.group.together:
+            return self.generation_params(teacher, efforts=list(rule.efforts))
+        return self.generation_params(teacher, effort=effort)
 
     def generation_params(
         self, teacher: str, effort: str | None = None, efforts: list[str] | None = None

@@ -34,6 +34,7 @@ from ..config.evaluation import Architecture, ModelFigures
 from ..config.training import Layout, Lora, Train, TrainPhase
 from ..io import DataError
 from .cluster import backend_gpus, stage_gpus
+from .generation import generation_rules
 
 # The parts of the pipeline the bill sums, in the order they run (not train.phases, the steps of
 # a fine-tune's curriculum, which are billed within training)
@@ -699,7 +700,7 @@ class _Billing:
         train, student = exp.train, self.model_of("student")
         # (rule, what, model, GPUs holding one copy, bytes per parameter or None: as served)
         jobs: list[tuple[str, str, str | None, int, tuple[float, str] | None]] = []
-        for rule in exp.generation.rules():
+        for rule in generation_rules(exp.generation):
             jobs.append(
                 (rule.name, "job", self.model_of(rule.teacher), self.gpus.get(rule.name, 0), None)
             )
@@ -916,11 +917,10 @@ class _Billing:
         # a model started in the job (server or in process) loads first; an API or the
         # procedural stand-in answers at once
         start = est.teacher_start_s if spec.backend in ("sglang", "hf") else 0.0
-        groups = [list(g) for g in gen.effort_groups]
-        grouped = {e for g in groups for e in g}
         # one job per shard serves one effort, or every effort of its group (one server start)
-        units = [([e], "generate") for e in gen.efforts if e not in grouped]
-        units += [(g, f"generate_{'_'.join(g)}") for g in groups]
+        rules = generation_rules(gen)
+        units = [([e], r.name) for r in rules if not r.group.together for e in r.efforts]
+        units += [(list(r.efforts), r.name) for r in rules if r.group.together]
         price = spec.price
         all_tokens = 0.0
         for efforts, rule in units:

@@ -110,6 +110,19 @@ CASES = [
         "sources.0.problems: relu_nosuch not in family elementwise",
     ),
     (
+        "effort teacher whose rule has a group's name",
+        DEFAULT,
+        _plain(
+            _all(
+                _add_teacher("low-medium", {"backend": "procedural"}),
+                _set("generation.effort_teachers", {"high": "low-medium"}),
+                _set("generation.effort_groups", [["low", "medium"]]),
+            )
+        ),
+        "generation.effort_teachers: the rule generate_low_medium of teacher 'low-medium' has the "
+        "name of the rule of effort group ['low', 'medium']: rename the teacher",
+    ),
+    (
         "gpu_type_by_rule naming no rule",
         DEFAULT,
         _plain(

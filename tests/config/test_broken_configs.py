@@ -480,17 +480,6 @@ BROKEN = [
         "('procedural'), the reference the others are compared with, generates nothing",
     ),
     (
-        "effort teacher whose rule has a group's name",
-        DEFAULT,
-        _all(
-            _add_teacher("low-medium", {"backend": "procedural"}),
-            _set("generation.effort_teachers", {"high": "low-medium"}),
-            _set("generation.effort_groups", [["low", "medium"]]),
-        ),
-        "generation.effort_teachers: the rule generate_low_medium of teacher 'low-medium' has the "
-        "name of the rule of effort group ['low', 'medium']: rename the teacher",
-    ),
-    (
         "benchmark named like the teachers table",
         DEFAULT,
         _all(

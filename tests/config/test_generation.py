@@ -1,9 +1,11 @@
-"""A teacher per effort (generation.effort_teachers): which rule generates what, and the warning a
-config that mixes teachers gets when the workflow is built."""
+"""A teacher per effort (generation.effort_teachers): which efforts each generation job serves, the
+rule the plan names for it, and the warning a config that mixes teachers gets when the workflow is
+built."""
 
 from __future__ import annotations
 
-from stillroom.config import Generation, GenerationRule
+from stillroom.config import EffortGroup, Generation
+from stillroom.plan.generation import generation_rules
 
 BEAM = {
     "teacher": "beam-api",
@@ -17,10 +19,11 @@ BEAM = {
 def test_one_teacher_keeps_the_rules_it_had():
     gen = Generation.parse({**BEAM, "teacher": "beam-sglang", "effort_groups": [["low", "high"]]})
     assert not gen.mixed and gen.used_teachers == ["beam-sglang"]
-    assert gen.rules() == [
-        GenerationRule("generate", "beam-sglang", ("medium", "xhigh"), grouped=False),
-        GenerationRule("generate_low_high", "beam-sglang", ("low", "high"), grouped=True),
+    assert gen.effort_jobs() == [
+        EffortGroup("beam-sglang", ("medium", "xhigh"), together=False),
+        EffortGroup("beam-sglang", ("low", "high"), together=True),
     ]
+    assert [r.name for r in generation_rules(gen)] == ["generate", "generate_low_high"]
     assert gen.mixing_warning("tables/teachers.md") is None
 
 
@@ -43,12 +46,17 @@ def test_each_teacher_generates_in_rules_of_its_own():
         "beam-sglang",
         "beam.sglang",
     ]
-    assert gen.rules() == [
-        GenerationRule("generate", "beam-api", ("medium",), grouped=False),
-        # a rule name is an identifier: the teacher's other characters become "_"
-        GenerationRule("generate_beam_sglang", "beam.sglang", ("xhigh",), grouped=False),
-        GenerationRule("generate_low_high", "beam-sglang", ("low", "high"), grouped=True),
+    jobs = [
+        EffortGroup("beam-api", ("medium",), together=False),
+        EffortGroup("beam.sglang", ("xhigh",), together=False),
+        EffortGroup("beam-sglang", ("low", "high"), together=True),
     ]
+    assert gen.effort_jobs() == jobs
+    # a rule name is an identifier: the teacher's other characters become "_"
+    rules = generation_rules(gen)
+    assert [(r.name, r.group) for r in rules] == list(
+        zip(["generate", "generate_beam_sglang", "generate_low_high"], jobs, strict=True)
+    )
 
 
 def test_the_warning_says_which_efforts_go_to_which_teacher_and_why_it_matters():
@@ -69,4 +77,4 @@ def test_the_warning_says_which_efforts_go_to_which_teacher_and_why_it_matters()
 
 def test_naming_the_default_teacher_for_an_effort_mixes_nothing():
     gen = Generation.parse({**BEAM, "effort_teachers": {"low": "beam-api"}})
-    assert not gen.mixed and [r.name for r in gen.rules()] == ["generate"]
+    assert not gen.mixed and [r.name for r in generation_rules(gen)] == ["generate"]
