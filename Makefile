@@ -40,10 +40,9 @@ browser:
 	    --no-install-recommends chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core \
 	    >/dev/null || echo "WARNING: no chromium, tesseract-ocr: report screenshot tests skip" >&2; }
 
-# Snakemake reads --configfile before the Snakefile and says only "not valid JSON or YAML": a
-# .pth file in the venv makes it name the file, line and column (stillroom/snakemake_yaml.py)
+# The .pth file that hooked Snakemake's config loader, left in a venv made before its removal
 venv: $(BIN)/stillroom bwrap browser
-	$(BIN)/python -c "from stillroom.snakemake_yaml import main; main()"
+	rm -f $(VENV)/lib/python*/site-packages/stillroom-snakemake-yaml.pth
 
 run: venv
 	$(BIN)/snakemake --cores $(CORES)
