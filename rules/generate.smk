@@ -57,7 +57,10 @@ for gen_rule in PLAN.generation.rules():
                 ),
             output:
                 **tracked(
-                    **{e: f"{R}/gen/{{teacher}}/{e}/shard-{{shard}}.jsonl" for e in gen_rule.efforts}
+                    **{
+                        e: f"{R}/gen/{{teacher}}/{e}/shard-{{shard}}.jsonl"
+                        for e in gen_rule.efforts
+                    }
                 ),
             wildcard_constraints:
                 teacher=one_of([gen_rule.teacher]),
