@@ -1,6 +1,6 @@
 # The two commands of the README: `make run` (the embedded default pipeline) and `make test` (the
 # whole suite, what CI runs), with `make test-fast` (the tests not marked slow) for iterating;
-# `make gpu-check` on a GPU machine.
+# `make lint` and `make format` before a commit; `make gpu-check` on a GPU machine.
 PYTHON ?= python3
 VENV ?= .venv
 # CPU machines take the local torch 2.13.0 CPU wheel; on a GPU machine: make TORCH_SPEC="torch==2.13.0" run
@@ -12,7 +12,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test test-fast venv bwrap browser slurm clean gpu-check
+.PHONY: run test test-fast lint format venv bwrap browser slurm clean gpu-check
 
 $(BIN)/stillroom: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,10 +40,9 @@ browser:
 	    --no-install-recommends chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core \
 	    >/dev/null || echo "WARNING: no chromium, tesseract-ocr: report screenshot tests skip" >&2; }
 
-# Snakemake reads --configfile before the Snakefile and says only "not valid JSON or YAML": a
-# .pth file in the venv makes it name the file, line and column (stillroom/snakemake_yaml.py)
+# The .pth file that hooked Snakemake's config loader, left in a venv made before its removal
 venv: $(BIN)/stillroom bwrap browser
-	$(BIN)/python -c "from stillroom.snakemake_yaml import main; main()"
+	rm -f $(VENV)/lib/python*/site-packages/stillroom-snakemake-yaml.pth
 
 run: venv
 	$(BIN)/snakemake --cores $(CORES)
@@ -62,6 +61,22 @@ test: venv slurm
 # Everything but the tests marked slow (pyproject.toml: Snakemake runs, trained models, servers)
 test-fast: venv slurm
 	$(BIN)/pytest -q -m "not slow"
+
+# ruff over the Python, snakefmt over the workflow's files, Snakemake's own lint of the workflow
+# on the default config, run in a scratch directory so that it writes nothing here
+lint: $(BIN)/stillroom
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile rules
+	scratch=$$(mktemp -d) && trap 'rm -rf "$$scratch"' EXIT && \
+	  $(BIN)/snakemake -s $(abspath Snakefile) --directory "$$scratch" --lint
+
+# What lint checks, fixed where a tool can; ruff's fixes last, so that it ends naming what is left
+# to fix by hand
+format: $(BIN)/stillroom
+	$(BIN)/ruff format .
+	$(BIN)/snakefmt Snakefile rules
+	$(BIN)/ruff check --fix .
 
 # The GPU-only code paths once, within 8 minutes, summary in $(GPU_CHECK_OUT). Without a GPU it
 # writes a "skipped" summary and succeeds; CI never runs it.

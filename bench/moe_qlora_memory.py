@@ -209,7 +209,7 @@ def on_two_ranks(script: str, model_dir: Path, code: Path = REPO) -> list[dict]:
 
     layout = Train.parse({"distributed": {"gpus_per_node": 2}}).layout
     cmd = command(layout, [script, "--worker", str(model_dir)])
-    # the checkout's package first (the environment's .pth imports stillroom at start-up)
+    # the checkout's package first, not the one the environment installed
     env = {**os.environ, "PYTHONPATH": str(code)}
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=code, env=env)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]

@@ -79,7 +79,11 @@ if (
     and shutil.which("scontrol")
 ):
     workflow.resource_settings.max_threads = max(
-        (n.cpus for n in stillroom.plan.fit.cluster_nodes() if SLURM_PARTITIONS & set(n.partitions)),
+        (
+            n.cpus
+            for n in stillroom.plan.fit.cluster_nodes()
+            if SLURM_PARTITIONS & set(n.partitions)
+        ),
         default=None,
     )
 

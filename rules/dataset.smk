@@ -17,7 +17,9 @@ rule dataset:
     conda:
         ENV
     shell:
-        stillroom_cli("dataset", "dataset", "--graded {params.graded} --out-dataset {output.dataset}")
+        stillroom_cli(
+            "dataset", "dataset", "--graded {params.graded} --out-dataset {output.dataset}"
+        )
 
 
 rule dataset_ablation:
@@ -36,5 +38,7 @@ rule dataset_ablation:
         ENV
     shell:
         stillroom_cli(
-            "dataset", "dataset_ablation", "--graded {params.graded} --out-dataset {output.dataset}"
+            "dataset",
+            "dataset_ablation",
+            "--graded {params.graded} --out-dataset {output.dataset}",
         )

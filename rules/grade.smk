@@ -19,7 +19,9 @@ rule grade_generation:
     conda:
         ENV
     shell:
-        stillroom_cli("grade", "grade_generation", "--samples {input.samples} --out-graded {output.graded}")
+        stillroom_cli(
+            "grade", "grade_generation", "--samples {input.samples} --out-graded {output.graded}"
+        )
 
 
 rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
@@ -39,4 +41,6 @@ rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
     conda:
         ENV
     shell:
-        stillroom_cli("grade", "grade_eval", "--samples {input.samples} --out-graded {output.graded}")
+        stillroom_cli(
+            "grade", "grade_eval", "--samples {input.samples} --out-graded {output.graded}"
+        )

@@ -55,7 +55,9 @@ rule merge:
         ENV
     shell:
         stillroom_cli(
-            "merge", "merge", "--base {input.base} --tuned {input.tuned} --out-model {output.model}"
+            "merge",
+            "merge",
+            "--base {input.base} --tuned {input.tuned} --out-model {output.model}",
         )
 
 

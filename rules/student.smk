@@ -56,4 +56,6 @@ else:
         conda:
             ENV
         shell:
-            stillroom_cli("base", "base", "--tokenizer {input.tokenizer} --out-model {output.model}")
+            stillroom_cli(
+                "base", "base", "--tokenizer {input.tokenizer} --out-model {output.model}"
+            )

@@ -9,9 +9,7 @@ SELECTION_ARG = f" --selection {SELECTION[0]}" if SELECTION else ""
 
 rule tables:
     input:
-        **consumed(
-            graded=lambda w: list(PLAN.graded_models(w.bench).values()), selection=SELECTION
-        ),
+        **consumed(graded=lambda w: list(PLAN.graded_models(w.bench).values()), selection=SELECTION),
     output:
         **tracked(
             markdown=f"{R}/tables/{{bench}}.md",

@@ -95,7 +95,7 @@ def _paths(value: Any) -> list[str]:
 
 def run_stage(name: str, args: argparse.Namespace) -> None:
     from .io import remove_stale_temporaries
-    from .provenance.sidecars import Job, check_input, now, sidecar_path, take_noted, write_sidecars
+    from .provenance.sidecars import Job, Notes, check_input, now, sidecar_path, write_sidecars
 
     stage = STAGES[name]
     inputs: dict[str, Any] = {}
@@ -118,8 +118,8 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
             for artifact in (path, sidecar_path(path)):
                 for stale in remove_stale_temporaries(artifact):
                     log(f"removed {stale}, left by an earlier attempt that was killed")
-    extras = {"threads": args.threads, "log": log}
-    take_noted()  # only what this stage reads
+    notes = Notes()  # what this job reads besides its inputs, for its sidecars
+    extras = {"threads": args.threads, "log": log, "notes": notes}
     started = now()
     t0 = time.monotonic()
     out_args = {f"out_{k}": v for k, v in outputs.items()}
@@ -141,7 +141,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
         started=started,
         metrics=metrics,
         job=job,
-        **take_noted(),
+        **notes.sidecar_fields(),
     )
     log(f"done in {metrics['wall_s']:.1f}s")
 

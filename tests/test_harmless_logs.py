@@ -1,7 +1,7 @@
 """A stage's job imports peft, torchao and bitsandbytes (stillroom/runtime/nf4.py), whose harmless
 load messages stillroom drops at their loggers (stillroom/__init__.py HARMLESS): none reaches the
-job's log, while the same imports with those filters removed print them here (the environment's
-.pth imports stillroom in every process, so "alone" means with its filters cleared)."""
+job's log, while the same imports with those filters removed print them here ("alone" means with
+stillroom imported and its filters cleared)."""
 
 import os
 import subprocess

@@ -145,9 +145,7 @@ def test_the_package_root_holds_only_shared_foundations_and_entry_points():
     """Everything else lives in the subpackage of its role (provenance/, review/, plan/,
     gpucheck/, ...): a module added at the root must say why it is a foundation."""
     foundations = {"io", "ids", "sandbox"}  # imported by every layer
-    # the command line; Snakemake's command line; the hook every interpreter of the venv loads
-    # (a .pth) to name the line of a --configfile's YAML error, so it imports nothing heavy
-    entry_points = {"cli", "workflow", "__main__", "snakemake_yaml"}
+    entry_points = {"cli", "workflow", "__main__"}  # the command line; Snakemake's command line
     root = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
     assert root <= foundations | entry_points, root - foundations - entry_points
 

@@ -33,7 +33,7 @@ from ..config.data import KernelBookSource
 from ..grading.formats import kernel_instruction
 from ..ids import prompt_id
 from ..io import DataError, iter_lines, parse_row
-from ..provenance.sidecars import note_file
+from ..provenance.sidecars import Notes
 from .sources import load_table
 
 # torch 2.5's torch/_inductor/runtime/triton_heuristics.py ``grid`` (removed from later torch),
@@ -124,10 +124,13 @@ def _cuda_call(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Call) and ast.unparse(expr.func).startswith("torch.cuda.")
 
 
-def rows(spec: KernelBookSource) -> Iterator[tuple[str, dict[str, str]]]:
+def rows(
+    spec: KernelBookSource, notes: Notes | None = None
+) -> Iterator[tuple[str, dict[str, str]]]:
     """(where, row) for each row of the source, up to its ``limit``: the columns it needs, each
     checked to hold text. A file that cannot be read, or a row without one of them, is an error
-    naming the file, row and column."""
+    naming the file, row and column. ``notes`` gets the file or hub dataset read (None: not
+    kept)."""
     cols = spec.columns
     need = {
         "id": cols.id,
@@ -136,7 +139,7 @@ def rows(spec: KernelBookSource) -> Iterator[tuple[str, dict[str, str]]]:
         "triton_code": cols.triton_code,
         **({"reasoning": cols.reasoning} if cols.reasoning else {}),
     }
-    for n, (where, raw) in enumerate(_raw_rows(spec)):
+    for n, (where, raw) in enumerate(_raw_rows(spec, Notes() if notes is None else notes)):
         if spec.limit and n >= spec.limit:
             return
         row = {}
@@ -158,9 +161,9 @@ def rows(spec: KernelBookSource) -> Iterator[tuple[str, dict[str, str]]]:
         yield where, row
 
 
-def _raw_rows(spec: KernelBookSource) -> Iterator[tuple[str, Mapping[str, Any]]]:
+def _raw_rows(spec: KernelBookSource, notes: Notes) -> Iterator[tuple[str, Mapping[str, Any]]]:
     if spec.path.endswith(".jsonl"):
-        note_file(spec.path)
+        notes.add_file(spec.path)
         # our reader: a torn or undecodable line is named by its line number
         for lineno, line in iter_lines(spec.path):
             yield f"{spec.path}:{lineno}", parse_row(spec.path, lineno, line)
@@ -172,6 +175,7 @@ def _raw_rows(spec: KernelBookSource) -> Iterator[tuple[str, Mapping[str, Any]]]
         split=spec.split,
         revision=spec.revision,
         role=f"sft_source:{spec.name}",
+        notes=notes,
     )
     for i, row in enumerate(ds):
         yield f"{spec.path} row {i}", row
@@ -203,12 +207,13 @@ def grade(
     effort: str,
     seed: int = 0,
     threads: int = 1,
+    notes: Notes | None = None,
 ) -> tuple[list[dict], dict[str, Any]]:
     """(the examples of the rows that earn 1, the report: every row's outcome and the counts).
-    Every row is graded; none is dropped without its reasons."""
+    Every row is graded; none is dropped without its reasons. ``notes``: as ``rows``."""
     from ..kernels import evaluate
 
-    listed = list(rows(spec))
+    listed = list(rows(spec, notes))
     if not listed:
         raise DataError(f"source '{spec.name}': {spec.path} has no rows")
     settings = {**options.dump(), "cases": list(spec.cases)}

@@ -26,7 +26,7 @@ from ..grading.dispatch import KINDS
 from ..grading.instructions import InstructionError, from_ifeval
 from ..ids import prompt_id
 from ..io import DataError, csv_rows, iter_jsonl, iter_lines, parse_row
-from ..provenance.sidecars import note_dataset, note_file
+from ..provenance.sidecars import Notes
 from .records import record
 
 if TYPE_CHECKING:
@@ -332,11 +332,14 @@ def _choice_solution(meta: Mapping[str, Any], letter: str, detail: int) -> tuple
 
 
 def iter_sources(
-    specs: Sequence[Source], benchmarks: Mapping[str, str], seed: int
+    specs: Sequence[Source],
+    benchmarks: Mapping[str, str],
+    seed: int,
+    notes: Notes | None = None,
 ) -> Iterator[dict[str, Any]]:
     """All records of the configured sources, in config order; ``benchmarks``: name -> JSONL
     file."""
-    for _, rec in iter_source_rows(specs, benchmarks, seed):
+    for _, rec in iter_source_rows(specs, benchmarks, seed, notes=notes):
         yield rec
 
 
@@ -345,9 +348,12 @@ def iter_source_rows(
     benchmarks: Mapping[str, str],
     seed: int,
     log: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """``iter_sources``' records, each after where it came from (``source 'web' (web.jsonl:3)``),
-    for a message that must point at the row; ``log`` gets each dataset source's row counts."""
+    for a message that must point at the row; ``log`` gets each dataset source's row counts,
+    ``notes`` the files and hub datasets read (for the job's provenance; None: not kept)."""
+    notes = Notes() if notes is None else notes
     for i, spec in enumerate(specs):
         where = f"sources.{i} ({spec.name})"
         named = f"source '{spec.name}'"
@@ -366,19 +372,19 @@ def iter_source_rows(
             for rec in echo(spec.name, benchmarks[spec.benchmark], spec.count, seed, where):
                 yield origin, rec
         elif spec.kind == "jsonl":
-            note_file(spec.path)
+            notes.add_file(spec.path)
             for lineno, row in benchmark_lines(spec.path, named):
                 meta = row.get("meta", {})
                 rec = record(spec.name, row["kind"], row["prompt"], row["answer"], meta)
                 yield f"{named} ({spec.path}:{lineno})", rec
         elif spec.kind == "dataset":
-            for rec in dataset_records(spec, spec.name, log):
+            for rec in dataset_records(spec, spec.name, log, notes):
                 yield f"{named} ({spec.path} row {rec['meta']['row']})", rec
         else:
             from ..kernels.problemset import kernel_files
 
             for path in [spec.path] if spec.path else kernel_files(spec).values():
-                note_file(path)
+                notes.add_file(path)
             for rec in kernel_records(spec):
                 yield f"{named} (problem {rec['meta']['problem']})", rec
 
@@ -432,10 +438,12 @@ def load_table(
     split: str,
     revision: str | None,
     role: str,
+    notes: Notes,
     subset: str | None = None,
 ) -> datasets.Dataset:
     """The rows of source ``name``: a hub dataset (by id, loaded in the job, never while the DAG
-    is built) or a local parquet/JSONL/JSON/CSV file, noted in the run's provenance as ``role``.
+    is built) or a local parquet/JSONL/JSON/CSV file, noted in ``notes`` (the job's provenance) as
+    ``role``.
     A missing, empty, undecodable or unreadable file, or a dataset the hub cannot give, is a
     DataError starting ``source 'NAME': PATH``; a bad byte's row or line is named."""
     import datasets
@@ -458,9 +466,9 @@ def load_table(
     if not len(ds):
         raise DataError(f"source '{name}': {path}: no rows (split {split} is empty)")
     if local:
-        note_file(path)
+        notes.add_file(path)
     else:
-        note_dataset(path, role, subset=subset, split=split, revision=revision)
+        notes.add_dataset(path, role, subset=subset, split=split, revision=revision)
     return ds
 
 
@@ -490,7 +498,10 @@ def _check_local(path: str) -> None:
 
 
 def dataset_records(
-    spec: DatasetSpec, name: str, log: Callable[[str], None] = print
+    spec: DatasetSpec,
+    name: str,
+    log: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Rows of a hub dataset or a local file (``load_table``) as pool records of source ``name``:
     ``prompt`` and ``answer`` name the fields, ``where`` filters rows, ``limit`` keeps the first N
@@ -498,7 +509,7 @@ def dataset_records(
     pass; such rows are counted, and ``log`` gets the rows read, kept and filtered out once the
     rows are done. A ``where`` bound of another type than the value, a template placeholder other
     than $prompt, and an IFEval row with an instruction id or kwargs the grader does not know are
-    errors naming the row."""
+    errors naming the row; ``notes`` gets the file or hub dataset read (None: not kept)."""
     path = spec.path
     ds = load_table(
         name,
@@ -507,6 +518,7 @@ def dataset_records(
         split=spec.split,
         revision=spec.revision,
         role=f"source:{name}",
+        notes=Notes() if notes is None else notes,
         subset=spec.subset,
     )
     ifeval = spec.answer_kind == "ifeval"

@@ -147,7 +147,7 @@ def reference_solution(
     solution: str, family: str | None = None, *, note: Callable[[Path], Any] = lambda path: None
 ) -> str:
     """The reference Triton solution a record's meta names: a file of ``solutions/`` (given to
-    ``note`` first: a stage passes provenance.note_file, the file being an input of its job), or
+    ``note`` first: a stage passes its ``Notes.add_file``, the file being an input of its job), or
     the template of a generated family."""
     if family:
         return families.solution_source(solution)

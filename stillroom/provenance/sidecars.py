@@ -26,7 +26,7 @@ import re
 import socket
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -368,32 +368,6 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-# --- what a stage read besides its declared inputs ------------------------------------------------
-# Noted where it is read (a source file, a hub dataset, a model, the teacher's server) and written
-# into the sidecars of the job's outputs by ``write_sidecars``.
-_NOTED: dict[str, Any] = {"read": {}, "resolved": []}
-
-
-def note_file(path: str | os.PathLike) -> None:
-    """A local file or directory the stage read through its params: hashed as an input."""
-    _NOTED["read"].setdefault(str(Path(path)), None)
-
-
-def note_resolved(entry: Mapping[str, Any]) -> None:
-    """Something the stage used that is not a local file: a hub dataset or model at its resolved
-    revision, a teacher's served model."""
-    entry = dict(entry)
-    if entry not in _NOTED["resolved"]:
-        _NOTED["resolved"].append(entry)
-
-
-def take_noted() -> dict[str, Any]:
-    """What was noted since the last call, as ``write_sidecars``'s ``read`` and ``resolved``."""
-    read, resolved = list(_NOTED["read"]), list(_NOTED["resolved"])
-    _NOTED["read"], _NOTED["resolved"] = {}, []
-    return {"read": read, "resolved": resolved}
-
-
 def hub_cache() -> Path:
     from huggingface_hub import constants
 
@@ -440,8 +414,9 @@ def _snapshot(path: Path) -> tuple[str, str, str] | None:
 def describe_model(ref: str, role: str, *, revision: str | None = None) -> dict[str, Any]:
     """A model as used: a hub cache snapshot directory by its repository and commit; another local
     directory by a manifest hash of its files' names and sizes (cheap for a teacher's weights of
-    hundreds of GB; a local student is hashed in full by ``note_model``); a hub id by the commit its
-    revision resolves to (``revision``: a sha already known, e.g. a config's ``_commit_hash``)."""
+    hundreds of GB; a local student is hashed in full by ``Notes.add_model``); a hub id by the
+    commit its revision resolves to (``revision``: a sha already known, e.g. a config's
+    ``_commit_hash``)."""
     path = Path(ref)
     if path.exists():
         snap = _snapshot(path)
@@ -462,31 +437,61 @@ def describe_model(ref: str, role: str, *, revision: str | None = None) -> dict[
     return {"role": role, "id": ref, **hub_revision(ref, "model", revision)}
 
 
-def note_model(ref: str, role: str, *, revision: str | None = None) -> None:
-    """A model the stage loaded: a local directory outside a hub cache is hashed as an input, a hub
-    model is recorded at its revision."""
-    path = Path(ref)
-    if path.exists() and _snapshot(path) is None:
-        note_file(path)
-    else:
-        note_resolved(describe_model(ref, role, revision=revision))
+# --- what a stage read besides its declared inputs ------------------------------------------------
+@dataclass
+class Notes:
+    """What one job read besides its declared inputs: noted where it is read (a source file, a hub
+    dataset, a model, the teacher's server) into the object the CLI makes for that job and hands
+    to its stage, and written into the sidecars of the job's outputs (``write_sidecars``)."""
 
+    read: dict[str, None] = field(default_factory=dict)  # paths, in the order first noted
+    resolved: list[dict[str, Any]] = field(default_factory=list)
 
-def note_dataset(
-    repo_id: str, role: str, *, subset: str | None, split: str | None, revision: str | None
-) -> None:
-    """A hub dataset the stage loaded, at the commit its revision resolved to."""
-    note_resolved(
-        {
-            "role": role,
-            "kind": "dataset",
-            "id": repo_id,
-            "subset": subset,
-            "split": split,
-            "requested": revision,
-            **hub_revision(repo_id, "dataset", revision),
-        }
-    )
+    def add_file(self, path: str | os.PathLike) -> None:
+        """A local file or directory the stage read through its params: hashed as an input."""
+        self.read.setdefault(str(Path(path)), None)
+
+    def add_resolved(self, entry: Mapping[str, Any]) -> None:
+        """Something the stage used that is not a local file: a hub dataset or model at its
+        resolved revision, a teacher's served model."""
+        entry = dict(entry)
+        if entry not in self.resolved:
+            self.resolved.append(entry)
+
+    def add_model(self, ref: str, role: str, *, revision: str | None = None) -> None:
+        """A model the stage loaded: a local directory outside a hub cache is hashed as an input,
+        a hub model is recorded at its revision."""
+        path = Path(ref)
+        if path.exists() and _snapshot(path) is None:
+            self.add_file(path)
+        else:
+            self.add_resolved(describe_model(ref, role, revision=revision))
+
+    def add_dataset(
+        self,
+        repo_id: str,
+        role: str,
+        *,
+        subset: str | None,
+        split: str | None,
+        revision: str | None,
+    ) -> None:
+        """A hub dataset the stage loaded, at the commit its revision resolved to."""
+        self.add_resolved(
+            {
+                "role": role,
+                "kind": "dataset",
+                "id": repo_id,
+                "subset": subset,
+                "split": split,
+                "requested": revision,
+                **hub_revision(repo_id, "dataset", revision),
+            }
+        )
+
+    def sidecar_fields(self) -> dict[str, list]:
+        """``write_sidecars``'s ``read`` and ``resolved``."""
+        return {"read": list(self.read), "resolved": list(self.resolved)}
 
 
 def describe_input(path: str | os.PathLike) -> dict[str, Any]:
@@ -523,7 +528,7 @@ def write_sidecars(
     resolved: list[Mapping[str, Any]] | None = None,
 ) -> None:
     """One sidecar per output; each names its siblings and their digests so audit sees the whole
-    job. ``read`` and ``resolved``: what the stage noted (``take_noted``)."""
+    job. ``read`` and ``resolved``: what the stage noted (``Notes.sidecar_fields``)."""
     # a named list (the tables' models) keeps each entry's name, so the table can be rebuilt
     described = {
         name: (

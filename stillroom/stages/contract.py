@@ -15,9 +15,10 @@ from typing import Any, TypeVar
 
 from ..config import StageParams
 
-# What a stage function may take besides its inputs, outputs and params: the job's thread count and
-# the progress logger, each only where the function declares it.
-EXTRAS = ("threads", "log")
+# What a stage function may take besides its inputs, outputs and params: the job's thread count, the
+# progress logger and the job's provenance notes (what it reads besides its inputs), each only where
+# the function declares it.
+EXTRAS = ("threads", "log", "notes")
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -19,6 +19,7 @@ from ..config import DatasetSelection, StageParams, ValidatorOptions
 from ..grading.formats import effort_tag, user_content
 from ..ids import bucket
 from ..io import DataError, iter_jsonl, write_jsonl
+from ..provenance.sidecars import Notes
 from .contract import stage
 
 GRADED_KEYS = (
@@ -65,6 +66,7 @@ def build(
     params: Mapping[str, Any] | Params,
     threads: int = 1,
     log: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> dict[str, Any]:
     """``threads`` rows of sft_sources are graded at once."""
     p = Params.parse(params, where="dataset")
@@ -85,7 +87,7 @@ def build(
     for spec in p.sft_sources:
         from ..data.kernelbook import grade
 
-        kept, report = grade(spec, p.kernel, default, seed, threads)
+        kept, report = grade(spec, p.kernel, default, seed, threads, notes)
         log(
             f"sft source '{spec.name}': kept {report['kept']} of {report['rows']} rows; "
             f"dropped by reason {report['dropped_by_reason']}"

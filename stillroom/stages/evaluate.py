@@ -24,7 +24,7 @@ from ..config.training import EffortTagIn
 from ..data.sources import load_benchmark
 from ..grading.formats import END_THINK, effort_tag, user_content, with_effort_tag
 from ..io import DataError, Journal, stat_fingerprint
-from ..provenance.sidecars import digest
+from ..provenance.sidecars import Notes, digest
 from .contract import stage
 
 if TYPE_CHECKING:
@@ -84,11 +84,14 @@ def _needs(p: Params, lm) -> int:
 
 
 @contextlib.contextmanager
-def open_lm(model_dir: str, backend: Any = None, threads: int = 1) -> Iterator[Any]:
+def open_lm(
+    model_dir: str, backend: Any = None, threads: int = 1, notes: Notes | None = None
+) -> Iterator[Any]:
     """The model to evaluate, served as ``backend`` (eval.backend; default in process) says:
     ``hf`` (in process, runtime/lm.py), ``sglang`` (a server started inside the job for this
     checkpoint by the sglang teacher's launcher, from a command template with ``{model_path}`` and
-    ``{port}``, always stopped) or ``openai`` (an already running server at ``base_url``)."""
+    ``{port}``, always stopped; the weights it reports go to ``notes``) or ``openai`` (an already
+    running server at ``base_url``)."""
     from ..runtime.served import ServedLM
 
     spec = parse_backend(backend or {"backend": "hf"})
@@ -115,7 +118,7 @@ def open_lm(model_dir: str, backend: Any = None, threads: int = 1) -> Iterator[A
         # the served name (e.g. --served-model-name)
         model = spec.model or model_dir
         teacher_spec = {"backend": "sglang", "model": model, "server": server}
-        teacher = SGLangTeacher(f"eval:{os.path.basename(model_dir)}", teacher_spec)
+        teacher = SGLangTeacher(f"eval:{os.path.basename(model_dir)}", teacher_spec, notes)
         try:
             asyncio.run(teacher.astart())
             yield ServedLM(
@@ -144,6 +147,7 @@ def run(
     params: Mapping[str, Any] | Params,
     threads: int = 1,
     log: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> dict[str, Any]:
     """Sample every problem; batches are journaled as they finish (a killed job resumes without
     redoing one, to the same samples), and ``out_samples`` appears only when all are done."""
@@ -163,7 +167,7 @@ def run(
     done = journal.load()
     if done:
         log(f"resuming: {len(done)} samples already done")
-    with open_lm(model, p.backend, threads) as lm, journal:
+    with open_lm(model, p.backend, threads, notes) as lm, journal:
         records, generated, seconds = _sample_all(
             lm, rows, p, log, journal, done, p.context_length or context_length(model)
         )

@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from ..config import Effort, StageParams, TeacherSpec
 from ..data.records import POOL_KEYS
 from ..io import DataError, Journal, read_jsonl
-from ..provenance.sidecars import note_resolved, now
+from ..provenance.sidecars import Notes, now
 from ..teachers import Completion, SkipSample, Teacher, TeacherError, make_teacher
 from ..teachers.budget import BudgetExhausted
 from .contract import stage
@@ -205,14 +205,16 @@ def run(
     out_samples: str | list[str],
     params: Mapping[str, Any] | Params,
     log: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> dict[str, Any]:
     p = Params.parse(params, where="generate")
+    notes = Notes() if notes is None else notes
     efforts = p.efforts or [p.effort]
     outs = [out_samples] if isinstance(out_samples, str) else list(out_samples)
     if len(outs) != len(efforts):
         raise DataError(f"generate: {len(efforts)} efforts {efforts} but {len(outs)} output paths")
     teacher_name, k = p.teacher, p.samples
-    teacher = make_teacher(teacher_name, p.spec.dump())
+    teacher = make_teacher(teacher_name, p.spec.dump(), notes)
     problems = read_jsonl(shard, required=POOL_KEYS)
     journals = {
         e: Journal(o, log, {**fingerprint(p), "effort": e})
@@ -269,7 +271,7 @@ def run(
             )
     # the model the server answered as (a hosted API's dated snapshot behind an alias)
     served = sorted({r["model"] for recs in records.values() for r in recs if r["model"]})
-    note_resolved(
+    notes.add_resolved(
         {
             "role": f"teacher:{teacher_name}",
             "configured": p.spec.dump().get("model"),

@@ -15,6 +15,7 @@ from ..data.records import POOL_KEYS
 from ..data.sources import dataset_records, iter_source_rows, load_benchmark
 from ..ids import bucket, normalize_prompt, shard_of
 from ..io import DataError, read_jsonl, write_jsonl
+from ..provenance.sidecars import Notes
 from .contract import stage
 
 
@@ -34,12 +35,13 @@ def fetch_benchmark(
     out_benchmark: str,
     params: Mapping[str, Any] | BenchmarkParams,
     log: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> dict[str, Any]:
     """A benchmark given as a dataset spec (hub id or file) as a JSONL of prompt/answer/kind."""
     p = BenchmarkParams.parse(params, where="benchmark")
     keys = ("prompt_id", "prompt", "answer", "kind")
     rows, first = [], {}
-    for r in dataset_records(p.spec, p.name, log):
+    for r in dataset_records(p.spec, p.name, log, notes):
         # evaluation pairs answers by prompt id: a problem listed twice is refused here, where
         # the dataset's rows are still known, rather than when evaluation starts
         if r["prompt_id"] in first:
@@ -78,6 +80,7 @@ def build_pool(
     out_dev: str,
     params: Mapping[str, Any] | PoolParams,
     log: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> dict[str, Any]:
     """Deduplicate all sources by prompt, then move the ``heldout.size`` generated problems with
     the lowest id hash into the held-out test split and the next ``heldout.dev_size`` into the dev
@@ -96,7 +99,7 @@ def build_pool(
     records: dict[str, dict[str, Any]] = {}
     first: dict[str, tuple[str, dict[str, Any]]] = {}  # prompt text -> (where, record)
     duplicates = 0
-    for where, rec in iter_source_rows(p.sources, benchmarks, seed, log):
+    for where, rec in iter_source_rows(p.sources, benchmarks, seed, log, notes):
         text = normalize_prompt(rec["prompt"])
         if text in first:
             _same_gold(first[text], (where, rec))

@@ -12,20 +12,20 @@ from ..config import ModelShape, StageParams
 from ..config.training import Tokenizer
 from ..grading.formats import user_content
 from ..io import atomic_dir, iter_jsonl, read_json
-from ..provenance.sidecars import describe_model, note_file, note_model, note_resolved, sidecar_path
+from ..provenance.sidecars import Notes, describe_model, sidecar_path
 from ..runtime.saving import save_pretrained
 from ..runtime.student import build_model, build_tiny_like, train_tokenizer
 from .contract import stage
 
 
-def _solution(rec: Mapping[str, Any]) -> tuple[str, ...]:
-    """The reference solution a kernel record's meta names, if it has one."""
+def _solution(rec: Mapping[str, Any], notes: Notes) -> tuple[str, ...]:
+    """The reference solution a kernel record's meta names, if it has one (its file noted)."""
     meta = rec.get("meta") or {}
     if not meta.get("solution"):
         return ()
     from ..kernels.problemset import reference_solution  # the kernel package: kernel runs only
 
-    return (reference_solution(meta["solution"], meta.get("family"), note=note_file),)
+    return (reference_solution(meta["solution"], meta.get("family"), note=notes.add_file),)
 
 
 class TokenizerParams(StageParams, Tokenizer):
@@ -46,8 +46,10 @@ def run_tokenizer(
     out_tokenizer: str,
     params: Mapping[str, Any] | TokenizerParams,
     log: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> dict[str, Any]:
     p = TokenizerParams.parse(params, where="student.tokenizer")
+    notes = Notes() if notes is None else notes
     # Prompts as asked and boxed gold answers: the pool's own text, independent of any teacher or
     # effort setting. A kernel's gold is its prompt; the code the student is to write is the
     # reference solution of a training problem that has one, so Triton's idioms get tokens of
@@ -56,7 +58,7 @@ def run_tokenizer(
         text
         for rec in iter_jsonl(pool, required=("prompt", "answer"), types={"prompt": str})
         for text in (
-            (user_content(rec), *_solution(rec))
+            (user_content(rec), *_solution(rec, notes))
             if rec.get("kind") == "kernel"
             else (rec["prompt"], f"The answer is \\boxed{{{rec['answer']}}}.")
         )
@@ -121,6 +123,7 @@ def run_pretrained(
     out_model: str,
     params: Mapping[str, Any] | PretrainedParams,
     log: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> dict[str, Any]:
     """A pretrained student (path or hub id) saved into the experiment: the download happens in
     this job, never while the DAG is built."""
@@ -136,7 +139,8 @@ def run_pretrained(
         save_pretrained(net, tmp)
         save_pretrained(tokenizer, tmp)
     # the commit transformers loaded from the hub (None for a local directory, hashed instead)
-    note_model(source, "student", revision=getattr(net.config, "_commit_hash", None))
+    notes = Notes() if notes is None else notes
+    notes.add_model(source, "student", revision=getattr(net.config, "_commit_hash", None))
     n = sum(t.numel() for t in net.parameters())
     log(f"pretrained student {source}: {n:,} parameters")
     return {"parameters": n, "source": source}
@@ -158,9 +162,11 @@ def run_tiny(
     out_model: str,
     params: Mapping[str, Any] | TinyParams,
     log: Callable[[str], None] = print,
+    notes: Notes | None = None,
 ) -> dict[str, Any]:
     p = TinyParams.parse(params, where="tiny")
     metrics = build_tiny_like(p.like, out_model, shrink=p.shrink, seed=p.seed)
-    note_resolved(describe_model(p.like, "architecture"))  # only its config and tokenizer are read
+    notes = Notes() if notes is None else notes
+    notes.add_resolved(describe_model(p.like, "architecture"))  # only its config and tokenizer
     log(f"tiny {metrics['model_type']} like {p.like}: {metrics['parameters']:,} parameters")
     return metrics

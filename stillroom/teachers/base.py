@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from ..config import Section
+from ..provenance.sidecars import Notes
 
 
 @dataclass
@@ -38,12 +39,15 @@ class SkipSample(Exception):
 
 class Teacher:
     """The base of every backend. A backend implements ``complete`` (synchronous) or ``acomplete``
-    (asynchronous); ``astart`` and ``aclose`` are optional hooks that do nothing here."""
+    (asynchronous); ``astart`` and ``aclose`` are optional hooks that do nothing here. ``notes``
+    gets what the teacher reads besides the prompts (its model, tokenizer, reference solutions),
+    for the provenance of the job that drives it (None: not kept)."""
 
     Spec: type[Section]  # the backend's config (stillroom.config.generation)
 
-    def __init__(self, name: str, spec: Mapping[str, Any]):
+    def __init__(self, name: str, spec: Mapping[str, Any], notes: Notes | None = None):
         self.name = name
+        self.notes = Notes() if notes is None else notes
         backend = get_args(self.Spec.model_fields["backend"].annotation)[0]  # the class says it
         spec = {"backend": backend, **spec}
         self.spec = self.Spec.parse(spec, where=f"teachers.{name}").dump()

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import HFSpec
-from ..provenance.sidecars import note_model
+from ..provenance.sidecars import Notes
 from .base import Completion
 from .openai import OpenAITeacher
 
@@ -22,8 +22,8 @@ from .openai import OpenAITeacher
 class HFTeacher(OpenAITeacher):
     Spec = HFSpec
 
-    def __init__(self, name: str, spec: Mapping[str, Any]):
-        super().__init__(name, spec)
+    def __init__(self, name: str, spec: Mapping[str, Any], notes: Notes | None = None):
+        super().__init__(name, spec, notes)
         self.lm = None
         self.queue: asyncio.Queue | None = None
         self.batcher: asyncio.Task | None = None
@@ -32,7 +32,7 @@ class HFTeacher(OpenAITeacher):
         from ..runtime.lm import LocalLM
 
         self.lm = await asyncio.to_thread(LocalLM, self.spec["model_path"], self.spec["threads"])
-        note_model(self.spec["model_path"], f"teacher:{self.name}")
+        self.notes.add_model(self.spec["model_path"], f"teacher:{self.name}")
         self.queue = asyncio.Queue()
         self.batcher = asyncio.create_task(self._batch_forever())
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from ..data.sources import by_detail
 from ..kernels.problemset import reference_solution
-from ..provenance.sidecars import note_file
 
 
 def kernel_solution(
@@ -19,11 +21,13 @@ def kernel_solution(
     slip: str | None = None,
     *,
     family: str | None = None,
+    note: Callable[[Path], Any] = lambda path: None,
 ) -> tuple[str, str]:
     """(reasoning, code block) for one of the project's kernel problems (or of a generated
     ``family``); ``slip`` "torch" answers with the reference's own torch code (correct, but not
-    Triton), "wrong" scales the first stored value."""
-    code = reference_solution(solution, family, note=note_file)
+    Triton), "wrong" scales the first stored value. ``note`` gets the solution file read, as
+    ``reference_solution`` gives it."""
+    code = reference_solution(solution, family, note=note)
     problem = ast.parse(problem_src)
     doc = (ast.get_docstring(problem) or "the reference computation").rstrip(".")
     tree = ast.parse(code)

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import OpenAISpec, Sampling
 from ..grading.formats import user_content
-from ..provenance.sidecars import describe_model, note_resolved
+from ..provenance.sidecars import Notes, describe_model
 from .base import Completion, SkipSample, Teacher, TeacherError
 from .budget import Budget, BudgetExhausted
 
@@ -49,8 +49,8 @@ class OpenAITeacher(Teacher):
     Spec = OpenAISpec
     THINK = THINK
 
-    def __init__(self, name: str, spec: Mapping[str, Any]):
-        super().__init__(name, spec)
+    def __init__(self, name: str, spec: Mapping[str, Any], notes: Notes | None = None):
+        super().__init__(name, spec, notes)
         self._client = None
         self._tokenizer = None
         self.sampling = Sampling.parse(self.spec["sampling"]).body()
@@ -73,7 +73,8 @@ class OpenAITeacher(Teacher):
                 from transformers import AutoTokenizer
 
                 self._tokenizer = AutoTokenizer.from_pretrained(self.spec["tokenizer"])
-                note_resolved(describe_model(self.spec["tokenizer"], f"tokenizer:{self.name}"))
+                role = f"tokenizer:{self.name}"
+                self.notes.add_resolved(describe_model(self.spec["tokenizer"], role))
             if "messages" in body:
                 return len(
                     self._tokenizer.apply_chat_template(

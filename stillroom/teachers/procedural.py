@@ -58,6 +58,7 @@ class ProceduralTeacher(Teacher):
                 level,
                 rng.choice(["torch", "wrong"]) if slip else None,
                 family=meta.get("family"),
+                note=self.notes.add_file,
             )
         else:
             result: int | str = problem["answer"]

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import SGLangSpec
-from ..provenance.sidecars import describe_model, note_resolved
+from ..provenance.sidecars import Notes, describe_model
 from .base import TeacherError
 from .openai import OpenAITeacher
 
@@ -42,8 +42,8 @@ def _exit_on_sigterm(signum, frame):
 class SGLangTeacher(OpenAITeacher):
     Spec = SGLangSpec
 
-    def __init__(self, name: str, spec: Mapping[str, Any]):
-        super().__init__(name, spec)
+    def __init__(self, name: str, spec: Mapping[str, Any], notes: Notes | None = None):
+        super().__init__(name, spec, notes)
         self.proc: subprocess.Popen | None = None
         self.log_path: str | None = None
 
@@ -108,7 +108,7 @@ class SGLangTeacher(OpenAITeacher):
             info = None
         if isinstance(info, dict) and isinstance(info.get("model_path"), str):
             role = f"teacher:{self.name}"
-            note_resolved({**describe_model(info["model_path"], role), "server": info})
+            self.notes.add_resolved({**describe_model(info["model_path"], role), "server": info})
 
     def log_tail(self, lines: int = 20) -> str:
         try:

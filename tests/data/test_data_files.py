@@ -11,6 +11,7 @@ from stillroom.config.data import KernelBookSource
 from stillroom.data import kernelbook
 from stillroom.data.sources import dataset_records
 from stillroom.io import DataError
+from stillroom.provenance.sidecars import Notes
 
 
 def records(path, log=None, **spec):
@@ -139,4 +140,4 @@ def test_jsonl_rows_are_named_by_their_line_past_blank_lines(tmp_path):
     )
     with pytest.raises(DataError, match=r"kb\.jsonl:1: column 'entry_point'"):
         list(kernelbook.rows(kb))
-    assert [where for where, _ in kernelbook._raw_rows(kb)] == [f"{path}:1", f"{path}:3"]
+    assert [where for where, _ in kernelbook._raw_rows(kb, Notes())] == [f"{path}:1", f"{path}:3"]

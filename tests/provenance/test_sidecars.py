@@ -12,7 +12,15 @@ import subprocess
 from stillroom.io import read_json, write_jsonl
 from stillroom.provenance import envlock
 from stillroom.provenance import sidecars as provenance
-from stillroom.provenance.sidecars import Job, digest, now, redact, sidecar_path, write_sidecars
+from stillroom.provenance.sidecars import (
+    Job,
+    Notes,
+    digest,
+    now,
+    redact,
+    sidecar_path,
+    write_sidecars,
+)
 
 
 def test_redact_and_directory_digest(tmp_path):
@@ -148,17 +156,18 @@ def test_hub_revisions_resolve_from_the_cache_and_local_models_are_hashed(tmp_pa
     (local / "model.safetensors").write_bytes(b"1234")
     assert provenance.describe_model(str(local), "teacher:t")["manifest_sha256"] != first
 
-    provenance.take_noted()
-    provenance.note_model("org/tiny", "student")  # a hub id
-    provenance.note_model(str(local), "student")  # a local directory: hashed as an input
-    provenance.note_dataset("org/data", "source:d", subset=None, split="train", revision=None)
-    noted = provenance.take_noted()
+    notes = Notes()
+    notes.add_model("org/tiny", "student")  # a hub id
+    notes.add_model(str(local), "student")  # a local directory: hashed as an input
+    notes.add_dataset("org/data", "source:d", subset=None, split="train", revision=None)
+    notes.add_model("org/tiny", "student")  # noted once
+    noted = notes.sidecar_fields()
     assert noted["read"] == [str(local)]
     assert [(r["id"], r["revision"]) for r in noted["resolved"]] == [
         ("org/tiny", model_sha),
         ("org/data", data_sha),
     ]
-    assert provenance.take_noted() == {"read": [], "resolved": []}
+    assert Notes().sidecar_fields() == {"read": [], "resolved": []}
 
 
 def test_a_pretrained_student_from_a_hub_snapshot_records_its_commit(setup, tmp_path, monkeypatch):
@@ -169,9 +178,11 @@ def test_a_pretrained_student_from_a_hub_snapshot_records_its_commit(setup, tmp_
     snap = _fake_hub(tmp_path / "hub", "model", "org/student", sha, files=())
     shutil.rmtree(snap)
     shutil.copytree(setup / "base", snap)
-    provenance.take_noted()
-    run_pretrained(out_model=str(tmp_path / "out"), params={"pretrained": str(snap)}, log=print)
-    (entry,) = provenance.take_noted()["resolved"]
+    notes = Notes()
+    run_pretrained(
+        out_model=str(tmp_path / "out"), params={"pretrained": str(snap)}, log=print, notes=notes
+    )
+    (entry,) = notes.resolved
     assert entry["id"] == "org/student" and entry["revision"] == sha
 
 
@@ -200,6 +211,36 @@ def test_the_pool_hashes_its_local_source_files(tmp_path, monkeypatch):
     write_jsonl(tmp_path / "src.jsonl", rows[:-1])
     report = audit("results/x/pool/pool.jsonl")
     assert [(p.kind, p.input) for p in report.problems] == [("stale", "src.jsonl")]
+
+
+def test_successive_stages_in_one_process_keep_their_own_notes(tmp_path, monkeypatch):
+    """Each stage run gets its own notes: what one job read is not in the next job's sidecar
+    (two pools in one process: a source file, then none, then another file)."""
+    from stillroom.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    generated = {"name": "gen", "kind": "arithmetic", "count": 40, "max_operand": 9}
+    for name in ("a", "b"):
+        write_jsonl(
+            tmp_path / f"{name}.jsonl", [{"prompt": f"{name}?", "answer": "1", "kind": "math"}]
+        )
+    runs = {
+        "first": [generated, {"name": "file", "kind": "jsonl", "path": "a.jsonl"}],
+        "second": [generated],
+        "third": [generated, {"name": "file", "kind": "jsonl", "path": "b.jsonl"}],
+    }
+    for run, sources in runs.items():
+        params = {"sources": sources, "heldout": {"size": 4, "dev_size": 2}}
+        outs = [f"--out-{k}=results/{run}/{k}.jsonl" for k in ("pool", "heldout", "dev")]
+        assert main(["pool", "--benchmarks", *outs, "--params", json.dumps(params)]) == 0
+    read = {
+        run: [
+            r["path"]
+            for r in read_json(f"results/{run}/pool.jsonl.prov.json")["inputs"].get("read", [])
+        ]
+        for run in runs
+    }
+    assert read == {"first": ["a.jsonl"], "second": [], "third": ["b.jsonl"]}
 
 
 def test_the_environment_lock_is_written_once_and_referenced_by_hash(tmp_path, monkeypatch):

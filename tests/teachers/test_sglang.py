@@ -86,19 +86,20 @@ def test_server_is_started_used_and_stopped(tmp_path):
 def test_the_weights_the_server_reports_are_pinned(tmp_path, monkeypatch):
     """SGLang's /get_model_info names the weights: a hub cache snapshot is recorded by repository
     and commit, beside the model id the server answers as."""
-    from stillroom.provenance import sidecars as provenance
+    from stillroom.provenance.sidecars import Notes
 
     sha = "e" * 40
     snapshot = tmp_path / "hub/models--org--teacher/snapshots" / sha
     snapshot.mkdir(parents=True)
-    provenance.take_noted()
+    notes = Notes()
     generate.run(
         shard=_shard(tmp_path, n=2),
         out_samples=str(tmp_path / "gen.jsonl"),
         log=lambda _: None,
         params=_params(_spec(f"{{python}} {STANDIN} {{port}} 0 {snapshot}")),
+        notes=notes,
     )
-    weights, served = provenance.take_noted()["resolved"]
+    weights, served = notes.resolved
     assert (weights["role"], weights["id"], weights["revision"]) == (
         "teacher:selfhost",
         "org/teacher",

@@ -103,7 +103,9 @@ def test_parsing_writes_nothing_and_lint_is_clean(dry_run, recipe, tmp_path):
     missing local student is refused while the DAG is built) runs in a copy of the repository
     where `stillroom stand-ins` has built them, as the README runs it."""
     snakefile, configfiles = REPO / "Snakefile", _configfiles(recipe)
-    if any("stand-ins" in str(load_yaml(c).get("student", {}).get("pretrained")) for c in configfiles):
+    if any(
+        "stand-ins" in str(load_yaml(c).get("student", {}).get("pretrained")) for c in configfiles
+    ):
         copy = repo_copy(tmp_path / "repo")
         configfiles = [copy / Path(c).relative_to(REPO) for c in configfiles]
         stand_ins = ["stand-ins", "--configfile", *map(str, configfiles), "--root", str(copy)]
