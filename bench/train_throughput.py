@@ -1,6 +1,6 @@
 """CPU SFT throughput of the tiny students, as a regression baseline: dense Qwen3 full fine-tune,
 Qwen3-MoE full fine-tune and Qwen3-MoE LoRA, each a fixed number of steps through
-stillroom.stages.train.train_sft.
+stillroom.runtime.sft.train_sft.
 
 Builds everything in a temporary directory: a synthetic SFT set of generated arithmetic problems
 with worked solutions (stillroom.data.sources), one byte-level BPE tokenizer trained on it, and a
@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stillroom.data.sources import generate, worked_solution
+from stillroom.runtime.sft import train_sft
 from stillroom.runtime.student import build_model, train_tokenizer
-from stillroom.stages.train import train_sft
 
 DENSE = {
     "hidden_size": 128,
@@ -150,6 +150,7 @@ def main() -> None:
                 dataset,
                 tmp / name.replace(" ", "_"),
                 params=params,
+                seed=0,
                 threads=args.threads,
                 log=lambda _: None,
             )

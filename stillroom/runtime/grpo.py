@@ -425,3 +425,8 @@ def train_grpo(
         f"({reward.validator_runs} validator runs), mean reward {metrics['reward_mean']}"
     )
     return metrics
+
+
+if __name__ == "__main__":
+    # the entry point of the workers launch.spawn starts
+    launch.serve(train_grpo)

@@ -2,13 +2,15 @@
 GPUs, FSDP2 sizes, or one device_map process).
 
 One launcher serves the train and grpo rules everywhere. World size 1 trains in the calling
-process. Otherwise the stage re-runs itself as ``python -m stillroom.runtime.launch`` workers:
-under SLURM one ``srun`` task per node (``--ntasks-per-node=1``) starts ``torchrun`` with the
-allocation's node count, rendezvous (c10d) on the allocation's first host and a port derived from
-the job id, so two jobs sharing a node never collide; on one node (under SLURM or not) a local
-``torchrun --standalone``. Sharding is transformers' own load-time FSDP2 (``DistributedConfig``):
-the Trainer then neither wraps the DTensor model in DDP nor shards it again, and unlike
-accelerate's FSDP it also runs on CPU with gloo (measured).
+process. Otherwise the training body's own module runs as the workers (``python -m
+stillroom.runtime.sft``, or ``.grpo``), its ``__main__`` block handing the body to ``serve``: a
+child process is started by a module name, so the body's module is that entry point, and nothing
+is imported by a string. Under SLURM one ``srun`` task per node (``--ntasks-per-node=1``) starts
+``torchrun`` with the allocation's node count, rendezvous (c10d) on the allocation's first host
+and a port derived from the job id, so two jobs sharing a node never collide; on one node (under
+SLURM or not) a local ``torchrun --standalone``. Sharding is transformers' own load-time FSDP2
+(``DistributedConfig``): the Trainer then neither wraps the DTensor model in DDP nor shards it
+again, and unlike accelerate's FSDP it also runs on CPU with gloo (measured).
 """
 
 from __future__ import annotations
@@ -230,39 +232,38 @@ def run(
     where: str,
 ) -> dict[str, Any]:
     """``target(**kwargs, threads=, log=)`` on every process of ``layout``: in this process when it
-    is one, else in workers (each with its share of ``threads``); rank 0's metrics. ``kwargs`` are
-    JSON and include ``out_dir``."""
+    is one, else in workers (each with its share of ``threads``; ``spawn``); rank 0's metrics.
+    ``kwargs`` are JSON and include ``out_dir``."""
     if layout.world_size == 1:
         return target(**kwargs, threads=threads, log=log)
     per_process = max(1, threads // layout.gpus_per_node)
-    name = f"{target.__module__}:{target.__name__}"
-    return spawn(
-        layout, {**kwargs, "threads": per_process}, log, cpus=threads, target=name, where=where
-    )
+    return spawn(layout, target, {**kwargs, "threads": per_process}, log, cpus=threads, where=where)
 
 
 def spawn(
     layout: Layout,
+    target: Callable[..., dict[str, Any]],
     kwargs: Mapping[str, Any],
     log: Callable[[str], Any],
     cpus: int = 1,
-    target: str = "stillroom.stages.train:train_sft",
     where: str = "train",
 ) -> dict[str, Any]:
-    """Run ``target(**kwargs)`` (a "module:function" whose kwargs include ``out_dir``) on every
-    process of ``layout``; return rank 0's metrics.
+    """Run ``target(**kwargs)`` (whose kwargs include ``out_dir``) on every process of ``layout``;
+    return rank 0's metrics. The workers run ``target``'s module with ``python -m``: its
+    ``__main__`` block must hand ``target`` to ``serve``.
 
     The spec and the metrics live beside the output, on the filesystem every node shares (a
     node-local /tmp would not reach the other nodes, nor necessarily the node of global rank 0)."""
+    module = target.__module__
     out = Path(str(kwargs["out_dir"]).rstrip("/"))
     out.parent.mkdir(parents=True, exist_ok=True)
     # named like the output's own temporaries, so the next attempt removes it after a kill
     # (stillroom.io.stale_temporaries)
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent) as tmp:
         spec, metrics = Path(tmp) / "spec.json", Path(tmp) / "metrics.json"
-        spec.write_text(json.dumps({**kwargs, "metrics": str(metrics), "target": target}))
+        spec.write_text(json.dumps({**kwargs, "metrics": str(metrics), "target": target.__name__}))
         # torchrun runs a module with -m
-        cmd = command(layout, ["-m", __name__, str(spec)], cpus=cpus, where=where)
+        cmd = command(layout, ["-m", module, str(spec)], cpus=cpus, where=where)
         log(f"launching {layout.world_size} processes: {shlex.join(cmd)}")
         # The workers' stderr goes straight to ours, which the rule's log collects.
         done = subprocess.run(
@@ -275,24 +276,29 @@ def spawn(
             raise RuntimeError(
                 f"workers failed with exit status {done.returncode}: {shlex.join(cmd)}"
             )
+        if not metrics.exists():
+            raise RuntimeError(
+                f"workers wrote no metrics: {module} has no __main__ block that serves "
+                f"{target.__name__} (launch.serve)"
+            )
         return json.loads(metrics.read_text())
 
 
-def _worker(spec_path: str) -> None:
-    import importlib
-
+def serve(*targets: Callable[..., dict[str, Any]]) -> None:
+    """The worker side of ``spawn``, called from the ``__main__`` block of the module that holds
+    ``targets``: run the one the spec (the command line's one argument) names, with its kwargs;
+    rank 0 writes the metrics."""
     from ..io import write_json
 
-    spec = json.loads(Path(spec_path).read_text())
+    spec = json.loads(Path(sys.argv[1]).read_text())
     metrics_path = spec.pop("metrics")
-    module, _, function = spec.pop("target").partition(":")
+    name = spec.pop("target")
+    by_name = {t.__name__: t for t in targets}
+    if name not in by_name:
+        raise ValueError(f"{sys.argv[0]} serves {', '.join(by_name)}, not {name}")
     prefix = f"[rank {rank()}] "
-    metrics = getattr(importlib.import_module(module), function)(
+    metrics = by_name[name](
         **spec, log=lambda msg: print(prefix + msg, file=sys.stderr, flush=True)
     )
     if rank() == 0:
         write_json(metrics_path, metrics)
-
-
-if __name__ == "__main__":
-    _worker(sys.argv[1])

@@ -24,3 +24,10 @@ def probe(*, out_dir, threads, log):
     dist.barrier()
     dist.destroy_process_group()
     return {"answers": every}
+
+
+if __name__ == "__main__":
+    # the entry point of the workers the tests spawn (stillroom.runtime.launch.spawn)
+    from stillroom.runtime.launch import serve
+
+    serve(probe)

@@ -11,11 +11,11 @@ def probe(*, base, params, threads, out_dir, log):
     from peft import LoraConfig, get_peft_model
     from torch.distributed.tensor import DTensor
 
+    from stillroom.config import Train
     from stillroom.runtime.sft import load_model
-    from stillroom.stages.train import Params
 
     torch.set_num_threads(threads)
-    p = Params.parse(params, where="train")
+    p = Train.parse(params, where="train")
     model = load_model(base, p)
     experts = model.model.layers[0].mlp.experts
     weight = experts.gate_up_proj
@@ -43,3 +43,10 @@ def probe(*, base, params, threads, out_dir, log):
         error = str(exc)
     log(f"layout {layout}; LoRA on the experts: {error}")
     return {"layout": layout, "expert_lora_error": error}
+
+
+if __name__ == "__main__":
+    # the entry point of the workers the tests spawn (stillroom.runtime.launch.spawn)
+    from stillroom.runtime.launch import serve
+
+    serve(probe)

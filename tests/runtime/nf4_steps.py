@@ -200,3 +200,10 @@ def staged_shards(*, base, lora, threads, log, out_dir):
         "compared": [c for _, c, _ in everyone],
         "logs": [line for _, _, ls in everyone for line in ls],
     }
+
+
+if __name__ == "__main__":
+    # the entry point of the workers the tests spawn (stillroom.runtime.launch.spawn)
+    from stillroom.runtime.launch import serve
+
+    serve(qlora_steps, skewed_dispatch, staged_shards)

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from stillroom.config import Lora, Train
 from stillroom.runtime.adapter_merge import stream_merge
 from stillroom.runtime.adapters import check_saved_adapter, meta_model, resolve_targets, routers
-from stillroom.stages.train import train_sft
+from stillroom.runtime.sft import train_sft
 
 from ..conftest import MOE
 
@@ -35,10 +35,14 @@ def test_lora_trains_attention_and_experts_but_never_the_router(moe, tmp_path):
         "batch_size": 2,
         "max_length": 128,
         "logging_steps": 4,
-        "seed": 0,
     }
     m = train_sft(
-        root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None
+        root / "base",
+        root / "train.jsonl",
+        tmp_path / "sft",
+        params=params,
+        seed=0,
+        log=lambda _: None,
     )
     assert (
         m["trainable"]["attention"] > 0
@@ -178,7 +182,12 @@ def test_a_router_adapter_trains_only_when_allowed_and_the_saved_check_catches_i
         "logging_steps": 4,
     }
     train_sft(
-        root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None
+        root / "base",
+        root / "train.jsonl",
+        tmp_path / "sft",
+        params=params,
+        seed=0,
+        log=lambda _: None,
     )
     adapter = tmp_path / "sft"
     names = list(load_file(adapter / "adapter_model.safetensors"))
@@ -240,7 +249,12 @@ def test_qlora_adapter_merges_onto_the_full_precision_base(moe, tmp_path):
         "logging_steps": 4,
     }
     m = train_sft(
-        root / "base", root / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None
+        root / "base",
+        root / "train.jsonl",
+        tmp_path / "sft",
+        params=params,
+        seed=0,
+        log=lambda _: None,
     )
     assert m["trainable"]["attention"] > 0 and m["trainable"]["experts"] == 0
     # bitsandbytes quantised the attention projections (4 per layer) and nothing else

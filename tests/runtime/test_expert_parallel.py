@@ -11,6 +11,7 @@ from stillroom.config.training import EP_PARAMETER_ERROR
 from stillroom.runtime.launch import spawn
 from stillroom.runtime.sft import check_expert_parallel
 from stillroom.stages.train import run as train_stage
+from tests.runtime.ep_probe import probe
 
 EP2 = {"gpus_per_node": 2, "expert_parallel_size": 2}
 
@@ -25,10 +26,10 @@ def test_experts_split_over_the_fsdp_ranks_and_lora_on_them_still_fails(moe, tmp
     params = {"method": "full", "distributed": EP2}
     out = spawn(
         Train.parse(params).layout,
+        probe,
         {"base": str(root / "base"), "params": params, "threads": 1, "out_dir": str(tmp_path)},
         log=lambda _: None,
         cpus=2,
-        target="tests.runtime.ep_probe:probe",
     )
     layout = out["layout"]
     assert layout["world_size"] == 2 and layout["local_experts"] == 2

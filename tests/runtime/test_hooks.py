@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 from stillroom.config import ConfigError, WeightHook
 from stillroom.runtime.hooks import WeightHooks, renorm_rows, sample_options
 from stillroom.runtime.merge import interpolate
-from stillroom.stages.train import train_sft
+from stillroom.runtime.sft import train_sft
 
 RENORM = [{"fn": "renorm_rows", "match": [r"self_attn\.q_proj\.weight$"], "dim": -1, "norm": 1.0}]
 # A weight hook's default settings (dim -1, norm 1.0, eps 1e-8)
@@ -64,11 +64,16 @@ def test_training_renormalises_after_every_step_and_samples_options(setup, tmp_p
         "batch_size": 4,
         "max_length": 128,
         "logging_steps": 2,
-        "weight_hooks": RENORM,
         "sampled_options": {"initializer_range": [0.01, 0.02, 0.04]},
     }
     m = train_sft(
-        setup / "base", setup / "train.jsonl", tmp_path / "sft", params=params, log=lambda _: None
+        setup / "base",
+        setup / "train.jsonl",
+        tmp_path / "sft",
+        params=params,
+        seed=0,
+        weight_hooks=RENORM,
+        log=lambda _: None,
     )
     assert sum(m["sampled_options"]["initializer_range"].values()) == m["steps"] == 6
     tuned = load_file(tmp_path / "sft" / "model.safetensors")
@@ -88,6 +93,7 @@ def test_merge_applies_the_hooks_to_merged_tensors(setup, tmp_path):
         setup / "train.jsonl",
         b,
         params={"lr": 5e-3, "max_steps": 2, "batch_size": 4, "max_length": 128},
+        seed=0,
         log=lambda _: None,
     )
     interpolate(a, b, tmp_path / "plain", 0.5)

@@ -215,13 +215,14 @@ def test_every_rank_checkpoints_by_time_when_rank_0_says_so(tmp_path):
     """A time-based checkpoint is a collective: each rank gets rank 0's answer, whatever its own
     clock reads (one rank past the interval and the other not would hang FSDP's save)."""
     from stillroom.runtime.launch import spawn
+    from tests.runtime.clock_probe import probe
 
     out = spawn(
         Train.parse({"distributed": {"gpus_per_node": 2}}).layout,
+        probe,
         {"out_dir": str(tmp_path / "probe"), "threads": 1},
         log=lambda _: None,
         cpus=2,
-        target="tests.runtime.clock_probe:probe",
     )
     assert out["answers"] == [[False, True], [False, True]]
 

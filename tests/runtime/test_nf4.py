@@ -25,7 +25,7 @@ from stillroom.runtime.nf4 import (
     to_nf4,
 )
 from stillroom.stages.train import run as train_stage
-from tests.runtime.nf4_steps import qlora_steps, token_blocks
+from tests.runtime.nf4_steps import qlora_steps, skewed_dispatch, staged_shards, token_blocks
 from tests.runtime.test_launch import kill_and_resume
 
 LORA = {
@@ -220,10 +220,10 @@ def test_qlora_on_two_fsdp2_gloo_ranks_matches_one_process(moe, tmp_path):
     one = qlora_steps(**kwargs, staged=False, out_dir=str(tmp_path / "one"), log=lambda _: None)
     two = spawn(
         Train.parse({"distributed": {"gpus_per_node": 2}}).layout,
+        qlora_steps,
         {**kwargs, "staged": True, "out_dir": str(tmp_path / "two")},
         log=lambda _: None,
         cpus=2,
-        target="tests.runtime.nf4_steps:qlora_steps",
     )
     assert one["quantized"] == two["quantized"] == {"linear": 8, "experts": 2}
     assert one["routers_unchanged"] and two["routers_unchanged"]
@@ -250,10 +250,10 @@ def test_staged_loader_quantises_each_weight_once_over_the_ranks_bit_for_bit(moe
     root, _ = moe
     got = spawn(
         Train.parse({"distributed": {"gpus_per_node": 2}}).layout,
+        staged_shards,
         {"base": str(root / "base"), "lora": LORA, "out_dir": str(tmp_path / "out"), "threads": 1},
         log=lambda _: None,
         cpus=2,
-        target="tests.runtime.nf4_steps:staged_shards",
     )
     # q, k, v, o x 2 layers, gate_up and down of 4 experts x 2 layers, on each rank
     assert got["compared"] == [8 + 16, 8 + 16] and got["mismatched"] == []
@@ -352,10 +352,10 @@ def test_expert_parallel_dispatch_matches_the_whole_experts_when_a_rank_gets_no_
     and nothing hangs."""
     diffs = spawn(
         Train.parse({"distributed": {"gpus_per_node": 2}}).layout,
+        skewed_dispatch,
         {"out_dir": str(tmp_path / "out"), "threads": 1},
         log=lambda _: None,
         cpus=2,
-        target="tests.runtime.nf4_steps:skewed_dispatch",
     )
     # relative to the largest value: float32 rounding of the same products summed in another order
     assert max(diffs.values()) < 1e-5, diffs

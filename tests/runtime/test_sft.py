@@ -156,7 +156,7 @@ def test_an_optimizer_whose_package_is_missing_is_refused_before_anything_loads(
     monkeypatch, tmp_path
 ):
     from stillroom.config import ConfigError
-    from stillroom.stages.train import train_sft
+    from stillroom.runtime.sft import train_sft
 
     check_optimizer(Train.parse({"optim": "paged_adamw_8bit"}))  # bitsandbytes is installed
     monkeypatch.setitem(sys.modules, "torchao", None)  # as if it were not
@@ -165,4 +165,6 @@ def test_an_optimizer_whose_package_is_missing_is_refused_before_anything_loads(
         check_optimizer(Train.parse(params))
     # the job stops on it before it reads the model or the dataset (neither exists here)
     with pytest.raises(ConfigError, match=r"needs the package torchao \(module torchao\), which"):
-        train_sft(tmp_path / "no-model", tmp_path / "no.jsonl", tmp_path / "out", params=params)
+        train_sft(
+            tmp_path / "no-model", tmp_path / "no.jsonl", tmp_path / "out", params=params, seed=0
+        )

@@ -14,9 +14,9 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from stillroom.grading.formats import with_effort_tag
 from stillroom.io import DataError
+from stillroom.runtime.sft import encode_checked, place_tags
 from stillroom.runtime.stops import control_token, stop_set
 from stillroom.runtime.templates import training_template
-from stillroom.stages.train import encode_checked, place_tags
 
 from .template_families import ANSWER, CONTENT, FAMILIES, REASONING, Family
 from .test_templates import TRL_TEMPLATES

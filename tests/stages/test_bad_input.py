@@ -10,7 +10,7 @@ import pytest
 
 from stillroom.io import DataError, write_jsonl
 from stillroom.stages import decontam, evaluate, generate, grade, pool
-from stillroom.stages.train import train_sft
+from stillroom.stages.train import run as train_stage
 
 from ..conftest import synthetic_rows
 from .test_generate import PARAMS, _shard
@@ -76,7 +76,9 @@ def _grade(tmp_path, data):
 
 def _train(tmp_path, data):
     # the dataset is read before the base model is opened
-    train_sft(tmp_path / "base", _file(tmp_path, data), tmp_path / "out", params={})
+    train_stage(
+        base=tmp_path / "base", dataset=_file(tmp_path, data), out_model=tmp_path / "out", params={}
+    )
 
 
 def _resume(tmp_path, middle):

@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from stillroom.config import ConfigError
 from stillroom.io import DataError
-from stillroom.stages.train import Params, train_sft
+from stillroom.stages.train import Params
+from stillroom.stages.train import run as train_stage
 
 from ..conftest import synthetic_rows
 
@@ -31,10 +32,10 @@ def test_train_sft_lowers_loss_and_saves_model(setup, tmp_path):
         warmup_ratio=0.1,
         seed=0,
     )
-    metrics = train_sft(
-        setup / "base",
-        setup / "train.jsonl",
-        tmp_path / "sft",
+    metrics = train_stage(
+        base=setup / "base",
+        dataset=setup / "train.jsonl",
+        out_model=tmp_path / "sft",
         params=params,
         threads=2,
         log=lines.append,
@@ -88,7 +89,7 @@ def test_bad_rows_name_file_and_line(setup, tmp_path, bad, match):
         tmp_path / "data.jsonl", [good[0], None, good[1], bad]
     )  # the blank line still counts
     with pytest.raises(DataError, match=rf"data\.jsonl:4: .*{match}"):
-        train_sft(setup / "base", path, tmp_path / "out", params={})
+        train_stage(base=setup / "base", dataset=path, out_model=tmp_path / "out", params={})
     assert not (tmp_path / "out").exists()
 
 
@@ -97,7 +98,9 @@ def test_examples_truncated_to_no_supervision_fail(setup, tmp_path):
     rows[1]["messages"][-2]["content"] = "What is " + " + ".join(["1"] * 100) + "?"
     path = write_rows(tmp_path / "data.jsonl", rows)
     with pytest.raises(DataError, match=r"1 of 3 examples .* max_length=64 \(ids: ex-1\)"):
-        train_sft(setup / "base", path, tmp_path / "out", params={"max_length": 64})
+        train_stage(
+            base=setup / "base", dataset=path, out_model=tmp_path / "out", params={"max_length": 64}
+        )
 
 
 def test_a_student_with_the_real_qwen3_template_trains_and_keeps_it(setup, tmp_path):
@@ -111,8 +114,12 @@ def test_a_student_with_the_real_qwen3_template_trains_and_keeps_it(setup, tmp_p
     tok.save_pretrained(base)
     params = dict(max_steps=2, batch_size=4, max_length=256, seed=0)
     lines = []
-    metrics = train_sft(
-        base, setup / "train.jsonl", tmp_path / "sft", params=params, log=lines.append
+    metrics = train_stage(
+        base=base,
+        dataset=setup / "train.jsonl",
+        out_model=tmp_path / "sft",
+        params=params,
+        log=lines.append,
     )
     assert metrics["chat_template"] == "trl" and metrics["supervised_tokens"] > 0
     check = metrics["template_check"]
@@ -293,10 +300,10 @@ def test_killed_training_resumes_from_a_time_based_checkpoint(setup, tmp_path):
         "save_minutes": 0.002,  # 120 ms: every few steps
     }
     straight, out = kill_and_resume(setup / "base", setup / "train.jsonl", params, tmp_path)
-    never = train_sft(
-        setup / "base",
-        setup / "train.jsonl",
-        tmp_path / "never",
+    never = train_stage(
+        base=setup / "base",
+        dataset=setup / "train.jsonl",
+        out_model=tmp_path / "never",
         params={**params, "save_minutes": 0},
         threads=2,
         log=lambda _: None,
@@ -333,11 +340,11 @@ def test_save_clock_counts_training_time_since_the_last_checkpoint():
 def test_a_changed_save_minutes_still_resumes_and_any_other_change_does_not(setup):
     """When checkpoints were written does not change the weights: a job resubmitted with another
     save_minutes resumes; another lr (or save_steps, which a resumed Trainer keeps) starts over."""
-    from stillroom.stages.train import checkpoint_fingerprint
+    from stillroom.runtime.sft import checkpoint_fingerprint
 
     def fingerprint(**params):
-        p = Params.parse(params, where="train")
-        return checkpoint_fingerprint(p, setup / "base", setup / "train.jsonl", "{{ x }}")
+        made_with = Params.parse(params, where="train").dump()
+        return checkpoint_fingerprint(made_with, setup / "base", setup / "train.jsonl", "{{ x }}")
 
     assert fingerprint(save_minutes=30) == fingerprint(save_minutes=5) == fingerprint()
     assert fingerprint(lr=1e-4) != fingerprint()
@@ -346,7 +353,7 @@ def test_a_changed_save_minutes_still_resumes_and_any_other_change_does_not(setu
 
 def test_a_phase_selects_its_efforts_and_can_drop_the_tags():
     from stillroom.config.training import TrainPhase
-    from stillroom.stages.train import select_rows
+    from stillroom.runtime.sft import select_rows
 
     def row(i, effort, tagged):
         tag = [{"role": "system", "content": f"{{reasoning effort: {effort}}}"}] if tagged else []
@@ -369,7 +376,7 @@ def test_a_phase_selects_its_efforts_and_can_drop_the_tags():
 
 
 def test_effort_tag_in_user_moves_a_rows_tag_to_the_head_of_its_user_turn():
-    from stillroom.stages.train import place_tags
+    from stillroom.runtime.sft import place_tags
 
     rows = tagged_rows(2) + [{"id": "plain", "messages": synthetic_rows(1)[0]["messages"]}]
     assert place_tags(rows, "system") == rows

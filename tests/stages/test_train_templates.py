@@ -13,8 +13,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from stillroom.grading.formats import with_effort_tag
 from stillroom.io import DataError
+from stillroom.runtime.sft import encode_checked, place_tags
 from stillroom.runtime.templates import training_template
-from stillroom.stages.train import encode_checked, place_tags
 
 TRL_TEMPLATES = Path(trl.__file__).parent / "chat_templates"
 FILES = sorted(p.name for p in TRL_TEMPLATES.glob("*.jinja"))
