@@ -4,7 +4,7 @@ the naive "load both models, lerp, save"; with --adapter, the streaming adapter 
 
 Interpolation: for each size (millions of fp32 parameters) two random-weight Qwen3 checkpoints (tied
 embeddings, different seeds, saved in 100 MB shards) are written to a temporary directory; each
-merge at tuned_weight 0.5 then runs in a fresh subprocess so its peak memory is its own. Peak
+merge at ratio 0.5 then runs in a fresh subprocess so its peak memory is its own. Peak
 anonymous RSS is the max of RssAnon sampled every 10 ms: VmHWM (also printed) counts the page cache
 of the mmapped safetensors inputs, which is reclaimable. The inputs were just written, so both
 methods read them from a warm page cache. The two outputs are compared (max abs diff). Prints

@@ -17,7 +17,7 @@ if PLAN.adapter:
         output:
             **tracked(model=directory(f"{R}/ckpt/{{trained}}")),
         params:
-            p=PLAN.merge_adapter_params(),
+            p=stillroom.stages.merge.adapter_job_params(EXPERIMENT).as_param(),
         threads: 1
         resources:
             gpu=0,
@@ -37,14 +37,14 @@ if PLAN.adapter:
             )
 
 
-# keyed by the merge's model name (ckpt/merge-<ratio>): its tuned_weight is its identity's ratio
+# keyed by the merge's model name (ckpt/merge-<ratio>), whose identity gives its ratio
 rule merge:
     input:
         **consumed(base=f"{R}/ckpt/base", tuned=f"{R}/ckpt/sft"),
     output:
         **tracked(model=directory(f"{R}/ckpt/{{merge}}")),
     params:
-        p=lambda w: PLAN.merge_params(w.merge),
+        p=lambda w: stillroom.stages.merge.job_params(EXPERIMENT, w.merge).as_param(),
     resources:
         mem_mb=PLAN.student_mem_mb("merge"),  # base and fine-tune: the student's size
     log:
@@ -73,7 +73,7 @@ if PLAN.select_on:
         output:
             **tracked(selection=f"{R}/merge/selected.json"),
         params:
-            p=PLAN.select_params(),
+            p=stillroom.stages.merge.select_job_params(EXPERIMENT).as_param(),
             graded=named(PLAN.dev_graded()),
             reported=named(PLAN.reported()),
         log:

@@ -17,7 +17,9 @@ rule train:
     output:
         **tracked(model=directory(f"{R}/ckpt/sft{{phase}}{PLAN.trained_as}")),
     params:
-        p=lambda w: PLAN.train_params(w.phase),
+        p=lambda w: stillroom.stages.train.job_params(
+            EXPERIMENT, PLAN.phase_name[w.phase]
+        ).as_param(),
     threads: 2
     resources:
         # each phase's nodes and GPUs: its distributed, else train.distributed
@@ -55,7 +57,7 @@ rule train_ablation:
     output:
         **tracked(model=directory(f"{R}/ckpt/select-{{selection}}{PLAN.trained_as}")),
     params:
-        p=PLAN.train_ablation_params(),
+        p=stillroom.stages.train.job_params(EXPERIMENT).as_param(),
     threads: 2
     resources:
         **PLAN.ablation_resources,

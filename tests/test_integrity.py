@@ -162,7 +162,7 @@ def _merge_cli(base: Path, out: Path) -> int:
             "--out-model",
             str(out),
             "--params",
-            json.dumps({"tuned_weight": 0.5}),
+            json.dumps({"ratio": 0.5}),
         ]
     )
 

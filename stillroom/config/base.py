@@ -4,6 +4,7 @@ and errors that name the config key and what was expected."""
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -323,6 +324,11 @@ class StageParams(Section):
     stage has no randomness, and whatever the stage's own params add."""
 
     seed: Seed = 0
+
+    def as_param(self) -> str:
+        """The job's ``--params``, which its rule passes: JSON with sorted keys, so the same params
+        give the same command and only a real change reruns the job."""
+        return json.dumps(self.dump(), sort_keys=True)
 
 
 PositiveInt = Annotated[int, Field(ge=1)]

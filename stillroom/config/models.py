@@ -17,7 +17,7 @@ class ModelId(Section):
     name: str = Field(description="the model's directory under ckpt/ and eval/, its table row")
     kind: ModelKind
     ratio: float | None = Field(
-        None, description="merge: tuned_weight, the fine-tune's share of the interpolated weights"
+        None, description="merge: its ratio, the fine-tune's share of the interpolated weights"
     )
     selection: str | None = Field(
         None, description="select: the dataset selection of the ablation it was fine-tuned on"

@@ -864,9 +864,15 @@ class Grpo(Section):
         return self.layout.world_size > 1
 
 
+# A merge's share of the fine-tune: ratio x fine-tune + (1 - ratio) x base. 0 and 1 are the base
+# and sft themselves, which every table compares already. The one bound of a merge ratio: the
+# config and the merge job's params (stages/merge.py) both take this type.
+MergeRatio = Annotated[float, Field(gt=0, lt=1)]
+
+
 class Merge(Section):
-    ratios: list[Annotated[float, Field(gt=0, lt=1)]] = Field(
-        [], description="tuned_weight of each merge: tuned_weight x fine-tune + rest x base"
+    ratios: list[MergeRatio] = Field(
+        [], description="each merge's ratio: ratio x fine-tune + (1 - ratio) x base"
     )
     select_on: str | None = Field(
         None,

@@ -4,7 +4,9 @@ keeps only what must be Snakemake (the config load, onstart, wildcard constraint
 wrappers).
 
 Params are the JSON strings a job gets on its command line (``as_json``): only what that stage
-depends on, so only real changes rerun it. Input mappings are ``{name: path}`` dicts, a job's
+depends on, so only real changes rerun it. The merge and train stages build theirs from the typed
+experiment beside the class that reads them (``job_params`` in stillroom/stages/<stage>.py), the
+pattern the other stages' params move to. Input mappings are ``{name: path}`` dicts, a job's
 ``--graded name=path ...`` arguments."""
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ class Plan:
         train = config["train"]
         self.train_template = train["chat_template"]
         self.train_phases = train["phases"]
-        self.phase_suffix = list(phase_names(self.train_phases))
+        self.phase_name = phase_names(self.train_phases)  # the {phase} wildcard to its name
+        self.phase_suffix = list(self.phase_name)
         # LoRA / QLoRA: each training job saves its adapter (ckpt/<name>.adapter), which rule
         # merge_adapter streams into the checkpoint that job started from, as ckpt/<name>
         self.adapter = train["method"] != "full"
@@ -540,48 +543,8 @@ class Plan:
     def base_params(self) -> str:
         return self.as_json(model=self.config["student"]["model"])
 
-    @property
-    def _train_student(self) -> dict[str, Any]:
-        # what training takes from the student section
-        student = self.config["student"]
-        return {"weight_hooks": student["weight_hooks"], "effort_tag_in": student["effort_tag_in"]}
-
-    @property
-    def _train_common(self) -> dict[str, Any]:
-        return {k: v for k, v in self.config["train"].items() if k != "phases"}
-
-    def train_params(self, suffix: str) -> str:
-        """A training phase's job: the train section without the phase list, and its own phase,
-        rows and epochs (a change to a later phase never reruns an earlier one)."""
-        phase, _ = self.train_phase(suffix)
-        per_phase = {} if phase is None else {"epochs": phase["epochs"], "phase": phase}
-        if phase and phase["distributed"]:
-            per_phase["distributed"] = phase["distributed"]
-        return self.as_json(**{**self._train_common, **per_phase}, **self._train_student)
-
-    def train_ablation_params(self) -> str:
-        return self.as_json(**self._train_common, **self._train_student)
-
     def grpo_params(self) -> str:
         return self.as_json(**self.config["grpo"], validator=self.validator)
-
-    def merge_adapter_params(self) -> str:
-        return self.as_json(weight_hooks=self.config["student"]["weight_hooks"])
-
-    def merge_params(self, model: str) -> str:
-        """The merge ``model`` (a merge's name): its tuned_weight is its identity's ratio."""
-        return self.as_json(
-            tuned_weight=self.merges[model].ratio,
-            weight_hooks=self.config["student"]["weight_hooks"],
-        )
-
-    def select_params(self) -> str:
-        return self.as_json(
-            benchmark=self.select_on,
-            select_by=self.config["merge"]["select_by"],
-            ratios={m.name: m.ratio for m in self.merges.values()},
-            **self.config["tables"],
-        )
 
     @property
     def _decoding(self) -> dict[str, Any]:

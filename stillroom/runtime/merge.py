@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import shutil
 import time
 from pathlib import Path
@@ -61,20 +60,18 @@ def interpolate(
     base,
     tuned,
     out,
-    tuned_weight: float,
+    ratio: float,
     *,
     max_shard_bytes: int = 2 * 1024**3,
     hooks: WeightHooks | None = None,
 ) -> dict:
-    """Write to ``out`` the model (1 - tuned_weight) * base + tuned_weight * tuned, with ``hooks``
-    applied to each merged tensor. Config, generation config and tokenizer files come from
-    ``tuned``. Returns a summary dict.
+    """Write to ``out`` the model (1 - ratio) * base + ratio * tuned, with ``hooks`` applied to each
+    merged tensor (a job's ratio is bounded by its params: config.training.MergeRatio). Config,
+    generation config and tokenizer files come from ``tuned``. Returns a summary dict.
     """
     started = time.perf_counter()
     base, tuned, out = Path(base), Path(tuned), Path(out)
-    w = float(tuned_weight)
-    if not (math.isfinite(w) and 0.0 <= w <= 1.0):
-        raise ValueError(f"tuned_weight must be in [0, 1], got {tuned_weight}")
+    w = float(ratio)
     if out.resolve() in (base.resolve(), tuned.resolve()):
         raise ValueError(f"output {out} must differ from the input checkpoints")
     base_map, tuned_map = shard_map(base), shard_map(tuned)
@@ -155,6 +152,5 @@ def interpolate(
         "parameters": n_params,
         "bytes_written": file_bytes,
         "shards": len(names),
-        "tuned_weight": w,
         "seconds": round(time.perf_counter() - started, 3),
     }

@@ -10,18 +10,26 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..config import StageParams, Tables, WeightHook
+from ..config import Experiment, StageParams, Tables, WeightHook
+from ..config.training import MergeRatio
 from ..ids import normalize_prompt
 from ..io import DataError, iter_jsonl, write_json
 from .contract import stage
 
-# The CLI imports every stage module to list the stages: what loads torch (or sympy) is imported
-# where a stage runs, not here.
+# The CLI imports every stage module to list the stages, and the rules build each job's params with
+# the ``*_params`` functions here: what loads torch (or sympy) is imported where a stage runs.
 
 
 class Params(StageParams):
-    tuned_weight: float = Field(ge=0, le=1, description="tuned_weight x fine-tune + rest x base")
+    ratio: MergeRatio = Field(description="ratio x fine-tune + (1 - ratio) x base")
     weight_hooks: list[WeightHook] = []
+
+
+def job_params(exp: Experiment, merge: str) -> Params:
+    """The params of the job writing the merge named ``merge`` (rule merge's {merge} wildcard):
+    its identity's ratio."""
+    ratios = {m.name: m.ratio for m in exp.model_ids if m.kind == "merge"}
+    return Params(seed=exp.seed, ratio=ratios[merge], weight_hooks=exp.student.weight_hooks)
 
 
 @stage(
@@ -39,22 +47,27 @@ def run(
     params: Mapping[str, Any] | Params,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """One merge at ``tuned_weight``."""
+    """One merge at ``params.ratio``."""
     from ..runtime.hooks import WeightHooks
     from ..runtime.merge import interpolate
 
     p = Params.parse(params, where="merge")
     hooks = WeightHooks(p.weight_hooks)
-    summary = interpolate(base, tuned, out_model, p.tuned_weight, hooks=hooks)
+    summary = interpolate(base, tuned, out_model, p.ratio, hooks=hooks)
     log(
         f"merged {summary['tensors']} tensors ({summary['parameters']:,} parameters) at "
-        f"tuned_weight={p.tuned_weight} in {summary['seconds']:.2f}s"
+        f"ratio={p.ratio} in {summary['seconds']:.2f}s"
     )
     return summary
 
 
 class AdapterParams(StageParams):
     weight_hooks: list[WeightHook] = []
+
+
+def adapter_job_params(exp: Experiment) -> AdapterParams:
+    """The params of every merge_adapter job: the student's weight hooks."""
+    return AdapterParams(seed=exp.seed, weight_hooks=exp.student.weight_hooks)
 
 
 @stage(
@@ -119,8 +132,19 @@ def _prompts(path: str) -> set[str]:
 class SelectParams(StageParams, Tables):
     benchmark: str = Field(description="the dev split the ratio is chosen on")
     select_by: Literal["accuracy", "tokens"] = "accuracy"
-    ratios: dict[str, float] = Field(
-        description="each merge's tuned_weight, by its model name (the merges' identities)"
+    ratios: dict[str, MergeRatio] = Field(
+        description="each merge's ratio, by its model name (the merges' identities)"
+    )
+
+
+def select_job_params(exp: Experiment) -> SelectParams:
+    """The params of the select_merge job: the dev split, the rule and every merge's ratio."""
+    return SelectParams(
+        seed=exp.seed,
+        benchmark=exp.merge.select_on,
+        select_by=exp.merge.select_by,
+        ratios={m.name: m.ratio for m in exp.model_ids if m.kind == "merge"},
+        **exp.tables.model_dump(),
     )
 
 
@@ -178,7 +202,7 @@ def select_merge(
         out_selection,
         {
             "selected": chosen,
-            "tuned_weight": p.ratios[chosen],
+            "ratio": p.ratios[chosen],
             "benchmark": p.benchmark,
             "select_by": p.select_by,
             "accuracy": accuracy,

@@ -12,6 +12,7 @@ import yaml
 
 from stillroom.config import Experiment, ModelId, merge_configs, resolve
 from stillroom.plan.dag import Plan, model_source, one_of
+from stillroom.stages import merge, train
 
 from ..conftest import REPO, default_config, recipe_files
 
@@ -57,14 +58,15 @@ def test_odd_ratios_name_their_models_paths_and_params_with_the_exact_floats():
     assert list(plan.merges) == names
     assert [plan.merges[n].ratio for n in names] == ODD
     for name, ratio in zip(names, ODD, strict=True):
-        assert json.loads(plan.merge_params(name))["tuned_weight"] == ratio
+        assert json.loads(merge.job_params(plan.experiment, name).as_param())["ratio"] == ratio
         assert plan.cost_artifacts()[name] == f"results/tiny/ckpt/{name}"
         assert f"results/tiny/ckpt/{name}.prov.json" in plan.all_sidecars()
         # evaluated on every reported benchmark and on the dev split the ratio is chosen on
         for bench in ("heldout", "tinyifeval", "tinycode", "dev"):
             assert f"eval-{name}-{bench}" in plan.cost_artifacts()
     assert plan.dev_graded() == {n: f"results/tiny/eval/{n}/dev/graded.jsonl" for n in names}
-    assert json.loads(plan.select_params())["ratios"] == dict(zip(names, ODD, strict=True))
+    select = json.loads(merge.select_job_params(plan.experiment).as_param())
+    assert select["ratios"] == dict(zip(names, ODD, strict=True))
     tables = json.loads(plan.tables_params("heldout"))
     assert "base" not in tables and "tuned" not in tables
     assert [ModelId(**m) for m in tables["models"]] == plan.model_ids
@@ -119,9 +121,14 @@ def test_training_phases_chain_their_checkpoints_and_adapters_merge_into_them():
     assert plan.train_phase("-medium")[1] == f"{r}/ckpt/base"
     phase, start = plan.train_phase("")
     assert phase["name"] == "efforts" and start == f"{r}/ckpt/sft-medium"
-    assert json.loads(plan.train_params(""))["distributed"] == phase["distributed"]
-    medium = json.loads(plan.train_params("-medium"))
+    assert plan.phase_name == {"-medium": "medium", "": "efforts"}
+    params = json.loads(train.job_params(plan.experiment, "efforts").as_param())
+    assert params["distributed"] == phase["distributed"]
+    medium = json.loads(train.job_params(plan.experiment, "medium").as_param())
     assert "phases" not in medium and medium["phase"]["name"] == "medium"
+    assert medium["epochs"] == plan.experiment.train.phases[0].epochs
+    # the ablation's jobs: the section's own, no phase
+    assert "phase" not in json.loads(train.job_params(plan.experiment).as_param())
     constraint = re.compile(plan.phase_constraint)
     assert constraint.fullmatch("") and constraint.fullmatch("-medium")
     assert not constraint.fullmatch("-efforts")

@@ -3,8 +3,11 @@
 import pytest
 
 from stillroom.cli import main
+from stillroom.config import ConfigError, Experiment, merge_configs
 from stillroom.io import DataError, read_json, write_jsonl
-from stillroom.stages.merge import choose, select_merge
+from stillroom.stages.merge import Params, choose, job_params, select_merge
+
+from ..conftest import default_config
 
 
 def graded(path, correct):
@@ -62,7 +65,7 @@ def test_select_stage_writes_the_choice_with_provenance(splits):
     sel = read_json(out)
     assert (
         sel["selected"] == "merge-0.7"
-        and sel["tuned_weight"] == 0.7
+        and sel["ratio"] == 0.7
         and sel["accuracy"]["merge-0.3"] == 0.125
     )
     assert read_json(str(out) + ".prov.json")["stage"] == "select_merge"
@@ -100,7 +103,7 @@ def test_select_takes_each_merges_ratio_from_params_not_its_name(splits):
     select_merge(
         **kwargs, params={"benchmark": "dev", "ratios": {"merge-1e-05": 1e-05, "odd": 0.125}}
     )
-    assert read_json(out)["selected"] == "odd" and read_json(out)["tuned_weight"] == 0.125
+    assert read_json(out)["selected"] == "odd" and read_json(out)["ratio"] == 0.125
     with pytest.raises(DataError, match=r"select: odd: no merge ratio in params.ratios"):
         select_merge(**kwargs, params={"benchmark": "dev", "ratios": {"merge-1e-05": 1e-05}})
 
@@ -136,3 +139,19 @@ def test_select_by_tokens_takes_the_cheapest_of_the_merges_tied_with_the_best(tm
     )
     assert choose_by_tokens(grids, weights, p) == "merge-0.5"
     assert choose({m: float(g[1].mean()) for m, g in grids.items()}, weights) == "merge-0.7"
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 0.0, 1.0, 1.5, float("nan")])
+def test_a_merge_ratio_has_one_bound_for_the_config_and_the_job(ratio):
+    # 0 and 1 are the base and sft themselves: the config and a hand-typed --params refuse both
+    with pytest.raises(ConfigError, match=r"merge\.ratios\.0: Input should be"):
+        Experiment.parse(merge_configs(default_config(), {"merge": {"ratios": [ratio]}}))
+    with pytest.raises(ConfigError, match=r"merge\.ratio: Input should be"):
+        Params.parse({"ratio": ratio}, where="merge")
+
+
+def test_a_merge_job_takes_its_ratio_from_its_identity():
+    exp = Experiment.parse(merge_configs(default_config(), {"merge": {"ratios": [0.125, 1e-05]}}))
+    params = job_params(exp, "merge-1e-05")
+    assert params.ratio == 1e-05 and params.seed == exp.seed
+    assert params.as_param() == f'{{"ratio": 1e-05, "seed": {exp.seed}, "weight_hooks": []}}'

@@ -10,12 +10,12 @@ import torch
 import trl
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from stillroom.config import ConfigError
+from stillroom.config import ConfigError, Experiment, merge_configs
 from stillroom.io import DataError
-from stillroom.stages.train import Params
+from stillroom.stages.train import Params, job_params
 from stillroom.stages.train import run as train_stage
 
-from ..conftest import synthetic_rows
+from ..conftest import default_config, synthetic_rows
 
 RENORM = [{"fn": "renorm_rows", "match": [r"self_attn\.q_proj\.weight$"], "dim": -1, "norm": 1.0}]
 
@@ -203,6 +203,17 @@ def test_unknown_param_raises(setup):
         ConfigError, match="train.max_length: Input should be greater than or equal to 16"
     ):
         Params.parse({"max_length": 0}, where="train")
+
+
+def test_the_chat_template_reaches_the_job_once_as_its_input_file():
+    # with train.chat_template set, the job gets the file (--chat-template) and no param names it
+    config = merge_configs(default_config(), {"train": {"chat_template": "x.jinja"}})
+    exp = Experiment.parse(config)
+    params = json.loads(job_params(exp).as_param())
+    assert "chat_template" not in params and "phases" not in params
+    assert params["seed"] == exp.seed and params["lr"] == exp.train.lr
+    with pytest.raises(ConfigError, match="train.chat_template: Input should be None"):
+        Params.parse({"chat_template": "x.jinja"}, where="train")
 
 
 def test_full_fine_tunes_keep_float32_master_weights():

@@ -77,7 +77,7 @@ def check_command(command: str) -> list[str]:
 
 GOOD = (
     "stillroom merge --base b --tuned t --out-model m --rule merge --threads 1 "
-    """--params '{"seed": 1, "tuned_weight": 0.5, "weight_hooks": []}' >> log 2>&1"""
+    """--params '{"seed": 1, "ratio": 0.5, "weight_hooks": []}' >> log 2>&1"""
 )
 
 
@@ -94,7 +94,7 @@ def test_a_good_line_passes_and_each_kind_of_bad_line_is_named():
         "merge: --base takes one value, given 2"
     ]
     bad = check_command(GOOD.replace("0.5", "2"))
-    assert len(bad) == 1 and bad[0].startswith("merge: --params: ") and "tuned_weight" in bad[0]
+    assert len(bad) == 1 and bad[0].startswith("merge: --params: ") and "ratio" in bad[0]
     bad = check_command(GOOD.replace('"seed": 1', '"sed": 1'))
     assert "unknown key 'sed' (did you mean 'seed'?)" in bad[0]
 

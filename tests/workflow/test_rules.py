@@ -212,7 +212,7 @@ def test_odd_merge_ratios_are_planned_end_to_end_with_their_exact_floats(tmp_pat
     names = [f"merge-{r!r}" for r in ratios]
     assert names == ["merge-1e-05", "merge-0.125", "merge-0.3333333"]
     merges = {
-        m.group(1): json.loads(m.group(2))["tuned_weight"]
+        m.group(1): json.loads(m.group(2))["ratio"]
         for m in re.finditer(r"--out-model \S+/ckpt/(merge-\S+) .*?--params '(.*?)'", out)
     }
     assert merges == dict(zip(names, ratios, strict=True))
