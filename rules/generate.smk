@@ -38,5 +38,7 @@ for gen_rule in PLAN.generation_rules():
             conda_env(PLAN.teacher_backend(gen_rule.teacher))
         shell:
             stillroom_cli(
-                "generate", "{params.rule_name}", "--shard {input.shard} --out-samples {params.outs}"
+                "generate",
+                "{params.rule_name}",
+                "--shard {input.shard} --out-samples {params.outs}",
             )
