@@ -12,14 +12,15 @@ from stillroom.config import Train, resolve
 from stillroom.io import read_jsonl
 
 from ..conftest import (
+    EARLY_NICE,
     REPO,
     Started,
     run_snakemake,
+    started,
     structural_differences,
     wait_snakemake,
 )
 from ..readme import block, repo_copy, start
-from .conftest import EARLY_NICE, started
 from .test_pipeline import scheduled
 
 
