@@ -1,6 +1,8 @@
 # The two commands of the README: `make run` (the embedded default pipeline) and `make test` (the
-# whole suite, what CI runs), with `make test-fast` (the tests not marked slow) for iterating;
-# `make lint` and `make format` before a commit; `make gpu-check` on a GPU machine.
+# whole suite but the SLURM tests), with `make test-fast` (the tests not marked slow) for iterating;
+# `make lint` and `make format` before a commit; `make gpu-check` on a GPU machine. The tests install
+# nothing outside .venv and need no root: what they use from the operating system is `make host`'s,
+# as root (CI: .ci/run).
 PYTHON ?= python3
 VENV ?= .venv
 # CPU machines take the local torch 2.13.0 CPU wheel; on a GPU machine: make TORCH_SPEC="torch==2.13.0" run
@@ -12,7 +14,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test test-fast lint format venv bwrap browser slurm clean gpu-check
+.PHONY: run test test-fast test-slurm lint format host venv bwrap clean gpu-check
 
 $(BIN)/stillroom: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +23,28 @@ $(BIN)/stillroom: pyproject.toml
 	$(BIN)/python -m stillroom.grading.punkt_data  # IFEval's Punkt model, offline
 	touch $@
 
-# bubblewrap, the OS sandbox of untrusted code (stillroom/sandbox.py): installed with apt-get when
-# missing and running as root; otherwise the sandbox warns loudly and runs without it
+# What the suite uses from the operating system, on Debian as root, and the one target that changes
+# the host: bubblewrap (the OS sandbox of untrusted code, stillroom/sandbox.py; without it the
+# sandbox warns loudly), chromium and tesseract (the report screenshot tests,
+# tests/workflow/browser.py) and the local SLURM cluster (scripts/slurm-up.sh, for make test-slurm).
+# Without them the tests that need them skip, naming what is missing.
+HOST_PACKAGES := bubblewrap chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core
+host:
+	@[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null || { \
+	  echo "make host installs Debian packages and starts SLURM: run it as root on Debian/Ubuntu" >&2; \
+	  exit 1; }
+	@missing=$$(for p in $(HOST_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
+	  | grep -q 'install ok installed' || echo $$p; done); [ -z "$$missing" ] || { \
+	  echo "installing" $$missing; apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends $$missing >/dev/null; }
+	scripts/slurm-up.sh
+
+# The .pth file that hooked Snakemake's config loader, left in a venv made before its removal
+venv: $(BIN)/stillroom
+	rm -f $(VENV)/lib/python*/site-packages/stillroom-snakemake-yaml.pth
+
+# bubblewrap, the OS sandbox of the kernel track's untrusted code (stillroom/sandbox.py), for `make
+# run`: installed with apt-get when missing and running as root; otherwise the sandbox warns loudly
 bwrap:
 	@command -v bwrap >/dev/null || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || { \
 	  echo "installing bubblewrap"; \
@@ -30,37 +52,21 @@ bwrap:
 	    --no-install-recommends bubblewrap >/dev/null \
 	  || echo "WARNING: could not install bubblewrap: untrusted code runs without an OS sandbox" >&2; }
 
-# A headless browser and OCR, for the tests that screenshot the snakemake --report HTML
-# (tests/workflow/browser.py): installed like bubblewrap; without them those tests skip, saying so
-browser:
-	@{ command -v chromium && command -v tesseract; } >/dev/null || [ "$$(id -u)" != 0 ] \
-	  || ! command -v apt-get >/dev/null || { \
-	  echo "installing chromium and tesseract-ocr"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    --no-install-recommends chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core \
-	    >/dev/null || echo "WARNING: no chromium, tesseract-ocr: report screenshot tests skip" >&2; }
-
-# The .pth file that hooked Snakemake's config loader, left in a venv made before its removal
-venv: $(BIN)/stillroom bwrap browser
-	rm -f $(VENV)/lib/python*/site-packages/stillroom-snakemake-yaml.pth
-
-run: venv
+run: venv bwrap
 	$(BIN)/snakemake --cores $(CORES)
 	$(BIN)/stillroom show results/tiny
 
-# The local SLURM cluster, where scripts/slurm-up.sh installed it and we are root: brought up (it is
-# idempotent, about 3 s). The SLURM executor plugin asks the controller for its config whenever
-# snakemake starts, and waits 9 s for one that is installed but stopped: 9 s on every test that
-# runs snakemake. A machine without SLURM answers at once; .ci/run installs and starts it.
-slurm:
-	@! command -v slurmctld >/dev/null || [ "$$(id -u)" != 0 ] || scripts/slurm-up.sh >/dev/null
-
-test: venv slurm
-	$(BIN)/pytest -q
+# -rs names every skipped test and why (the SLURM tests: make test-slurm)
+test: venv
+	$(BIN)/pytest -q -rs
 
 # Everything but the tests marked slow (pyproject.toml: Snakemake runs, trained models, servers)
-test-fast: venv slurm
-	$(BIN)/pytest -q -m "not slow"
+test-fast: venv
+	$(BIN)/pytest -q -rs -m "not slow"
+
+# The tests marked slurm, on the cluster `make host` brings up; under CI=true they fail without it
+test-slurm: venv
+	$(BIN)/pytest -q -rs --slurm -m slurm
 
 # ruff over the Python, snakefmt over the workflow's files, Snakemake's own lint of the workflow
 # on the default config, run in a scratch directory so that it writes nothing here

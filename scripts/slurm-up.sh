@@ -8,7 +8,10 @@
 #
 # Idempotent: installs what is missing, rewrites the configs, starts only daemons that are not running,
 # restarts the SLURM daemons when a config changed, and waits until every node is idle.
-# Stop with scripts/slurm-down.sh (by PID file).
+# Stop with scripts/slurm-down.sh (by PID file). It changes no host setting but what the daemons need:
+# packages, their configs, directories and the munge key; the node names sr1..srN need not resolve
+# (SLURM reaches every node at 127.0.0.1; multi-node training meets at a node's NodeAddr,
+# stillroom/runtime/launch.py).
 #
 #   STILLROOM_SLURM_NODES (2)  virtual nodes, named sr1..srN
 #   STILLROOM_SLURM_GPUS  (2)  stand-in GPUs per node
@@ -63,9 +66,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
 fi
 
-# 2. Names, directories, munge key. The virtual nodes resolve to this host (torchrun rendezvous uses them).
+# 2. Directories, munge key.
 names=$(seq -f "sr%g" 1 "$NODES" | tr '\n' ' ')
-for n in $HOST $names; do getent hosts "$n" >/dev/null || echo "127.0.0.1 $n" >> /etc/hosts; done
 install -d -o slurm -g slurm -m 0755 /var/spool/slurmctld "$LOG"
 install -d -o munge -g munge -m 0755 /run/munge
 install -d -o munge -g munge -m 0700 /etc/munge /var/log/munge
@@ -75,11 +77,8 @@ for n in $names; do install -d -m 0755 "/var/spool/slurmd/$n"; done
 chown munge:munge /etc/munge/munge.key; chmod 0600 /etc/munge/munge.key
 
 # 3. Configs. Every node advertises the host's CPUs and MEM_MB (config_overrides: slurmd trusts the
-# config), so N nodes oversubscribe this host N times; fine for tests, which are small.
-# Jobs run at their sbatch's niceness (PropagatePrioProcess), so a run started in the background
-# (tests/workflow/conftest.py) keeps its jobs there too. Each job is a session of its own, and the
-# kernel's autogroup gives every session the same weight whatever its niceness: off on this host.
-[ ! -w /proc/sys/kernel/sched_autogroup_enabled ] || echo 0 > /proc/sys/kernel/sched_autogroup_enabled
+# config), so N nodes oversubscribe this host N times; fine for tests, which are small. The
+# controller at 127.0.0.1 too, so this host's name need not resolve either.
 write() {  # write FILE MODE OWNER CONTENT: returns 0 if the content changed
   if [ "$(cat "$1" 2>/dev/null)" != "$4" ]; then
     printf '%s\n' "$4" > "$1"; chmod "$2" "$1"; chown "$3" "$1"; return 0
@@ -89,7 +88,7 @@ write() {  # write FILE MODE OWNER CONTENT: returns 0 if the content changed
 changed=0
 write /etc/slurm/slurm.conf 0644 root:root "# written by scripts/slurm-up.sh
 ClusterName=$CLUSTER
-SlurmctldHost=$HOST
+SlurmctldHost=$HOST(127.0.0.1)
 SlurmUser=slurm
 SlurmdUser=root
 AuthType=auth/munge
@@ -102,7 +101,6 @@ SlurmctldLogFile=$LOG/slurmctld.log
 SlurmdLogFile=$LOG/slurmd-%n.log
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
-PropagatePrioProcess=1
 TaskPlugin=task/none
 MpiDefault=none
 SwitchType=switch/none

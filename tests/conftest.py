@@ -2,9 +2,9 @@ import copy
 import os
 import random
 import re
-import shlex
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,10 +20,39 @@ from stillroom.workflow import snakemake_command, snakemake_env
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# The suite runs several torch processes at once on 2 cores (the early runs beside the tests,
-# 2-rank trainings). An OpenMP thread that spins for a preempted partner burns the CPU the others
-# need (a 40 s stand-in build at niceness 19 took 380 s beside one busy core): threads wait
-# passively. Set before torch loads libgomp, and inherited by every process the tests start.
+SLURM_ELSEWHERE = "SLURM tests run by make test-slurm (.ci/run)"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--slurm",
+        action="store_true",
+        help="run the tests marked slurm on the local cluster (make test-slurm); else they skip",
+    )
+
+
+def pytest_configure(config):
+    if not config.getoption("slurm"):
+        # No test here submits to SLURM, so no snakemake the tests start reads a SLURM config: its
+        # SLURM executor plugin asks the controller for one when loaded, 9 s where SLURM is
+        # installed but stopped (stillroom/plan/slurm.py OFFLINE_ENV does the same).
+        os.environ["SLURM_CONF"] = os.devnull
+
+
+def pytest_collection_modifyitems(config, items):
+    # skipped rather than deselected, each by name, so that -rs lists them
+    if not config.getoption("slurm"):
+        for item in items:
+            if item.get_closest_marker("slurm"):
+                item.add_marker(pytest.mark.skip(reason=f"{SLURM_ELSEWHERE}: {item.name}"))
+    # the tests that wait for an early run go last, in their order (module fixtures stay shared)
+    late = [item for item in items if item.get_closest_marker("early_run")]
+    items[:] = [item for item in items if not item.get_closest_marker("early_run")] + late
+
+
+# Kept, measured: a 40 s stand-in build of an early run took 380 s beside one busy core while its
+# OpenMP threads spun for preempted partners; they wait passively in every process the tests start
+# (set before torch loads libgomp).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
@@ -82,35 +111,16 @@ class Started:
     err: Path
 
 
-def start_snakemake(
-    workdir: Path,
-    config: dict,
-    *args: str,
-    env: dict | None = None,
-    script: Path | None = None,
-    before: list[str] | None = None,
-    nice: int = 0,
-) -> Started:
+def start_snakemake(workdir: Path, config: dict, *args: str, env: dict | None = None) -> Started:
     """``run_snakemake`` started and not waited for (``wait_snakemake``); its output goes to
-    files beside ``workdir``. ``script``: a Python script run in place of ``-m snakemake``;
-    ``before``: a command the same background process runs first (snakemake starts if it
-    succeeds); ``nice``: the niceness of the run and every job it starts."""
+    files beside ``workdir``."""
     cfg_path = workdir / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
     cmd = snakemake_command(workdir, "--cores", "2", *args, configfiles=[cfg_path])
-    if script is not None:
-        assert cmd[1:3] == ["-m", "snakemake"], cmd
-        cmd[1:3] = [str(script)]
-    if before is not None:
-        cmd = ["sh", "-c", f"{shlex.join(before)} && exec {shlex.join(cmd)}"]
     out, err = (workdir.with_name(workdir.name + ext) for ext in (".out", ".err"))
     with out.open("w") as stdout, err.open("w") as stderr:
         proc = subprocess.Popen(
-            cmd,
-            stdout=stdout,
-            stderr=stderr,
-            env=snakemake_env({**os.environ, **(env or {})}),
-            preexec_fn=(lambda: os.nice(nice)) if nice else None,
+            cmd, stdout=stdout, stderr=stderr, env=snakemake_env({**os.environ, **(env or {})})
         )
     return Started(proc, out, err)
 
@@ -129,6 +139,47 @@ def wait_snakemake(run: Started, check: bool = True) -> subprocess.CompletedProc
             f"snakemake failed ({run.proc.returncode}):\n{stdout[-4000:]}\n{stderr[-6000:]}"
         )
     return subprocess.CompletedProcess(run.proc.args, run.proc.returncode, stdout, stderr)
+
+
+# Early runs: workflow runs that tests only read, started before the first test and run beside the
+# others. A test asks for one with @pytest.mark.early_run.with_args(start) (a lone function argument
+# would be taken as what the mark decorates), start(workdir) -> Started, and reads it with
+# started(start). Kept, measured: they run on the core the other tests leave idle, and serially
+# would add at least their length (a new user's session starts with `make run`, 4.6 min alone; the
+# recipe twin ran on 9 min after the other tests had ended, commit c037dd2).
+# Kept, measured: at EARLY_NICE, a run and its jobs slow the tests least (pytest 1650 s, against
+# 1714 s with the twin at the tests' priority, commit a98984e).
+EARLY_NICE = 19
+_RUNS: dict[Callable, tuple[Path, Started] | BaseException] = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early_runs(request, tmp_path_factory):
+    for item in request.session.items:
+        for mark in item.iter_markers("early_run"):
+            start = mark.args[0]
+            if start not in _RUNS:
+                workdir = tmp_path_factory.mktemp(start.__name__)
+                try:
+                    _RUNS[start] = (workdir, start(workdir))
+                except Exception as exc:  # raised by the test that reads it, not here
+                    _RUNS[start] = exc
+    yield
+    for run in _RUNS.values():  # an interrupted session: snakemake cancels its jobs
+        if isinstance(run, tuple) and run[1].proc.poll() is None:
+            run[1].proc.terminate()
+            try:
+                run[1].proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                run[1].proc.kill()
+
+
+def started(start: Callable) -> tuple[Path, Started]:
+    """The working directory and the run ``start`` began there (its test is marked early_run)."""
+    run = _RUNS[start]
+    if isinstance(run, BaseException):
+        raise run
+    return run
 
 
 # What a smoke twin may change: names of things on this machine, never what the recipe does.

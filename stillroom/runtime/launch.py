@@ -147,20 +147,22 @@ def job_port(job: str) -> int:
 
 
 def slurm_allocation(job_id: str) -> tuple[int, list[str]]:
-    """Node count and host names of a running SLURM job, from scontrol. Not from the environment:
-    the executor's job step keeps only SLURM_JOB_ID of the allocation's variables."""
+    """Node count and node addresses of a running SLURM job, from scontrol. Not from the
+    environment: the executor's job step keeps only SLURM_JOB_ID of the allocation's variables. A
+    node's address is the one SLURM itself reaches it at (NodeAddr, the node's name unless the
+    cluster sets one): a node's name need not resolve."""
 
-    def scontrol(*args: str) -> str:
-        return subprocess.run(
-            ["scontrol", *args], check=True, capture_output=True, text=True
-        ).stdout
+    def scontrol(*args: str) -> list[dict[str, str]]:
+        out = subprocess.run(["scontrol", *args], check=True, capture_output=True, text=True)
+        return [
+            dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+            for line in out.stdout.splitlines()
+            if line.strip()
+        ]
 
-    fields = dict(
-        kv.split("=", 1) for kv in scontrol("show", "job", "-o", job_id).split() if "=" in kv
-    )
-    return int(fields["NumNodes"].split("-")[0]), scontrol(
-        "show", "hostnames", fields["NodeList"]
-    ).split()
+    job = scontrol("show", "job", "-o", job_id)[0]
+    nodes = scontrol("show", "node", "-o", job["NodeList"])
+    return int(job["NumNodes"].split("-")[0]), [node["NodeAddr"] for node in nodes]
 
 
 def command(

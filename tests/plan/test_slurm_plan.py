@@ -19,7 +19,9 @@ def test_the_plan_asks_no_controller_and_names_the_training_phases(tmp_path):
     fake.parent.mkdir()
     fake.write_text(f'#!/bin/sh\necho "${{SLURM_CONF-unset}}" >> {calls}\nexit 1\n')
     fake.chmod(0o755)
-    env = snakemake_env()
+    # a caller's own SLURM config (the suite's is os.devnull, tests/conftest.py), which the plan
+    # must not pass on
+    env = {**snakemake_env(), "SLURM_CONF": str(tmp_path / "slurm.conf")}
     env["PATH"] = f"{fake.parent}{os.pathsep}{env['PATH']}"
     proc = subprocess.run(
         [sys.executable, "-m", "stillroom", "plan", "--configfile", str(DISTILL)],

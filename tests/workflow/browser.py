@@ -1,7 +1,7 @@
 """A real headless browser for the report tests: Debian's ``chromium`` driven over the DevTools
 protocol on a pipe (``--remote-debugging-pipe``: JSON messages ending in NUL on file descriptors 3
 and 4, https://chromedevtools.github.io/devtools-protocol/), and ``tesseract`` reading the
-screenshot back. The Makefile installs both (target ``browser``); without them the tests skip."""
+screenshot back. `make host` installs both (as root); without them the tests skip."""
 
 from __future__ import annotations
 

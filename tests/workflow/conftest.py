@@ -1,62 +1,43 @@
 import importlib.util
 import os
+import shutil
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from stillroom.workflow import snakemake_command, snakemake_env
 
-from ..conftest import REPO, Started
-
-# Workflow runs that tests only read, started as soon as those tests are collected and run beside
-# the other tests, which go first. A test asks for one with @pytest.mark.early_run.with_args(start)
-# (a lone function argument would be taken as what the mark decorates), start(workdir) ->
-# Started | None, and reads it with started(start). A run starts at EARLY_NICE, it and every job it
-# starts (scripts/slurm-up.sh has SLURM jobs keep their sbatch's niceness), so it takes the CPU the
-# tests leave idle and slows them as little as it can. Measured on a fresh clone: pytest took
-# 1607 s so, against 1714 s with the recipe twin (the longer run) at the tests' priority.
-EARLY_NICE = 19
-_RUNS: dict[Callable, tuple[Path, Started | None] | BaseException] = {}
+from ..conftest import REPO
 
 
-def pytest_collection_modifyitems(items):
-    # the tests that wait for an early run go last, in their order (module fixtures stay shared)
-    late = [item for item in items if item.get_closest_marker("early_run")]
-    items[:] = [item for item in items if not item.get_closest_marker("early_run")] + late
+def run_tool(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
 
-def pytest_collection_finish(session):
-    if session.config.option.collectonly:
-        return
-    for item in session.items:
-        for mark in item.iter_markers("early_run"):
-            start = mark.args[0]
-            if start not in _RUNS:
-                workdir = session.config._tmp_path_factory.mktemp(start.__name__)
-                try:
-                    _RUNS[start] = (workdir, start(workdir))
-                except Exception as exc:  # raised by the test that reads it, not here
-                    _RUNS[start] = exc
+def cluster_problem() -> str | None:
+    """Why the test cluster of scripts/slurm-up.sh is not usable here, or None."""
+    if shutil.which("sbatch") is None:
+        return "no SLURM here: `make host` (root, Debian) brings up the test cluster"
+    name = run_tool("scontrol", "show", "config")
+    if "ClusterName             = stillroom" not in name.stdout:
+        return "the test cluster of scripts/slurm-up.sh is not running (ClusterName stillroom)"
+    if sum(map(int, run_tool("sinfo", "-h", "-p", "gpu", "-o", "%D").stdout.split())) != 2:
+        return "the test cluster's two nodes are not up: run scripts/slurm-up.sh"
+    if run_tool("sacct", "-n", "-X", "-S", "now-1minute").returncode:
+        return "sacct does not answer (slurmdbd down?): run scripts/slurm-up.sh"
+    return None
 
 
-def pytest_sessionfinish(session):
-    for run in _RUNS.values():  # an interrupted session: snakemake cancels its jobs
-        if isinstance(run, tuple) and run[1] is not None and run[1].proc.poll() is None:
-            run[1].proc.terminate()
-            try:
-                run[1].proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                run[1].proc.kill()
-
-
-def started(start: Callable) -> tuple[Path, Started | None]:
-    """The working directory and the run ``start`` began there (its test is marked early_run)."""
-    run = _RUNS[start]
-    if isinstance(run, BaseException):
-        raise run
-    return run
+@pytest.fixture(scope="session")
+def cluster():
+    """The test cluster, for the tests marked slurm (make test-slurm): they skip without it, and
+    fail under CI=true, where .ci/run has brought it up."""
+    problem = cluster_problem()
+    if problem and os.environ.get("CI"):
+        pytest.fail(f"CI must run the SLURM tests: {problem}")
+    if problem:
+        pytest.skip(problem)
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,15 @@ from stillroom.config import Train, resolve
 from stillroom.io import read_jsonl
 
 from ..conftest import (
+    EARLY_NICE,
     REPO,
     Started,
     run_snakemake,
+    started,
     structural_differences,
     wait_snakemake,
 )
 from ..readme import block, repo_copy, script, start, user_env
-from .conftest import EARLY_NICE, started
 from .test_pipeline import scheduled
 
 

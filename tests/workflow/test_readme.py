@@ -5,7 +5,6 @@ tied to the test that runs it (RUN_BY), so a block added or edited without a wor
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import zipfile
@@ -16,10 +15,8 @@ import yaml
 
 from stillroom.review.bundle import MANIFEST
 
-from ..conftest import REPO, Started, small_config, wait_snakemake
+from ..conftest import EARLY_NICE, REPO, Started, small_config, started, wait_snakemake
 from ..readme import block, blocks, repo_copy, script, start, user_env
-from .conftest import EARLY_NICE, started
-from .test_slurm import _cluster_problem
 
 # each README block, by its first command, and the tests that run its commands
 RUN_BY = {
@@ -134,13 +131,12 @@ def readme_bundle_figures() -> tuple[float, int, float]:
     return float(mb), int(files), float(unpacked)
 
 
+@pytest.mark.slurm
+@pytest.mark.usefixtures("cluster")
 def test_the_recipes_slurm_commands_stop_before_submitting(tmp_path):
     """The README's SLURM commands for the GPU recipes, verbatim, on the test cluster (2 stand-in
     GPUs a node): the set-up lines run, and each recipe is refused before its first sbatch with
     a line naming a rule's shape and what the partition has."""
-    problem = _cluster_problem()
-    if problem:
-        pytest.fail(problem) if os.environ.get("CI") else pytest.skip(problem)
     copy = repo_copy(tmp_path)
     setup = block("make venv && source .venv/bin/activate")
     recipes = [
@@ -169,6 +165,7 @@ def test_the_recipes_slurm_commands_stop_before_submitting(tmp_path):
 
 
 def test_ci_runs_the_readme_test_command():
-    # `make test` is the suite itself: .ci/run runs exactly the README's test command
+    # .ci/run: what the tests use from the host (as root), the README's test command verbatim, then
+    # the SLURM tests that command skips
     (_, test), ci = block("make run"), (REPO / ".ci" / "run").read_text().splitlines()
-    assert test == "make test" and ci[-1] == test, (test, ci[-1])
+    assert test == "make test" and ci[-3:] == ["make host", test, "make test-slurm"], ci[-3:]

@@ -89,7 +89,7 @@ def test_a_report_on_copied_results_is_clean_with_the_runs_metadata(done, tmp_pa
         assert {"heldout.html", "heldout.csv", "heldout.png", "ledger.html"} <= names
 
 
-@pytest.mark.skipif(bool(MISSING), reason=f"not installed: {', '.join(MISSING)} (make browser)")
+@pytest.mark.skipif(bool(MISSING), reason=f"not installed: {', '.join(MISSING)} (make host)")
 def test_a_headless_browser_shows_the_table_caption(report, tmp_path):
     html, _ = report
     path = tmp_path / "report.html"

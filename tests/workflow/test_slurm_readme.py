@@ -10,16 +10,9 @@ import time
 
 import pytest
 
-from .test_slurm import (  # noqa: F401 (cluster: a fixture)
-    cluster,
-    command_here,
-    sacct,
-    slurm_config,
-    slurm_env,
-    start_command,
-)
+from .test_slurm import command_here, sacct, slurm_config, slurm_env, start_command
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.usefixtures("cluster")]
 SUBMITTED = r"has been submitted with SLURM jobid (\d+)"  # the plugin's line per sbatch
 
 
