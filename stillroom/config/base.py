@@ -328,7 +328,12 @@ class StageParams(Section):
     def as_param(self) -> str:
         """The job's ``--params``, which its rule passes: JSON with sorted keys, so the same params
         give the same command and only a real change reruns the job."""
-        return json.dumps(self.dump(), sort_keys=True)
+        return json.dumps(self.param_values(), sort_keys=True)
+
+    def param_values(self) -> dict[str, Any]:
+        """What ``as_param`` writes: every value (a class some of whose values imply others
+        leaves those out)."""
+        return self.dump()
 
 
 PositiveInt = Annotated[int, Field(ge=1)]

@@ -83,16 +83,12 @@ def phase_names(phases: list[dict[str, Any]]) -> dict[str, str]:
 class Plan:
     """Paths and params of one experiment's rules. ``config`` is the resolved config (every default
     filled in) that ``experiment`` was parsed from; ``root`` the repository, against which config
-    paths are resolved; ``base_random``: the student's base is a random-weight initialisation (the
-    tables' captions say so)."""
+    paths are resolved."""
 
-    def __init__(
-        self, experiment: Experiment, config: Mapping[str, Any], root: Path, base_random: bool
-    ) -> None:
+    def __init__(self, experiment: Experiment, config: Mapping[str, Any], root: Path) -> None:
         self.experiment = experiment
         self.config = config
         self.root = Path(root)
-        self.base_random = base_random
         self.results = f"results/{experiment.experiment}"
         generation = experiment.generation
         self.generation = generation
@@ -111,13 +107,11 @@ class Plan:
         self.budget_models = force.get("models") or self.models
         self.budget_benchmarks = force.get("benchmarks") or config["eval"]["benchmarks"]
         per_effort = config["eval"]["per_effort"] or {}
-        self.per_effort = per_effort
         self.effort_models = per_effort.get("models", [])
         self.effort_benchmarks = (
             (per_effort["benchmarks"] or config["eval"]["benchmarks"]) if per_effort else []
         )
         kernels = config["kernels"]
-        self.kernels = kernels
         self.validator = Kernels.parse(kernels).validator.dump() if kernels else {}
         self.kernel_benchmarks = (
             (kernels["benchmarks"] or config["eval"]["benchmarks"]) if kernels else []
@@ -576,40 +570,6 @@ class Plan:
             benchmark=bench,
             **self._effort_tag,
             **{**self._decoding, "effort": effort},
-        )
-
-    def tables_params(self, bench: str, fast_p: list[float] | None = None) -> str:
-        """A paired table: the models' identities give its references and the sweep's x."""
-        fast = {"fast_p": fast_p} if fast_p is not None else {}
-        random = {"base_random": True} if self.base_random else {}
-        return self.as_json(
-            benchmark=bench,
-            models=[m.dump() for m in self.model_ids],
-            **self.config["tables"],
-            **fast,
-            **random,
-        )
-
-    def kernel_tables_params(self, bench: str) -> str:
-        return self.tables_params(bench, fast_p=self.kernels["fast_p"])
-
-    def budget_tables_params(self, bench: str) -> str:
-        return self.as_json(benchmark=bench, base_random=self.base_random, **self.config["tables"])
-
-    def effort_tables_params(self, bench: str) -> str:
-        return self.as_json(
-            benchmark=bench,
-            efforts=self.efforts,
-            reference=self.per_effort["reference"],
-            **self.config["tables"],
-        )
-
-    def teacher_tables_params(self) -> str:
-        return self.as_json(
-            reference=self.generation.teacher,
-            teachers=self.effort_teacher,
-            n_resamples=self.config["tables"]["n_resamples"],
-            confidence=self.config["tables"]["confidence"],
         )
 
     def cost_params(self) -> str:
