@@ -18,6 +18,7 @@ import stillroom.plan.dag
 import stillroom.provenance.sidecars
 import stillroom.workflow
 import stillroom.runtime.templates
+import stillroom.stages.evaluate
 import stillroom.stages.merge
 import stillroom.stages.student
 import stillroom.stages.tables

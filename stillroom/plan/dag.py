@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..config import LOCAL_DATA, TEACHERS_TABLE, Decoding, Experiment, Forcing, Kernels
+from ..config import LOCAL_DATA, TEACHERS_TABLE, Experiment, Kernels
 from ..kernels.problemset import FAMILY_FILE, kernel_files, solution_files
 from .cluster import backend_gpus, stage_gpus, student_mem_mb, train_resources
 from .estimate import student_parameters
@@ -102,7 +102,6 @@ class Plan:
         self.select_on = config["merge"]["select_on"]
         self.grpo = config["grpo"] is not None
         force = config["eval"]["budget_force"] or {}
-        self.force = force
         self.budgets = force.get("budgets", [])
         self.budget_models = force.get("models") or self.models
         self.budget_benchmarks = force.get("benchmarks") or config["eval"]["benchmarks"]
@@ -539,38 +538,6 @@ class Plan:
 
     def grpo_params(self) -> str:
         return self.as_json(**self.config["grpo"], validator=self.validator)
-
-    @property
-    def _decoding(self) -> dict[str, Any]:
-        # the eval section without the benchmark list and budget forcing
-        return {k: self.config["eval"][k] for k in Decoding.model_fields}
-
-    @property
-    def _effort_tag(self) -> dict[str, Any]:
-        # where and how an evaluated student's prompts carry their effort tag
-        return {k: self.config["student"][k] for k in ("effort_tag", "effort_tag_in")}
-
-    def eval_params(self, model: str, bench: str) -> str:
-        return self.as_json(model_name=model, benchmark=bench, **self._effort_tag, **self._decoding)
-
-    def budget_params(self, model: str, bench: str, budget: int) -> str:
-        forcing = {k: self.force[k] for k in Forcing.model_fields}
-        return self.as_json(
-            model_name=model,
-            benchmark=bench,
-            **self._effort_tag,
-            budget=int(budget),
-            **self._decoding,
-            **forcing,
-        )
-
-    def effort_params(self, model: str, bench: str, effort: str) -> str:
-        return self.as_json(
-            model_name=model,
-            benchmark=bench,
-            **self._effort_tag,
-            **{**self._decoding, "effort": effort},
-        )
 
     def cost_params(self) -> str:
         """GPUs per job follow the job shapes (stillroom/plan/cluster.py); cost.gpus overrides them.
