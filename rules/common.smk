@@ -19,6 +19,7 @@ import stillroom.provenance.sidecars
 import stillroom.workflow
 import stillroom.runtime.templates
 import stillroom.stages.evaluate
+import stillroom.stages.grpo
 import stillroom.stages.merge
 import stillroom.stages.student
 import stillroom.stages.tables

@@ -536,9 +536,6 @@ class Plan:
     def base_params(self) -> str:
         return self.as_json(model=self.config["student"]["model"])
 
-    def grpo_params(self) -> str:
-        return self.as_json(**self.config["grpo"], validator=self.validator)
-
     def cost_params(self) -> str:
         """GPUs per job follow the job shapes (stillroom/plan/cluster.py); cost.gpus overrides them.
         The ledger sets the estimate made from the whole config (run in the cost job, not here)
