@@ -18,6 +18,7 @@ import stillroom.plan.dag
 import stillroom.provenance.sidecars
 import stillroom.workflow
 import stillroom.runtime.templates
+import stillroom.stages.dataset
 import stillroom.stages.evaluate
 import stillroom.stages.grpo
 import stillroom.stages.merge

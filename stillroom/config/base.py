@@ -324,6 +324,9 @@ class StageParams(Section):
     stage has no randomness, and whatever the stage's own params add."""
 
     seed: Seed = 0
+    # sections whose defaults the params write as {} when the experiment gives none (the kernel
+    # validator's options without a kernels section): the job parses them back to the defaults
+    empty_unless_given: ClassVar[tuple[str, ...]] = ()
 
     def as_param(self) -> str:
         """The job's ``--params``, which its rule passes: JSON with sorted keys, so the same params
@@ -333,7 +336,8 @@ class StageParams(Section):
     def param_values(self) -> dict[str, Any]:
         """What ``as_param`` writes: every value (a class some of whose values imply others
         leaves those out)."""
-        return self.dump()
+        unset = set(self.empty_unless_given) - self.model_fields_set
+        return {**self.dump(), **dict.fromkeys(unset, {})}
 
 
 PositiveInt = Annotated[int, Field(ge=1)]

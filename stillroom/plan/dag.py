@@ -512,21 +512,6 @@ class Plan:
         ev = self.config["eval"]
         return self.as_json(letters=ev["letters"], boxed=ev["boxed"], kernel=self.validator)
 
-    def dataset_params(self, selection: str | None = None) -> str:
-        # the dataset's params without its ablation list: adding a selection never rebuilds the
-        # fine-tune
-        dataset = {k: v for k, v in self.config["dataset"].items() if k != "ablation"}
-        # sft_sources only where there are some, and the reward grading them with them: no other
-        # experiment's dataset sees its params change
-        if dataset.get("sft_sources"):
-            dataset["kernel"] = self.validator
-        else:
-            dataset.pop("sft_sources", None)
-        selected = {"select": selection} if selection else {}
-        return self.as_json(
-            **{**dataset, "effort_tag": self.config["student"]["effort_tag"], **selected}
-        )
-
     def pretrained_params(self) -> str:
         return self.as_json(pretrained=self.model_source(self.config["student"]["pretrained"]))
 

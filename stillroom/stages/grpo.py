@@ -17,14 +17,7 @@ from .contract import stage
 
 class Params(StageParams, Grpo):
     validator: ValidatorOptions = ValidatorOptions()
-
-    def param_values(self) -> dict[str, Any]:
-        """A validator not given (no kernels section) is written ``{}``: the job parses it to the
-        defaults, and the params stay those of a config that never named it."""
-        values = super().param_values()
-        if "validator" not in self.model_fields_set:
-            values["validator"] = {}
-        return values
+    empty_unless_given = ("validator",)
 
 
 def job_params(exp: Experiment) -> Params:
