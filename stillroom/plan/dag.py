@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..config import LOCAL_DATA, TEACHERS_TABLE, Experiment, Kernels
+from ..config import LOCAL_DATA, TEACHERS_TABLE, Experiment
 from ..kernels.problemset import FAMILY_FILE, kernel_files, solution_files
 from .cluster import backend_gpus, stage_gpus, student_mem_mb, train_resources
 from .estimate import student_parameters
@@ -111,7 +111,6 @@ class Plan:
             (per_effort["benchmarks"] or config["eval"]["benchmarks"]) if per_effort else []
         )
         kernels = config["kernels"]
-        self.validator = Kernels.parse(kernels).validator.dump() if kernels else {}
         self.kernel_benchmarks = (
             (kernels["benchmarks"] or config["eval"]["benchmarks"]) if kernels else []
         )
@@ -507,10 +506,6 @@ class Plan:
             samples=self.config["generation"]["samples_per_prompt"],
             **({"efforts": efforts} if efforts else {"effort": effort}),
         )
-
-    def grade_params(self) -> str:
-        ev = self.config["eval"]
-        return self.as_json(letters=ev["letters"], boxed=ev["boxed"], kernel=self.validator)
 
     def pretrained_params(self) -> str:
         return self.as_json(pretrained=self.model_source(self.config["student"]["pretrained"]))
