@@ -20,6 +20,7 @@ import stillroom.workflow
 import stillroom.runtime.templates
 import stillroom.stages.dataset
 import stillroom.stages.evaluate
+import stillroom.stages.generate
 import stillroom.stages.grade
 import stillroom.stages.grpo
 import stillroom.stages.merge

@@ -491,22 +491,6 @@ class Plan:
             {} if together else {"effort": one_of(rule.efforts)}
         )
 
-    def generation_job_params(self, rule: GenerationRule, teacher: str, effort: str | None) -> str:
-        """A job's params: its group's efforts, or the one effort of its {effort} wildcard."""
-        if rule.group.together:
-            return self.generation_params(teacher, efforts=list(rule.efforts))
-        return self.generation_params(teacher, effort=effort)
-
-    def generation_params(
-        self, teacher: str, effort: str | None = None, efforts: list[str] | None = None
-    ) -> str:
-        return self.as_json(
-            teacher=teacher,
-            spec=self.config["teachers"][teacher],
-            samples=self.config["generation"]["samples_per_prompt"],
-            **({"efforts": efforts} if efforts else {"effort": effort}),
-        )
-
     def pretrained_params(self) -> str:
         return self.as_json(pretrained=self.model_source(self.config["student"]["pretrained"]))
 
