@@ -135,9 +135,6 @@ class Plan:
         """Config paths are relative to the repository root."""
         return str(path if Path(path).is_absolute() else self.root / path)
 
-    def model_source(self, name: str) -> str:
-        return model_source(name, self.root)
-
     def local_path(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """A source or benchmark spec with its local file (or problem directory) resolved against
         the repository root."""
@@ -490,15 +487,6 @@ class Plan:
         return {"teacher": one_of([rule.teacher])} | (
             {} if together else {"effort": one_of(rule.efforts)}
         )
-
-    def pretrained_params(self) -> str:
-        return self.as_json(pretrained=self.model_source(self.config["student"]["pretrained"]))
-
-    def tokenizer_params(self) -> str:
-        return self.as_json(**self.config["student"]["tokenizer"])
-
-    def base_params(self) -> str:
-        return self.as_json(model=self.config["student"]["model"])
 
     def cost_params(self) -> str:
         """GPUs per job follow the job shapes (stillroom/plan/cluster.py); cost.gpus overrides them.
