@@ -19,11 +19,13 @@ import stillroom.provenance.sidecars
 import stillroom.workflow
 import stillroom.runtime.templates
 import stillroom.stages.dataset
+import stillroom.stages.decontam
 import stillroom.stages.evaluate
 import stillroom.stages.generate
 import stillroom.stages.grade
 import stillroom.stages.grpo
 import stillroom.stages.merge
+import stillroom.stages.pool
 import stillroom.stages.student
 import stillroom.stages.tables
 import stillroom.stages.train

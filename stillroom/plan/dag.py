@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import LOCAL_DATA, TEACHERS_TABLE, Experiment
+from ..config.data import local_spec, repo_path
 from ..kernels.problemset import FAMILY_FILE, kernel_files, solution_files
 from .cluster import backend_gpus, stage_gpus, student_mem_mb, train_resources
 from .estimate import student_parameters
@@ -132,17 +133,10 @@ class Plan:
     # -- paths -------------------------------------------------------------------------------
 
     def repo_path(self, path: str | Path) -> str:
-        """Config paths are relative to the repository root."""
-        return str(path if Path(path).is_absolute() else self.root / path)
+        return repo_path(path, self.root)
 
     def local_path(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """A source or benchmark spec with its local file (or problem directory) resolved against
-        the repository root."""
-        if str(spec.get("path", "")).endswith(tuple(LOCAL_DATA)):
-            return {**spec, "path": self.repo_path(spec["path"])}
-        if spec.get("dir"):
-            return {**spec, "dir": self.repo_path(spec["dir"])}
-        return dict(spec)
+        return local_spec(spec, self.root)
 
     @cached_property
     def benchmarks(self) -> dict[str, str]:
@@ -445,19 +439,6 @@ class Plan:
     def as_json(self, **values: Any) -> str:
         """Params for one rule: only what that stage depends on, so only real changes rerun it."""
         return json.dumps({"seed": self.config["seed"], **values}, sort_keys=True)
-
-    def benchmark_params(self, bench: str) -> str:
-        spec = self.local_path(self.config["benchmarks"][bench])
-        return self.as_json(name=bench, spec=spec)
-
-    def pool_params(self) -> str:
-        return self.as_json(sources=self.sources, heldout=self.config["heldout"])
-
-    def decontam_params(self) -> str:
-        return self.as_json(**self.config["decontam"])
-
-    def shard_params(self) -> str:
-        return self.as_json(shards=len(self.shards))
 
     def generation_rules(self) -> list[GenerationRule]:
         return generation_rules(self.generation)
