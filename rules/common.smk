@@ -18,6 +18,7 @@ import stillroom.plan.dag
 import stillroom.provenance.sidecars
 import stillroom.workflow
 import stillroom.runtime.templates
+import stillroom.stages.cost
 import stillroom.stages.dataset
 import stillroom.stages.decontam
 import stillroom.stages.evaluate

@@ -1,17 +1,14 @@
-"""The workflow's plan: every rule's paths, input mappings and params, computed once from the
+"""The workflow's plan: every rule's paths, input mappings and job shapes, computed once from the
 typed experiment and its resolved config. rules/*.smk declare rules with these; rules/common.smk
 keeps only what must be Snakemake (the config load, onstart, wildcard constraints, the provenance
 wrappers).
 
-Params are the JSON strings a job gets on its command line (``as_json``): only what that stage
-depends on, so only real changes rerun it. The merge and train stages build theirs from the typed
-experiment beside the class that reads them (``job_params`` in stillroom/stages/<stage>.py), the
-pattern the other stages' params move to. Input mappings are ``{name: path}`` dicts, a job's
-``--graded name=path ...`` arguments."""
+A job's params are not the plan's: each stage builds its own from the typed experiment beside the
+class that reads them (``*job_params`` in stillroom/stages/<stage>.py). Input mappings are
+``{name: path}`` dicts, a job's ``--graded name=path ...`` arguments."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -434,11 +431,7 @@ class Plan:
     def train_resource_keys(self) -> list[str]:
         return list(dict.fromkeys(k for shape in self._train_shapes for k in shape))
 
-    # -- params --------------------------------------------------------------------------------
-
-    def as_json(self, **values: Any) -> str:
-        """Params for one rule: only what that stage depends on, so only real changes rerun it."""
-        return json.dumps({"seed": self.config["seed"], **values}, sort_keys=True)
+    # -- generation jobs -------------------------------------------------------------------
 
     def generation_rules(self) -> list[GenerationRule]:
         return generation_rules(self.generation)
@@ -468,20 +461,6 @@ class Plan:
         return {"teacher": one_of([rule.teacher])} | (
             {} if together else {"effort": one_of(rule.efforts)}
         )
-
-    def cost_params(self) -> str:
-        """GPUs per job follow the job shapes (stillroom/plan/cluster.py); cost.gpus overrides them.
-        The ledger sets the estimate made from the whole config (run in the cost job, not here)
-        beside what was spent; the local files it counts stay relative to the repository as
-        configured (the cost job resolves them against the workflow's directory), so the ledger's
-        params name no checkout."""
-        config = self.config
-        cost = {
-            **config["cost"],
-            "gpus": {**stage_gpus(config), **config["cost"]["gpus"]},
-            "config": config,
-        }
-        return self.as_json(**cost)
 
 
 def named(mapping: Mapping[str, str]) -> list[str]:

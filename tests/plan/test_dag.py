@@ -80,16 +80,6 @@ def test_the_model_constraint_matches_each_model_name_and_nothing_else():
     assert not re.compile(one_of([])).fullmatch("")  # no merges: nothing matches
 
 
-def test_params_are_the_json_each_stage_reads():
-    plan = plan_of(default_config())
-    # sorted keys: the same params give the same command, so only real changes rerun a job
-    assert plan.as_json(b=1, a=2) == '{"a": 2, "b": 1, "seed": 1234}'
-    # the ledger's params name no checkout: its job resolves them against the workflow's directory
-    cost = json.loads(plan.cost_params())
-    assert cost["config"]["benchmarks"]["tinycode"] == "config/benchmarks/tinycode.jsonl"
-    assert str(REPO) not in plan.cost_params()
-
-
 def test_every_effort_is_graded_from_its_teacher_on_its_shards():
     plan = plan_of(default_config())
     graded = plan.graded_shards()
