@@ -1,6 +1,7 @@
 # Shared by every stage: the config (loaded, checked and resolved once, before any job), the plan
-# built from it (every rule's paths and params: stillroom/plan/dag.py), wildcard constraints, and
-# how a rule calls its stage and declares its artifacts' provenance.
+# built from it (every rule's paths: stillroom/plan/dag.py; a job's params: its stage's job_params
+# in stillroom/stages/), wildcard constraints, and how a rule calls its stage and declares its
+# artifacts' provenance.
 # Nothing is written and no environment variable set while the workflow is parsed (so neither under
 # -n nor --lint): `onstart` does both when a run starts.
 import os
