@@ -22,7 +22,7 @@ rule cost:
         ),
     params:
         # a function: the config's server commands hold {placeholders}, not wildcards
-        p=lambda wildcards: PLAN.cost_params(),
+        p=lambda wildcards: stillroom.stages.cost.job_params(EXPERIMENT).as_param(),
         artifacts=named(PLAN.cost_artifacts()),
     log:
         f"{R}/logs/cost.log",

@@ -8,7 +8,7 @@ rule dataset:
     output:
         **tracked(dataset=f"{R}/dataset/train.jsonl"),
     params:
-        p=PLAN.dataset_params(),
+        p=stillroom.stages.dataset.job_params(EXPERIMENT).as_param(),
         graded=named(PLAN.graded_shards()),
     log:
         f"{R}/logs/dataset.log",
@@ -28,7 +28,7 @@ rule dataset_ablation:
     output:
         **tracked(dataset=f"{R}/dataset/select-{{selection}}.jsonl"),
     params:
-        p=lambda wildcards: PLAN.dataset_params(wildcards.selection),
+        p=lambda w: stillroom.stages.dataset.job_params(EXPERIMENT, w.selection).as_param(),
         graded=named(PLAN.graded_shards()),
     log:
         f"{R}/logs/dataset-select-{{selection}}.log",

@@ -13,7 +13,7 @@ rule decontam:
     output:
         **tracked(clean=f"{R}/pool/decontaminated.jsonl", report=f"{R}/pool/decontam_report.json"),
     params:
-        p=PLAN.decontam_params(),
+        p=stillroom.stages.decontam.job_params(EXPERIMENT).as_param(),
         benchmarks=named({**PLAN.benchmarks, **PLAN.splits}),
     log:
         f"{R}/logs/decontam.log",

@@ -17,7 +17,7 @@ rule evaluate:
     output:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/samples.jsonl"),
     params:
-        p=lambda w: PLAN.eval_params(w.model, w.bench),
+        p=lambda w: stillroom.stages.evaluate.job_params(EXPERIMENT, w.model, w.bench).as_param(),
     threads: EVAL_THREADS
     resources:
         gpu=EVAL_GPUS,
@@ -43,7 +43,9 @@ rule evaluate_budget:
     output:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/budget-{{budget}}/samples.jsonl"),
     params:
-        p=lambda w: PLAN.budget_params(w.model, w.bench, w.budget),
+        p=lambda w: stillroom.stages.evaluate.budget_job_params(
+            EXPERIMENT, w.model, w.bench, w.budget
+        ).as_param(),
     threads: EVAL_THREADS
     resources:
         gpu=EVAL_GPUS,
@@ -69,7 +71,9 @@ rule evaluate_effort:
     output:
         **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/effort-{{effort}}/samples.jsonl"),
     params:
-        p=lambda w: PLAN.effort_params(w.model, w.bench, w.effort),
+        p=lambda w: stillroom.stages.evaluate.effort_job_params(
+            EXPERIMENT, w.model, w.bench, w.effort
+        ).as_param(),
     threads: EVAL_THREADS
     resources:
         gpu=EVAL_GPUS,

@@ -21,7 +21,9 @@ for gen_rule in PLAN.generation_rules():
         wildcard_constraints:
             **PLAN.generation_constraints(gen_rule),
         params:
-            p=lambda w, r=gen_rule: PLAN.generation_job_params(r, w.teacher, w.get("effort")),
+            p=lambda w, r=gen_rule: stillroom.stages.generate.job_params(
+                EXPERIMENT, w.teacher, r.job_efforts(w.get("effort"))
+            ).as_param(),
             # the loop's values as params: a shell command is evaluated when its job runs, and
             # would see the loop variable's last value
             rule_name=gen_rule.name,

@@ -8,7 +8,7 @@ rule grade_generation:
     output:
         **tracked(graded=f"{R}/graded/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
     params:
-        p=PLAN.grade_params(),
+        p=stillroom.stages.grade.job_params(EXPERIMENT).as_param(),
     resources:
         gpu=PLAN.kernel_grade_gpus,
         slurm_partition=partition_for(PLAN.kernel_grade_gpus),
@@ -30,7 +30,7 @@ rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
     output:
         **tracked(graded=f"{R}/eval/{{run}}/graded.jsonl"),
     params:
-        p=PLAN.grade_params(),
+        p=stillroom.stages.grade.job_params(EXPERIMENT).as_param(),
     resources:
         gpu=PLAN.kernel_grade_gpus,
         slurm_partition=partition_for(PLAN.kernel_grade_gpus),

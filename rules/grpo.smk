@@ -10,7 +10,7 @@ if PLAN.grpo:
         output:
             **tracked(model=directory(f"{R}/ckpt/grpo")),
         params:
-            p=PLAN.grpo_params(),
+            p=stillroom.stages.grpo.job_params(EXPERIMENT).as_param(),
         threads: 2
         resources:
             **PLAN.grpo_resources,  # nodes and GPUs follow grpo.distributed

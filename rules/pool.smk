@@ -6,7 +6,7 @@ rule benchmark:
     output:
         **tracked(benchmark=f"{R}/benchmarks/{{bench}}.jsonl"),
     params:
-        p=lambda w: PLAN.benchmark_params(w.bench),
+        p=lambda w: stillroom.stages.pool.benchmark_job_params(EXPERIMENT, w.bench, REPO).as_param(),
     log:
         f"{R}/logs/benchmark-{{bench}}.log",
     benchmark:
@@ -31,7 +31,7 @@ rule pool:
             dev=f"{R}/pool/dev.jsonl",
         ),
     params:
-        p=PLAN.pool_params(),
+        p=stillroom.stages.pool.pool_job_params(EXPERIMENT, REPO).as_param(),
         benchmarks=named(PLAN.benchmarks),
     log:
         f"{R}/logs/pool.log",
@@ -54,7 +54,7 @@ rule shard:
     output:
         **tracked(**{f"shard{s}": p for s, p in zip(PLAN.shards, PLAN.shard_paths())}),
     params:
-        p=PLAN.shard_params(),
+        p=stillroom.stages.pool.shard_job_params(EXPERIMENT).as_param(),
         shards=PLAN.shard_paths(),
     log:
         f"{R}/logs/shard.log",

@@ -8,7 +8,9 @@ if PLAN.pretrained:
         output:
             **tracked(model=directory(f"{R}/ckpt/base")),
         params:
-            p=PLAN.pretrained_params(),
+            p=stillroom.stages.student.pretrained_job_params(
+                EXPERIMENT, model_source(PRETRAINED, REPO)
+            ).as_param(),
         log:
             f"{R}/logs/base.log",
         benchmark:
@@ -30,7 +32,7 @@ else:
         output:
             **tracked(tokenizer=directory(f"{R}/student/tokenizer")),
         params:
-            p=PLAN.tokenizer_params(),
+            p=stillroom.stages.student.tokenizer_job_params(EXPERIMENT).as_param(),
         log:
             f"{R}/logs/tokenizer.log",
         benchmark:
@@ -48,7 +50,7 @@ else:
         output:
             **tracked(model=directory(f"{R}/ckpt/base")),
         params:
-            p=PLAN.base_params(),
+            p=stillroom.stages.student.base_job_params(EXPERIMENT).as_param(),
         log:
             f"{R}/logs/base.log",
         benchmark:

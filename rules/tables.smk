@@ -33,7 +33,7 @@ rule tables:
             ),
         ),
     params:
-        p=lambda w: PLAN.tables_params(w.bench),
+        p=lambda w: stillroom.stages.tables.job_params(EXPERIMENT, w.bench, BASE_RANDOM).as_param(),
         graded=lambda w: named(PLAN.graded_models(w.bench)),
     log:
         f"{R}/logs/tables-{{bench}}.log",
@@ -76,7 +76,9 @@ rule budget_tables:
             ),
         ),
     params:
-        p=lambda w: PLAN.budget_tables_params(w.bench),
+        p=lambda w: stillroom.stages.tables.budget_job_params(
+            EXPERIMENT, w.bench, BASE_RANDOM
+        ).as_param(),
         graded=lambda w: named(PLAN.budget_graded(w.bench)),
     log:
         f"{R}/logs/budget-tables-{{bench}}.log",
@@ -116,7 +118,7 @@ rule effort_tables:
             ),
         ),
     params:
-        p=lambda w: PLAN.effort_tables_params(w.bench),
+        p=lambda w: stillroom.stages.tables.effort_job_params(EXPERIMENT, w.bench).as_param(),
         graded=lambda w: named(PLAN.effort_graded(w.bench)),
         teacher=named(PLAN.graded_shards()),
     log:
@@ -158,7 +160,9 @@ rule kernel_tables:
             ),
         ),
     params:
-        p=lambda w: PLAN.kernel_tables_params(w.bench),
+        p=lambda w: stillroom.stages.tables.kernel_job_params(
+            EXPERIMENT, w.bench, BASE_RANDOM
+        ).as_param(),
         graded=lambda w: named(PLAN.graded_models(w.bench)),
     log:
         f"{R}/logs/kernel-tables-{{bench}}.log",
@@ -200,7 +204,7 @@ if PLAN.generation.mixed:
                 ),
             ),
         params:
-            p=PLAN.teacher_tables_params(),
+            p=stillroom.stages.tables.teacher_job_params(EXPERIMENT).as_param(),
             graded=named(PLAN.graded_shards()),
         log:
             f"{R}/logs/teacher-tables.log",

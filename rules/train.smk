@@ -2,7 +2,8 @@
 # train.distributed (stillroom/stages/train.py), rendered with train.chat_template if set. With
 # train.phases, one job of this rule per phase (ckpt/sft-<name>; the last phase's is ckpt/sft),
 # each from the previous phase's checkpoint and with only its own rows and epochs in its params, so
-# a change to a later phase never reruns an earlier one (paths and params: stillroom/plan/dag.py).
+# a change to a later phase never reruns an earlier one (paths: stillroom/plan/dag.py; params:
+# stillroom/stages/train.py).
 # LoRA and QLoRA jobs write the adapter, ckpt/sft<phase>.adapter; rule merge_adapter
 # (rules/merge.smk), a CPU job, merges it into ckpt/sft<phase>.
 

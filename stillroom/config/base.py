@@ -324,11 +324,20 @@ class StageParams(Section):
     stage has no randomness, and whatever the stage's own params add."""
 
     seed: Seed = 0
+    # sections whose defaults the params write as {} when the experiment gives none (the kernel
+    # validator's options without a kernels section): the job parses them back to the defaults
+    empty_unless_given: ClassVar[tuple[str, ...]] = ()
 
     def as_param(self) -> str:
         """The job's ``--params``, which its rule passes: JSON with sorted keys, so the same params
         give the same command and only a real change reruns the job."""
-        return json.dumps(self.dump(), sort_keys=True)
+        return json.dumps(self.param_values(), sort_keys=True)
+
+    def param_values(self) -> dict[str, Any]:
+        """What ``as_param`` writes: every value (a class some of whose values imply others
+        leaves those out)."""
+        unset = set(self.empty_unless_given) - self.model_fields_set
+        return {**self.dump(), **dict.fromkeys(unset, {})}
 
 
 PositiveInt = Annotated[int, Field(ge=1)]

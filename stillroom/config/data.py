@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 from string import Template
 from typing import Annotated, Any, Literal
 
@@ -15,6 +16,23 @@ from .base import Name, Plain, PositiveInt, Section, tag
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 # Local files a dataset spec may name instead of a hub id: suffix -> the datasets loader.
 LOCAL_DATA = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def repo_path(path: str | Path, root: Path) -> str:
+    """Config paths are relative to the repository root ``root``."""
+    return str(path if Path(path).is_absolute() else root / path)
+
+
+def local_spec(spec: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    """A source or benchmark spec with its local file (or problem directory) resolved against the
+    repository root ``root``."""
+    if str(spec.get("path", "")).endswith(tuple(LOCAL_DATA)):
+        return {**spec, "path": repo_path(spec["path"], root)}
+    if spec.get("dir"):
+        return {**spec, "dir": repo_path(spec["dir"], root)}
+    return dict(spec)
+
+
 AnswerKind = Literal["math", "choice", "code", "kernel", "ifeval"]
 # the largest operand a generated source may draw
 MAX_OPERAND = 1000

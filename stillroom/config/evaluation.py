@@ -303,6 +303,19 @@ class PairedTables(SeededTables):
                 filled[key] = kinds[kind]
         return filled
 
+    def param_values(self) -> dict[str, Any]:
+        """Without what follows from the rest: a reference that is the models' base or sft, and
+        base_random when false (the default caption)."""
+        kinds = {m.kind: m.name for m in self.models}
+        implied = {
+            k
+            for k, kind in (("base", "base"), ("tuned", "sft"))
+            if kinds.get(kind) == getattr(self, k)
+        }
+        if not self.base_random:
+            implied.add("base_random")
+        return {k: v for k, v in super().param_values().items() if k not in implied}
+
     @property
     def weights(self) -> dict[str, float]:
         """Each model's share of fine-tuned weights, where known (the merge sweep's x): base 0,

@@ -52,3 +52,11 @@ class Options(StageParams):
     boxed: Boxed
     kernel: ValidatorOptions = ValidatorOptions()
     timeout_s: float = Field(TIMEOUT_S, gt=0, description="CPU seconds per item")
+    empty_unless_given = ("kernel",)
+
+    def param_values(self) -> dict[str, Any]:
+        """timeout_s only where given: no config key sets it (a hand-typed --params may)."""
+        values = super().param_values()
+        if "timeout_s" not in self.model_fields_set:
+            del values["timeout_s"]
+        return values

@@ -1,17 +1,14 @@
-"""The workflow's plan: every rule's paths, input mappings and params, computed once from the
+"""The workflow's plan: every rule's paths, input mappings and job shapes, computed once from the
 typed experiment and its resolved config. rules/*.smk declare rules with these; rules/common.smk
 keeps only what must be Snakemake (the config load, onstart, wildcard constraints, the provenance
 wrappers).
 
-Params are the JSON strings a job gets on its command line (``as_json``): only what that stage
-depends on, so only real changes rerun it. The merge and train stages build theirs from the typed
-experiment beside the class that reads them (``job_params`` in stillroom/stages/<stage>.py), the
-pattern the other stages' params move to. Input mappings are ``{name: path}`` dicts, a job's
-``--graded name=path ...`` arguments."""
+A job's params are not the plan's: each stage builds its own from the typed experiment beside the
+class that reads them (``*job_params`` in stillroom/stages/<stage>.py). Input mappings are
+``{name: path}`` dicts, a job's ``--graded name=path ...`` arguments."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -19,7 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..config import LOCAL_DATA, TEACHERS_TABLE, Decoding, Experiment, Forcing, Kernels
+from ..config import LOCAL_DATA, TEACHERS_TABLE, Experiment
+from ..config.data import local_spec, repo_path
 from ..kernels.problemset import FAMILY_FILE, kernel_files, solution_files
 from .cluster import backend_gpus, stage_gpus, student_mem_mb, train_resources
 from .estimate import student_parameters
@@ -83,16 +81,12 @@ def phase_names(phases: list[dict[str, Any]]) -> dict[str, str]:
 class Plan:
     """Paths and params of one experiment's rules. ``config`` is the resolved config (every default
     filled in) that ``experiment`` was parsed from; ``root`` the repository, against which config
-    paths are resolved; ``base_random``: the student's base is a random-weight initialisation (the
-    tables' captions say so)."""
+    paths are resolved."""
 
-    def __init__(
-        self, experiment: Experiment, config: Mapping[str, Any], root: Path, base_random: bool
-    ) -> None:
+    def __init__(self, experiment: Experiment, config: Mapping[str, Any], root: Path) -> None:
         self.experiment = experiment
         self.config = config
         self.root = Path(root)
-        self.base_random = base_random
         self.results = f"results/{experiment.experiment}"
         generation = experiment.generation
         self.generation = generation
@@ -106,19 +100,15 @@ class Plan:
         self.select_on = config["merge"]["select_on"]
         self.grpo = config["grpo"] is not None
         force = config["eval"]["budget_force"] or {}
-        self.force = force
         self.budgets = force.get("budgets", [])
         self.budget_models = force.get("models") or self.models
         self.budget_benchmarks = force.get("benchmarks") or config["eval"]["benchmarks"]
         per_effort = config["eval"]["per_effort"] or {}
-        self.per_effort = per_effort
         self.effort_models = per_effort.get("models", [])
         self.effort_benchmarks = (
             (per_effort["benchmarks"] or config["eval"]["benchmarks"]) if per_effort else []
         )
         kernels = config["kernels"]
-        self.kernels = kernels
-        self.validator = Kernels.parse(kernels).validator.dump() if kernels else {}
         self.kernel_benchmarks = (
             (kernels["benchmarks"] or config["eval"]["benchmarks"]) if kernels else []
         )
@@ -140,20 +130,10 @@ class Plan:
     # -- paths -------------------------------------------------------------------------------
 
     def repo_path(self, path: str | Path) -> str:
-        """Config paths are relative to the repository root."""
-        return str(path if Path(path).is_absolute() else self.root / path)
-
-    def model_source(self, name: str) -> str:
-        return model_source(name, self.root)
+        return repo_path(path, self.root)
 
     def local_path(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """A source or benchmark spec with its local file (or problem directory) resolved against
-        the repository root."""
-        if str(spec.get("path", "")).endswith(tuple(LOCAL_DATA)):
-            return {**spec, "path": self.repo_path(spec["path"])}
-        if spec.get("dir"):
-            return {**spec, "dir": self.repo_path(spec["dir"])}
-        return dict(spec)
+        return local_spec(spec, self.root)
 
     @cached_property
     def benchmarks(self) -> dict[str, str]:
@@ -451,24 +431,7 @@ class Plan:
     def train_resource_keys(self) -> list[str]:
         return list(dict.fromkeys(k for shape in self._train_shapes for k in shape))
 
-    # -- params --------------------------------------------------------------------------------
-
-    def as_json(self, **values: Any) -> str:
-        """Params for one rule: only what that stage depends on, so only real changes rerun it."""
-        return json.dumps({"seed": self.config["seed"], **values}, sort_keys=True)
-
-    def benchmark_params(self, bench: str) -> str:
-        spec = self.local_path(self.config["benchmarks"][bench])
-        return self.as_json(name=bench, spec=spec)
-
-    def pool_params(self) -> str:
-        return self.as_json(sources=self.sources, heldout=self.config["heldout"])
-
-    def decontam_params(self) -> str:
-        return self.as_json(**self.config["decontam"])
-
-    def shard_params(self) -> str:
-        return self.as_json(shards=len(self.shards))
+    # -- generation jobs -------------------------------------------------------------------
 
     def generation_rules(self) -> list[GenerationRule]:
         return generation_rules(self.generation)
@@ -498,133 +461,6 @@ class Plan:
         return {"teacher": one_of([rule.teacher])} | (
             {} if together else {"effort": one_of(rule.efforts)}
         )
-
-    def generation_job_params(self, rule: GenerationRule, teacher: str, effort: str | None) -> str:
-        """A job's params: its group's efforts, or the one effort of its {effort} wildcard."""
-        if rule.group.together:
-            return self.generation_params(teacher, efforts=list(rule.efforts))
-        return self.generation_params(teacher, effort=effort)
-
-    def generation_params(
-        self, teacher: str, effort: str | None = None, efforts: list[str] | None = None
-    ) -> str:
-        return self.as_json(
-            teacher=teacher,
-            spec=self.config["teachers"][teacher],
-            samples=self.config["generation"]["samples_per_prompt"],
-            **({"efforts": efforts} if efforts else {"effort": effort}),
-        )
-
-    def grade_params(self) -> str:
-        ev = self.config["eval"]
-        return self.as_json(letters=ev["letters"], boxed=ev["boxed"], kernel=self.validator)
-
-    def dataset_params(self, selection: str | None = None) -> str:
-        # the dataset's params without its ablation list: adding a selection never rebuilds the
-        # fine-tune
-        dataset = {k: v for k, v in self.config["dataset"].items() if k != "ablation"}
-        # sft_sources only where there are some, and the reward grading them with them: no other
-        # experiment's dataset sees its params change
-        if dataset.get("sft_sources"):
-            dataset["kernel"] = self.validator
-        else:
-            dataset.pop("sft_sources", None)
-        selected = {"select": selection} if selection else {}
-        return self.as_json(
-            **{**dataset, "effort_tag": self.config["student"]["effort_tag"], **selected}
-        )
-
-    def pretrained_params(self) -> str:
-        return self.as_json(pretrained=self.model_source(self.config["student"]["pretrained"]))
-
-    def tokenizer_params(self) -> str:
-        return self.as_json(**self.config["student"]["tokenizer"])
-
-    def base_params(self) -> str:
-        return self.as_json(model=self.config["student"]["model"])
-
-    def grpo_params(self) -> str:
-        return self.as_json(**self.config["grpo"], validator=self.validator)
-
-    @property
-    def _decoding(self) -> dict[str, Any]:
-        # the eval section without the benchmark list and budget forcing
-        return {k: self.config["eval"][k] for k in Decoding.model_fields}
-
-    @property
-    def _effort_tag(self) -> dict[str, Any]:
-        # where and how an evaluated student's prompts carry their effort tag
-        return {k: self.config["student"][k] for k in ("effort_tag", "effort_tag_in")}
-
-    def eval_params(self, model: str, bench: str) -> str:
-        return self.as_json(model_name=model, benchmark=bench, **self._effort_tag, **self._decoding)
-
-    def budget_params(self, model: str, bench: str, budget: int) -> str:
-        forcing = {k: self.force[k] for k in Forcing.model_fields}
-        return self.as_json(
-            model_name=model,
-            benchmark=bench,
-            **self._effort_tag,
-            budget=int(budget),
-            **self._decoding,
-            **forcing,
-        )
-
-    def effort_params(self, model: str, bench: str, effort: str) -> str:
-        return self.as_json(
-            model_name=model,
-            benchmark=bench,
-            **self._effort_tag,
-            **{**self._decoding, "effort": effort},
-        )
-
-    def tables_params(self, bench: str, fast_p: list[float] | None = None) -> str:
-        """A paired table: the models' identities give its references and the sweep's x."""
-        fast = {"fast_p": fast_p} if fast_p is not None else {}
-        random = {"base_random": True} if self.base_random else {}
-        return self.as_json(
-            benchmark=bench,
-            models=[m.dump() for m in self.model_ids],
-            **self.config["tables"],
-            **fast,
-            **random,
-        )
-
-    def kernel_tables_params(self, bench: str) -> str:
-        return self.tables_params(bench, fast_p=self.kernels["fast_p"])
-
-    def budget_tables_params(self, bench: str) -> str:
-        return self.as_json(benchmark=bench, base_random=self.base_random, **self.config["tables"])
-
-    def effort_tables_params(self, bench: str) -> str:
-        return self.as_json(
-            benchmark=bench,
-            efforts=self.efforts,
-            reference=self.per_effort["reference"],
-            **self.config["tables"],
-        )
-
-    def teacher_tables_params(self) -> str:
-        return self.as_json(
-            reference=self.generation.teacher,
-            teachers=self.effort_teacher,
-            n_resamples=self.config["tables"]["n_resamples"],
-            confidence=self.config["tables"]["confidence"],
-        )
-
-    def cost_params(self) -> str:
-        """GPUs per job follow the job shapes (stillroom/plan/cluster.py); cost.gpus overrides them.
-        The ledger sets the estimate made from the whole config (run in the cost job, not here)
-        beside what was spent; the local files it counts stay relative to the repository as
-        configured (the cost job resolves them against the workflow's directory), so the ledger's
-        params name no checkout."""
-        config = self.config
-        cost = {
-            **config["cost"],
-            "gpus": {**stage_gpus(config), **config["cost"]["gpus"]},
-            "config": config,
-        }
-        return self.as_json(**cost)
 
 
 def named(mapping: Mapping[str, str]) -> list[str]:

@@ -29,6 +29,10 @@ class GenerationRule:
     def efforts(self) -> tuple[str, ...]:
         return self.group.efforts
 
+    def job_efforts(self, effort: str | None) -> str | list[str]:
+        """A job's efforts: its group's (a list, one job for all), else its {effort} wildcard's."""
+        return list(self.efforts) if self.group.together else effort
+
 
 def rule_name(generation: Generation, group: EffortGroup) -> str:
     if group.together:

@@ -212,7 +212,7 @@ class Auditor:
         return self.configs[recorded]
 
     def check_seed(self, path: str, prov: dict[str, Any]) -> Problem | None:
-        """Every job's params carry the config's seed (plan/dag.py as_json), and its sidecar
+        """Every job's params carry the config's seed (each stage's job_params), and its sidecar
         repeats it: a seed edited where no consumer hashed the sidecar (the top one) differs from
         its config snapshot."""
         params = prov.get("params") or {}

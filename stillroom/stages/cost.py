@@ -21,9 +21,10 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import ConfigError, Cost, StageParams
+from ..config import ConfigError, Cost, Experiment, StageParams
 from ..io import DataError, write_text
 from ..plan import estimate
+from ..plan.cluster import stage_gpus
 from ..provenance.sidecars import WORKFLOW_ENV, read_sidecar
 from .contract import stage
 
@@ -35,6 +36,17 @@ class Params(StageParams, Cost):
         "(the workflow's directory): the estimate the ledger is compared with (none: no estimate "
         "columns)",
     )
+
+
+def job_params(exp: Experiment) -> Params:
+    """The params of the cost job. GPUs per job follow the job shapes (plan/cluster.py); cost.gpus
+    overrides them. The ledger sets the estimate made from the whole config (run in the cost job,
+    not here) beside what was spent; the local files it counts stay relative to the repository as
+    configured (the cost job resolves them against the workflow's directory), so the ledger's
+    params name no checkout."""
+    config = exp.dump()
+    gpus = {**stage_gpus(config), **exp.cost.gpus}
+    return Params(seed=exp.seed, **{**exp.cost.model_dump(), "gpus": gpus}, config=config)
 
 
 def _rates(p: Cost) -> str:

@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import DatasetSelection, StageParams, ValidatorOptions
+from ..config import DatasetSelection, Experiment, StageParams, ValidatorOptions
+from ..config.generation import Selection
 from ..grading.formats import effort_tag, user_content
 from ..ids import bucket
 from ..io import DataError, iter_jsonl, write_jsonl
@@ -38,6 +39,32 @@ class Params(StageParams, DatasetSelection):
     effort_tag: str = Field(pattern=r"\$effort")
     kernel: ValidatorOptions = Field(
         ValidatorOptions(), description="the kernel reward sft_sources' rows are graded by"
+    )
+    # not this job's: each selection of the ablation is a job of its own (its ``select``), so
+    # adding one never rebuilds the fine-tune's dataset
+    ablation: list[Selection] = Field([], exclude=True)
+    empty_unless_given = ("kernel",)
+
+    def param_values(self) -> dict[str, Any]:
+        """Without sft_sources, neither they nor the reward grading them: an experiment without
+        them never sees its dataset's params change with theirs."""
+        values = super().param_values()
+        if not self.sft_sources:
+            del values["sft_sources"], values["kernel"]
+        return values
+
+
+def job_params(exp: Experiment, selection: str | None = None) -> Params:
+    """The params of rule dataset's job (dataset.select, the fine-tune's traces) or, given
+    ``selection`` (rule dataset_ablation's {selection}), of the ablation's dataset of that
+    selection; effort-tagged as student.effort_tag says."""
+    dataset = exp.dataset.model_dump(exclude={"ablation"})
+    kernel = {"kernel": exp.kernels.validator} if exp.kernels else {}
+    return Params(
+        seed=exp.seed,
+        **{**dataset, "select": selection or dataset["select"]},
+        effort_tag=exp.student.effort_tag,
+        **kernel,
     )
 
 

@@ -9,18 +9,23 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import SPLITS, Decontam, StageParams
+from ..config import SPLITS, Decontam, Experiment, StageParams
 from ..data.records import POOL_KEYS
 from ..data.sources import load_benchmark
 from ..io import read_jsonl, write_json, write_jsonl
 from .contract import stage
 
-# The CLI imports every stage module to list the stages: the n-gram index (numpy) is imported
-# where decontamination runs, not here.
+# The CLI imports every stage module to list the stages, and rule decontam builds its job's params
+# with job_params: the n-gram index (numpy) is imported where decontamination runs, not here.
 
 
 class Params(StageParams, Decontam):
     """The config's decontam section, seeded."""
+
+
+def job_params(exp: Experiment) -> Params:
+    """The params of the decontam job: the decontam section."""
+    return Params(seed=exp.seed, **exp.decontam.model_dump())
 
 
 @stage(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from ..config import Decoding, Forcing, StageParams, Student
+from ..config import Decoding, Experiment, Forcing, StageParams, Student
 from ..config.evaluation import HFBackend, OpenAIBackend, parse_backend
 from ..config.training import EffortTagIn
 from ..data.sources import load_benchmark
@@ -30,8 +30,9 @@ from .contract import stage
 if TYPE_CHECKING:
     from ..runtime.decoding import Answer
 
-# The CLI imports every stage module to list the stages: the runtime (numpy, asyncio, torch) is
-# imported where a model is evaluated, not here.
+# The CLI imports every stage module to list the stages, and the rules build each job's params with
+# the ``*job_params`` functions here: the runtime (numpy, asyncio, torch) is imported where a model
+# is evaluated, not here.
 
 
 class Params(StageParams, Decoding, Forcing):
@@ -40,6 +41,45 @@ class Params(StageParams, Decoding, Forcing):
     effort_tag: str = Field(pattern=r"\$effort")
     effort_tag_in: EffortTagIn = Student.model_fields["effort_tag_in"].default
     budget: int | None = Field(None, ge=1, description="a thinking budget: budget forcing")
+
+    def param_values(self) -> dict[str, Any]:
+        """Without a budget, nothing is forced: the forcing settings are not the job's params, so
+        a change to eval.budget_force reruns only the budget jobs."""
+        values = super().param_values()
+        if self.budget is None:
+            for key in ("budget", *Forcing.model_fields):
+                del values[key]
+        return values
+
+
+def _job(exp: Experiment, model: str, bench: str, **own: Any) -> Params:
+    # eval's decoding (not its benchmark list or budget forcing) and the student's effort tag
+    return Params(
+        seed=exp.seed,
+        model_name=model,
+        benchmark=bench,
+        effort_tag=exp.student.effort_tag,
+        effort_tag_in=exp.student.effort_tag_in,
+        **{**exp.eval.model_dump(include=set(Decoding.model_fields)), **own},
+    )
+
+
+def job_params(exp: Experiment, model: str, bench: str) -> Params:
+    """The params of rule evaluate's job: ``model`` on ``bench``."""
+    return _job(exp, model, bench)
+
+
+def budget_job_params(exp: Experiment, model: str, bench: str, budget: int | str) -> Params:
+    """The params of rule evaluate_budget's job: ``model`` on ``bench`` at thinking budget
+    ``budget`` (its wildcard's text), forced as eval.budget_force says."""
+    forcing = exp.eval.budget_force.model_dump(include=set(Forcing.model_fields))
+    return _job(exp, model, bench, budget=int(budget), **forcing)
+
+
+def effort_job_params(exp: Experiment, model: str, bench: str, effort: str) -> Params:
+    """The params of rule evaluate_effort's job: ``model`` on ``bench``, its prompts tagged with
+    ``effort``."""
+    return _job(exp, model, bench, effort=effort)
 
 
 def load_problems(path: str, benchmark: str) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from ..config import Effort, StageParams, TeacherSpec
+from ..config import Effort, Experiment, StageParams, TeacherSpec
 from ..data.records import POOL_KEYS
 from ..io import DataError, Journal, read_jsonl
 from ..provenance.sidecars import Notes, now
@@ -32,8 +32,8 @@ class Params(StageParams):
 
     teacher: str
     spec: TeacherSpec
-    effort: Effort | None = None
-    efforts: list[Effort] | None = None
+    effort: Effort | None = Field(None, exclude_if=lambda v: v is None)
+    efforts: list[Effort] | None = Field(None, exclude_if=lambda v: v is None)
     samples: int = Field(ge=1, description="samples per prompt")
 
     @model_validator(mode="after")
@@ -41,6 +41,20 @@ class Params(StageParams):
         if (self.effort is None) == (self.efforts is None):
             raise ValueError("effort: give effort or efforts")
         return self
+
+
+def job_params(exp: Experiment, teacher: str, efforts: str | list[str]) -> Params:
+    """The params of a generation job of ``teacher``: one effort (its {effort} wildcard), or an
+    effort group's ``efforts`` (a list: one job for all, in order); generation's samples per
+    prompt."""
+    one = {"efforts": efforts} if isinstance(efforts, list) else {"effort": efforts}
+    return Params(
+        seed=exp.seed,
+        teacher=teacher,
+        spec=exp.teachers[teacher],
+        samples=exp.generation.samples_per_prompt,
+        **one,
+    )
 
 
 # Teacher settings that change how it is reached, not what it writes: a killed shard resumes with

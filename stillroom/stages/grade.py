@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
+from ..config import Experiment
 from ..grading.choice import item_letters
 from ..grading.dispatch import GRADER_INFO, check_kinds, grader_info, item_limit
 from ..grading.result import Options
@@ -16,6 +17,13 @@ from ..io import read_jsonl, write_jsonl
 from .contract import stage
 
 Params = Options
+
+
+def job_params(exp: Experiment) -> Params:
+    """The params of every grade_generation and grade_eval job: eval's letters and boxed, and the
+    kernel validator's options."""
+    kernel = {"kernel": exp.kernels.validator} if exp.kernels else {}
+    return Params(seed=exp.seed, letters=exp.eval.letters, boxed=exp.eval.boxed, **kernel)
 
 
 @stage(

@@ -7,16 +7,23 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import Grpo, StageParams, ValidatorOptions
+from ..config import Experiment, Grpo, StageParams, ValidatorOptions
 from ..runtime import launch
 from .contract import stage
 
-# The CLI imports every stage module to list the stages: the trainer (TRL, the kernel validator)
-# is imported where GRPO runs, not here.
+# The CLI imports every stage module to list the stages, and rule grpo builds its job's params with
+# job_params: the trainer (TRL, the kernel validator) is imported where GRPO runs, not here.
 
 
 class Params(StageParams, Grpo):
     validator: ValidatorOptions = ValidatorOptions()
+    empty_unless_given = ("validator",)
+
+
+def job_params(exp: Experiment) -> Params:
+    """The params of the grpo job: the grpo section and the kernel validator's options."""
+    given = {"validator": exp.kernels.validator} if exp.kernels else {}
+    return Params(seed=exp.seed, **exp.grpo.model_dump(), **given)
 
 
 @stage(

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
 
-from ..config import DatasetSpec, Heldout, Source, StageParams
-from ..config.data import GENERATED
+from ..config import DatasetSpec, Experiment, Heldout, Source, StageParams
+from ..config.data import GENERATED, local_spec
 from ..data.records import POOL_KEYS
 from ..data.sources import dataset_records, iter_source_rows, load_benchmark
 from ..ids import bucket, normalize_prompt, shard_of
@@ -22,6 +23,14 @@ from .contract import stage
 class BenchmarkParams(StageParams):
     name: str
     spec: DatasetSpec
+
+
+def benchmark_job_params(exp: Experiment, bench: str, root: Path) -> BenchmarkParams:
+    """The params of rule benchmark's job for ``bench``: its dataset spec, a local file resolved
+    against the repository ``root``."""
+    return BenchmarkParams(
+        seed=exp.seed, name=bench, spec=local_spec(exp.benchmarks[bench].dump(), root)
+    )
 
 
 @stage(
@@ -63,6 +72,13 @@ def fetch_benchmark(
 class PoolParams(StageParams):
     sources: Annotated[list[Source], Field(min_length=1)]
     heldout: Heldout
+
+
+def pool_job_params(exp: Experiment, root: Path) -> PoolParams:
+    """The params of the pool job: the sources, local files resolved against the repository
+    ``root``, and the held-out split."""
+    sources = [local_spec(s.dump(), root) for s in exp.sources]
+    return PoolParams(seed=exp.seed, sources=sources, heldout=exp.heldout)
 
 
 @stage(
@@ -171,6 +187,11 @@ def _same_gold(a: tuple[str, Mapping[str, Any]], b: tuple[str, Mapping[str, Any]
 
 class ShardParams(StageParams):
     shards: int = Field(ge=1)
+
+
+def shard_job_params(exp: Experiment) -> ShardParams:
+    """The params of the shard job: generation.shards."""
+    return ShardParams(seed=exp.seed, shards=exp.generation.shards)
 
 
 @stage(

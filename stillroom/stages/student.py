@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..config import ModelShape, StageParams
+from ..config import Experiment, ModelShape, StageParams
 from ..config.training import Tokenizer
 from ..grading.formats import user_content
 from ..io import atomic_dir, iter_jsonl, read_json
@@ -31,6 +31,11 @@ def _solution(rec: Mapping[str, Any], notes: Notes) -> tuple[str, ...]:
 class TokenizerParams(StageParams, Tokenizer):
     """The config's student.tokenizer section (BPE training has no randomness: the seed is only
     recorded)."""
+
+
+def tokenizer_job_params(exp: Experiment) -> TokenizerParams:
+    """The params of the tokenizer job: student.tokenizer."""
+    return TokenizerParams(seed=exp.seed, **exp.student.tokenizer.model_dump())
 
 
 @stage(
@@ -78,6 +83,11 @@ class BaseParams(StageParams):
     model: ModelShape
 
 
+def base_job_params(exp: Experiment) -> BaseParams:
+    """The params of the base job: student.model, the random-weight base's shape."""
+    return BaseParams(seed=exp.seed, model=exp.student.model)
+
+
 @stage(
     "base",
     params=BaseParams,
@@ -110,6 +120,12 @@ def random_weights(pretrained: str | None) -> bool:
 
 class PretrainedParams(StageParams):
     pretrained: str
+
+
+def pretrained_job_params(exp: Experiment, source: str) -> PretrainedParams:
+    """The params of the pretrained job: ``source``, student.pretrained resolved (a local
+    directory against the repository, else the hub id as configured)."""
+    return PretrainedParams(seed=exp.seed, pretrained=source)
 
 
 @stage(

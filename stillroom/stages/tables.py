@@ -20,14 +20,32 @@ from typing import Any
 
 from pydantic import Field
 
-from ..config import Effort, Kernels, PairedTables, SeededTables, StageParams, Tables
+from ..config import Effort, Experiment, Kernels, PairedTables, SeededTables, StageParams, Tables
 from ..io import DataError, read_json
 from .contract import stage
 
-# The CLI imports every stage module to list the stages, and every job runs the CLI: the tables
-# (pandas, matplotlib) are imported where a table is made, not here.
+# The CLI imports every stage module to list the stages, every job runs the CLI, and the rules build
+# each job's params with the ``*job_params`` functions here: the tables (pandas, matplotlib) are
+# imported where a table is made, not here.
 
 Params = PairedTables
+
+
+def _paired(exp: Experiment, bench: str, base_random: bool) -> dict[str, Any]:
+    # a paired table's settings: the models' identities give its references and the sweep's x;
+    # base_random: the student's base has random weights (the caption says so)
+    return {
+        "seed": exp.seed,
+        "benchmark": bench,
+        "models": exp.model_ids,
+        "base_random": base_random,
+        **exp.tables.model_dump(),
+    }
+
+
+def job_params(exp: Experiment, bench: str, base_random: bool) -> Params:
+    """The params of rule tables' job for ``bench``."""
+    return Params(**_paired(exp, bench, base_random))
 
 
 @stage(
@@ -78,6 +96,13 @@ class BudgetParams(SeededTables):
     base_random: bool = PairedTables.model_fields["base_random"]
 
 
+def budget_job_params(exp: Experiment, bench: str, base_random: bool) -> BudgetParams:
+    """The params of rule budget_tables' job for ``bench``."""
+    return BudgetParams(
+        seed=exp.seed, benchmark=bench, base_random=base_random, **exp.tables.model_dump()
+    )
+
+
 @stage(
     "budget_tables",
     params=BudgetParams,
@@ -116,6 +141,18 @@ class EffortParams(SeededTables):
     benchmark: str
     efforts: list[Effort] = Field(min_length=2)
     reference: Effort
+
+
+def effort_job_params(exp: Experiment, bench: str) -> EffortParams:
+    """The params of rule effort_tables' job for ``bench``: the generated efforts and
+    eval.per_effort's reference."""
+    return EffortParams(
+        seed=exp.seed,
+        benchmark=bench,
+        efforts=list(exp.generation.efforts),
+        reference=exp.eval.per_effort.reference,
+        **exp.tables.model_dump(),
+    )
 
 
 @stage(
@@ -161,6 +198,18 @@ class TeacherParams(StageParams):
     confidence: float = Tables.model_fields["confidence"]
 
 
+def teacher_job_params(exp: Experiment) -> TeacherParams:
+    """The params of the teacher_tables job: each effort's teacher against generation.teacher."""
+    gen = exp.generation
+    return TeacherParams(
+        seed=exp.seed,
+        reference=gen.teacher,
+        teachers={e: gen.teacher_of(e) for e in gen.efforts},
+        n_resamples=exp.tables.n_resamples,
+        confidence=exp.tables.confidence,
+    )
+
+
 @stage(
     "teacher_tables",
     params=TeacherParams,
@@ -196,6 +245,12 @@ def teacher_run(
 
 class KernelParams(PairedTables):
     fast_p: list[float] = Kernels.model_fields["fast_p"]
+
+
+def kernel_job_params(exp: Experiment, bench: str, base_random: bool) -> KernelParams:
+    """The params of rule kernel_tables' job for ``bench``: the paired table's, and
+    kernels.fast_p."""
+    return KernelParams(**_paired(exp, bench, base_random), fast_p=exp.kernels.fast_p)
 
 
 @stage(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stillroom.config import Experiment, ModelId, merge_configs, resolve
+from stillroom.config import Experiment, merge_configs, resolve
 from stillroom.plan.dag import Plan, model_source, one_of
 from stillroom.stages import merge, train
 
@@ -20,9 +20,9 @@ RECIPES = sorted((REPO / "config" / "experiments").glob("*.yaml"))
 ODD = [1e-05, 0.125, 0.3333333]
 
 
-def plan_of(config: dict, base_random: bool = True) -> Plan:
+def plan_of(config: dict) -> Plan:
     resolved = resolve(config, REPO)
-    return Plan(Experiment.parse(resolved), resolved, REPO, base_random=base_random)
+    return Plan(Experiment.parse(resolved), resolved, REPO)
 
 
 def recipe_plan(recipe: Path) -> Plan:
@@ -32,7 +32,7 @@ def recipe_plan(recipe: Path) -> Plan:
     # typed only: a smoke twin's stand-in models are built by `stillroom stand-ins`, before a run,
     # and resolve checks that they are there
     typed = Experiment.parse(config).dump()
-    return Plan(Experiment.parse(typed), typed, REPO, base_random=True)
+    return Plan(Experiment.parse(typed), typed, REPO)
 
 
 def with_ratios(ratios: list[float]) -> Plan:
@@ -67,10 +67,6 @@ def test_odd_ratios_name_their_models_paths_and_params_with_the_exact_floats():
     assert plan.dev_graded() == {n: f"results/tiny/eval/{n}/dev/graded.jsonl" for n in names}
     select = json.loads(merge.select_job_params(plan.experiment).as_param())
     assert select["ratios"] == dict(zip(names, ODD, strict=True))
-    tables = json.loads(plan.tables_params("heldout"))
-    assert "base" not in tables and "tuned" not in tables
-    assert [ModelId(**m) for m in tables["models"]] == plan.model_ids
-    assert [m["ratio"] for m in tables["models"] if m["kind"] == "merge"] == ODD
 
 
 def test_the_model_constraint_matches_each_model_name_and_nothing_else():
@@ -82,26 +78,6 @@ def test_the_model_constraint_matches_each_model_name_and_nothing_else():
     for other in ("merge-1e-0", "merge-0x125", "merge-0.12", "merge-0.5", "grpo", "select-x"):
         assert not pattern.fullmatch(other)
     assert not re.compile(one_of([])).fullmatch("")  # no merges: nothing matches
-
-
-def test_params_are_the_json_each_stage_reads():
-    plan = plan_of(default_config())
-    config = plan.config
-    evaluate = json.loads(plan.eval_params("merge-0.5", "heldout"))
-    assert evaluate["model_name"] == "merge-0.5" and evaluate["benchmark"] == "heldout"
-    assert evaluate["seed"] == config["seed"] and evaluate["samples"] == config["eval"]["samples"]
-    budget = json.loads(plan.budget_params("sft", "heldout", "16"))
-    assert budget["budget"] == 16  # the wildcard's text, an int in params
-    assert json.loads(plan.effort_params("sft", "heldout", "low"))["effort"] == "low"
-    dataset = json.loads(plan.dataset_params())
-    assert "ablation" not in dataset and dataset["effort_tag"] == config["student"]["effort_tag"]
-    assert json.loads(plan.dataset_params("longest"))["select"] == "longest"
-    # sorted keys: the same params give the same command, so only real changes rerun a job
-    assert plan.as_json(b=1, a=2) == '{"a": 2, "b": 1, "seed": 1234}'
-    # the ledger's params name no checkout: its job resolves them against the workflow's directory
-    cost = json.loads(plan.cost_params())
-    assert cost["config"]["benchmarks"]["tinycode"] == "config/benchmarks/tinycode.jsonl"
-    assert str(REPO) not in plan.cost_params()
 
 
 def test_every_effort_is_graded_from_its_teacher_on_its_shards():

@@ -2,13 +2,15 @@
 rule."""
 
 import csv
+import json
 
-from stillroom.config import load_yaml, resolve
+from stillroom.config import Experiment, load_yaml, resolve
+from stillroom.plan.cluster import stage_gpus
 from stillroom.plan.estimate import bill
 from stillroom.provenance.sidecars import Job, write_sidecars
-from stillroom.stages.cost import ledger, parse_sacct, run
+from stillroom.stages.cost import job_params, ledger, parse_sacct, run
 
-from ..conftest import REPO
+from ..conftest import REPO, default_config
 
 
 def artifact(tmp_path, name, *, stage, rule, params, metrics, monkeypatch, job=None):
@@ -325,3 +327,19 @@ def test_tokens_trained_for_max_steps_are_counted_not_timed(tmp_path, monkeypatc
         )
         rows.append({r["name"]: r for r in csv.DictReader((tmp_path / "c.csv").open())})
     assert rows[0]["train"]["tokens"] == rows[1]["train"]["tokens"] == "3473"
+
+
+def test_the_cost_job_s_params_name_no_checkout_and_charge_each_rule_s_gpus():
+    config = resolve(default_config(), REPO)
+    exp = Experiment.parse(config)
+    text = job_params(exp).as_param()
+    job = json.loads(text)
+    # the ledger's params name no checkout: its job resolves them against the workflow's directory
+    assert job["config"]["benchmarks"]["tinycode"] == "config/benchmarks/tinycode.jsonl"
+    assert str(REPO) not in text
+    # sorted keys: the same params give the same command, so only real changes rerun a job
+    assert text == json.dumps(job, sort_keys=True)
+    assert job["gpus"] == {**stage_gpus(config), **exp.cost.gpus} and job["seed"] == exp.seed
+    # cost.gpus overrides a rule's shape
+    exp = Experiment.parse({**config, "cost": {**config["cost"], "gpus": {"train": 7}}})
+    assert job_params(exp).gpus["train"] == 7

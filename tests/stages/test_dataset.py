@@ -1,14 +1,17 @@
 """The dataset stage: the shortest correct trace per (prompt, effort), effort-tagged; kernel rows
 are instruction, reasoning and code."""
 
+import json
+
 import pytest
 
+from stillroom.config import Experiment, ValidatorOptions, merge_configs
 from stillroom.grading.formats import extract_code, kernel_instruction
 from stillroom.io import DataError, read_jsonl, write_jsonl
 from stillroom.stages import dataset, grade
 from stillroom.teachers.procedural import ProceduralTeacher
 
-from ..conftest import kernel_records
+from ..conftest import default_config, kernel_records
 from .test_generate import _generate, _shard
 
 
@@ -196,3 +199,24 @@ def test_dataset_rows_are_instruction_reasoning_code(tmp_path):
     assert [m["role"] for m in messages] == ["system", "user", "assistant"]
     assert messages[1]["content"] == kernel_instruction(rec["prompt"])
     assert messages[2]["content"].startswith("<think>") and extract_code(messages[2]["content"])
+
+
+def test_a_dataset_job_s_params_name_its_selection_not_the_ablation():
+    exp = Experiment.parse(merge_configs(default_config(), {"dataset": {"ablation": ["longest"]}}))
+    job = json.loads(dataset.job_params(exp).as_param())
+    assert job["select"] == exp.dataset.select and job["effort_tag"] == exp.student.effort_tag
+    # another selection is another job: the list never reaches this one's params
+    assert "ablation" not in job
+    # no sft_sources: neither they nor the reward that would grade them
+    assert "sft_sources" not in job and "kernel" not in job
+    assert json.loads(dataset.job_params(exp, "longest").as_param()) == {**job, "select": "longest"}
+
+
+def test_sft_sources_bring_the_kernel_validator_s_options_into_a_dataset_job():
+    source = {"name": "kb", "kind": "kernelbook", "path": "org/kb", "revision": "a" * 40}
+    config = merge_configs(default_config(), {"dataset": {"sft_sources": [source]}})
+    exp = Experiment.parse(config)
+    job = json.loads(dataset.job_params(exp).as_param())
+    assert job["sft_sources"][0]["path"] == "org/kb"
+    # no kernels section: the validator's defaults, written as none given
+    assert job["kernel"] == {} and dataset.job_params(exp).kernel == ValidatorOptions()

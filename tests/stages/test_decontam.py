@@ -7,10 +7,12 @@ import json
 
 import pytest
 
-from stillroom.config import ConfigError
+from stillroom.config import ConfigError, Experiment, merge_configs
 from stillroom.data.records import record
 from stillroom.io import read_jsonl, write_jsonl
-from stillroom.stages.decontam import run
+from stillroom.stages.decontam import job_params, run
+
+from ..conftest import default_config
 
 ITEM = "A train leaves the station at noon and travels sixty miles at a steady speed of thirty"
 
@@ -87,3 +89,9 @@ def test_the_audit_detector_reports_what_the_dropping_one_kept_and_drops_nothing
     assert "audit" not in json.loads((tmp_path / "report.json").read_text())
     with pytest.raises(ConfigError, match="decontam.audit_ngram: 13 should be shorter than ngram"):
         run(**common, params={"ngram": 13, "audit_ngram": 13})
+
+
+def test_the_decontam_job_s_params_are_the_decontam_section():
+    exp = Experiment.parse(merge_configs(default_config(), {"decontam": {"ngram": 11}}))
+    job = json.loads(job_params(exp).as_param())
+    assert job == {"seed": exp.seed, **exp.decontam.dump()} and job["ngram"] == 11

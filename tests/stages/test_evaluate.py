@@ -5,7 +5,11 @@ import json
 
 import pytest
 
+from stillroom.config import Experiment, Forcing
 from stillroom.io import read_jsonl, write_jsonl
+from stillroom.stages import evaluate
+
+from ..conftest import default_config
 
 
 @pytest.mark.slow
@@ -262,3 +266,19 @@ def test_the_samples_sidecar_records_the_stop_set(chat_students, tmp_path):
     cut = [r for r in rows if r["finish_reason"] == "length"]
     assert 0 < len(cut) < len(rows) and all(r["completion_tokens"] == 24 for r in cut)
     assert metrics["cap_hit_rate"] == round(len(cut) / len(rows), 4)
+
+
+def test_an_evaluation_job_s_params_are_eval_s_decoding_and_the_student_s_effort_tag():
+    exp = Experiment.parse(default_config())
+    job = json.loads(evaluate.job_params(exp, "merge-0.5", "heldout").as_param())
+    assert job["model_name"] == "merge-0.5" and job["benchmark"] == "heldout"
+    assert job["seed"] == exp.seed and job["samples"] == exp.eval.samples
+    assert job["effort_tag"] == exp.student.effort_tag
+    # no budget: the forcing settings are not its params, nor eval's benchmark list
+    assert not {"budget", "benchmarks", "budget_force", *Forcing.model_fields} & set(job)
+    budget = evaluate.budget_job_params(exp, "sft", "heldout", "16")
+    assert budget.budget == 16  # the wildcard's text, an int in params
+    assert budget.answer_tokens == exp.eval.budget_force.answer_tokens
+    assert json.loads(budget.as_param())["answer_cue"] == exp.eval.budget_force.answer_cue
+    effort = json.loads(evaluate.effort_job_params(exp, "sft", "heldout", "low").as_param())
+    assert effort == {**job, "model_name": "sft", "effort": "low"}

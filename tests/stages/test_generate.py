@@ -3,9 +3,13 @@ before its newline, and never resumed from records of other settings or another 
 
 import json
 
+from stillroom.config import Experiment, merge_configs
 from stillroom.data import sources
 from stillroom.io import read_jsonl, write_jsonl
+from stillroom.plan.generation import generation_rules
 from stillroom.stages import generate
+
+from ..conftest import default_config
 
 SPEC = {"backend": "procedural", "error_rate": {"low": 0.4, "medium": 0.2}}
 PARAMS = {"teacher": "proc", "spec": SPEC, "effort": "low", "samples": 2, "seed": 5}
@@ -201,3 +205,25 @@ def test_killed_twice_after_a_write_cut_before_its_newline_resumes_to_an_uninter
     assert "resuming: " in errs[2]
     assert _content(read_jsonl(out)) == _content(read_jsonl(reference))
     assert not partial.exists()
+
+
+def test_a_generation_job_s_params_name_its_effort_or_its_group_s_efforts():
+    groups = {"generation": {"effort_groups": [["low", "high"]]}}
+    exp = Experiment.parse(merge_configs(default_config(), groups))
+    rules = {r.name: r for r in generation_rules(exp.generation)}
+    teacher = exp.generation.teacher
+    # one effort a job: its {effort} wildcard, and no efforts key
+    one = json.loads(
+        generate.job_params(exp, teacher, rules["generate"].job_efforts("medium")).as_param()
+    )
+    assert one == {
+        "seed": exp.seed,
+        "teacher": teacher,
+        "spec": exp.teachers[teacher].dump(),
+        "samples": exp.generation.samples_per_prompt,
+        "effort": "medium",
+    }
+    # a group: its efforts in order, one job for all (the wildcard has none)
+    group = rules["generate_low_high"].job_efforts(None)
+    both = json.loads(generate.job_params(exp, teacher, group).as_param())
+    assert both == {**{k: v for k, v in one.items() if k != "effort"}, "efforts": ["low", "high"]}

@@ -4,12 +4,14 @@ gold failures counted apart from wrong answers; teacher slips and kernel answers
 from __future__ import annotations
 
 import importlib.metadata
+import json
 
+from stillroom.config import Experiment, ValidatorOptions
 from stillroom.io import read_jsonl, write_jsonl
 from stillroom.stages import grade
 from stillroom.teachers.procedural import ProceduralTeacher
 
-from ..conftest import kernel_records
+from ..conftest import default_config, kernel_records
 from .test_generate import _generate, _shard
 
 # Hangs math-verify (sympy evaluates the tower; still running after 20 s) unless something stops it.
@@ -181,3 +183,20 @@ def test_budget_forced_answers_are_also_graded_as_the_hard_cutoff_leaves_them(tm
     assert within["grade"]["correct"] and within["cutoff_grade"] == within["grade"]
     assert "cutoff_grade" not in plain
     assert m["samples"] == 3 and m["correct"] == 3  # the cutoff grades are no samples of their own
+
+
+def test_a_grade_job_s_params_are_eval_s_letters_and_boxed_and_the_validator_s_options():
+    exp = Experiment.parse(default_config())
+    params = grade.job_params(exp)
+    assert (params.letters, params.boxed) == (exp.eval.letters, exp.eval.boxed)
+    assert params.seed == exp.seed and params.kernel == ValidatorOptions()
+    # no kernels section: the validator's defaults written as none given; timeout_s, which no
+    # config key sets, only where a --params gives it
+    assert json.loads(params.as_param()) == {
+        "seed": exp.seed,
+        "letters": exp.eval.letters,
+        "boxed": exp.eval.boxed,
+        "kernel": {},
+    }
+    typed = grade.Params.parse({**json.loads(params.as_param()), "timeout_s": 2.5})
+    assert json.loads(typed.as_param())["timeout_s"] == 2.5

@@ -6,10 +6,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from transformers import AutoModelForCausalLM
 
 from stillroom.cli import build_parser
-from stillroom.config import ConfigError, ValidatorOptions
+from stillroom.config import ConfigError, Experiment, ValidatorOptions, merge_configs
 from stillroom.grading.formats import user_content
 from stillroom.io import DataError, read_jsonl, write_jsonl
 from stillroom.kernels import KernelResult
@@ -23,9 +24,9 @@ from stillroom.runtime.grpo import (
     load_problems,
 )
 from stillroom.runtime.student import build_model, train_tokenizer
-from stillroom.stages.grpo import Params, run
+from stillroom.stages.grpo import Params, job_params, run
 
-from ..conftest import TINY
+from ..conftest import REPO, TINY, recipe_files
 
 KERNELS = Path(__file__).resolve().parents[2] / "stillroom" / "kernels"
 NAMES = ("relu", "add", "mul")
@@ -333,3 +334,18 @@ def test_bad_problems_and_params(kernel_setup, tmp_path):
     assert Params.parse({"seed": 3}, where="grpo").seed == 3  # the pipeline injects seed
     args = build_parser().parse_args(["grpo", "--base", "b", "--problems", "p", "--out-model", "m"])
     assert (args.base, args.problems, args.out_model) == ("b", "p", "m")
+
+
+def test_the_grpo_job_takes_the_grpo_section_and_the_kernels_validator():
+    config: dict = {}
+    for path in recipe_files(REPO / "config/experiments/autotriton-tiny.yaml"):
+        config = merge_configs(config, yaml.safe_load(path.read_text()))
+    exp = Experiment.parse(config)
+    params = job_params(exp)
+    assert params.validator == exp.kernels.validator and params.lr == exp.grpo.lr
+    job = json.loads(params.as_param())
+    assert job["seed"] == exp.seed and job["group_size"] == exp.grpo.group_size
+    assert job["validator"] == exp.kernels.validator.dump()
+    # no kernels section: the validator's defaults, written as none given
+    bare = job_params(Experiment.parse({**config, "kernels": None}))
+    assert bare.validator == ValidatorOptions() and json.loads(bare.as_param())["validator"] == {}

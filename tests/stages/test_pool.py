@@ -2,12 +2,13 @@ import json
 
 import pytest
 
+from stillroom.config import Experiment, merge_configs
 from stillroom.data import sources
 from stillroom.ids import shard_of
 from stillroom.io import DataError, read_jsonl, write_jsonl
 from stillroom.stages import pool
 
-from ..conftest import REPO
+from ..conftest import REPO, default_config
 from ..data.test_sources import _write
 
 TINYBENCH = str(REPO / "config" / "benchmarks" / "tinybench.jsonl")
@@ -236,3 +237,23 @@ def test_a_dataset_benchmark_listing_a_problem_twice_names_both_rows(tmp_path):
             params={"name": "aime", "spec": {"path": path, "prompt": "problem"}},
         )
     assert not (tmp_path / "bench.jsonl").exists()
+
+
+def test_the_pool_jobs_params_resolve_local_files_against_the_repository(tmp_path):
+    local = {"name": "mine", "kind": "jsonl", "path": "data/mine.jsonl"}
+    config = default_config()
+    config = merge_configs(config, {"sources": [*config["sources"], local]})
+    config["benchmarks"]["hub"] = {"path": "org/set", "prompt": "q", "answer_kind": "math"}
+    config["benchmarks"]["file"] = {"path": "data/b.jsonl", "prompt": "q", "answer_kind": "math"}
+    exp = Experiment.parse(config)
+    job = json.loads(pool.pool_job_params(exp, tmp_path).as_param())
+    assert job["seed"] == exp.seed and job["heldout"] == exp.heldout.dump()
+    # a local file: absolute, so a job in another working directory finds it; others as they are
+    assert job["sources"][-1]["path"] == str(tmp_path / "data/mine.jsonl")
+    assert job["sources"][:-1] == [s.dump() for s in exp.sources[:-1]]
+    hub = pool.benchmark_job_params(exp, "hub", tmp_path)
+    assert hub.name == "hub" and hub.spec.path == "org/set"
+    assert pool.benchmark_job_params(exp, "file", tmp_path).spec.path == str(
+        tmp_path / "data/b.jsonl"
+    )
+    assert pool.shard_job_params(exp).shards == exp.generation.shards

@@ -3,6 +3,14 @@ shrunk."""
 
 import json
 
+import yaml
+
+from stillroom.config import Experiment, merge_configs
+from stillroom.plan.dag import model_source
+from stillroom.stages import student
+
+from ..conftest import REPO, default_config, recipe_files
+
 
 def test_tiny_model_like_a_real_one_keeps_its_architecture(moe, tmp_path):
     """`stillroom tiny` reads only the reference's config and tokenizer (here the tiny MoE stands in
@@ -62,3 +70,19 @@ def test_random_weights_names_a_base_built_from_scratch_or_by_the_tiny_stage(tmp
     assert random_weights(str(tiny))
     assert not random_weights(str(real))
     assert not random_weights("Qwen/Qwen3-8B-Base")  # a hub id: pretrained
+
+
+def test_the_student_jobs_params_are_the_student_section_s():
+    exp = Experiment.parse(default_config())
+    tokenizer = json.loads(student.tokenizer_job_params(exp).as_param())
+    assert tokenizer == {"seed": exp.seed, **exp.student.tokenizer.dump()}
+    base = json.loads(student.base_job_params(exp).as_param())
+    assert base == {"seed": exp.seed, "model": exp.student.model.dump()}
+    # a pretrained student: its source as resolved against the repository
+    config: dict = {}
+    for path in recipe_files(REPO / "config/experiments/beam-distill.yaml"):
+        config = merge_configs(config, yaml.safe_load(path.read_text()))
+    beam = Experiment.parse(config)
+    source = model_source(beam.student.pretrained, REPO)
+    job = json.loads(student.pretrained_job_params(beam, source).as_param())
+    assert job == {"seed": beam.seed, "pretrained": beam.student.pretrained}

@@ -3,13 +3,16 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from stillroom.analysis.tables import budget, load, paired, plots, teachers
 from stillroom.cli import main
-from stillroom.config import ConfigError
+from stillroom.config import ConfigError, Experiment, ModelId, merge_configs
 from stillroom.io import DataError, write_jsonl
 from stillroom.review.recompute import recompute
 from stillroom.stages import tables
+
+from ..conftest import REPO, default_config, recipe_files
 
 PARAMS = {
     "benchmark": "heldout",
@@ -840,3 +843,48 @@ def test_an_all_zero_plot_keeps_its_accuracy_axis_at_or_above_zero(tmp_path, mon
     assert ax.get_ylabel() == "accuracy"
     assert ax.get_ylim()[0] == 0.0
     assert min(t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]) >= 0.0
+
+
+def _experiment(**changes):
+    return Experiment.parse(merge_configs(default_config(), changes))
+
+
+def test_a_tables_job_names_the_models_identities_not_the_references_they_imply():
+    odd = [1e-05, 0.125, 0.3333333]
+    exp = _experiment(merge={"ratios": odd})
+    params = tables.job_params(exp, "heldout", base_random=True)
+    assert (params.base, params.tuned, params.weights["merge-1e-05"]) == ("base", "sft", 1e-05)
+    job = json.loads(params.as_param())
+    # the references follow from the identities: the job's params leave them out
+    assert "base" not in job and "tuned" not in job and job["base_random"] is True
+    assert [ModelId(**m) for m in job["models"]] == exp.model_ids
+    assert [m["ratio"] for m in job["models"] if m["kind"] == "merge"] == odd
+    assert job["seed"] == exp.seed and job["n_resamples"] == exp.tables.n_resamples
+    # a pretrained base is the default caption: not in the params
+    assert "base_random" not in json.loads(tables.job_params(exp, "heldout", False).as_param())
+    # the budget table always says which base it had
+    budget_job = json.loads(tables.budget_job_params(exp, "heldout", False).as_param())
+    assert budget_job["base_random"] is False and budget_job["benchmark"] == "heldout"
+
+
+def test_the_effort_and_teacher_tables_jobs_take_generation_s_efforts_and_teachers():
+    exp = _experiment(eval={"per_effort": {"reference": "low"}})
+    effort = tables.effort_job_params(exp, "heldout")
+    assert effort.efforts == list(exp.generation.efforts) and effort.reference == "low"
+    teacher = tables.teacher_job_params(exp)
+    assert teacher.reference == exp.generation.teacher
+    assert teacher.teachers == {e: exp.generation.teacher_of(e) for e in exp.generation.efforts}
+    assert (teacher.n_resamples, teacher.confidence) == (
+        exp.tables.n_resamples,
+        exp.tables.confidence,
+    )
+
+
+def test_a_kernel_tables_job_adds_kernels_fast_p_to_the_paired_table_s_params():
+    config: dict = {}
+    for path in recipe_files(REPO / "config/experiments/autotriton-tiny.yaml"):
+        config = merge_configs(config, yaml.safe_load(path.read_text()))
+    exp = Experiment.parse(config)
+    job = json.loads(tables.kernel_job_params(exp, "heldout", True).as_param())
+    paired_job = json.loads(tables.job_params(exp, "heldout", True).as_param())
+    assert job == {**paired_job, "fast_p": exp.kernels.fast_p}
