@@ -16,12 +16,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..config import LOCAL_DATA, TEACHERS_TABLE, Experiment
+from ..config import LOCAL_DATA, Experiment
 from ..config.data import local_spec, repo_path
 from ..kernels.problemset import FAMILY_FILE, kernel_files, solution_files
 from .cluster import backend_gpus, stage_gpus, student_mem_mb, train_resources
 from .estimate import student_parameters
 from .generation import GenerationRule, generation_rules
+from .paths import EVAL_RUNS, PATHS, fill
 
 
 def unset_profile_variables(
@@ -129,6 +130,23 @@ class Plan:
 
     # -- paths -------------------------------------------------------------------------------
 
+    def path(self, name: str, **fields: object) -> str:
+        """Artifact ``name`` of this experiment (stillroom/plan/paths.py PATHS), ``fields`` filled
+        in; the others stay wildcards."""
+        return f"{self.results}/{fill(PATHS[name], **fields)}"
+
+    def eval_path(self, name: str, rule: str, **fields: object) -> str:
+        """The samples or graded file (``name``) of an evaluation job of ``rule`` (EVAL_RUNS)."""
+        return self.path(name, run=fill(EVAL_RUNS[rule], **fields))
+
+    def checkpoint(self, name: str) -> str:
+        """A model's checkpoint (``name``: base, sft<phase>, a merge, ...)."""
+        return self.path("checkpoint", model=name)
+
+    def log(self, job: str) -> str:
+        """A job's log (``job`` may hold its rule's wildcards)."""
+        return self.path("log", job=job)
+
     def repo_path(self, path: str | Path) -> str:
         return repo_path(path, self.root)
 
@@ -140,29 +158,25 @@ class Plan:
         """Each benchmark's JSONL file: as configured, or materialised by rule benchmark from a
         dataset spec."""
         return {
-            name: (
-                f"{self.results}/benchmarks/{name}.jsonl"
-                if isinstance(b, dict)
-                else self.repo_path(b)
-            )
+            name: (self.path("benchmark", bench=name) if isinstance(b, dict) else self.repo_path(b))
             for name, b in self.config["benchmarks"].items()
         }
 
     def timing(self, rule: str, wildcards: str = "") -> str:
         """A rule's benchmark file (wall time, memory, I/O of each job)."""
         suffix = f"-{wildcards}" if wildcards else ""
-        return f"{self.results}/timing/{rule}{suffix}.tsv"
+        return self.path("timing", job=f"{rule}{suffix}")
 
     @property
     def splits(self) -> dict[str, str]:
         """The splits carved from the pool."""
-        return {s: f"{self.results}/pool/{s}.jsonl" for s in ("heldout", "dev")}
+        return {s: self.path(s) for s in ("heldout", "dev")}
 
     @property
     def eval_splits(self) -> dict[str, str]:
         """Evaluated like benchmarks: the splits, and "train", the pool the models trained on
         (never a decontamination target: it is what decontamination leaves)."""
-        return {**self.splits, "train": f"{self.results}/pool/decontaminated.jsonl"}
+        return {**self.splits, "train": self.path("decontaminated")}
 
     def benchmark_file(self, bench: str) -> str:
         """The problems of an evaluation benchmark: a split of the pool, or a benchmark file."""
@@ -207,7 +221,7 @@ class Plan:
         return self.solution_files if procedural else []
 
     def shard_paths(self) -> list[str]:
-        return [f"{self.results}/shards/shard-{s}.jsonl" for s in self.shards]
+        return [self.path("shard", shard=s) for s in self.shards]
 
     def shards_of(self, effort: str) -> list[str]:
         """Efforts listed in generation.effort_shards run on that many shards (a hash-random subset
@@ -219,7 +233,7 @@ class Plan:
     def graded_shards(self) -> dict[str, str]:
         """Every effort's graded shards, each from the teacher of its effort."""
         return {
-            f"{e}-{s}": f"{self.results}/graded/{self.effort_teacher[e]}/{e}/shard-{s}.jsonl"
+            f"{e}-{s}": self.path("graded_shard", teacher=self.effort_teacher[e], effort=e, shard=s)
             for e in self.efforts
             for s in self.shards_of(e)
         }
@@ -227,33 +241,36 @@ class Plan:
     @property
     def teachers_md(self) -> str:
         """The teachers' trace lengths compared, when efforts go to different teachers."""
-        return f"{self.results}/tables/{TEACHERS_TABLE}.md"
+        return self.path("teacher_tables", ext="md")
 
     def graded_models(self, bench: str) -> dict[str, str]:
-        return {m: f"{self.results}/eval/{m}/{bench}/graded.jsonl" for m in self.models}
+        return {m: self.eval_path("graded", "evaluate", model=m, bench=bench) for m in self.models}
 
     def budget_graded(self, bench: str) -> dict[str, str]:
         return {
-            f"{m}@{b}": f"{self.results}/eval/{m}/{bench}/budget-{b}/graded.jsonl"
+            f"{m}@{b}": self.eval_path("graded", "evaluate_budget", model=m, bench=bench, budget=b)
             for m in self.budget_models
             for b in self.budgets
         }
 
     def effort_graded(self, bench: str) -> dict[str, str]:
         return {
-            f"{m}@{e}": f"{self.results}/eval/{m}/{bench}/effort-{e}/graded.jsonl"
+            f"{m}@{e}": self.eval_path("graded", "evaluate_effort", model=m, bench=bench, effort=e)
             for m in self.effort_models
             for e in self.efforts
         }
 
     def dev_graded(self) -> dict[str, str]:
         """Each merge's graded samples on the dev split its ratio is chosen on."""
-        return {m: f"{self.results}/eval/{m}/{self.select_on}/graded.jsonl" for m in self.merges}
+        return {
+            m: self.eval_path("graded", "evaluate", model=m, bench=self.select_on)
+            for m in self.merges
+        }
 
     @property
     def selection(self) -> list[str]:
         """The merge chosen on dev, if any (the tables mark it)."""
-        return [f"{self.results}/merge/selected.json"] if self.select_on else []
+        return [self.path("selection")] if self.select_on else []
 
     def table_benchmarks(self) -> dict[str, list[str] | None]:
         """The rules whose outputs no job reads, each with its benchmarks (a job each; None: one
@@ -270,44 +287,49 @@ class Plan:
             tables["teacher_tables"] = None
         return tables | {"cost": None, "decontam": None}
 
-    def cost_artifacts(self) -> dict[str, str]:
-        """What the cost ledger charges for: generation shards, every checkpoint, every
-        evaluation's samples."""
-        r = self.results
-        gen = {
-            f"gen-{e}-{s}": f"{r}/gen/{self.effort_teacher[e]}/{e}/shard-{s}.jsonl"
-            for e in self.efforts
-            for s in self.shards_of(e)
-        }
+    def evaluations(self) -> dict[str, str]:
+        """Every evaluation job's run (the {run} of its samples and graded files), by its name in
+        the cost ledger."""
         reported = self.config["eval"]["benchmarks"]
         benches = reported + ([self.select_on] if self.select_on else [])
-        evals = {
-            f"eval-{m}-{b}": f"{r}/eval/{m}/{b}/samples.jsonl"
+        runs = {
+            f"eval-{m}-{b}": fill(EVAL_RUNS["evaluate"], model=m, bench=b)
             for m in self.models
             for b in benches
             if b in reported or m in self.merges
         }
-        budgets = {
-            f"budget-{m}-{b}-{B}": f"{r}/eval/{m}/{b}/budget-{B}/samples.jsonl"
+        runs |= {
+            f"budget-{m}-{b}-{B}": fill(EVAL_RUNS["evaluate_budget"], model=m, bench=b, budget=B)
             for m in self.budget_models
             for b in self.budget_benchmarks
             for B in self.budgets
         }
-        merges = {m: f"{r}/ckpt/{m}" for m in self.merges}
-        grpo = {"grpo": f"{r}/ckpt/grpo"} if self.grpo else {}
-        per_effort = {
-            f"effort-{m}-{b}-{e}": f"{r}/eval/{m}/{b}/effort-{e}/samples.jsonl"
+        return runs | {
+            f"effort-{m}-{b}-{e}": fill(EVAL_RUNS["evaluate_effort"], model=m, bench=b, effort=e)
             for m in self.effort_models
             for b in self.effort_benchmarks
             for e in self.efforts
         }
-        # every training phase (LoRA / QLoRA: its adapter, and the CPU job that merged it)
-        train = {f"train{sfx}": f"{r}/ckpt/sft{sfx}{self.trained_as}" for sfx in self.phase_suffix}
-        train |= {
-            f"train-select-{s}": f"{r}/ckpt/select-{s}{self.trained_as}" for s in self.ablation
+
+    def cost_artifacts(self) -> dict[str, str]:
+        """What the cost ledger charges for: generation shards, every checkpoint, every
+        evaluation's samples."""
+        gen = {
+            f"gen-{e}-{s}": self.path(
+                "generated", teacher=self.effort_teacher[e], effort=e, shard=s
+            )
+            for e in self.efforts
+            for s in self.shards_of(e)
         }
-        train |= {f"merge_adapter-{n}": f"{r}/ckpt/{n}" for n in self.trained if self.adapter}
-        return {**gen, **train, **grpo, **merges, **evals, **budgets, **per_effort}
+        ckpt = self.checkpoint
+        # every training phase (LoRA / QLoRA: its adapter, and the CPU job that merged it)
+        train = {f"train{sfx}": ckpt(f"sft{sfx}{self.trained_as}") for sfx in self.phase_suffix}
+        train |= {f"train-select-{s}": ckpt(f"select-{s}{self.trained_as}") for s in self.ablation}
+        train |= {f"merge_adapter-{n}": ckpt(n) for n in self.trained if self.adapter}
+        grpo = {"grpo": ckpt("grpo")} if self.grpo else {}
+        merges = {m: ckpt(m) for m in self.merges}
+        evals = {k: self.path("samples", run=run) for k, run in self.evaluations().items()}
+        return {**gen, **train, **grpo, **merges, **evals}
 
     def sidecars(self, paths: str | Iterable[str]) -> list[str]:
         """The provenance sidecars of the workflow's own artifacts (everything under
@@ -322,25 +344,18 @@ class Plan:
         intermediate sidecar would be found only when a job reading its artifact runs anyway; as
         targets, a deleted one reruns its job (and what reads the artifact). Artifacts stay as they
         were: a checkpoint deleted to save space, its sidecar kept, is not rebuilt."""
-        r = self.results
-        runs = self.cost_artifacts()
-        graded = [
-            p.removesuffix("samples.jsonl") + "graded.jsonl"
-            for p in runs.values()
-            if p.startswith(f"{r}/eval/")
-        ]
         artifacts = [
             *self.benchmarks.values(),
-            f"{r}/pool/pool.jsonl",
+            self.path("pool"),
             *self.eval_splits.values(),
             *self.shard_paths(),
             *self.graded_shards().values(),
-            f"{r}/dataset/train.jsonl",
-            *(f"{r}/dataset/select-{s}.jsonl" for s in self.ablation),
-            *([] if self.config["student"]["pretrained"] else [f"{r}/student/tokenizer"]),
-            f"{r}/ckpt/base",
-            *runs.values(),
-            *graded,
+            self.path("dataset"),
+            *(self.path("ablation_dataset", selection=s) for s in self.ablation),
+            *([] if self.pretrained else [self.path("tokenizer")]),
+            self.checkpoint("base"),
+            *self.cost_artifacts().values(),
+            *(self.path("graded", run=run) for run in self.evaluations().values()),
             *self.selection,
         ]
         return self.sidecars(artifacts)
@@ -403,18 +418,18 @@ class Plan:
     def train_phase(self, suffix: str) -> tuple[dict[str, Any] | None, str]:
         """The train.phases entry of the job writing ckpt/sft<suffix> (None without train.phases)
         and the checkpoint it starts from."""
-        base = f"{self.results}/ckpt/base"
+        base = self.checkpoint("base")
         if not self.train_phases:
             return None, base
         i = self.phase_suffix.index(suffix)
-        return self.train_phases[
-            i
-        ], f"{self.results}/ckpt/sft{self.phase_suffix[i - 1]}" if i else base
+        return self.train_phases[i], self.checkpoint(
+            f"sft{self.phase_suffix[i - 1]}"
+        ) if i else base
 
     def adapter_base(self, trained: str) -> str:
         """The checkpoint the training job of ckpt/<trained> (one of ``trained``) started from."""
         starts = {f"sft{sfx}": self.train_phase(sfx)[1] for sfx in self.phase_suffix}
-        starts |= {f"select-{s}": f"{self.results}/ckpt/base" for s in self.ablation}
+        starts |= {f"select-{s}": self.checkpoint("base") for s in self.ablation}
         return starts[trained]
 
     @cached_property
@@ -440,19 +455,15 @@ class Plan:
         """A generation rule's samples (output name -> path), log and timing: a job of one effort
         has it as the {effort} wildcard, a group's job names each of its efforts."""
 
-        def samples(effort: str) -> str:
-            return f"{self.results}/gen/{{teacher}}/{effort}/shard-{{shard}}.jsonl"
-
         if rule.group.together:
             return {
-                "samples": {e: samples(e) for e in rule.efforts},
-                "log": f"{self.results}/logs/generate/{{teacher}}-{'-'.join(rule.efforts)}-"
-                "{shard}.log",
+                "samples": {e: self.path("generated", effort=e) for e in rule.efforts},
+                "log": self.log(f"generate/{{teacher}}-{'-'.join(rule.efforts)}-{{shard}}"),
                 "timing": self.timing(rule.name, "{teacher}-{shard}"),
             }
         return {
-            "samples": {"samples": samples("{effort}")},
-            "log": f"{self.results}/logs/generate/{{teacher}}-{{effort}}-{{shard}}.log",
+            "samples": {"samples": self.path("generated")},
+            "log": self.log("generate/{teacher}-{effort}-{shard}"),
             "timing": self.timing(rule.name, "{teacher}-{effort}-{shard}"),
         }
 
