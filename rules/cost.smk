@@ -7,14 +7,14 @@ rule cost:
         **consumed(artifacts=list(PLAN.cost_artifacts().values())),
     output:
         **tracked(
-            markdown=f"{R}/cost/ledger.md",
+            markdown=PLAN.path("cost", ext="md"),
             csv=report(
-                f"{R}/cost/ledger.csv",
+                PLAN.path("cost", ext="csv"),
                 category="Cost (CSV)",
                 labels={"table": "cost ledger"},
             ),
             html=report(
-                f"{R}/cost/ledger.html",
+                PLAN.path("cost", ext="html"),
                 caption="../report/cost.rst",
                 category="Cost",
                 labels={"table": "cost ledger"},
@@ -25,7 +25,7 @@ rule cost:
         p=lambda wildcards: stillroom.stages.cost.job_params(EXPERIMENT).as_param(),
         artifacts=named(PLAN.cost_artifacts()),
     log:
-        f"{R}/logs/cost.log",
+        PLAN.log("cost"),
     benchmark:
         timing("cost")
     conda:

@@ -6,12 +6,12 @@ rule dataset:
     input:
         **consumed(graded=list(PLAN.graded_shards().values())),
     output:
-        **tracked(dataset=f"{R}/dataset/train.jsonl"),
+        **tracked(dataset=PLAN.path("dataset")),
     params:
         p=stillroom.stages.dataset.job_params(EXPERIMENT).as_param(),
         graded=named(PLAN.graded_shards()),
     log:
-        f"{R}/logs/dataset.log",
+        PLAN.log("dataset"),
     benchmark:
         timing("dataset")
     conda:
@@ -26,12 +26,12 @@ rule dataset_ablation:
     input:
         **consumed(graded=list(PLAN.graded_shards().values())),
     output:
-        **tracked(dataset=f"{R}/dataset/select-{{selection}}.jsonl"),
+        **tracked(dataset=PLAN.path("ablation_dataset")),
     params:
         p=lambda w: stillroom.stages.dataset.job_params(EXPERIMENT, w.selection).as_param(),
         graded=named(PLAN.graded_shards()),
     log:
-        f"{R}/logs/dataset-select-{{selection}}.log",
+        PLAN.log("dataset-select-{selection}"),
     benchmark:
         timing("dataset_ablation", "{selection}")
     conda:

@@ -5,18 +5,18 @@
 rule decontam:
     input:
         **consumed(
-            pool=f"{R}/pool/pool.jsonl",
-            heldout=f"{R}/pool/heldout.jsonl",
-            dev=f"{R}/pool/dev.jsonl",
+            pool=PLAN.path("pool"),
+            heldout=PLAN.path("heldout"),
+            dev=PLAN.path("dev"),
             benchmarks=list(PLAN.benchmarks.values()),
         ),
     output:
-        **tracked(clean=f"{R}/pool/decontaminated.jsonl", report=f"{R}/pool/decontam_report.json"),
+        **tracked(clean=PLAN.path("decontaminated"), report=PLAN.path("decontam_report")),
     params:
         p=stillroom.stages.decontam.job_params(EXPERIMENT).as_param(),
         benchmarks=named({**PLAN.benchmarks, **PLAN.splits}),
     log:
-        f"{R}/logs/decontam.log",
+        PLAN.log("decontam"),
     benchmark:
         timing("decontam")
     conda:

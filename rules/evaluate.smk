@@ -13,9 +13,11 @@ EVAL_THREADS = 1
 
 rule evaluate:
     input:
-        **consumed(model=f"{R}/ckpt/{{model}}", problems=lambda w: PLAN.benchmark_file(w.bench)),
+        **consumed(
+            model=PLAN.checkpoint("{model}"), problems=lambda w: PLAN.benchmark_file(w.bench)
+        ),
     output:
-        **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/samples.jsonl"),
+        **tracked(samples=PLAN.eval_path("samples", "evaluate")),
     params:
         p=lambda w: stillroom.stages.evaluate.job_params(EXPERIMENT, w.model, w.bench).as_param(),
     threads: EVAL_THREADS
@@ -24,7 +26,7 @@ rule evaluate:
         nodes=1,
         mem_mb=PLAN.student_mem_mb("evaluate"),  # from the student's size
     log:
-        f"{R}/logs/evaluate/{{model}}-{{bench}}.log",
+        PLAN.log("evaluate/{model}-{bench}"),
     benchmark:
         timing("evaluate", "{model}-{bench}")
     conda:
@@ -39,9 +41,11 @@ rule evaluate:
 
 rule evaluate_budget:
     input:
-        **consumed(model=f"{R}/ckpt/{{model}}", problems=lambda w: PLAN.benchmark_file(w.bench)),
+        **consumed(
+            model=PLAN.checkpoint("{model}"), problems=lambda w: PLAN.benchmark_file(w.bench)
+        ),
     output:
-        **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/budget-{{budget}}/samples.jsonl"),
+        **tracked(samples=PLAN.eval_path("samples", "evaluate_budget")),
     params:
         p=lambda w: stillroom.stages.evaluate.budget_job_params(
             EXPERIMENT, w.model, w.bench, w.budget
@@ -52,7 +56,7 @@ rule evaluate_budget:
         nodes=1,
         mem_mb=PLAN.student_mem_mb("evaluate_budget"),  # from the student's size
     log:
-        f"{R}/logs/evaluate/{{model}}-{{bench}}-budget-{{budget}}.log",
+        PLAN.log("evaluate/{model}-{bench}-budget-{budget}"),
     benchmark:
         timing("evaluate_budget", "{model}-{bench}-{budget}")
     conda:
@@ -67,9 +71,11 @@ rule evaluate_budget:
 
 rule evaluate_effort:
     input:
-        **consumed(model=f"{R}/ckpt/{{model}}", problems=lambda w: PLAN.benchmark_file(w.bench)),
+        **consumed(
+            model=PLAN.checkpoint("{model}"), problems=lambda w: PLAN.benchmark_file(w.bench)
+        ),
     output:
-        **tracked(samples=f"{R}/eval/{{model}}/{{bench}}/effort-{{effort}}/samples.jsonl"),
+        **tracked(samples=PLAN.eval_path("samples", "evaluate_effort")),
     params:
         p=lambda w: stillroom.stages.evaluate.effort_job_params(
             EXPERIMENT, w.model, w.bench, w.effort
@@ -80,7 +86,7 @@ rule evaluate_effort:
         nodes=1,
         mem_mb=PLAN.student_mem_mb("evaluate_effort"),  # from the student's size
     log:
-        f"{R}/logs/evaluate/{{model}}-{{bench}}-effort-{{effort}}.log",
+        PLAN.log("evaluate/{model}-{bench}-effort-{effort}"),
     benchmark:
         timing("evaluate_effort", "{model}-{bench}-{effort}")
     conda:

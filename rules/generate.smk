@@ -13,7 +13,7 @@ for gen_rule in PLAN.generation_rules():
             gen_rule.name
         input:
             **consumed(
-                shard=f"{R}/shards/shard-{{shard}}.jsonl",
+                shard=PLAN.path("shard"),
                 teacher=PLAN.teacher_files(gen_rule.teacher),
             ),
         output:

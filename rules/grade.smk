@@ -4,16 +4,16 @@
 
 rule grade_generation:
     input:
-        **consumed(samples=f"{R}/gen/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
+        **consumed(samples=PLAN.path("generated")),
     output:
-        **tracked(graded=f"{R}/graded/{{teacher}}/{{effort}}/shard-{{shard}}.jsonl"),
+        **tracked(graded=PLAN.path("graded_shard")),
     params:
         p=stillroom.stages.grade.job_params(EXPERIMENT).as_param(),
     resources:
         gpu=PLAN.kernel_grade_gpus,
         slurm_partition=partition_for(PLAN.kernel_grade_gpus),
     log:
-        f"{R}/logs/grade/{{teacher}}-{{effort}}-{{shard}}.log",
+        PLAN.log("grade/{teacher}-{effort}-{shard}"),
     benchmark:
         timing("grade_generation", "{teacher}-{effort}-{shard}")
     conda:
@@ -26,16 +26,16 @@ rule grade_generation:
 
 rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
     input:
-        **consumed(samples=f"{R}/eval/{{run}}/samples.jsonl"),
+        **consumed(samples=PLAN.path("samples")),
     output:
-        **tracked(graded=f"{R}/eval/{{run}}/graded.jsonl"),
+        **tracked(graded=PLAN.path("graded")),
     params:
         p=stillroom.stages.grade.job_params(EXPERIMENT).as_param(),
     resources:
         gpu=PLAN.kernel_grade_gpus,
         slurm_partition=partition_for(PLAN.kernel_grade_gpus),
     log:
-        f"{R}/logs/grade-eval/{{run}}.log",
+        PLAN.log("grade-eval/{run}"),
     benchmark:
         timing("grade_eval", "{run}")
     conda:

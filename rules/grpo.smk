@@ -6,16 +6,16 @@ if PLAN.grpo:
 
     rule grpo:
         input:
-            **consumed(base=f"{R}/ckpt/sft", problems=f"{R}/pool/decontaminated.jsonl"),
+            **consumed(base=PLAN.checkpoint("sft"), problems=PLAN.path("decontaminated")),
         output:
-            **tracked(model=directory(f"{R}/ckpt/grpo")),
+            **tracked(model=directory(PLAN.checkpoint("grpo"))),
         params:
             p=stillroom.stages.grpo.job_params(EXPERIMENT).as_param(),
         threads: 2
         resources:
             **PLAN.grpo_resources,  # nodes and GPUs follow grpo.distributed
         log:
-            f"{R}/logs/grpo.log",
+            PLAN.log("grpo"),
         benchmark:
             timing("grpo")
         conda:

@@ -12,17 +12,17 @@ if PLAN.adapter:
         input:
             **consumed(
                 base=lambda w: PLAN.adapter_base(w.trained),
-                adapter=f"{R}/ckpt/{{trained}}.adapter",
+                adapter=PLAN.checkpoint("{trained}.adapter"),
             ),
         output:
-            **tracked(model=directory(f"{R}/ckpt/{{trained}}")),
+            **tracked(model=directory(PLAN.checkpoint("{trained}"))),
         params:
             p=stillroom.stages.merge.adapter_job_params(EXPERIMENT).as_param(),
         threads: 1
         resources:
             gpu=0,
         log:
-            f"{R}/logs/merge-adapter-{{trained}}.log",
+            PLAN.log("merge-adapter-{trained}"),
         benchmark:
             timing("merge_adapter", "{trained}")
         conda:
@@ -40,17 +40,17 @@ if PLAN.adapter:
 # keyed by the merge's model name (ckpt/merge-<ratio>), whose identity gives its ratio
 rule merge:
     input:
-        **consumed(base=f"{R}/ckpt/base", tuned=f"{R}/ckpt/sft"),
+        **consumed(base=PLAN.checkpoint("base"), tuned=PLAN.checkpoint("sft")),
     output:
-        **tracked(model=directory(f"{R}/ckpt/{{merge}}")),
+        **tracked(model=directory(PLAN.checkpoint("{merge}"))),
     params:
         p=lambda w: stillroom.stages.merge.job_params(EXPERIMENT, w.merge).as_param(),
     resources:
         mem_mb=PLAN.student_mem_mb("merge"),  # base and fine-tune: the student's size
     log:
-        f"{R}/logs/{{merge}}.log",
+        PLAN.log("{merge}"),
     benchmark:
-        f"{R}/timing/{{merge}}.tsv"
+        PLAN.path("timing", job="{merge}")
     conda:
         ENV
     shell:
@@ -71,13 +71,13 @@ if PLAN.select_on:
                 reported=list(PLAN.reported().values()),
             ),
         output:
-            **tracked(selection=f"{R}/merge/selected.json"),
+            **tracked(selection=PLAN.path("selection")),
         params:
             p=stillroom.stages.merge.select_job_params(EXPERIMENT).as_param(),
             graded=named(PLAN.dev_graded()),
             reported=named(PLAN.reported()),
         log:
-            f"{R}/logs/select-merge.log",
+            PLAN.log("select-merge"),
         benchmark:
             timing("select_merge")
         conda:

@@ -4,11 +4,11 @@
 
 rule benchmark:
     output:
-        **tracked(benchmark=f"{R}/benchmarks/{{bench}}.jsonl"),
+        **tracked(benchmark=PLAN.path("benchmark")),
     params:
         p=lambda w: stillroom.stages.pool.benchmark_job_params(EXPERIMENT, w.bench, REPO).as_param(),
     log:
-        f"{R}/logs/benchmark-{{bench}}.log",
+        PLAN.log("benchmark-{bench}"),
     benchmark:
         timing("benchmark", "{bench}")
     conda:
@@ -26,15 +26,15 @@ rule pool:
         ),
     output:
         **tracked(
-            pool=f"{R}/pool/pool.jsonl",
-            heldout=f"{R}/pool/heldout.jsonl",
-            dev=f"{R}/pool/dev.jsonl",
+            pool=PLAN.path("pool"),
+            heldout=PLAN.path("heldout"),
+            dev=PLAN.path("dev"),
         ),
     params:
         p=stillroom.stages.pool.pool_job_params(EXPERIMENT, REPO).as_param(),
         benchmarks=named(PLAN.benchmarks),
     log:
-        f"{R}/logs/pool.log",
+        PLAN.log("pool"),
     benchmark:
         timing("pool")
     conda:
@@ -50,14 +50,14 @@ rule pool:
 
 rule shard:
     input:
-        **consumed(pool=f"{R}/pool/decontaminated.jsonl"),
+        **consumed(pool=PLAN.path("decontaminated")),
     output:
         **tracked(**{f"shard{s}": p for s, p in zip(PLAN.shards, PLAN.shard_paths())}),
     params:
         p=stillroom.stages.pool.shard_job_params(EXPERIMENT).as_param(),
         shards=PLAN.shard_paths(),
     log:
-        f"{R}/logs/shard.log",
+        PLAN.log("shard"),
     benchmark:
         timing("shard")
     conda:

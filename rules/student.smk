@@ -6,13 +6,13 @@ if PLAN.pretrained:
 
     rule pretrained:
         output:
-            **tracked(model=directory(f"{R}/ckpt/base")),
+            **tracked(model=directory(PLAN.checkpoint("base"))),
         params:
             p=stillroom.stages.student.pretrained_job_params(
                 EXPERIMENT, model_source(PRETRAINED, REPO)
             ).as_param(),
         log:
-            f"{R}/logs/base.log",
+            PLAN.log("base"),
         benchmark:
             timing("pretrained")
         conda:
@@ -25,16 +25,16 @@ else:
     rule tokenizer:
         input:
             **consumed(
-                pool=f"{R}/pool/decontaminated.jsonl",
+                pool=PLAN.path("decontaminated"),
                 # a kernel problem's reference solution is tokenizer text
                 solutions=PLAN.solution_files,
             ),
         output:
-            **tracked(tokenizer=directory(f"{R}/student/tokenizer")),
+            **tracked(tokenizer=directory(PLAN.path("tokenizer"))),
         params:
             p=stillroom.stages.student.tokenizer_job_params(EXPERIMENT).as_param(),
         log:
-            f"{R}/logs/tokenizer.log",
+            PLAN.log("tokenizer"),
         benchmark:
             timing("tokenizer")
         conda:
@@ -46,13 +46,13 @@ else:
 
     rule base:
         input:
-            **consumed(tokenizer=f"{R}/student/tokenizer"),
+            **consumed(tokenizer=PLAN.path("tokenizer")),
         output:
-            **tracked(model=directory(f"{R}/ckpt/base")),
+            **tracked(model=directory(PLAN.checkpoint("base"))),
         params:
             p=stillroom.stages.student.base_job_params(EXPERIMENT).as_param(),
         log:
-            f"{R}/logs/base.log",
+            PLAN.log("base"),
         benchmark:
             timing("base")
         conda:

@@ -12,21 +12,21 @@ rule tables:
         **consumed(graded=lambda w: list(PLAN.graded_models(w.bench).values()), selection=SELECTION),
     output:
         **tracked(
-            markdown=f"{R}/tables/{{bench}}.md",
+            markdown=PLAN.path("tables", ext="md"),
             csv=report(
-                f"{R}/tables/{{bench}}.csv",
+                PLAN.path("tables", ext="csv"),
                 category="Tables (CSV)",
                 labels={"benchmark": "{bench}", "table": "paired comparisons"},
             ),
             html=report(
-                f"{R}/tables/{{bench}}.html",
+                PLAN.path("tables", ext="html"),
                 caption="../report/table.rst",
                 category="Tables",
                 labels={"benchmark": "{bench}", "table": "paired comparisons"},
             ),
-            latex=f"{R}/tables/{{bench}}.tex",
+            latex=PLAN.path("tables", ext="tex"),
             plot=report(
-                f"{R}/tables/{{bench}}.png",
+                PLAN.path("tables", ext="png"),
                 caption="../report/plot.rst",
                 category="Plots",
                 labels={"benchmark": "{bench}", "plot": "accuracy vs tokens"},
@@ -36,7 +36,7 @@ rule tables:
         p=lambda w: stillroom.stages.tables.job_params(EXPERIMENT, w.bench, BASE_RANDOM).as_param(),
         graded=lambda w: named(PLAN.graded_models(w.bench)),
     log:
-        f"{R}/logs/tables-{{bench}}.log",
+        PLAN.log("tables-{bench}"),
     benchmark:
         timing("tables", "{bench}")
     conda:
@@ -56,20 +56,20 @@ rule budget_tables:
         **consumed(graded=lambda w: list(PLAN.budget_graded(w.bench).values())),
     output:
         **tracked(
-            markdown=f"{R}/tables/{{bench}}-budgets.md",
+            markdown=PLAN.path("budget_tables", ext="md"),
             csv=report(
-                f"{R}/tables/{{bench}}-budgets.csv",
+                PLAN.path("budget_tables", ext="csv"),
                 category="Tables (CSV)",
                 labels={"benchmark": "{bench}", "table": "thinking budgets"},
             ),
             html=report(
-                f"{R}/tables/{{bench}}-budgets.html",
+                PLAN.path("budget_tables", ext="html"),
                 caption="../report/budgets.rst",
                 category="Tables",
                 labels={"benchmark": "{bench}", "table": "thinking budgets"},
             ),
             plot=report(
-                f"{R}/tables/{{bench}}-budgets.png",
+                PLAN.path("budget_tables", ext="png"),
                 caption="../report/budgets.rst",
                 category="Plots",
                 labels={"benchmark": "{bench}", "plot": "accuracy vs budget"},
@@ -81,7 +81,7 @@ rule budget_tables:
         ).as_param(),
         graded=lambda w: named(PLAN.budget_graded(w.bench)),
     log:
-        f"{R}/logs/budget-tables-{{bench}}.log",
+        PLAN.log("budget-tables-{bench}"),
     benchmark:
         timing("budget_tables", "{bench}")
     conda:
@@ -104,14 +104,14 @@ rule effort_tables:
         ),
     output:
         **tracked(
-            markdown=f"{R}/tables/{{bench}}-efforts.md",
+            markdown=PLAN.path("effort_tables", ext="md"),
             csv=report(
-                f"{R}/tables/{{bench}}-efforts.csv",
+                PLAN.path("effort_tables", ext="csv"),
                 category="Tables (CSV)",
                 labels={"benchmark": "{bench}", "table": "per effort"},
             ),
             html=report(
-                f"{R}/tables/{{bench}}-efforts.html",
+                PLAN.path("effort_tables", ext="html"),
                 caption="../report/efforts.rst",
                 category="Tables",
                 labels={"benchmark": "{bench}", "table": "per effort"},
@@ -122,7 +122,7 @@ rule effort_tables:
         graded=lambda w: named(PLAN.effort_graded(w.bench)),
         teacher=named(PLAN.graded_shards()),
     log:
-        f"{R}/logs/effort-tables-{{bench}}.log",
+        PLAN.log("effort-tables-{bench}"),
     benchmark:
         timing("effort_tables", "{bench}")
     conda:
@@ -146,14 +146,14 @@ rule kernel_tables:
         **consumed(graded=lambda w: list(PLAN.graded_models(w.bench).values())),
     output:
         **tracked(
-            markdown=f"{R}/tables/{{bench}}-kernels.md",
+            markdown=PLAN.path("kernel_tables", ext="md"),
             csv=report(
-                f"{R}/tables/{{bench}}-kernels.csv",
+                PLAN.path("kernel_tables", ext="csv"),
                 category="Tables (CSV)",
                 labels={"benchmark": "{bench}", "table": "kernel metrics"},
             ),
             html=report(
-                f"{R}/tables/{{bench}}-kernels.html",
+                PLAN.path("kernel_tables", ext="html"),
                 caption="../report/kernels.rst",
                 category="Tables",
                 labels={"benchmark": "{bench}", "table": "kernel metrics"},
@@ -165,7 +165,7 @@ rule kernel_tables:
         ).as_param(),
         graded=lambda w: named(PLAN.graded_models(w.bench)),
     log:
-        f"{R}/logs/kernel-tables-{{bench}}.log",
+        PLAN.log("kernel-tables-{bench}"),
     benchmark:
         timing("kernel_tables", "{bench}")
     conda:
@@ -192,12 +192,12 @@ if PLAN.generation.mixed:
             **tracked(
                 markdown=PLAN.teachers_md,
                 csv=report(
-                    PLAN.teachers_md.removesuffix(".md") + ".csv",
+                    PLAN.path("teacher_tables", ext="csv"),
                     category="Tables (CSV)",
                     labels={"table": "teachers"},
                 ),
                 html=report(
-                    PLAN.teachers_md.removesuffix(".md") + ".html",
+                    PLAN.path("teacher_tables", ext="html"),
                     caption="../report/teachers.rst",
                     category="Tables",
                     labels={"table": "teachers"},
@@ -207,7 +207,7 @@ if PLAN.generation.mixed:
             p=stillroom.stages.tables.teacher_job_params(EXPERIMENT).as_param(),
             graded=named(PLAN.graded_shards()),
         log:
-            f"{R}/logs/teacher-tables.log",
+            PLAN.log("teacher-tables"),
         benchmark:
             timing("teacher_tables")
         conda:

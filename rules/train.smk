@@ -12,11 +12,11 @@ rule train:
     input:
         **consumed(
             base=lambda w: PLAN.train_phase(w.phase)[1],
-            dataset=f"{R}/dataset/train.jsonl",
+            dataset=PLAN.path("dataset"),
             **PLAN.chat_template,
         ),
     output:
-        **tracked(model=directory(f"{R}/ckpt/sft{{phase}}{PLAN.trained_as}")),
+        **tracked(model=directory(PLAN.checkpoint(f"sft{{phase}}{PLAN.trained_as}"))),
     params:
         p=lambda w: stillroom.stages.train.job_params(
             EXPERIMENT, PLAN.phase_name[w.phase]
@@ -30,9 +30,9 @@ rule train:
         },
         mem_mb=PLAN.student_mem_mb("train"),  # per node, from the student's size
     log:
-        f"{R}/logs/train{{phase}}.log",
+        PLAN.log("train{phase}"),
     benchmark:
-        f"{R}/timing/train{{phase}}.tsv"
+        PLAN.path("timing", job="train{phase}")
     conda:
         ENV
     wildcard_constraints:
@@ -51,21 +51,21 @@ rule train:
 rule train_ablation:
     input:
         **consumed(
-            base=f"{R}/ckpt/base",
-            dataset=f"{R}/dataset/select-{{selection}}.jsonl",
+            base=PLAN.checkpoint("base"),
+            dataset=PLAN.path("ablation_dataset"),
             **PLAN.chat_template,
         ),
     output:
-        **tracked(model=directory(f"{R}/ckpt/select-{{selection}}{PLAN.trained_as}")),
+        **tracked(model=directory(PLAN.checkpoint(f"select-{{selection}}{PLAN.trained_as}"))),
     params:
         p=stillroom.stages.train.job_params(EXPERIMENT).as_param(),
     threads: 2
     resources:
         **PLAN.ablation_resources,
     log:
-        f"{R}/logs/train-select-{{selection}}.log",
+        PLAN.log("train-select-{selection}"),
     benchmark:
-        f"{R}/timing/train-select-{{selection}}.tsv"
+        PLAN.path("timing", job="train-select-{selection}")
     conda:
         ENV
     shell:

@@ -12,6 +12,7 @@ import yaml
 
 from stillroom.config import Experiment, merge_configs, resolve
 from stillroom.plan.dag import Plan, model_source, one_of
+from stillroom.plan.paths import EVAL_RUNS, PATHS, fill
 from stillroom.stages import merge, train
 
 from ..conftest import REPO, default_config, recipe_files
@@ -141,3 +142,27 @@ def test_a_model_source_is_a_repository_directory_made_absolute_or_a_hub_id(tmp_
     assert model_source("models/tiny", tmp_path) == str(tmp_path / "models" / "tiny")
     assert model_source("Qwen/Qwen3-0.6B", tmp_path) == "Qwen/Qwen3-0.6B"
     assert model_source(str(tmp_path / "x"), REPO) == str(tmp_path / "x")
+
+
+def test_a_path_template_keeps_the_fields_not_given_as_wildcards_and_refuses_unknown_ones():
+    assert fill(PATHS["samples"], run=EVAL_RUNS["evaluate_budget"]) == (
+        "eval/{model}/{bench}/budget-{budget}/samples.jsonl"
+    )
+    assert fill(PATHS["generated"], effort="low") == "gen/{teacher}/low/shard-{shard}.jsonl"
+    with pytest.raises(KeyError, match="no field bench"):
+        fill(PATHS["pool"], bench="heldout")
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_every_artifact_the_plan_enumerates_is_a_path_of_the_table(recipe):
+    plan = recipe_plan(recipe)
+    runs = EVAL_RUNS.values()
+    templates = {fill(t, run=r) if "{run}" in t else t for t in PATHS.values() for r in runs}
+    # a {field} is one path segment or part of one
+    patterns = [
+        re.compile("[^/]+".join(map(re.escape, re.split(r"\{\w+\}", f"{plan.results}/{t}"))))
+        for t in templates
+    ]
+    for sidecar in plan.all_sidecars():
+        artifact = sidecar.removesuffix(".prov.json")
+        assert any(p.fullmatch(artifact) for p in patterns), artifact
