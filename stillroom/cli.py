@@ -118,13 +118,13 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
     typed = stage.params.parse(params, where=name)
     job = Job(rule=args.rule, config_path=args.config, workflow=args.workflow)
     log = _logger(name)
-    # the job's log opens with what it runs with, readable rather than the rule's JSON string
-    log("params:\n" + textwrap.indent(readable(redact(typed.param_values())), "  ").rstrip())
     # Before any work: every input that has a sidecar still has the records (or files) and size
     # its job wrote (a shard cut short at a line boundary parses cleanly, and would be used short).
     for value in inputs.values():
         for path in _paths(value):
             check_input(path)
+    # the job's log opens with what it runs with, readable rather than the rule's JSON string
+    log("params:\n" + textwrap.indent(readable(redact(typed.param_values())), "  ").rstrip())
     # The job owns its outputs: what an earlier, killed attempt left beside them goes.
     for value in outputs.values():
         for path in _paths(value):
