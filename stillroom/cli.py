@@ -94,8 +94,17 @@ def _paths(value: Any) -> list[str]:
 
 
 def run_stage(name: str, args: argparse.Namespace) -> None:
+    from .config.base import readable
     from .io import remove_stale_temporaries
-    from .provenance.sidecars import Job, Notes, check_input, now, sidecar_path, write_sidecars
+    from .provenance.sidecars import (
+        Job,
+        Notes,
+        check_input,
+        now,
+        redact,
+        sidecar_path,
+        write_sidecars,
+    )
 
     stage = STAGES[name]
     inputs: dict[str, Any] = {}
@@ -105,6 +114,8 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
         inputs[key] = _named(value) if spec.endswith("*") else value
     outputs = {spec.rstrip("*"): getattr(args, "out_" + spec.rstrip("*")) for spec in stage.outputs}
     params = _load_params(args.params)
+    # checked once, before any file is touched; the stage takes them typed
+    typed = stage.params.parse(params, where=name)
     job = Job(rule=args.rule, config_path=args.config, workflow=args.workflow)
     log = _logger(name)
     # Before any work: every input that has a sidecar still has the records (or files) and size
@@ -112,6 +123,8 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
     for value in inputs.values():
         for path in _paths(value):
             check_input(path)
+    # the job's log opens with what it runs with, readable rather than the rule's JSON string
+    log("params:\n" + textwrap.indent(readable(redact(typed.param_values())), "  ").rstrip())
     # The job owns its outputs: what an earlier, killed attempt left beside them goes.
     for value in outputs.values():
         for path in _paths(value):
@@ -124,7 +137,7 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
     t0 = time.monotonic()
     out_args = {f"out_{k}": v for k, v in outputs.items()}
     extra_args = {key: extras[key] for key in stage.extras}
-    metrics = stage.function(**inputs, **out_args, params=params, **extra_args) or {}
+    metrics = stage.function(**inputs, **out_args, params=typed, **extra_args) or {}
     metrics["wall_s"] = round(time.monotonic() - t0, 3)
     flat_outputs: dict[str, str] = {}
     for key, value in outputs.items():

@@ -1,8 +1,11 @@
 """The CLI: one command per stage, params and paths parsed, provenance written beside every output;
 bad input is a clear error and exit status 2."""
 
+import itertools
 import json
 import re
+
+import yaml
 
 from stillroom import cli
 from stillroom.config import config_hash
@@ -129,12 +132,32 @@ def test_a_lone_surrogate_in_a_source_is_one_line_naming_file_line_and_key(tmp_p
     out = [f"--out-{k}={tmp_path / k}.jsonl" for k in ("pool", "heldout", "dev")]
     rc = cli.main(["pool", "--benchmarks", *out, "--params", json.dumps(params)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and err == [
+    # the job's params header, then the one error line
+    header, *params, error = err
+    assert rc == 2 and header.endswith("] params:") and all(p.startswith("  ") for p in params)
+    assert error == (
         f"stillroom pool: error: source 'web': {src}:2: key 'prompt' holds a lone surrogate "
         "(\\ud800 at character 9), which is not text; expected a character or a whole "
         "surrogate pair"
-    ]
+    )
     assert not (tmp_path / "pool.jsonl").exists()
+
+
+def test_a_jobs_log_opens_with_its_typed_params_as_yaml(tmp_path, capsys):
+    """The rule passes one JSON string; the log shows the stage's parsed params, a key per line,
+    defaults filled in."""
+    from stillroom.stages.merge import Params
+
+    rc = cli.main(
+        ["merge", "--base", str(tmp_path / "no-base"), "--tuned", str(tmp_path / "no-tuned")]
+        + ["--out-model", str(tmp_path / "m"), "--params", json.dumps({"ratio": 0.25})]
+    )
+    err = capsys.readouterr().err.splitlines()
+    assert rc != 0 and re.fullmatch(r"\[merge +0\.\ds\] params:", err[0])
+    block = list(itertools.takewhile(lambda line: line.startswith("  "), err[1:]))
+    typed = Params.parse({"ratio": 0.25}).param_values()
+    assert block == ["  ratio: 0.25", "  seed: 0", "  weight_hooks: []"]
+    assert yaml.safe_load("\n".join(block)) == typed
 
 
 # -- the commands a user types, apart from the stages the rules run (issue 42, stumble 7) ----------

@@ -340,6 +340,15 @@ class StageParams(Section):
         return {**self.dump(), **dict.fromkeys(unset, {})}
 
 
+def readable(params: Mapping[str, Any]) -> str:
+    """A job's params as a person reads them (job log, audit): YAML, one key a line, keys sorted,
+    where the rule passes them as one JSON string."""
+    # width: a long value (a regex, a path) stays on its key's line instead of folding
+    return yaml.safe_dump(
+        dict(params), sort_keys=True, default_flow_style=False, allow_unicode=True, width=10**9
+    )
+
+
 PositiveInt = Annotated[int, Field(ge=1)]
 Regex = Annotated[str, AfterValidator(_regex)]
 # Multiple-choice letters, e.g. ABCDEFGHIJ: read by evaluation's grading and by nothing else.

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import config_hash
+from ..config.base import readable
 from . import envlock
 from .sidecars import changed_records, digest, sidecar_path
 
@@ -61,6 +62,7 @@ class Node:
     packages: dict[str, str | None] = field(default_factory=dict)
     files: int | None = None  # a directory's file count
     resolved: list[dict[str, Any]] = field(default_factory=list)  # hub revisions, served models
+    params: dict[str, Any] = field(default_factory=dict)  # the job's, as its sidecar records
     repeat: bool = False  # reached before: its subtree is printed once, above
     problems: list[Problem] = field(default_factory=list)
     inputs: list[Node] = field(default_factory=list)
@@ -263,6 +265,7 @@ class Auditor:
         node.stage, node.rule = prov.get("stage"), prov.get("rule")
         node.config_sha256, node.git = prov.get("config_sha256"), prov.get("git")
         node.packages = prov.get("packages") or {}
+        node.params = prov.get("params") or {}
         if current is None:
             node.problems.append(
                 Problem(path, "missing", "artifact gone (its sidecar is still there)")
@@ -535,6 +538,10 @@ def format_tree(report: AuditReport) -> str:
             walk(child, inner, i == len(node.inputs) - 1, False)
 
     walk(report.tree, "", True, True)
+    if report.tree.params:  # the top job's: what a reader of this artifact asks first
+        lines += ["", f"params of {report.tree.path}:"]
+        shown = ["  " + line for line in readable(report.tree.params).splitlines()]
+        lines += [line if len(line) <= WIDTH else line[: WIDTH - 3] + "..." for line in shown]
     if report.problems:
         lines += ["", f"{len(report.problems)} problem(s):"]
         lines += problem_lines(report.problems)

@@ -322,6 +322,15 @@ def chain(tmp_path, monkeypatch):
     return tmp_path
 
 
+def test_the_audit_tree_ends_with_the_top_jobs_params_a_key_per_line(chain):
+    side = sidecar_path(chain / "results/x/b.jsonl")
+    prov = json.loads(side.read_text())
+    side.write_text(json.dumps({**prov, "params": {"seed": 1, "n_resamples": 500, "sets": ["a"]}}))
+    lines = format_tree(audit("results/x/b.jsonl")).splitlines()
+    at = lines.index("params of results/x/b.jsonl:")
+    assert lines[at + 1 : at + 5] == ["  n_resamples: 500", "  seed: 1", "  sets:", "  - a"]
+
+
 def test_a_changed_source_file_makes_its_consumer_stale(chain):
     assert audit("results/x/b.jsonl").ok
     (chain / "src/raw.jsonl").write_text('{"prompt": "1+2"}\n')
