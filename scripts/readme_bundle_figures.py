@@ -1,11 +1,12 @@
-"""Write the README's figures for the review bundle from a real run, never by hand.
+"""Write the documented figures for the review bundle (docs/provenance.md) from a real run.
 
     python scripts/readme_bundle_figures.py results/tiny
 
 bundles the experiment twice (with and without the snakemake report) into a scratch directory and
-rewrites the sentence between the README's ``bundle-figures`` markers with the archive sizes and
-file counts measured; ``--check`` only says whether the README's sentence is the one this run gives
-(exit 1 if not). tests/review/test_bundle.py holds the README's sentence to this script's format.
+rewrites the sentence between docs/provenance.md's ``bundle-figures`` markers with the archive
+sizes and file counts measured; ``--check`` only says whether the documented sentence is the one
+this run gives (exit 1 if not). tests/review/test_bundle.py holds that sentence to this script's
+format.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
+DOC = REPO / "docs" / "provenance.md"  # where the bundle is described
 START, END = "<!-- bundle-figures -->", "<!-- /bundle-figures -->"
 BLOCK = re.compile(re.escape(START) + r"(.*?)" + re.escape(END), re.S)
 
@@ -38,7 +39,7 @@ def measure(exp: str) -> dict[str, float]:
 
 
 def sentence(f: dict[str, float]) -> str:
-    """The README's words for the figures (the test parses them back with ``FIGURES``)."""
+    """The documented words for the figures (the test parses them back with ``FIGURES``)."""
     return (
         f"The default run's is {f['plain_mb']:.2f} MB without the report ({f['plain_files']:.0f} "
         f"files, {f['plain_unpacked_mb']:.1f} MB unpacked, most of it the graded records); with "
@@ -53,10 +54,10 @@ FIGURES = re.compile(
 
 
 def readme_sentence(text: str) -> str:
-    """The README's sentence between the markers, on one line."""
+    """The documented sentence between the markers, on one line."""
     match = BLOCK.search(text)
     if match is None:
-        raise SystemExit(f"{README}: no {START} ... {END} block")
+        raise SystemExit(f"{DOC}: no {START} ... {END} block")
     return " ".join(match[1].split())
 
 
@@ -66,16 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="compare, do not rewrite")
     args = ap.parse_args(argv)
     measured = sentence(measure(args.experiment_dir))
-    text = README.read_text()
+    text = DOC.read_text()
     if args.check:
         same = readme_sentence(text) == measured
         print(
-            "README figures match"
+            f"{DOC.name}'s figures match"
             if same
-            else f"README says:\n  {readme_sentence(text)}\nthe run gives:\n  {measured}"
+            else f"{DOC.name} says:\n  {readme_sentence(text)}\nthe run gives:\n  {measured}"
         )
         return 0 if same else 1
-    README.write_text(BLOCK.sub(lambda _: f"{START}{measured}{END}", text))
+    DOC.write_text(BLOCK.sub(lambda _: f"{START}{measured}{END}", text))
     print(measured)
     return 0
 

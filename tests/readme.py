@@ -1,6 +1,7 @@
-"""The README's shell commands as the tests run them: verbatim, taken from README.md at test time,
-so a command edited in the README is the command a test runs. Each ```bash block is found by its
-first command; tests/test_readme.py keeps every block tied to the test that runs it."""
+"""The documentation's shell commands as the tests run them: verbatim, taken from README.md and
+docs/*.md at test time, so a command edited there is the command a test runs. Each ```bash block is
+found by its first command, in whichever of those files holds it; tests/workflow/test_readme.py
+keeps every block tied to the test that runs it."""
 
 from __future__ import annotations
 
@@ -12,14 +13,24 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
 VENV_BIN = REPO / ".venv" / "bin"
 
 
+def documents() -> list[Path]:
+    """The files whose ```bash blocks the tests run: the README and every page under docs/."""
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def documented() -> list[tuple[Path, list[str]]]:
+    """The commands of every ```bash block of ``documents()``, each with the file holding it."""
+    return [(path, b) for path in documents() for b in blocks(path.read_text())]
+
+
 def blocks(text: str | None = None) -> list[list[str]]:
-    """The commands of each ```bash block: continuation lines joined, comments and blank lines
-    dropped."""
-    text = README.read_text() if text is None else text
+    """The commands of each ```bash block of ``text`` (default: of every documented file):
+    continuation lines joined, comments and blank lines dropped."""
+    if text is None:
+        return [b for _, b in documented()]
     out = []
     for body in re.findall(r"^```bash\n(.*?)^```", text, re.M | re.S):
         commands, pending = [], ""
@@ -29,7 +40,7 @@ def blocks(text: str | None = None) -> list[list[str]]:
                 pending = line.rstrip()[:-1]
                 continue
             pending = ""
-            # a comment starts at a '#' after whitespace (no README command quotes one)
+            # a comment starts at a '#' after whitespace (no documented command quotes one)
             command = re.sub(r"(^|\s+)#.*$", "", line).strip()
             if command:
                 commands.append(" ".join(command.split()))
@@ -38,10 +49,23 @@ def blocks(text: str | None = None) -> list[list[str]]:
 
 
 def block(first: str) -> list[str]:
-    """The commands of the one README block whose first command starts with ``first``."""
-    found = [b for b in blocks() if b and b[0].startswith(first)]
-    assert len(found) == 1, f"README.md: {len(found)} ```bash blocks start with {first!r}, not 1"
-    return found[0]
+    """The commands of the one documented block whose first command starts with ``first``."""
+    found = [(path, b) for path, b in documented() if b and b[0].startswith(first)]
+    where = [str(path.relative_to(REPO)) for path, _ in found]
+    assert len(found) == 1, f"{len(found)} ```bash blocks start with {first!r}, not 1: {where}"
+    return found[0][1]
+
+
+def bundle_figures():
+    """scripts/readme_bundle_figures.py as a module: the file and words of the bundle figures."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bundle_figures", REPO / "scripts" / "readme_bundle_figures.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def repo_copy(dest: Path) -> Path:

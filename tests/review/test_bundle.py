@@ -397,18 +397,12 @@ def test_the_bundle_of_a_run_holds_the_dev_records_of_its_merge_choice(done, tmp
 
 
 def test_the_readme_bundle_figures_are_the_scripts_sentence():
-    """The README's figures are written by scripts/readme_bundle_figures.py from a real run, in its
-    words (a hand-typed figure elsewhere in the sentence fails here)."""
-    import importlib.util
+    """The documented figures (docs/provenance.md) are written by scripts/readme_bundle_figures.py
+    from a real run, in its words (a hand-typed figure elsewhere in the sentence fails here)."""
+    from tests.readme import bundle_figures
 
-    from tests.conftest import REPO
-
-    spec = importlib.util.spec_from_file_location(
-        "figures", REPO / "scripts/readme_bundle_figures.py"
-    )
-    figures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(figures)
-    said = figures.readme_sentence((REPO / "README.md").read_text())
+    figures = bundle_figures()
+    said = figures.readme_sentence(figures.DOC.read_text())
     assert figures.FIGURES.match(said), said
     numbers = {"plain_mb": 0.5, "plain_files": 3, "plain_unpacked_mb": 1.0}
     written = figures.sentence({**numbers, "report_mb": 1.25, "report_files": 4})

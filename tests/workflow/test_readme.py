@@ -1,6 +1,7 @@
-"""The README's commands, run verbatim as a new user runs them: in a copy of the repository as a
-fresh clone has it, from a shell where the venv is not active. Every ```bash block of the README is
-tied to the test that runs it (RUN_BY), so a block added or edited without a working test fails."""
+"""The documented commands (README.md, docs/*.md), run verbatim as a new user runs them: in a copy
+of the repository as a fresh clone has it, from a shell where the venv is not active. Every ```bash
+block of those files is tied to the test that runs it (RUN_BY), so a block added or edited without
+a working test fails."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ import yaml
 from stillroom.review.bundle import MANIFEST
 
 from ..conftest import EARLY_NICE, REPO, Started, small_config, started, wait_snakemake
-from ..readme import block, blocks, repo_copy, script, start, user_env
+from ..readme import block, blocks, bundle_figures, repo_copy, script, start, user_env
 
-# each README block, by its first command, and the tests that run its commands
+# each documented block (README.md, docs/*.md), by its first command, and the tests that run it
 RUN_BY = {
     "make run": ["tests/workflow/test_readme.py::start_first_contact"],
     "source .venv/bin/activate": ["tests/workflow/test_readme.py::start_first_contact"],
@@ -58,16 +59,17 @@ MINE = "my-experiment"  # what `my.yaml` names: the small pipeline, as a user's 
 def test_every_readme_block_is_run_by_a_test():
     firsts = [b[0] for b in blocks() if b]
     unclaimed = [f for f in firsts if not any(f.startswith(p) for p in RUN_BY)]
-    assert not unclaimed, f"README blocks no test runs (add them to RUN_BY): {unclaimed}"
+    assert not unclaimed, f"documented blocks no test runs (add them to RUN_BY): {unclaimed}"
     for prefix, tests in RUN_BY.items():
-        assert sum(f.startswith(prefix) for f in firsts) == 1, f"README: no one block {prefix!r}"
+        found = sum(f.startswith(prefix) for f in firsts)
+        assert found == 1, f"README.md, docs/*.md: {found} blocks start with {prefix!r}, not 1"
         for node in tests:
             path, name = node.split("::")
             source = (REPO / path).read_text()
             assert f"def {name}(" in source, f"{node}: no such function"
             body = source[source.index(f"def {name}(") :]
             body = body[: body.find("\ndef ", 1) if "\ndef " in body[1:] else len(body)]
-            assert f'block("{prefix}' in body, f"{node} does not run README block {prefix!r}"
+            assert f'block("{prefix}' in body, f"{node} does not run the block {prefix!r}"
 
 
 def test_the_readme_blocks_are_read_as_a_shell_reads_them():
@@ -76,9 +78,9 @@ def test_the_readme_blocks_are_read_as_a_shell_reads_them():
 
 
 def start_first_contact(workdir: Path) -> Started:
-    """A new user's first hour, from the README verbatim: `make run`, the DAG commands with their
-    own experiment (`my.yaml`, the small pipeline), the bill, the recipe's DAG offline and a MoE
-    fine-tune's smoke twin, in one shell in a copy of the repository."""
+    """A new user's first hour, from the documentation verbatim: `make run`, the DAG commands with
+    their own experiment (`my.yaml`, the small pipeline), the bill, the recipe's DAG offline and a
+    MoE fine-tune's smoke twin, in one shell in a copy of the repository."""
     copy = repo_copy(workdir)
     cfg = {**small_config(), "experiment": MINE}
     (copy / "my.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -110,7 +112,7 @@ def test_a_new_user_runs_the_readme_commands():
     assert (workdir / "results/beam-qlora-mp-smoke/ckpt/sft.prov.json").exists()
     # the audit block: the cell tied to its counts, the regenerated tables, a bundle audited
     assert "cell: accuracy = " in proc.stdout and (workdir / "tiny-bundle.zip").exists()
-    # the README's bundle figures (written by scripts/readme_bundle_figures.py) against this bundle
+    # the documented bundle figures (scripts/readme_bundle_figures.py) against this bundle
     mb, files, unpacked = readme_bundle_figures()
     with zipfile.ZipFile(workdir / "tiny-bundle.zip") as z:
         manifest = json.loads(z.read(next(n for n in z.namelist() if n.endswith(MANIFEST))))
@@ -118,23 +120,24 @@ def test_a_new_user_runs_the_readme_commands():
     assert len(manifest["files"]) == files, (len(manifest["files"]), files)
     measured_unpacked = sum(e["size"] for e in manifest["files"]) / 1e6
     assert abs(size_mb - mb) <= 0.1 * mb and abs(measured_unpacked - unpacked) <= 0.1 * unpacked, (
-        f"README says {mb} MB, {unpacked} MB unpacked; the run's bundle is {size_mb:.2f} MB, "
+        f"{bundle_figures().DOC.name} says {mb} MB, {unpacked} MB unpacked; the run's bundle is "
+        f"{size_mb:.2f} MB, "
         f"{measured_unpacked:.1f} MB unpacked: python scripts/readme_bundle_figures.py results/tiny"
     )
 
 
 def readme_bundle_figures() -> tuple[float, int, float]:
-    """The README's bundle figures without the report: zip MB, files, unpacked MB."""
-    text = (REPO / "README.md").read_text()
-    said = re.search(r"<!-- bundle-figures -->(.*?)<!-- /bundle-figures -->", text, re.S)
-    mb, files, unpacked = re.findall(r"\d+(?:\.\d+)?", said[1])[:3]
+    """The documented bundle figures without the report: zip MB, files, unpacked MB."""
+    figures = bundle_figures()
+    said = figures.readme_sentence(figures.DOC.read_text())
+    mb, files, unpacked = re.findall(r"\d+(?:\.\d+)?", said)[:3]
     return float(mb), int(files), float(unpacked)
 
 
 @pytest.mark.slurm
 @pytest.mark.usefixtures("cluster")
 def test_the_recipes_slurm_commands_stop_before_submitting(tmp_path):
-    """The README's SLURM commands for the GPU recipes, verbatim, on the test cluster (2 stand-in
+    """The documented SLURM commands for the GPU recipes, verbatim, on the test cluster (2 stand-in
     GPUs a node): the set-up lines run, and each recipe is refused before its first sbatch with
     a line naming a rule's shape and what the partition has."""
     copy = repo_copy(tmp_path)

@@ -2,11 +2,11 @@
 sr2 with stand-in GPUs) and slurmdbd, started by scripts/slurm-up.sh (`make host`). Run by `make
 test-slurm` (.ci/run); without the cluster they skip, except under CI=true, where they fail.
 
-One run of the suite goes through SLURM: the README's SLURM command, taken from README.md's text,
+One run of the suite goes through SLURM: the SLURM command, taken from docs/slurm.md's text,
 with the small config and faster status polling, nothing else: no --cores (threads are capped at the
 largest node's CPUs), training over 2 nodes (its job runs `srun` with one task per node, each
 starting torchrun), and one evaluation job requeued while it runs by a monitor started with the run
-(the profile submits without arrays: README, profiles/slurm/profile.yaml)."""
+(the profile submits without arrays: docs/slurm.md, profiles/slurm/profile.yaml)."""
 
 import csv
 import json
@@ -66,7 +66,7 @@ def slurm_config() -> dict:
 
 
 def readme_slurm_command() -> list[str]:
-    """The `snakemake --profile profiles/slurm ...` command of the README's SLURM block."""
+    """The `snakemake --profile profiles/slurm ...` command of the SLURM block of docs/slurm.md."""
     commands = block("make venv && source .venv/bin/activate")
     commands = [c for c in commands if c.startswith("snakemake ")]
     assert len(commands) == 1, commands

@@ -1,4 +1,4 @@
-"""The README's SLURM command, taken from README.md's text, on the local test cluster
+"""The documented SLURM command, taken from docs/slurm.md's text, on the local test cluster
 (scripts/slurm-up.sh): a wrong or empty account and a shape no node holds are refused before the
 first sbatch; SIGTERM cancels its jobs and stops it at once. The command's full run, with a
 requeued evaluation, is test_slurm.py's (the suite's one SLURM run)."""
