@@ -26,7 +26,8 @@ $(BIN)/stillroom: pyproject.toml
 # What the suite uses from the operating system, on Debian as root, and the one target that changes
 # the host: bubblewrap (the OS sandbox of untrusted code, stillroom/sandbox.py; without it the
 # sandbox warns loudly), chromium and tesseract (the report screenshot tests,
-# tests/workflow/browser.py) and the local SLURM cluster (scripts/slurm-up.sh, for make test-slurm).
+# tests/workflow/browser.py) and the local SLURM cluster (scripts/slurm-up.sh, for make test-slurm;
+# it names this host in /etc/hosts where its name does not resolve, as torchrun needs).
 # Without them the tests that need them skip, naming what is missing.
 HOST_PACKAGES := bubblewrap chromium tesseract-ocr tesseract-ocr-eng fonts-dejavu-core
 host:

@@ -9,9 +9,10 @@
 # Idempotent: installs what is missing, rewrites the configs, starts only daemons that are not running,
 # restarts the SLURM daemons when a config changed, and waits until every node is idle.
 # Stop with scripts/slurm-down.sh (by PID file). It changes no host setting but what the daemons need:
-# packages, their configs, directories and the munge key; the node names sr1..srN need not resolve
-# (SLURM reaches every node at 127.0.0.1; multi-node training meets at a node's NodeAddr,
-# stillroom/runtime/launch.py).
+# packages, their configs, directories, the munge key, and this host's own name in /etc/hosts where
+# it does not resolve (torchrun's rendezvous publishes it; a real cluster's nodes resolve theirs).
+# The node names sr1..srN need not resolve (SLURM reaches every node at 127.0.0.1; multi-node
+# training meets at a node's NodeAddr, stillroom/runtime/launch.py).
 #
 #   STILLROOM_SLURM_NODES (2)  virtual nodes, named sr1..srN
 #   STILLROOM_SLURM_GPUS  (2)  stand-in GPUs per node
@@ -66,7 +67,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
 fi
 
-# 2. Directories, munge key.
+# 2. This host's name, directories, munge key.
+getent hosts "$HOST" >/dev/null || echo "127.0.0.1 $HOST" >> /etc/hosts
 names=$(seq -f "sr%g" 1 "$NODES" | tr '\n' ' ')
 install -d -o slurm -g slurm -m 0755 /var/spool/slurmctld "$LOG"
 install -d -o munge -g munge -m 0755 /run/munge
