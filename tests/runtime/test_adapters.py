@@ -16,6 +16,14 @@ from stillroom.runtime.sft import train_sft
 
 from ..conftest import MOE
 
+
+def _train(root, out, params):
+    """SFT of the tiny MoE in ``root`` on its dataset, quietly, with seed 0."""
+    return train_sft(
+        root / "base", root / "train.jsonl", out, params=params, seed=0, log=lambda _: None
+    )
+
+
 LORA = {
     "r": 4,
     "alpha": 8,
@@ -36,14 +44,7 @@ def test_lora_trains_attention_and_experts_but_never_the_router(moe, tmp_path):
         "max_length": 128,
         "logging_steps": 4,
     }
-    m = train_sft(
-        root / "base",
-        root / "train.jsonl",
-        tmp_path / "sft",
-        params=params,
-        seed=0,
-        log=lambda _: None,
-    )
+    m = _train(root, tmp_path / "sft", params)
     assert (
         m["trainable"]["attention"] > 0
         and m["trainable"]["experts"] > 0
@@ -181,14 +182,7 @@ def test_a_router_adapter_trains_only_when_allowed_and_the_saved_check_catches_i
         "max_length": 128,
         "logging_steps": 4,
     }
-    train_sft(
-        root / "base",
-        root / "train.jsonl",
-        tmp_path / "sft",
-        params=params,
-        seed=0,
-        log=lambda _: None,
-    )
+    _train(root, tmp_path / "sft", params)
     adapter = tmp_path / "sft"
     names = list(load_file(adapter / "adapter_model.safetensors"))
     assert any(".mlp.gate." in n for n in names), names
@@ -248,14 +242,7 @@ def test_qlora_adapter_merges_onto_the_full_precision_base(moe, tmp_path):
         "max_length": 128,
         "logging_steps": 4,
     }
-    m = train_sft(
-        root / "base",
-        root / "train.jsonl",
-        tmp_path / "sft",
-        params=params,
-        seed=0,
-        log=lambda _: None,
-    )
+    m = _train(root, tmp_path / "sft", params)
     assert m["trainable"]["attention"] > 0 and m["trainable"]["experts"] == 0
     # bitsandbytes quantised the attention projections (4 per layer) and nothing else
     layers = MOE["num_hidden_layers"]
