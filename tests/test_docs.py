@@ -65,3 +65,16 @@ def test_the_config_reference_is_the_generators_output():
         section = written.split(f'<a id="{name.lower()}"></a>', 1)[1].split("<a id=", 1)[0]
         for key in model.get("properties", {}):
             assert f"| `{key}` |" in section, (name, key)
+
+
+def test_every_config_key_has_a_description():
+    # the reference's meaning column is the description: a key without one is a blank row
+    top = schema()
+    models = {"Experiment": top, **top["$defs"]}
+    bare = [
+        f"{name}.{key}"
+        for name, model in models.items()
+        for key, prop in model.get("properties", {}).items()
+        if not prop.get("description", "").strip()
+    ]
+    assert not bare, f"config keys without a Field(description=...): {bare}"

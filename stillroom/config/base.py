@@ -351,10 +351,15 @@ def readable(params: Mapping[str, Any]) -> str:
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Regex = Annotated[str, AfterValidator(_regex)]
-# Multiple-choice letters, e.g. ABCDEFGHIJ: read by evaluation's grading and by nothing else.
 DEFAULT_LETTERS = "ABCD"
 Letters = Annotated[
-    str, Field(default=DEFAULT_LETTERS, min_length=2), AfterValidator(_distinct_letters)
+    str,
+    Field(
+        default=DEFAULT_LETTERS,
+        min_length=2,
+        description="the multiple-choice letters, in order (e.g. ABCDEFGHIJ); read by grading only",
+    ),
+    AfterValidator(_distinct_letters),
 ]
 # Which of a math answer's \boxed{} is graded: "7 is wrong, so \boxed{8}" answers 8, not {7, 8}.
 Boxed = Annotated[

@@ -114,10 +114,12 @@ def count_problem(kind: str, count: int, max_operand: int) -> str | None:
 class WhereRule(Section):
     """A row filter on one field; only the given bounds apply."""
 
-    min: float | None = None
-    max: float | None = None
-    equals: Plain = None
-    in_: list[Plain] | None = Field(None, alias="in")
+    min: float | None = Field(None, description="keep rows whose value is at least this")
+    max: float | None = Field(None, description="keep rows whose value is at most this")
+    equals: Plain = Field(None, description="keep rows whose value equals this")
+    in_: list[Plain] | None = Field(
+        None, alias="in", description="keep rows whose value is one of these"
+    )
 
     @model_serializer(mode="wrap")
     def _given(self, handler: Any) -> dict[str, Any]:
@@ -134,9 +136,12 @@ class DatasetSpec(Section):
     """A hub dataset (loaded in a job, never while the DAG is built) or a local parquet/JSONL/CSV
     file."""
 
-    path: str
-    subset: str | None = None
-    split: str = "train"
+    path: str = Field(
+        description="a hub dataset id, or a local .parquet, .jsonl or .csv file (relative to the "
+        "repository)"
+    )
+    subset: str | None = Field(None, description="the hub dataset's configuration (subset) name")
+    split: str = Field("train", description="the split read")
     revision: str | None = Field(None, description="pin the dataset version")
     prompt: str = Field("prompt", description="field holding the prompt")
     answer: str = Field("answer", description="field holding the gold answer")
@@ -161,7 +166,9 @@ class DatasetSpec(Section):
     where: dict[str, WhereRule] = Field(
         {}, description="row filters: field -> {min, max, equals, in}"
     )
-    limit: PositiveInt | None = None
+    limit: PositiveInt | None = Field(
+        None, description="keep the first N rows that pass where (null: all)"
+    )
     choices: list[str] | None = Field(
         None,
         min_length=2,
@@ -199,49 +206,55 @@ class DatasetSpec(Section):
 
 
 class _Source(Section):
-    name: Name
+    name: Name = Field(
+        description="the source's name: the prompts' source field, what heldout.sources lists"
+    )
 
 
 class _Generated(_Source):
-    count: PositiveInt
-    max_operand: Annotated[int, Field(ge=2, le=MAX_OPERAND)] = 12
+    count: PositiveInt = Field(description="prompts generated")
+    max_operand: Annotated[int, Field(ge=2, le=MAX_OPERAND)] = Field(
+        12, description="operands are drawn from 1..max_operand"
+    )
 
 
 class ArithmeticSource(_Generated):
     """Generated closed-form math problems."""
 
-    kind: Literal["arithmetic"]
+    kind: Literal["arithmetic"] = Field(description="generated arithmetic problems")
 
 
 class ChoiceSource(_Generated):
     """Generated multiple choice with exactly one right letter."""
 
-    kind: Literal["choice"]
+    kind: Literal["choice"] = Field(description="generated multiple-choice problems")
 
 
 class EchoSource(_Source):
     """Disturbed copies of benchmark items: the contamination decontamination must remove."""
 
-    kind: Literal["echo"]
+    kind: Literal["echo"] = Field(description="disturbed copies of a benchmark's items")
     benchmark: str = Field(description="which benchmark to copy items from")
-    count: PositiveInt
+    count: PositiveInt = Field(description="copies made")
 
 
 class JsonlSource(_Source):
-    kind: Literal["jsonl"]
+    kind: Literal["jsonl"] = Field(description="prompts read from a JSONL file")
     path: str = Field(description="a JSONL file with prompt, answer and kind")
 
 
 class DatasetSource(DatasetSpec):
-    name: Name
-    kind: Literal["dataset"]
+    name: Name = Field(
+        description="the source's name: the prompts' source field, what heldout.sources lists"
+    )
+    kind: Literal["dataset"] = Field(description="prompts read from a hub dataset or a local table")
 
 
 class KernelSource(_Source):
     """KernelBench-style problem files: the project's own set, those in ``dir``, the rows of a
     JSONL ``path``, or a generated ``family`` (stillroom/kernels/family.py)."""
 
-    kind: Literal["kernels"]
+    kind: Literal["kernels"] = Field(description="KernelBench-style kernel problems")
     problems: Annotated[list[str], Field(min_length=1)] | None = Field(
         None, description="problem names: file stems, or the JSONL rows' name (default: all)"
     )
@@ -305,7 +318,11 @@ class Heldout(Section):
 
 
 class Decontam(Section):
-    ngram: Annotated[int, Field(ge=3, le=50)] = 13
+    ngram: Annotated[int, Field(ge=3, le=50)] = Field(
+        13,
+        description="n-gram length in normalised words: a pool prompt sharing one with a "
+        "benchmark item is dropped",
+    )
     audit_ngram: Annotated[int, Field(ge=3, le=50)] | None = Field(
         8,
         description="a second, shorter n-gram detector that drops nothing: the report lists the "
@@ -359,12 +376,16 @@ class KernelBookSource(Section):
     against its own PyTorch module and kept only if it earns 1 (the others are dropped, with
     their reasons in the report)."""
 
-    name: Name
-    kind: Literal["kernelbook"]
+    name: Name = Field(
+        description="the source's name, in its errors and in the provenance of the table read"
+    )
+    kind: Literal["kernelbook"] = Field(description="rows of a KernelBook-style dataset")
     path: str = Field(description="a hub dataset id, or a local .jsonl or .parquet file")
     revision: str | None = Field(None, description="the hub dataset's pinned revision (required)")
-    split: str = "train"
-    columns: KernelBookColumns = KernelBookColumns()
+    split: str = Field("train", description="the split read")
+    columns: KernelBookColumns = Field(
+        KernelBookColumns(), description="the dataset's column names"
+    )
     limit: PositiveInt | None = Field(None, description="grade the first N rows only")
     cases: list[Literal["mixed_sign", "negative", "zero", "large"]] = Field(
         KERNELBOOK_CASES,

@@ -77,7 +77,9 @@ class Kernels(ValidatorOptions):
 class HFBackend(Section):
     """The checkpoint in this process: batched sampling on CPU or one GPU."""
 
-    backend: Literal["hf"] = "hf"
+    backend: Literal["hf"] = Field(
+        "hf", description="the checkpoint loaded by transformers in the evaluation job"
+    )
 
 
 class _Served(Section):
@@ -94,18 +96,28 @@ STOP_BY = (
 class OpenAIBackend(_Served):
     """An OpenAI-compatible server already running at ``base_url``."""
 
-    backend: Literal["openai"]
+    backend: Literal["openai"] = Field(
+        description="an OpenAI-compatible server already running at base_url"
+    )
     stop_by: Literal["token_ids", "strings"] = Field("strings", description=STOP_BY)
-    base_url: str = Field(pattern=r"^https?://")
-    api_key_env: str | None = None
+    base_url: str = Field(
+        pattern=r"^https?://", description="the server's API root, e.g. http://host:30000/v1"
+    )
+    api_key_env: str | None = Field(
+        None,
+        description="name of the environment variable holding the key (never the key; null: no "
+        "key)",
+    )
 
 
 class SGLangBackend(_Served):
     """A server per checkpoint, started inside the evaluation job from ``server.command``
     (with ``{model_path}`` and ``{port}``)."""
 
-    backend: Literal["sglang"]
-    server: Server
+    backend: Literal["sglang"] = Field(
+        description="a server started per checkpoint inside the evaluation job"
+    )
+    server: Server = Field(description="the server started for each checkpoint")
     stop_by: Literal["token_ids", "strings"] = Field("token_ids", description=STOP_BY)
 
     @model_validator(mode="after")
@@ -138,7 +150,9 @@ class Forcing(Section):
     """How a thinking budget is enforced: thinking closed at the budget with the end-of-thinking
     marker and ``answer_cue``, then an answer within ``answer_tokens``."""
 
-    answer_tokens: PositiveInt = 64
+    answer_tokens: PositiveInt = Field(
+        64, description="tokens the answer may take after a forced end of thinking"
+    )
     answer_cue: str = Field(
         "\nThe answer is", description="after a forced end of thinking: the answer's opening"
     )
@@ -147,7 +161,9 @@ class Forcing(Section):
 class BudgetForce(Forcing):
     """Accuracy-against-budget curves: every answer evaluated again at each thinking budget."""
 
-    budgets: Annotated[list[PositiveInt], Field(min_length=1)]
+    budgets: Annotated[list[PositiveInt], Field(min_length=1)] = Field(
+        description="thinking budgets, in tokens, each evaluated"
+    )
     models: Annotated[list[str], Field(min_length=1)] | None = Field(
         None, description="default: every model"
     )
@@ -165,21 +181,33 @@ class BudgetForce(Forcing):
 class Decoding(Section):
     """How every model answers an evaluation problem: k samples, their limits, the backend."""
 
-    # as generation.samples_per_prompt: more is days of decoding per model and benchmark
-    samples: Annotated[int, Field(ge=1, le=1024)]
-    temperature: float = Field(ge=0)
-    top_p: float = Field(gt=0, le=1)
+    samples: Annotated[int, Field(ge=1, le=1024)] = Field(
+        description="answers sampled per problem and model (at most 1024, as "
+        "generation.samples_per_prompt: more is days of decoding per model and benchmark)"
+    )
+    temperature: float = Field(ge=0, description="sampling temperature (0: greedy)")
+    top_p: float = Field(
+        gt=0,
+        le=1,
+        description="nucleus sampling: the smallest set of tokens with this much probability",
+    )
     max_new_tokens: PositiveInt = Field(description="the overall limit of an answer")
     request_tokens: PositiveInt | None = Field(
         None,
         description="per request; a cut-off answer is continued from its exact tokens up to "
         "max_new_tokens (continue_truncated)",
     )
-    batch_size: PositiveInt
+    batch_size: PositiveInt = Field(
+        description="answers decoded at once: batch_size // samples problems a batch"
+    )
     effort: str | None = Field(
         None, description="tag eval prompts with this effort (null: untagged)"
     )
-    backend: Backend = HFBackend()
+    backend: Backend = Field(
+        HFBackend(),
+        description="what decodes: hf (in the job), openai (a running server) or sglang (a server "
+        "the job starts)",
+    )
     context_length: PositiveInt | None = Field(
         None,
         description="prompt plus new tokens the evaluated model holds; default: the checkpoint's "
@@ -191,17 +219,24 @@ class PerEffort(Section):
     """Models evaluated at each effort of generation.efforts (the student's effort tag in a system
     turn), compared with one reference effort."""
 
-    models: Annotated[list[str], Field(min_length=1)] = ["sft"]
+    models: Annotated[list[str], Field(min_length=1)] = Field(
+        ["sft"], description="the models evaluated at each effort"
+    )
     benchmarks: list[str] | None = Field(None, description="default: eval.benchmarks")
     reference: Effort = Field("medium", description="the effort every other is compared with")
 
 
 class Eval(Decoding):
-    benchmarks: Annotated[list[str], Field(min_length=1)]
+    benchmarks: Annotated[list[str], Field(min_length=1)] = Field(
+        description="what every model is evaluated on and the tables report: keys of benchmarks, "
+        "or a split of the pool (heldout, dev, train)"
+    )
     letters: Letters
     boxed: Boxed
-    budget_force: BudgetForce | None = None
-    per_effort: PerEffort | None = None
+    budget_force: BudgetForce | None = Field(
+        None, description="accuracy-against-thinking-budget curves (null: none)"
+    )
+    per_effort: PerEffort | None = Field(None, description="evaluation at each effort (null: none)")
 
     @model_validator(mode="after")
     def _limits(self) -> Eval:
@@ -230,9 +265,16 @@ class Eval(Decoding):
 
 
 class Tables(Section):
-    # a million puts the bootstrap's own error far below the interval's width; more only stalls
-    n_resamples: int = Field(10_000, ge=100, le=1_000_000)
-    confidence: float = Field(0.95, gt=0, lt=1)
+    n_resamples: int = Field(
+        10_000,
+        ge=100,
+        le=1_000_000,
+        description="bootstrap resamples per confidence interval (a million puts the bootstrap's "
+        "own error far below the interval's width; more only stalls)",
+    )
+    confidence: float = Field(
+        0.95, gt=0, lt=1, description="the confidence level of every interval"
+    )
     two_level: bool = Field(
         False,
         description="resample samples within problems too (measured: over-covers, ~99% at a "
@@ -364,12 +406,14 @@ class Architecture(Section):
     training memory estimate sizes LoRA, activations and logits from. Read from the model's
     config.json when the model is a local directory; given here for a hub model."""
 
-    hidden_size: PositiveInt
-    num_hidden_layers: PositiveInt
-    num_attention_heads: PositiveInt
-    num_key_value_heads: PositiveInt
-    head_dim: PositiveInt
-    vocab_size: PositiveInt
+    hidden_size: PositiveInt = Field(description="width of the residual stream")
+    num_hidden_layers: PositiveInt = Field(description="decoder layers")
+    num_attention_heads: PositiveInt = Field(description="query heads per layer")
+    num_key_value_heads: PositiveInt = Field(
+        description="key/value heads per layer (grouped-query attention)"
+    )
+    head_dim: PositiveInt = Field(description="width of one attention head")
+    vocab_size: PositiveInt = Field(description="tokens of the vocabulary (the logits' width)")
     intermediate_size: PositiveInt | None = Field(
         None, description="the dense MLP's width, in every layer of a model without experts"
     )
@@ -378,7 +422,9 @@ class Architecture(Section):
     )
     num_experts_per_tok: PositiveInt | None = Field(None, description="experts each token runs")
     moe_intermediate_size: PositiveInt | None = Field(None, description="one expert's width")
-    tie_word_embeddings: bool = False
+    tie_word_embeddings: bool = Field(
+        False, description="the output layer shares the input embedding's weights"
+    )
 
     @model_validator(mode="after")
     def _mlp(self) -> Architecture:

@@ -43,23 +43,48 @@ TABLE_SUFFIXES = ("-budgets", "-efforts", "-kernels")
 class Experiment(Section):
     """The whole config of one experiment; results go to results/<experiment>/."""
 
-    experiment: Segment
-    seed: Seed
+    experiment: Segment = Field(
+        description="the experiment's name: its results go to results/<experiment>/"
+    )
+    seed: Seed = Field(
+        description="the seed of every random choice of the run, recorded in each job's params"
+    )
     benchmarks: dict[Name, Benchmark] = Field(
         {}, description="what the pool is decontaminated against and evaluation may report"
     )
-    sources: Annotated[list[Source], Field(min_length=1)]
-    heldout: Heldout
-    decontam: Decontam = Decontam()
-    generation: Generation
-    teachers: Annotated[dict[Name, TeacherSpec], Field(min_length=1)]
-    dataset: DatasetSelection
-    student: Student
-    train: Train = Train()
-    merge: Merge = Merge()
-    eval: Eval
-    tables: Tables = Tables()
-    cost: Cost = Cost()
+    sources: Annotated[list[Source], Field(min_length=1)] = Field(
+        description="where the prompt pool comes from, one entry a source (kind: arithmetic, "
+        "choice, echo, jsonl, dataset, kernels)"
+    )
+    heldout: Heldout = Field(description="the held-out test and dev splits carved from the pool")
+    decontam: Decontam = Field(
+        Decontam(), description="n-gram decontamination of the pool against the benchmarks"
+    )
+    generation: Generation = Field(
+        description="which teacher answers the pool at which efforts, in how many shards"
+    )
+    teachers: Annotated[dict[Name, TeacherSpec], Field(min_length=1)] = Field(
+        description="teacher name -> how it answers (backend: procedural, openai, sglang, hf)"
+    )
+    dataset: DatasetSelection = Field(
+        description="how the SFT dataset is chosen from the graded traces"
+    )
+    student: Student = Field(
+        description="the student: a pretrained model, or a tokenizer and model shape built from "
+        "scratch"
+    )
+    train: Train = Field(
+        Train(), description="the supervised fine-tune of the student on the dataset"
+    )
+    merge: Merge = Field(
+        Merge(), description="weight merges of base and fine-tune, and how one is chosen"
+    )
+    eval: Eval = Field(description="how every model answers the benchmarks")
+    tables: Tables = Field(Tables(), description="the bootstrap confidence intervals of the tables")
+    cost: Cost = Field(
+        Cost(),
+        description="GPU prices and counts of the cost ledger, and the figures of the estimate",
+    )
     kernels: Kernels | None = Field(
         None, description="kernel track: the validator and kernel tables"
     )

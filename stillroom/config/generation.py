@@ -28,9 +28,16 @@ class Generation(Section):
         description="a key of teachers: the teacher of every effort not in effort_teachers, and "
         "the reference the other teachers are compared with"
     )
-    efforts: Annotated[list[Effort], Field(min_length=1)]
-    samples_per_prompt: Annotated[int, Field(ge=1, le=1024)]
-    shards: Annotated[int, Field(ge=1, le=100_000)]
+    efforts: Annotated[list[Effort], Field(min_length=1)] = Field(
+        description="the effort levels every prompt is answered at, and the student learns as tags"
+    )
+    samples_per_prompt: Annotated[int, Field(ge=1, le=1024)] = Field(
+        description="answers the teacher writes per prompt and effort"
+    )
+    shards: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        description="parts the pool is split into: one generation job per shard and effort (or "
+        "effort group)"
+    )
     effort_groups: list[Annotated[list[Effort], Field(min_length=2)]] = Field(
         [], description="efforts generated together: one job (one server start) per shard and group"
     )
@@ -144,13 +151,13 @@ class Generation(Section):
 class Price(Section):
     """Dollars per million tokens; each shard's cost goes into its provenance."""
 
-    input_per_mtok: float = Field(0.0, ge=0)
-    output_per_mtok: float = Field(0.0, ge=0)
+    input_per_mtok: float = Field(0.0, ge=0, description="dollars per million prompt tokens")
+    output_per_mtok: float = Field(0.0, ge=0, description="dollars per million generated tokens")
 
 
 class _TeacherSpec(Section):
     concurrency: PositiveInt = Field(1, description="requests in flight per shard job")
-    price: Price = Price()
+    price: Price = Field(Price(), description="the teacher's token prices, for each shard's cost")
     max_failed_fraction: Probability = Field(
         0.0, description="samples allowed to fail for good before the shard job fails"
     )
@@ -163,7 +170,7 @@ PROCEDURAL_DETAIL = {"low": 0, "medium": 1, "high": 2, "xhigh": 3}
 class ProceduralSpec(_TeacherSpec):
     """The offline stand-in for a reasoning teacher (stillroom/teachers/procedural.py)."""
 
-    backend: Literal["procedural"]
+    backend: Literal["procedural"] = Field(description="the offline procedural teacher")
     error_rate: Probability | dict[Effort, Probability] = Field(
         0.0, description="chance of a slip, for every effort or per effort"
     )
@@ -197,16 +204,40 @@ class ProceduralSpec(_TeacherSpec):
 class Sampling(Section):
     """Sampling fields of each request; ``extra`` holds a server's own fields, sent as they are."""
 
-    temperature: float | None = Field(None, ge=0)
-    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
-    top_k: int | None = None
-    min_p: Probability | None = None
-    max_tokens: PositiveInt | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = Field(None, gt=0)
-    stop: str | list[str] | None = None
-    extra: dict[str, Plain] = {}
+    temperature: float | None = Field(
+        None, ge=0, description="sampling temperature (null: the backend's default)"
+    )
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None,
+        description="nucleus sampling: the smallest set of tokens with this much probability "
+        "(null: the backend's default)",
+    )
+    top_k: int | None = Field(
+        None, description="sample among the k most likely tokens (null: the backend's default)"
+    )
+    min_p: Probability | None = Field(
+        None,
+        description="drop tokens below this share of the most likely one's probability (null: the "
+        "backend's default)",
+    )
+    max_tokens: PositiveInt | None = Field(
+        None, description="tokens generated at most per answer (null: the backend's default)"
+    )
+    presence_penalty: float | None = Field(
+        None, description="OpenAI presence penalty (null: the backend's default)"
+    )
+    frequency_penalty: float | None = Field(
+        None, description="OpenAI frequency penalty (null: the backend's default)"
+    )
+    repetition_penalty: float | None = Field(
+        None, gt=0, description="repetition penalty, 1 is none (null: the backend's default)"
+    )
+    stop: str | list[str] | None = Field(
+        None, description="string(s) that end an answer (null: the backend's default)"
+    )
+    extra: dict[str, Plain] = Field(
+        {}, description="a server's own request fields, sent as they are"
+    )
 
     unknown_hint = "; a server's own sampling fields go under extra"
 
@@ -233,9 +264,17 @@ class EffortSpec(Section):
     """How an effort level is sent: a request field, a system prompt ($effort), extra body
     fields."""
 
-    field: str | None = None
-    system: str | None = None
-    extra_body: dict[str, Plain] = {}
+    field: str | None = Field(
+        None,
+        description="the request field the effort name is sent in (e.g. reasoning_effort; null: "
+        "none)",
+    )
+    system: str | None = Field(
+        None, description="a system prompt, $effort replaced by the effort name (null: none)"
+    )
+    extra_body: dict[str, Plain] = Field(
+        {}, description="request fields added as they are, $effort replaced in strings"
+    )
 
     @model_validator(mode="after")
     def _templates(self) -> EffortSpec:
@@ -251,8 +290,12 @@ class EffortSpec(Section):
 class Budget(Section):
     """A daily output-token budget shared by every shard job of one teacher."""
 
-    daily_output_tokens: PositiveInt
-    reset_hour_utc: Annotated[int, Field(ge=0, le=23)] = 0
+    daily_output_tokens: PositiveInt = Field(
+        description="output tokens all shard jobs of the teacher may use per day"
+    )
+    reset_hour_utc: Annotated[int, Field(ge=0, le=23)] = Field(
+        0, description="the hour (UTC) the budget's day starts"
+    )
     ledger: str | None = Field(
         None,
         description="ledger file on a filesystem all jobs share "
@@ -263,19 +306,35 @@ class Budget(Section):
 class OpenAISpec(_TeacherSpec):
     """Any OpenAI-compatible server: a hosted API, SGLang, vLLM, ``transformers serve``."""
 
-    backend: Literal["openai"]
-    base_url: str = Field(pattern=r"^https?://")
-    model: str
+    backend: Literal["openai"] = Field(
+        description="an OpenAI-compatible server already running at base_url"
+    )
+    base_url: str = Field(
+        pattern=r"^https?://", description="the server's API root, e.g. https://api.example.com/v1"
+    )
+    model: str = Field(description="the model name sent in each request")
     api_key_env: str | None = Field(
         None, description="name of the environment variable holding the key (never the key)"
     )
-    endpoint: Literal["chat", "completions"] = "chat"
-    sampling: Sampling = Sampling()
-    effort: EffortSpec = EffortSpec(field="reasoning_effort")
-    timeout_s: float = Field(600.0, gt=0)
-    max_attempts: PositiveInt = 8
-    backoff_base_s: float = Field(1.0, ge=0)
-    backoff_max_s: float = Field(120.0, ge=0)
+    endpoint: Literal["chat", "completions"] = Field(
+        "chat",
+        description="chat: /chat/completions with messages; completions: /completions with the "
+        "messages joined into one prompt",
+    )
+    sampling: Sampling = Field(Sampling(), description="the sampling fields of each request")
+    effort: EffortSpec = Field(
+        EffortSpec(field="reasoning_effort"), description="how the effort level is sent"
+    )
+    timeout_s: float = Field(
+        600.0, gt=0, description="seconds one request may take before it is retried"
+    )
+    max_attempts: PositiveInt = Field(8, description="tries per request before the sample fails")
+    backoff_base_s: float = Field(
+        1.0,
+        ge=0,
+        description="seconds before the first retry, doubled at each next one (with jitter)",
+    )
+    backoff_max_s: float = Field(120.0, ge=0, description="most seconds between two tries")
     context_length: PositiveInt | None = Field(
         None, description="prompt + max_tokens must fit; see on_overflow"
     )
@@ -285,7 +344,7 @@ class OpenAISpec(_TeacherSpec):
     tokenizer: str | None = Field(
         None, description="path or hub id counting prompt tokens (else a conservative estimate)"
     )
-    budget: Budget | None = None
+    budget: Budget | None = Field(None, description="a daily output-token budget (null: none)")
 
     @model_validator(mode="after")
     def _budget(self) -> OpenAISpec:
@@ -303,16 +362,26 @@ class Server(Section):
     model_config = ConfigDict(extra="allow")
     __pydantic_extra__: dict[str, Plain]
 
-    command: str
-    health_path: str = "/health"
-    startup_timeout_s: float = Field(1800.0, gt=0)
-    stop_timeout_s: float = Field(30.0, gt=0)
-    host: str = "127.0.0.1"
-    env: dict[str, str | int | float] = {}
+    command: str = Field(
+        description="the shell command that starts the server, a str.format template"
+    )
+    health_path: str = Field("/health", description="the path polled until the server answers 200")
+    startup_timeout_s: float = Field(
+        1800.0, gt=0, description="seconds the server may take to become healthy"
+    )
+    stop_timeout_s: float = Field(
+        30.0, gt=0, description="seconds between SIGTERM and SIGKILL when the job stops the server"
+    )
+    host: str = Field("127.0.0.1", description="the address the server listens on and is polled at")
+    env: dict[str, str | int | float] = Field(
+        {}, description="environment variables added for the server"
+    )
     tp: PositiveInt = Field(
         1, description="tensor parallel size: GPUs = tp x dp unless gpus is set"
     )
-    dp: PositiveInt = 1
+    dp: PositiveInt = Field(
+        1, description="data-parallel replicas: GPUs = tp x dp unless gpus is set"
+    )
     gpus: int | None = Field(None, ge=0, description="GPUs the server uses (default tp x dp)")
 
     @model_validator(mode="after")
@@ -342,9 +411,11 @@ class Server(Section):
 class SGLangSpec(OpenAISpec):
     """A server (SGLang, or any OpenAI-compatible one) started inside each shard job."""
 
-    backend: Literal["sglang"]  # type: ignore[assignment]
+    backend: Literal["sglang"] = Field(  # type: ignore[assignment]
+        description="a server the shard job starts from server.command"
+    )
     base_url: str = Field("http://pending/v1", description="set once the server is up")
-    server: Server
+    server: Server = Field(description="the server each shard job starts")
 
     @model_validator(mode="after")
     def _filled(self) -> SGLangSpec:
@@ -358,12 +429,16 @@ class SGLangSpec(OpenAISpec):
 class HFSpec(OpenAISpec):
     """A local transformers model answering in batches: for tiny runs and tests."""
 
-    backend: Literal["hf"]  # type: ignore[assignment]
+    backend: Literal["hf"] = Field(  # type: ignore[assignment]
+        description="a local transformers model in the shard job"
+    )
     model_path: str = Field(description="a model directory or hub id")
-    base_url: str = "http://local"
+    base_url: str = Field("http://local", description="unused: the model runs in the job itself")
     batch_size: PositiveInt = Field(16, description="requests per generate call")
     threads: PositiveInt = Field(1, description="torch threads")
-    effort: EffortSpec = EffortSpec()
+    effort: EffortSpec = Field(
+        EffortSpec(), description="how the effort level is sent (default: not at all)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -394,7 +469,10 @@ SELECTIONS: tuple[str, ...] = get_args(Selection)
 class DatasetSelection(Section):
     """The SFT dataset: the traces ``select`` picks per (prompt, effort), effort-tagged."""
 
-    default_effort: Effort
+    default_effort: Effort = Field(
+        description="the effort whose examples untagged_fraction leaves untagged, and the effort "
+        "of sft_sources' rows"
+    )
     untagged_fraction: Probability = Field(
         description="default-effort examples left untagged, so untagged behaviour stays the default"
     )

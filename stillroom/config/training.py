@@ -152,8 +152,12 @@ Attention = Literal["sdpa", "eager", "flash_attention_2", "flex_attention"]
 class Tokenizer(Section):
     """A byte-level BPE trained on the pool."""
 
-    vocab_size: Annotated[int, Field(ge=300, le=300_000)]
-    min_frequency: PositiveInt = 2
+    vocab_size: Annotated[int, Field(ge=300, le=300_000)] = Field(
+        description="tokens the BPE learns, special tokens included"
+    )
+    min_frequency: PositiveInt = Field(
+        2, description="a pair merges only if it occurs at least this often in the pool"
+    )
     pretokenize: Literal["words", "lines"] = Field(
         "words",
         description="words: GPT-2's split, no token crosses a word; lines: merges run along a "
@@ -167,21 +171,47 @@ MOE_KEYS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size")
 class ModelShape(Section):
     """A student built with random weights: Qwen3, or Qwen3-MoE with the expert keys."""
 
-    hidden_size: Annotated[int, Field(ge=8)]
-    intermediate_size: Annotated[int, Field(ge=8)]
-    num_hidden_layers: PositiveInt
-    num_attention_heads: PositiveInt
-    num_key_value_heads: PositiveInt
-    head_dim: Annotated[int, Field(ge=4)]
-    max_position_embeddings: Annotated[int, Field(ge=64)]
-    tie_word_embeddings: bool
-    rope_theta: float | None = Field(None, gt=0)
-    family: Literal["qwen3", "qwen3_moe"] = "qwen3"
-    num_experts: Annotated[int, Field(ge=2)] | None = None
-    num_experts_per_tok: PositiveInt | None = None
-    moe_intermediate_size: Annotated[int, Field(ge=8)] | None = None
-    norm_topk_prob: bool | None = None
-    router_aux_loss_coef: float | None = Field(None, ge=0)
+    hidden_size: Annotated[int, Field(ge=8)] = Field(description="width of the residual stream")
+    intermediate_size: Annotated[int, Field(ge=8)] = Field(description="width of the dense MLP")
+    num_hidden_layers: PositiveInt = Field(description="decoder layers")
+    num_attention_heads: PositiveInt = Field(description="query heads per layer")
+    num_key_value_heads: PositiveInt = Field(
+        description="key/value heads per layer; divides num_attention_heads (grouped-query "
+        "attention)"
+    )
+    head_dim: Annotated[int, Field(ge=4)] = Field(description="width of one attention head")
+    max_position_embeddings: Annotated[int, Field(ge=64)] = Field(
+        description="the longest sequence, in tokens, the model holds"
+    )
+    tie_word_embeddings: bool = Field(
+        description="the output layer shares the input embedding's weights"
+    )
+    rope_theta: float | None = Field(
+        None, gt=0, description="RoPE base frequency (null: transformers' default)"
+    )
+    family: Literal["qwen3", "qwen3_moe"] = Field(
+        "qwen3",
+        description="qwen3: dense; qwen3_moe: mixture of experts (needs the three expert keys)",
+    )
+    num_experts: Annotated[int, Field(ge=2)] | None = Field(
+        None, description="routed experts of every layer (qwen3_moe)"
+    )
+    num_experts_per_tok: PositiveInt | None = Field(
+        None, description="experts each token runs (qwen3_moe)"
+    )
+    moe_intermediate_size: Annotated[int, Field(ge=8)] | None = Field(
+        None, description="one expert's width (qwen3_moe)"
+    )
+    norm_topk_prob: bool | None = Field(
+        None,
+        description="renormalise the chosen experts' routing weights to sum to 1 (null: "
+        "transformers' default)",
+    )
+    router_aux_loss_coef: float | None = Field(
+        None,
+        ge=0,
+        description="weight of the router's load-balancing loss (null: transformers' default)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelShape:
@@ -211,13 +241,20 @@ class WeightHook(Section):
     """Re-normalise every vector along ``dim`` of the matching weights to L2 norm ``norm``, after
     every optimizer step and every merge (nGPT-style students)."""
 
-    fn: Literal["renorm_rows"]
+    fn: Literal["renorm_rows"] = Field(
+        description="the function applied: renorm_rows rescales each vector along dim to L2 norm "
+        "norm"
+    )
     match: Annotated[list[Regex], Field(min_length=1)] = Field(
         description="regular expressions searched in tensor names; each must match one"
     )
-    dim: int = -1
-    norm: float = Field(1.0, gt=0)
-    eps: float = Field(1e-8, gt=0)
+    dim: int = Field(
+        -1, description="the dimension along which each vector is normalised (-1: rows of a weight)"
+    )
+    norm: float = Field(1.0, gt=0, description="the L2 norm each vector is rescaled to")
+    eps: float = Field(
+        1e-8, gt=0, description="the least norm divided by, so a zero vector stays finite"
+    )
 
 
 def hooks_problem(method: str, hooks: list[WeightHook]) -> str | None:
@@ -238,8 +275,12 @@ class Student(Section):
     pretrained: str | None = Field(
         None, description="a model directory or hub id (downloaded in a job, not at DAG build)"
     )
-    tokenizer: Tokenizer | None = None
-    model: ModelShape | None = None
+    tokenizer: Tokenizer | None = Field(
+        None, description="a tokenizer trained on the pool (a student built from scratch)"
+    )
+    model: ModelShape | None = Field(
+        None, description="the shape of a student built with random weights"
+    )
     effort_tag: str = Field(
         pattern=r"\$effort", description="the student's effort syntax; $effort is replaced"
     )
@@ -248,7 +289,11 @@ class Student(Section):
         description="where the effort tag goes, in training and evaluation: a system turn, or "
         "the head of the user turn (for a chat template that takes no system turn)",
     )
-    weight_hooks: list[WeightHook] = []
+    weight_hooks: list[WeightHook] = Field(
+        [],
+        description="functions applied to matching weights after every optimizer step and every "
+        "merge",
+    )
 
     @model_validator(mode="after")
     def _source(self) -> Student:
@@ -270,11 +315,18 @@ class Student(Section):
 
 
 class Lora(Section):
-    r: PositiveInt
-    alpha: float = Field(gt=0)
-    # 1 zeroes every input of the adapter: it never learns
-    dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] = []
+    r: PositiveInt = Field(description="the adapter's rank")
+    alpha: float = Field(gt=0, description="LoRA scaling: the update is scaled by alpha / r")
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="dropout on the adapter's input (below 1: 1 zeroes every input, and the "
+        "adapter never learns)",
+    )
+    target_modules: list[str] = Field(
+        [], description="names of the modules adapted (PEFT's target_modules)"
+    )
     target_parameters: list[str] = Field([], description="fused MoE expert parameters")
     allow_router: bool = Field(
         False,
@@ -327,10 +379,18 @@ class Distributed(Section):
     (dp_replicate_size); the MoE experts optionally split over the ranks of each FSDP group
     (expert_parallel_size)."""
 
-    nodes: PositiveInt = 1
-    gpus_per_node: PositiveInt = 1
-    fsdp_size: PositiveInt | None = None
-    dp_replicate_size: PositiveInt = 1
+    nodes: PositiveInt = Field(1, description="nodes the job runs on")
+    gpus_per_node: PositiveInt = Field(1, description="processes, one per GPU, on each node")
+    fsdp_size: PositiveInt | None = Field(
+        None,
+        description="ranks each FSDP2 group shards the model over (default: world size / "
+        "dp_replicate_size)",
+    )
+    dp_replicate_size: PositiveInt = Field(
+        1,
+        description="replicas of the sharded model (HSDP: gradients all-reduced between them; 1: "
+        "plain FSDP)",
+    )
     expert_parallel_size: PositiveInt = Field(
         1,
         description="expert parallelism: each FSDP group's ranks split the MoE experts between "
@@ -383,8 +443,12 @@ class TrainPhase(Section):
     """One phase of a phased fine-tune: its rows of the dataset and its epochs, starting from the
     previous phase's checkpoint."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.]+$")
-    epochs: float = Field(gt=0)
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_.]+$",
+        description="the phase's name: its checkpoint is ckpt/sft-<name> (the last phase's is the "
+        "fine-tune)",
+    )
+    epochs: float = Field(gt=0, description="passes over the phase's rows")
     efforts: Annotated[list[Effort], Field(min_length=1)] | None = Field(
         None, description="the rows of these efforts (all: null)"
     )
@@ -426,7 +490,7 @@ class Train(Section):
     renamed: ClassVar[Mapping[str, str]] = {"stages": "train.phases"}
     foreign: ClassVar[Mapping[str, str]] = axolotl.FOREIGN
 
-    lr: float = Field(1e-3, gt=0, le=1)
+    lr: float = Field(1e-3, gt=0, le=1, description="peak learning rate")
     epochs: float | None = Field(
         None,
         gt=0,
@@ -434,16 +498,21 @@ class Train(Section):
         "and this one is refused",
     )
     max_steps: int = Field(-1, ge=-1, description="-1: as many as the epochs take")
-    batch_size: PositiveInt = 8
-    grad_accum: PositiveInt = 1
+    batch_size: PositiveInt = Field(8, description="packed rows per device per micro-step")
+    grad_accum: PositiveInt = Field(1, description="micro-steps accumulated per optimizer step")
     max_length: int = Field(1024, ge=16, description="tokens per packed row")
-    # transformers reads a warmup of 1 or more as steps, not as a ratio
-    warmup_ratio: float = Field(0.0, ge=0, lt=1)
+    warmup_ratio: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="share of the steps the learning rate warms up over (below 1: transformers "
+        "reads 1 or more as steps)",
+    )
     lr_scheduler: Literal[
         "cosine", "linear", "constant", "constant_with_warmup", "cosine_with_min_lr"
-    ] = "cosine"
-    weight_decay: float = Field(0.0, ge=0)
-    logging_steps: PositiveInt = 10
+    ] = Field("cosine", description="the learning-rate schedule (transformers' lr_scheduler_type)")
+    weight_decay: float = Field(0.0, ge=0, description="the optimizer's weight decay")
+    logging_steps: PositiveInt = Field(10, description="log the loss every N optimizer steps")
     method: Literal["full", "lora", "qlora"] = Field(
         "full", description="full-parameter SFT, or LoRA / QLoRA adapters merged into the base"
     )
@@ -475,14 +544,18 @@ class Train(Section):
         "job starts. adamw_torch_4bit / adamw_torch_8bit (torchao) only on one GPU: refused with "
         "FSDP2 or a device_map across GPUs (DDP replicas of bitsandbytes' QLoRA take them)",
     )
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass: less memory, more compute"
+    )
     chat_template: str | None = Field(
         None,
         description="a Jinja file (relative to the repository) with {% generation %} markers, to "
         "train with when the student's template has none and TRL has no training variant of it; "
         "the checkpoint keeps the student's own",
     )
-    distributed: Distributed = Distributed()
+    distributed: Distributed = Field(
+        Distributed(), description="the fine-tune's processes: nodes, GPUs and sharding"
+    )
     expert_parallel_backend: Literal["torch"] = Field(
         "torch",
         description="how distributed.expert_parallel_size moves tokens to their experts: torch "
@@ -516,7 +589,10 @@ class Train(Section):
         "start or the last checkpoint (rank 0's clock, agreed by every rank), so a preempted job "
         "loses at most that; fractions allowed; 0: off. With save_steps, either one saves",
     )
-    lora: Lora | None = None
+    lora: Lora | None = Field(
+        None,
+        description="the adapter of method lora or qlora (required by them, refused with full)",
+    )
     phases: list[TrainPhase] = Field(
         [],
         description="train in phases, each from the previous one's checkpoint and its own "
@@ -785,10 +861,16 @@ class Grpo(Section):
     """GRPO from the fine-tune on the pool's kernel problems; one reward, execution x rules."""
 
     group_size: int = Field(4, ge=2, description="completions per prompt (TRL num_generations)")
-    prompts_per_step: PositiveInt = 2
+    prompts_per_step: PositiveInt = Field(
+        2,
+        description="problems per optimizer step, each answered group_size times; a multiple of "
+        "the processes",
+    )
     beta: float = Field(0.04, ge=0, description="KL coefficient")
-    loss_type: LossType = "dapo"
-    lr: float = Field(1e-6, gt=0)
+    loss_type: LossType = Field(
+        "dapo", description="TRL's GRPO loss_type: how token losses are normalised over a group"
+    )
+    lr: float = Field(1e-6, gt=0, description="learning rate")
     optim: Literal["adamw_torch", "sgd"] = Field(
         "adamw_torch",
         description="the optimizer (a transformers optim name). sgd moves a weight in proportion "
@@ -814,12 +896,14 @@ class Grpo(Section):
         description="gradients clipped to this norm before the step; with sgd the largest "
         "step is lr x max_grad_norm",
     )
-    max_steps: PositiveInt = 100
-    max_completion_length: PositiveInt = 1024
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    epsilon: float = Field(0.2, gt=0)
-    logging_steps: PositiveInt = 1
+    max_steps: PositiveInt = Field(100, description="optimizer steps")
+    max_completion_length: PositiveInt = Field(1024, description="tokens per completion at most")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the completions")
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="nucleus sampling of the completions (1: off)"
+    )
+    epsilon: float = Field(0.2, gt=0, description="the policy ratio's clipping range (TRL epsilon)")
+    logging_steps: PositiveInt = Field(1, description="log every N optimizer steps")
     reward_workers: PositiveInt | None = Field(None, description="default: one per thread")
     max_harness_share: float = Field(
         0.25,
@@ -831,8 +915,12 @@ class Grpo(Section):
     dtype: Literal["auto", "float32"] = Field(
         "auto", description="auto: float32 weights, bf16 compute on GPU"
     )
-    distributed: Distributed = Distributed()
-    gradient_checkpointing: bool = False
+    distributed: Distributed = Field(
+        Distributed(), description="GRPO's processes: nodes, GPUs and sharding"
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass: less memory, more compute"
+    )
 
     @model_validator(mode="after")
     def _groups(self) -> Grpo:
