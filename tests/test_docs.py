@@ -78,3 +78,14 @@ def test_every_config_key_has_a_description():
         if not prop.get("description", "").strip()
     ]
     assert not bare, f"config keys without a Field(description=...): {bare}"
+
+
+def test_the_documented_figures_are_the_scripts():
+    # the bill, memory and size figures quoted in docs/ are what the code gives today (seconds)
+    spec = importlib.util.spec_from_file_location(
+        "doc_figures", REPO / "scripts" / "doc_figures.py"
+    )
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    stale = [page for page, text in figures.rendered().items() if (REPO / page).read_text() != text]
+    assert not stale, f"{stale}: stale figures, run python scripts/doc_figures.py"
