@@ -6,8 +6,7 @@ EVAL_BACKEND = PLAN.eval_backend
 EVAL_GPUS = PLAN.eval_gpus  # an in-process model: 1
 # One core a job: a served model computes in its server, and an in-process one on a GPU. On a CPU,
 # two single-threaded evaluations of a small student beat one with two threads: each job spends its
-# first seconds importing, on one core (measured on 2 cores: the default run's 23 evaluations and
-# their grading in 178 s, against 346 s at two threads). SLURM: the profile's set-threads.
+# first seconds importing, on one core. SLURM: the profile's set-threads.
 EVAL_THREADS = 1
 
 

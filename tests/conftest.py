@@ -34,7 +34,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     if not config.getoption("slurm"):
         # No test here submits to SLURM, so no snakemake the tests start reads a SLURM config: its
-        # SLURM executor plugin asks the controller for one when loaded, 9 s where SLURM is
+        # SLURM executor plugin asks the controller for one when loaded, seconds where SLURM is
         # installed but stopped (stillroom/plan/slurm.py OFFLINE_ENV does the same).
         os.environ["SLURM_CONF"] = os.devnull
 
@@ -50,9 +50,8 @@ def pytest_collection_modifyitems(config, items):
     items[:] = [item for item in items if not item.get_closest_marker("early_run")] + late
 
 
-# Kept, measured: a 40 s stand-in build of an early run took 380 s beside one busy core while its
-# OpenMP threads spun for preempted partners; they wait passively in every process the tests start
-# (set before torch loads libgomp).
+# OpenMP threads that spin for preempted partners slow a run beside a busy core many times over;
+# they wait passively in every process the tests start (set before torch loads libgomp).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
@@ -144,11 +143,8 @@ def wait_snakemake(run: Started, check: bool = True) -> subprocess.CompletedProc
 # Early runs: workflow runs that tests only read, started before the first test and run beside the
 # others. A test asks for one with @pytest.mark.early_run.with_args(start) (a lone function argument
 # would be taken as what the mark decorates), start(workdir) -> Started, and reads it with
-# started(start). Kept, measured: they run on the core the other tests leave idle, and serially
-# would add at least their length (a new user's session starts with `make run`, 4.6 min alone; the
-# recipe twin ran on 9 min after the other tests had ended, commit c037dd2).
-# Kept, measured: at EARLY_NICE, a run and its jobs slow the tests least (pytest 1650 s, against
-# 1714 s with the twin at the tests' priority, commit a98984e).
+# started(start). They run on the core the other tests leave idle; serially they would add at
+# least their length to the suite. At EARLY_NICE a run and its jobs slow the tests least.
 EARLY_NICE = 19
 _RUNS: dict[Callable, tuple[Path, Started] | BaseException] = {}
 

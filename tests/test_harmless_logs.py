@@ -13,7 +13,7 @@ from stillroom import HARMLESS
 
 from .conftest import REPO
 
-pytestmark = pytest.mark.slow  # each import of peft takes ~15 s
+pytestmark = pytest.mark.slow  # each import of peft takes seconds
 
 
 def stderr_of(code: str) -> str:

@@ -21,7 +21,7 @@ def _choice_regex(letters: str) -> re.Pattern:
         raise ValueError(f"choice letters must be distinct non-space characters, got {letters!r}")
     x = "[" + "".join(re.escape(c) for c in letters) + "]"
     # Possessive \s*+: with plain \s* the runs between optional tokens split a long whitespace run
-    # in O(n^k) ways ("Answer:" + 100 spaces took 3 s, 200 spaces minutes). Nothing after a run can
+    # in O(n^k) ways, and a long run after "Answer:" backtracks for minutes. Nothing after a run can
     # start with whitespace (letters never do), so giving none back never loses a match.
     boxed = rf"\\boxed\{{\s*+(?:\\text(?:bf)?\{{)?\s*+\(?\s*+({x})\s*+\)?\s*+\}}"
     # What may wrap the letter after "answer:" or "answer is": markdown bold, math dollars,

@@ -57,7 +57,7 @@ from pathlib import Path
 from .. import sandbox
 from . import channel
 
-MEMORY_LIMIT_BYTES = 8 << 30  # address space on CPU: torch and triton take ~3 GiB of it
+MEMORY_LIMIT_BYTES = 8 << 30  # address space on CPU: torch and triton take a few GiB of it
 FILE_LIMIT_BYTES = 0  # this process writes no file: its output goes through out.bin's mapping
 OUT = "out.bin"
 MAGIC = b"SRPROG01"
@@ -410,7 +410,7 @@ def main(scratch: str, device: str, started=None) -> None:
     import triton  # noqa: F401 - imported before the audit hook: its own start is not audited
 
     # Inductor's cache directory, made in this job's TMPDIR before the hook (see the docstring);
-    # named through the variable Inductor reads, since importing torch._inductor here costs 1.6 s
+    # named through the variable Inductor reads: importing torch._inductor here would slow every job
     cache = os.path.join(os.environ.get("TMPDIR", "/tmp"), "torchinductor")
     os.makedirs(cache, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache

@@ -68,7 +68,8 @@ RESULT_MAGIC = b"SRREPL01"
 MEMORY_LIMIT_BYTES = 8 << 30
 MAX_ACCESS_SITES = 256
 MAX_PATTERNS = 4096  # access patterns remembered (each up to a block of addresses)
-GC_BYTES = 64 << 20  # a case whose storages hold more is collected after it (a full gc: ~0.1 s)
+# a case whose storages hold more is collected after it (a full gc is too slow for every case)
+GC_BYTES = 64 << 20
 GPU_SAMPLE = 32  # program instances per launch a GPU's analysis interprets beyond first and last
 WARP, SECTOR = 32, 32  # lanes that access memory together; bytes a memory transaction moves
 # what Triton's compiler does on a GPU (ptxas): the kernels it compiles are checked sources

@@ -65,7 +65,7 @@ def test_the_corpus_spans_the_issue():
         problem_source(e.problem)  # raises for a problem that does not exist
 
 
-@pytest.mark.slow  # imports Liger-Kernel (with transformers) and fla: about 20 s
+@pytest.mark.slow  # imports Liger-Kernel (with transformers) and fla: seconds
 def test_library_entries_load_the_kernel_from_the_installed_package():
     """A library entry's candidate imports the package (never a copy of its source), and the
     package imports here, outside the sandbox."""

@@ -124,7 +124,7 @@ def middle_dim_blocks(s0: int, s1: int, s2: int, xblock: int = 8, rblock: int = 
 def test_a_modulo_that_wraps_at_a_rows_edge_keeps_lanes_along_the_contiguous_axis(shape):
     # an odd size cuts the runs of xindex % s2 off the block's alignment: Triton compiles that
     # size with lanes along r, but on a size 8 divides it lays them along x and they coalesce;
-    # the rule charges neither the row's edge nor that layout (the instance measured 3.7x before)
+    # the rule charges neither the row's edge nor that layout
     worst = max(sector_ratio(a, m) for a, m in middle_dim_blocks(*shape))
     assert worst <= MAX_SECTOR_RATIO, (shape, worst)
 

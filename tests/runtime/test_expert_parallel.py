@@ -90,14 +90,13 @@ def test_full_fine_tune_with_expert_parallelism_matches_plain_fsdp2(moe, tmp_pat
     fsdp = train(root, tmp_path / "fsdp", "full", batch_size=2, distributed={"gpus_per_node": 2})
     ep = train(root, tmp_path / "ep", "full", batch_size=2, distributed=EP2)
     assert ep["losses"] == pytest.approx(one["losses"], rel=1e-3)
-    assert ep["losses"] == pytest.approx(fsdp["losses"], rel=1e-5)  # measured: equal to 1e-7
+    assert ep["losses"] == pytest.approx(fsdp["losses"], rel=1e-5)  # rounding only
     a, b = (load_file(tmp_path / d / "model.safetensors") for d in ("fsdp", "ep"))
     base = load_file(root / "base" / "model.safetensors")
     assert a.keys() == b.keys() == base.keys()
-    # Against plain FSDP2 only the reduction order of the experts' gradients differs (measured:
-    # 4.4e-6 at most, on weights up to 0.1). Against one process both 2-rank runs drift alike, up
-    # to 1.5e-3 on a router after 4 Adam steps (Adam rescales near-zero gradients, rounding
-    # included), so that comparison is the losses'.
+    # Against plain FSDP2 only the reduction order of the experts' gradients differs. Against one
+    # process both 2-rank runs drift alike, most on a router after a few Adam steps (Adam
+    # rescales near-zero gradients, rounding included), so that comparison is the losses'.
     for key in a:
         torch.testing.assert_close(b[key], a[key], rtol=1e-4, atol=5e-5)
     experts = [k for k in b if ".mlp.experts." in k]

@@ -14,7 +14,7 @@ from stillroom.teachers.procedural import ProceduralTeacher
 from ..conftest import default_config, kernel_records
 from .test_generate import _generate, _shard
 
-# Hangs math-verify (sympy evaluates the tower; still running after 20 s) unless something stops it.
+# Hangs math-verify (sympy evaluates the tower without end) unless something stops it.
 HANG = r"\boxed{9^{9^{9^{9}}}}"
 SIX = "Which?\n" + "\n".join(f"({c}) option {c}" for c in "ABCDEF")
 

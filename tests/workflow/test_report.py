@@ -107,7 +107,7 @@ def test_a_headless_browser_shows_the_table_caption(report, tmp_path):
         )
         browser.wait_for("document.querySelector('iframe') !== null")
         # the frame's page is of another origin (a data URI): read back from the screen, until
-        # it has drawn or 30 s have passed (the 3.4 MB report drew in about 3 s here)
+        # it has drawn or 30 s have passed (a bound far above a drawing's time)
         end = time.monotonic() + 30
         while True:
             shot = browser.screenshot(tmp_path / "report.png")

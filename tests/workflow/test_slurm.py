@@ -30,8 +30,8 @@ from .conftest import run_tool
 
 ENV = {"SLURM_ACCOUNT": "root", "STILLROOM_CPU_PARTITION": "cpu", "STILLROOM_GPU_PARTITION": "gpu"}
 # Real clusters want slow polling (the profile's); a test wants its answer: the plugin's own
-# options, its back-off unpatched (10 s more after each round in which no job ended; the SLURM run
-# took 359 s so, against 498 s and 665 s with it patched to a fixed 2 s, on a shared machine).
+# options, its back-off unpatched (10 s more after each round in which no job ended), which ran
+# the SLURM test faster than a fixed short poll on a shared machine.
 FAST = (
     "--profile",
     str(REPO / "profiles" / "slurm"),
