@@ -137,8 +137,9 @@ class DatasetSpec(Section):
     file."""
 
     path: str = Field(
-        description="a hub dataset id, or a local .parquet, .jsonl or .csv file (relative to the "
-        "repository)"
+        description="a hub dataset id, or a local .parquet, .jsonl, .json or .csv file (relative "
+        "to "
+        "the repository)"
     )
     subset: str | None = Field(None, description="the hub dataset's configuration (subset) name")
     split: str = Field("train", description="the split read")

@@ -380,7 +380,11 @@ class Distributed(Section):
     (expert_parallel_size)."""
 
     nodes: PositiveInt = Field(1, description="nodes the job runs on")
-    gpus_per_node: PositiveInt = Field(1, description="processes, one per GPU, on each node")
+    gpus_per_node: PositiveInt = Field(
+        1,
+        description="GPUs on each node, a process each (one process over them with "
+        "train.device_map)",
+    )
     fsdp_size: PositiveInt | None = Field(
         None,
         description="ranks each FSDP2 group shards the model over (default: world size / "
@@ -868,7 +872,8 @@ class Grpo(Section):
     )
     beta: float = Field(0.04, ge=0, description="KL coefficient")
     loss_type: LossType = Field(
-        "dapo", description="TRL's GRPO loss_type: how token losses are normalised over a group"
+        "dapo",
+        description="TRL's GRPO loss_type: the objective and how its token losses are averaged",
     )
     lr: float = Field(1e-6, gt=0, description="learning rate")
     optim: Literal["adamw_torch", "sgd"] = Field(
