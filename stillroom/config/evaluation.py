@@ -277,8 +277,8 @@ class Tables(Section):
     )
     two_level: bool = Field(
         False,
-        description="resample samples within problems too (measured: over-covers, ~99% at a "
-        "nominal 95%; off by default)",
+        description="resample samples within problems too (off by default: the intervals then "
+        "cover more often than the confidence level says)",
     )
     cap_hit_flag: float = Field(
         0.1,

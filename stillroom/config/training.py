@@ -880,7 +880,7 @@ class Grpo(Section):
         "adamw_torch",
         description="the optimizer (a transformers optim name). sgd moves a weight in proportion "
         "to its gradient; Adam moves every weight with any gradient by about lr, which on a tiny "
-        "model turns reward noise into damage (measured on autotriton-tiny)",
+        "model turns reward noise into damage",
     )
     num_iterations: PositiveInt = Field(
         1, description="gradient steps on each generation batch (TRL num_iterations)"

@@ -157,7 +157,7 @@ def test_per_run_overrides_replace_the_profiles_entries():
 
 
 def test_memory_of_the_student_holding_jobs_follows_the_students_size(tmp_path, distill):
-    """The small config's 22k-parameter student asks the least (8 GB) where beam-distill's 4B one
+    """The small config's student asks the least (8 GB) where beam-distill's 4B one
     asks the sizes the profile had: 1 TB to train, 256 GB to merge, 128 GB to evaluate."""
     cfg = small_config()
     path = tmp_path / "small.yaml"
