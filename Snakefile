@@ -26,6 +26,9 @@ include: "rules/tables.smk"
 include: "rules/cost.smk"
 
 
+check_stage_rules()
+
+
 rule all:
     default_target: True
     input:

@@ -33,6 +33,8 @@ import stillroom.stages.tables
 import stillroom.stages.train
 import stillroom.plan.fit
 from stillroom.plan.dag import Plan, conda_env, model_source, named, one_of, partition_for
+from stillroom.cli import STAGES
+from stillroom.stages.contract import shell_problems
 
 REPO = Path(workflow.basedir)
 
@@ -204,13 +206,26 @@ def consumed(**inputs):
     return declared
 
 
-def stillroom_cli(stage, rule, args):
-    """A rule's shell command: its stage through the CLI, told its rule, params and threads;
-    everything the stage prints goes to the rule's log."""
-    return (
-        f"stillroom {stage} {args} --rule {rule} --threads {{threads}}"
-        " --params {params.p:q} >> {log:q} 2>&1"
-    )
+def stillroom_cli(stage, rule=None, *, optional=()):
+    """A rule's shell command: its stage through the CLI, every flag from the stage's contract
+    (stillroom/stages/contract.py) and the rule's input, output or param of that name, with the
+    optional inputs the rule declares (`optional`, by name), told its rule's name (by default the
+    stage's), params and threads; everything the stage prints goes to the rule's log."""
+    return f"{STAGES[stage].shell(rule, optional=optional)} >> {{log:q}} 2>&1"
+
+
+def check_stage_rules():
+    """Every rule's shell line against the rule: a name the line takes from it and the rule does
+    not declare, or another rule's name, is refused while the DAG is built rather than when its
+    job runs. (Called in the Snakefile, after every rule is defined.)"""
+    for each in workflow.rules:
+        declared = {kind: getattr(each, kind).keys() for kind in ("input", "output", "params")}
+        problems = shell_problems(each.name, each.shellcmd or "", declared)
+        if problems:
+            raise WorkflowError(
+                f"the shell line of rule {each.name}, from the contract of stage "
+                f"{each.shellcmd.split()[1]} (stillroom/stages/contract.py), " + "; ".join(problems)
+            )
 
 
 timing = PLAN.timing  # a rule's benchmark file

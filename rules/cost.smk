@@ -22,7 +22,7 @@ rule cost:
         ),
     params:
         # a function: the config's server commands hold {placeholders}, not wildcards
-        p=lambda wildcards: stillroom.stages.cost.job_params(EXPERIMENT).as_param(),
+        stage_params=lambda wildcards: stillroom.stages.cost.job_params(EXPERIMENT).as_param(),
         artifacts=named(PLAN.cost_artifacts()),
     log:
         PLAN.log("cost"),
@@ -31,9 +31,4 @@ rule cost:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "cost",
-            "cost",
-            "--artifacts {params.artifacts} --out-markdown {output.markdown} --out-csv {output.csv}"
-            " --out-html {output.html}",
-        )
+        stillroom_cli("cost")

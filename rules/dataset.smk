@@ -8,7 +8,7 @@ rule dataset:
     output:
         **tracked(dataset=PLAN.path("dataset")),
     params:
-        p=stillroom.stages.dataset.job_params(EXPERIMENT).as_param(),
+        stage_params=stillroom.stages.dataset.job_params(EXPERIMENT).as_param(),
         graded=named(PLAN.graded_shards()),
     log:
         PLAN.log("dataset"),
@@ -17,9 +17,7 @@ rule dataset:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "dataset", "dataset", "--graded {params.graded} --out-dataset {output.dataset}"
-        )
+        stillroom_cli("dataset")
 
 
 rule dataset_ablation:
@@ -28,7 +26,9 @@ rule dataset_ablation:
     output:
         **tracked(dataset=PLAN.path("ablation_dataset")),
     params:
-        p=lambda w: stillroom.stages.dataset.job_params(EXPERIMENT, w.selection).as_param(),
+        stage_params=lambda w: stillroom.stages.dataset.job_params(
+            EXPERIMENT, w.selection
+        ).as_param(),
         graded=named(PLAN.graded_shards()),
     log:
         PLAN.log("dataset-select-{selection}"),
@@ -37,8 +37,4 @@ rule dataset_ablation:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "dataset",
-            "dataset_ablation",
-            "--graded {params.graded} --out-dataset {output.dataset}",
-        )
+        stillroom_cli("dataset", "dataset_ablation")

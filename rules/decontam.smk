@@ -13,7 +13,7 @@ rule decontam:
     output:
         **tracked(clean=PLAN.path("decontaminated"), report=PLAN.path("decontam_report")),
     params:
-        p=stillroom.stages.decontam.job_params(EXPERIMENT).as_param(),
+        stage_params=stillroom.stages.decontam.job_params(EXPERIMENT).as_param(),
         benchmarks=named({**PLAN.benchmarks, **PLAN.splits}),
     log:
         PLAN.log("decontam"),
@@ -22,9 +22,4 @@ rule decontam:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "decontam",
-            "decontam",
-            "--pool {input.pool} --benchmarks {params.benchmarks}"
-            " --out-clean {output.clean} --out-report {output.report}",
-        )
+        stillroom_cli("decontam")

@@ -18,7 +18,9 @@ rule evaluate:
     output:
         **tracked(samples=PLAN.eval_path("samples", "evaluate")),
     params:
-        p=lambda w: stillroom.stages.evaluate.job_params(EXPERIMENT, w.model, w.bench).as_param(),
+        stage_params=lambda w: stillroom.stages.evaluate.job_params(
+            EXPERIMENT, w.model, w.bench
+        ).as_param(),
     threads: EVAL_THREADS
     resources:
         gpu=EVAL_GPUS,
@@ -31,11 +33,7 @@ rule evaluate:
     conda:
         conda_env(EVAL_BACKEND)
     shell:
-        stillroom_cli(
-            "evaluate",
-            "evaluate",
-            "--model {input.model} --problems {input.problems} --out-samples {output.samples}",
-        )
+        stillroom_cli("evaluate")
 
 
 rule evaluate_budget:
@@ -46,7 +44,7 @@ rule evaluate_budget:
     output:
         **tracked(samples=PLAN.eval_path("samples", "evaluate_budget")),
     params:
-        p=lambda w: stillroom.stages.evaluate.budget_job_params(
+        stage_params=lambda w: stillroom.stages.evaluate.budget_job_params(
             EXPERIMENT, w.model, w.bench, w.budget
         ).as_param(),
     threads: EVAL_THREADS
@@ -61,11 +59,7 @@ rule evaluate_budget:
     conda:
         conda_env(EVAL_BACKEND)
     shell:
-        stillroom_cli(
-            "evaluate",
-            "evaluate_budget",
-            "--model {input.model} --problems {input.problems} --out-samples {output.samples}",
-        )
+        stillroom_cli("evaluate", "evaluate_budget")
 
 
 rule evaluate_effort:
@@ -76,7 +70,7 @@ rule evaluate_effort:
     output:
         **tracked(samples=PLAN.eval_path("samples", "evaluate_effort")),
     params:
-        p=lambda w: stillroom.stages.evaluate.effort_job_params(
+        stage_params=lambda w: stillroom.stages.evaluate.effort_job_params(
             EXPERIMENT, w.model, w.bench, w.effort
         ).as_param(),
     threads: EVAL_THREADS
@@ -91,8 +85,4 @@ rule evaluate_effort:
     conda:
         conda_env(EVAL_BACKEND)
     shell:
-        stillroom_cli(
-            "evaluate",
-            "evaluate_effort",
-            "--model {input.model} --problems {input.problems} --out-samples {output.samples}",
-        )
+        stillroom_cli("evaluate", "evaluate_effort")

@@ -21,13 +21,13 @@ for gen_rule in PLAN.generation_rules():
         wildcard_constraints:
             **PLAN.generation_constraints(gen_rule),
         params:
-            p=lambda w, r=gen_rule: stillroom.stages.generate.job_params(
+            stage_params=lambda w, r=gen_rule: stillroom.stages.generate.job_params(
                 EXPERIMENT, w.teacher, r.job_efforts(w.get("effort"))
             ).as_param(),
             # the loop's values as params: a shell command is evaluated when its job runs, and
             # would see the loop variable's last value
             rule_name=gen_rule.name,
-            outs=" ".join(gen_files["samples"].values()),
+            samples=" ".join(gen_files["samples"].values()),
         resources:
             gpu=lambda w: PLAN.teacher_gpus(w.teacher),
             nodes=1,
@@ -39,8 +39,4 @@ for gen_rule in PLAN.generation_rules():
         conda:
             conda_env(PLAN.teacher_backend(gen_rule.teacher))
         shell:
-            stillroom_cli(
-                "generate",
-                "{params.rule_name}",
-                "--shard {input.shard} --out-samples {params.outs}",
-            )
+            stillroom_cli("generate", "{params.rule_name}")

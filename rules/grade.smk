@@ -8,7 +8,7 @@ rule grade_generation:
     output:
         **tracked(graded=PLAN.path("graded_shard")),
     params:
-        p=stillroom.stages.grade.job_params(EXPERIMENT).as_param(),
+        stage_params=stillroom.stages.grade.job_params(EXPERIMENT).as_param(),
     resources:
         gpu=PLAN.kernel_grade_gpus,
         slurm_partition=partition_for(PLAN.kernel_grade_gpus),
@@ -19,9 +19,7 @@ rule grade_generation:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "grade", "grade_generation", "--samples {input.samples} --out-graded {output.graded}"
-        )
+        stillroom_cli("grade", "grade_generation")
 
 
 rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
@@ -30,7 +28,7 @@ rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
     output:
         **tracked(graded=PLAN.path("graded")),
     params:
-        p=stillroom.stages.grade.job_params(EXPERIMENT).as_param(),
+        stage_params=stillroom.stages.grade.job_params(EXPERIMENT).as_param(),
     resources:
         gpu=PLAN.kernel_grade_gpus,
         slurm_partition=partition_for(PLAN.kernel_grade_gpus),
@@ -41,6 +39,4 @@ rule grade_eval:  # {run} is model/benchmark, or model/benchmark/budget-B
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "grade", "grade_eval", "--samples {input.samples} --out-graded {output.graded}"
-        )
+        stillroom_cli("grade", "grade_eval")

@@ -10,7 +10,7 @@ if PLAN.grpo:
         output:
             **tracked(model=directory(PLAN.checkpoint("grpo"))),
         params:
-            p=stillroom.stages.grpo.job_params(EXPERIMENT).as_param(),
+            stage_params=stillroom.stages.grpo.job_params(EXPERIMENT).as_param(),
         threads: 2
         resources:
             **PLAN.grpo_resources,  # nodes and GPUs follow grpo.distributed
@@ -21,8 +21,4 @@ if PLAN.grpo:
         conda:
             ENV
         shell:
-            stillroom_cli(
-                "grpo",
-                "grpo",
-                "--base {input.base} --problems {input.problems} --out-model {output.model}",
-            )
+            stillroom_cli("grpo")

@@ -17,7 +17,7 @@ if PLAN.adapter:
         output:
             **tracked(model=directory(PLAN.checkpoint("{trained}"))),
         params:
-            p=stillroom.stages.merge.adapter_job_params(EXPERIMENT).as_param(),
+            stage_params=stillroom.stages.merge.adapter_job_params(EXPERIMENT).as_param(),
         threads: 1
         resources:
             gpu=0,
@@ -30,11 +30,7 @@ if PLAN.adapter:
         wildcard_constraints:
             trained=one_of(PLAN.trained),
         shell:
-            stillroom_cli(
-                "merge_adapter",
-                "merge_adapter",
-                "--base {input.base} --adapter {input.adapter} --out-model {output.model}",
-            )
+            stillroom_cli("merge_adapter")
 
 
 # keyed by the merge's model name (ckpt/merge-<ratio>), whose identity gives its ratio
@@ -44,7 +40,7 @@ rule merge:
     output:
         **tracked(model=directory(PLAN.checkpoint("{merge}"))),
     params:
-        p=lambda w: stillroom.stages.merge.job_params(EXPERIMENT, w.merge).as_param(),
+        stage_params=lambda w: stillroom.stages.merge.job_params(EXPERIMENT, w.merge).as_param(),
     resources:
         mem_mb=PLAN.student_mem_mb("merge"),  # base and fine-tune: the student's size
     log:
@@ -54,11 +50,7 @@ rule merge:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "merge",
-            "merge",
-            "--base {input.base} --tuned {input.tuned} --out-model {output.model}",
-        )
+        stillroom_cli("merge")
 
 
 if PLAN.select_on:
@@ -73,7 +65,7 @@ if PLAN.select_on:
         output:
             **tracked(selection=PLAN.path("selection")),
         params:
-            p=stillroom.stages.merge.select_job_params(EXPERIMENT).as_param(),
+            stage_params=stillroom.stages.merge.select_job_params(EXPERIMENT).as_param(),
             graded=named(PLAN.dev_graded()),
             reported=named(PLAN.reported()),
         log:
@@ -83,9 +75,4 @@ if PLAN.select_on:
         conda:
             ENV
         shell:
-            stillroom_cli(
-                "select_merge",
-                "select_merge",
-                "--graded {params.graded} --dev {input.dev} --reported {params.reported}"
-                " --out-selection {output.selection}",
-            )
+            stillroom_cli("select_merge")

@@ -6,7 +6,9 @@ rule benchmark:
     output:
         **tracked(benchmark=PLAN.path("benchmark")),
     params:
-        p=lambda w: stillroom.stages.pool.benchmark_job_params(EXPERIMENT, w.bench, REPO).as_param(),
+        stage_params=lambda w: stillroom.stages.pool.benchmark_job_params(
+            EXPERIMENT, w.bench, REPO
+        ).as_param(),
     log:
         PLAN.log("benchmark-{bench}"),
     benchmark:
@@ -14,7 +16,7 @@ rule benchmark:
     conda:
         ENV
     shell:
-        stillroom_cli("benchmark", "benchmark", "--out-benchmark {output.benchmark}")
+        stillroom_cli("benchmark")
 
 
 rule pool:
@@ -31,7 +33,7 @@ rule pool:
             dev=PLAN.path("dev"),
         ),
     params:
-        p=stillroom.stages.pool.pool_job_params(EXPERIMENT, REPO).as_param(),
+        stage_params=stillroom.stages.pool.pool_job_params(EXPERIMENT, REPO).as_param(),
         benchmarks=named(PLAN.benchmarks),
     log:
         PLAN.log("pool"),
@@ -40,12 +42,7 @@ rule pool:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "pool",
-            "pool",
-            "--benchmarks {params.benchmarks} --out-pool {output.pool}"
-            " --out-heldout {output.heldout} --out-dev {output.dev}",
-        )
+        stillroom_cli("pool")
 
 
 rule shard:
@@ -54,7 +51,7 @@ rule shard:
     output:
         **tracked(**{f"shard{s}": p for s, p in zip(PLAN.shards, PLAN.shard_paths())}),
     params:
-        p=stillroom.stages.pool.shard_job_params(EXPERIMENT).as_param(),
+        stage_params=stillroom.stages.pool.shard_job_params(EXPERIMENT).as_param(),
         shards=PLAN.shard_paths(),
     log:
         PLAN.log("shard"),
@@ -63,4 +60,4 @@ rule shard:
     conda:
         ENV
     shell:
-        stillroom_cli("shard", "shard", "--pool {input.pool} --out-shards {params.shards}")
+        stillroom_cli("shard")

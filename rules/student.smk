@@ -8,7 +8,7 @@ if PLAN.pretrained:
         output:
             **tracked(model=directory(PLAN.checkpoint("base"))),
         params:
-            p=stillroom.stages.student.pretrained_job_params(
+            stage_params=stillroom.stages.student.pretrained_job_params(
                 EXPERIMENT, model_source(PRETRAINED, REPO)
             ).as_param(),
         log:
@@ -18,7 +18,7 @@ if PLAN.pretrained:
         conda:
             ENV
         shell:
-            stillroom_cli("pretrained", "pretrained", "--out-model {output.model}")
+            stillroom_cli("pretrained")
 
 else:
 
@@ -32,7 +32,7 @@ else:
         output:
             **tracked(tokenizer=directory(PLAN.path("tokenizer"))),
         params:
-            p=stillroom.stages.student.tokenizer_job_params(EXPERIMENT).as_param(),
+            stage_params=stillroom.stages.student.tokenizer_job_params(EXPERIMENT).as_param(),
         log:
             PLAN.log("tokenizer"),
         benchmark:
@@ -40,9 +40,7 @@ else:
         conda:
             ENV
         shell:
-            stillroom_cli(
-                "tokenizer", "tokenizer", "--pool {input.pool} --out-tokenizer {output.tokenizer}"
-            )
+            stillroom_cli("tokenizer")
 
     rule base:
         input:
@@ -50,7 +48,7 @@ else:
         output:
             **tracked(model=directory(PLAN.checkpoint("base"))),
         params:
-            p=stillroom.stages.student.base_job_params(EXPERIMENT).as_param(),
+            stage_params=stillroom.stages.student.base_job_params(EXPERIMENT).as_param(),
         log:
             PLAN.log("base"),
         benchmark:
@@ -58,6 +56,4 @@ else:
         conda:
             ENV
         shell:
-            stillroom_cli(
-                "base", "base", "--tokenizer {input.tokenizer} --out-model {output.model}"
-            )
+            stillroom_cli("base")

@@ -4,7 +4,6 @@
 # different teachers, their trace lengths compared (stillroom/stages/tables.py).
 
 SELECTION = PLAN.selection
-SELECTION_ARG = f" --selection {SELECTION[0]}" if SELECTION else ""
 
 
 rule tables:
@@ -33,7 +32,9 @@ rule tables:
             ),
         ),
     params:
-        p=lambda w: stillroom.stages.tables.job_params(EXPERIMENT, w.bench, BASE_RANDOM).as_param(),
+        stage_params=lambda w: stillroom.stages.tables.job_params(
+            EXPERIMENT, w.bench, BASE_RANDOM
+        ).as_param(),
         graded=lambda w: named(PLAN.graded_models(w.bench)),
     log:
         PLAN.log("tables-{bench}"),
@@ -42,13 +43,7 @@ rule tables:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "tables",
-            "tables",
-            "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
-            " --out-html {output.html}"
-            f" --out-latex {{output.latex}} --out-plot {{output.plot}}{SELECTION_ARG}",
-        )
+        stillroom_cli("tables", optional=["selection"] if SELECTION else [])
 
 
 rule budget_tables:
@@ -76,7 +71,7 @@ rule budget_tables:
             ),
         ),
     params:
-        p=lambda w: stillroom.stages.tables.budget_job_params(
+        stage_params=lambda w: stillroom.stages.tables.budget_job_params(
             EXPERIMENT, w.bench, BASE_RANDOM
         ).as_param(),
         graded=lambda w: named(PLAN.budget_graded(w.bench)),
@@ -87,13 +82,7 @@ rule budget_tables:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "budget_tables",
-            "budget_tables",
-            "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
-            " --out-html {output.html}"
-            " --out-plot {output.plot}",
-        )
+        stillroom_cli("budget_tables")
 
 
 rule effort_tables:
@@ -118,7 +107,9 @@ rule effort_tables:
             ),
         ),
     params:
-        p=lambda w: stillroom.stages.tables.effort_job_params(EXPERIMENT, w.bench).as_param(),
+        stage_params=lambda w: stillroom.stages.tables.effort_job_params(
+            EXPERIMENT, w.bench
+        ).as_param(),
         graded=lambda w: named(PLAN.effort_graded(w.bench)),
         teacher=named(PLAN.graded_shards()),
     log:
@@ -128,12 +119,7 @@ rule effort_tables:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "effort_tables",
-            "effort_tables",
-            "--graded {params.graded} --teacher {params.teacher}"
-            " --out-markdown {output.markdown} --out-csv {output.csv} --out-html {output.html}",
-        )
+        stillroom_cli("effort_tables")
 
 
 # "tables/{bench}.md" would also match "tables/<bench>-budgets.md" and "tables/<bench>-efforts.md"
@@ -160,7 +146,7 @@ rule kernel_tables:
             ),
         ),
     params:
-        p=lambda w: stillroom.stages.tables.kernel_job_params(
+        stage_params=lambda w: stillroom.stages.tables.kernel_job_params(
             EXPERIMENT, w.bench, BASE_RANDOM
         ).as_param(),
         graded=lambda w: named(PLAN.graded_models(w.bench)),
@@ -171,12 +157,7 @@ rule kernel_tables:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "kernel_tables",
-            "kernel_tables",
-            "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
-            " --out-html {output.html}",
-        )
+        stillroom_cli("kernel_tables")
 
 
 ruleorder: kernel_tables > tables  # "tables/{bench}.md" would also match "tables/<bench>-kernels.md"
@@ -204,7 +185,7 @@ if PLAN.generation.mixed:
                 ),
             ),
         params:
-            p=stillroom.stages.tables.teacher_job_params(EXPERIMENT).as_param(),
+            stage_params=stillroom.stages.tables.teacher_job_params(EXPERIMENT).as_param(),
             graded=named(PLAN.graded_shards()),
         log:
             PLAN.log("teacher-tables"),
@@ -213,11 +194,6 @@ if PLAN.generation.mixed:
         conda:
             ENV
         shell:
-            stillroom_cli(
-                "teacher_tables",
-                "teacher_tables",
-                "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
-                " --out-html {output.html}",
-            )
+            stillroom_cli("teacher_tables")
 
     ruleorder: teacher_tables > tables  # "tables/{bench}.md" would also match "tables/teachers.md"

@@ -18,7 +18,7 @@ rule train:
     output:
         **tracked(model=directory(PLAN.checkpoint(f"sft{{phase}}{PLAN.trained_as}"))),
     params:
-        p=lambda w: stillroom.stages.train.job_params(
+        stage_params=lambda w: stillroom.stages.train.job_params(
             EXPERIMENT, PLAN.phase_name[w.phase]
         ).as_param(),
     threads: 2
@@ -38,12 +38,7 @@ rule train:
     wildcard_constraints:
         phase=PLAN.phase_constraint,
     shell:
-        stillroom_cli(
-            "train",
-            "train",
-            "--base {input.base} --dataset {input.dataset} --out-model {output.model}"
-            + (" --chat-template {input.chat_template:q}" if PLAN.chat_template else ""),
-        )
+        stillroom_cli("train", optional=PLAN.chat_template)
 
 
 # The dataset ablation (dataset.ablation): the student fine-tuned as sft is, from the base, on each
@@ -58,7 +53,7 @@ rule train_ablation:
     output:
         **tracked(model=directory(PLAN.checkpoint(f"select-{{selection}}{PLAN.trained_as}"))),
     params:
-        p=stillroom.stages.train.job_params(EXPERIMENT).as_param(),
+        stage_params=stillroom.stages.train.job_params(EXPERIMENT).as_param(),
     threads: 2
     resources:
         **PLAN.ablation_resources,
@@ -69,9 +64,4 @@ rule train_ablation:
     conda:
         ENV
     shell:
-        stillroom_cli(
-            "train",
-            "train_ablation",
-            "--base {input.base} --dataset {input.dataset} --out-model {output.model}"
-            + (" --chat-template {input.chat_template:q}" if PLAN.chat_template else ""),
-        )
+        stillroom_cli("train", "train_ablation", optional=PLAN.chat_template)

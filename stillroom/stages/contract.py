@@ -1,6 +1,6 @@
 """A stage's contract, declared once beside its function: the CLI name (its rule's name), the typed
 params, the inputs and outputs the CLI takes, and its help. ``cli.STAGES`` is built from these, and
-a test holds every rule's shell line to them.
+every rule's shell line is generated from them (``Contract.shell``).
 
 Kept free of heavy imports: the CLI imports every stage module to list the stages in ``--help``.
 """
@@ -8,8 +8,9 @@ Kept free of heavy imports: the CLI imports every stage module to list the stage
 from __future__ import annotations
 
 import inspect
+import re
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -21,6 +22,9 @@ from ..config import StageParams
 EXTRAS = ("threads", "log", "notes")
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# The rule's param holding its job's params (its stage's StageParams as JSON), for `--params`.
+PARAMS = "stage_params"
 
 
 @dataclass(frozen=True)
@@ -65,18 +69,50 @@ class Contract:
     def output_names(self) -> tuple[str, ...]:
         return tuple(spec.rstrip("*") for spec in self.outputs)
 
-    def flags(self) -> tuple[set[str], set[str]]:
-        """The command-line flags of this stage: (required, optional), e.g. ``--out-model``."""
-        required = {f"--{flag(s)}" for s in self.inputs if not s.endswith("?")}
-        required |= {f"--out-{flag(s)}" for s in self.outputs}
-        optional = {f"--{flag(s)}" for s in self.inputs if s.endswith("?")}
-        return required, optional | {"--params", "--threads", "--rule", "--config", "--workflow"}
+    def shell(self, rule: str | None = None, *, optional: Iterable[str] = ()) -> str:
+        """The command line of a rule that runs this stage, as a Snakemake shell template: each
+        input `--NAME {input.NAME:q}`, each output `--out-NAME {output.NAME:q}`, then the optional
+        inputs the rule declares (``optional``, by name), the rule's name (default: the stage's),
+        threads and params. A "*" spec's values are the rule's param NAME, `NAME=PATH` pairs or
+        paths (an input list would drop the names)."""
+        chosen = set(optional)
+        unknown = chosen - {s.rstrip("*?") for s in self.inputs if s.endswith("?")}
+        if unknown:
+            raise ValueError(
+                f"stage '{self.name}': no optional input {', '.join(sorted(unknown))} "
+                f"(its inputs: {', '.join(self.inputs)})"
+            )
+        args = [_arg(f"--{flag(s)}", "input", s) for s in self.inputs if not s.endswith("?")]
+        args += [_arg(f"--out-{flag(s)}", "output", s) for s in self.outputs]
+        args += [_arg(f"--{flag(s)}", "input", s) for s in self.inputs if s.rstrip("*?") in chosen]
+        tail = f"--rule {rule or self.name} --threads {{threads}} --params {{params.{PARAMS}:q}}"
+        return " ".join([f"stillroom {self.name}", *args, tail])
 
 
 def flag(spec: str) -> str:
     """The flag of an input or output spec, without its dashes (``chat_template?``:
-    ``chat-template``); the CLI's parser and the rules' check both take it from here."""
+    ``chat-template``); the CLI's parser and the rules' shell lines both take it from here."""
     return spec.rstrip("*?").replace("_", "-")
+
+
+def _arg(option: str, kind: str, spec: str) -> str:
+    """One flag of a shell template and its value: a "*" spec's from the rule's param of its name
+    (written space-separated), any other from the rule's input or output of its name, quoted."""
+    name = spec.rstrip("*?")
+    return f"{option} {{params.{name}}}" if "*" in spec else f"{option} {{{kind}.{name}:q}}"
+
+
+def shell_problems(rule: str, shell: str, declared: Mapping[str, Collection[str]]) -> list[str]:
+    """What is wrong with a rule's shell template, given the names the rule declares of each kind
+    (input, output, params): each `{input.NAME}`, `{output.NAME}` or `{params.NAME}` it takes that
+    the rule does not declare, and a `--rule` naming another rule (a placeholder is the job's)."""
+    taken = re.findall(r"\{(input|output|params)\.(\w+)", shell)
+    missing = [f"{kind}.{name}" for kind, name in taken if name not in declared.get(kind, ())]
+    problems = [f"takes {', '.join(missing)}, which the rule does not declare"] if missing else []
+    named = re.search(r" --rule ([^{\s]\S*)", shell)
+    if named and named[1] != rule:
+        problems.append(f"names rule '{named[1]}' (--rule), not its own")
+    return problems
 
 
 def stage(

@@ -52,7 +52,7 @@ def job_params(exp: Experiment, bench: str, base_random: bool) -> Params:
     "tables",
     params=Params,
     inputs=("graded*", "selection?"),
-    outputs=("markdown", "csv", "latex", "plot", "html"),
+    outputs=("markdown", "csv", "html", "latex", "plot"),
     help="paired bootstrap tables and the accuracy/length plot",
 )
 def run(
@@ -107,7 +107,7 @@ def budget_job_params(exp: Experiment, bench: str, base_random: bool) -> BudgetP
     "budget_tables",
     params=BudgetParams,
     inputs=("graded*",),
-    outputs=("markdown", "csv", "plot", "html"),
+    outputs=("markdown", "csv", "html", "plot"),
     help="accuracy against thinking budget (budget forcing), per model",
 )
 def budget_run(

@@ -1,11 +1,10 @@
-"""Every rule's shell line against the contract its stage module declares (stages/contract.py): a
-known stage, every required flag, no unknown one, and params its Params class accepts. The dry runs
-of the default and every recipe check their lines in test_rules.py (one dry run serves both); these
-tests check the checker and the contracts themselves."""
+"""The contracts the stage modules declare (stages/contract.py) and the shell lines generated from
+them: every rule's line is `Contract.shell`'s, and the workflow refuses, while its DAG is built, a
+rule that lacks a name its line takes (test_rules.py)."""
 
 from __future__ import annotations
 
-import json
+import re
 import shlex
 import subprocess
 import sys
@@ -14,95 +13,93 @@ from typing import Any
 
 import pytest
 
-from stillroom.cli import STAGES
-from stillroom.config import ConfigError, StageParams
-from stillroom.stages.contract import Contract, contracts, flag, stage
+from stillroom.cli import STAGES, build_parser
+from stillroom.config import StageParams
+from stillroom.stages.contract import PARAMS, Contract, contracts, shell_problems, stage
 
 
-def command_problems(dry_run_output: str) -> tuple[int, list[str]]:
-    """The `stillroom <stage>` shell lines of a `snakemake -n -p` output, checked: how many there
-    are, and one problem per bad line (naming its rule and what is wrong)."""
-    problems: list[str] = []
-    count = 0
-    rule = "?"
-    for line in dry_run_output.splitlines():
-        if line.startswith("rule ") and line.endswith(":"):
-            rule = line[5:-1]
-        if not line.startswith("Shell command: stillroom "):
-            continue
-        count += 1
-        command = line.removeprefix("Shell command: ")
-        problems += [f"rule {rule}: {p}" for p in check_command(command)]
-    return count, problems
+def _stage_of(function: Callable[..., Any], **kwargs: Any) -> Contract:
+    kwargs.setdefault("outputs", ("model",))
+    stage("probe", params=StageParams, help="a probe", **kwargs)(function)
+    return function.contract
 
 
-def check_command(command: str) -> list[str]:
-    """What is wrong with one `stillroom <stage> ...` shell line (empty: nothing)."""
-    tokens = shlex.split(command)
-    if ">>" in tokens:  # the rule's log redirection
-        tokens = tokens[: tokens.index(">>")]
-    name = tokens[1]
-    if name not in STAGES:
-        return [f"unknown stage '{name}' (known: {', '.join(STAGES)})"]
-    contract = STAGES[name]
-    required, optional = contract.flags()
-    values: dict[str, list[str]] = {}
-    current = None
-    for token in tokens[2:]:
-        if token.startswith("--"):
-            current = token
-            values.setdefault(current, [])
-        elif current is None:
-            return [f"{name}: '{token}' before any flag"]
-        else:
-            values[current].append(token)
-    problems = [f"{name}: missing {f}" for f in sorted(required - set(values))]
-    problems += [f"{name}: unknown flag {f}" for f in sorted(set(values) - required - optional)]
-    multi = {f"--{flag(s)}" for s in contract.inputs if s.endswith("*")}
-    multi |= {f"--out-{flag(s)}" for s in contract.outputs if s.endswith("*")}
-    for f, given in values.items():
-        if f in multi:
-            continue
-        if len(given) != 1:
-            problems.append(f"{name}: {f} takes one value, given {len(given)}")
-    if "--params" not in values:
-        problems.append(f"{name}: no --params")
-    elif len(values["--params"]) == 1:
-        try:
-            contract.params.parse(json.loads(values["--params"][0]), where=name)
-        except (ConfigError, json.JSONDecodeError) as exc:
-            problems.append(f"{name}: --params: {exc}")
-    return problems
+def _probe(*, graded, base, chat_template, out_model, out_shards, params):
+    return None
 
 
-GOOD = (
-    "stillroom merge --base b --tuned t --out-model m --rule merge --threads 1 "
-    """--params '{"seed": 1, "ratio": 0.5, "weight_hooks": []}' >> log 2>&1"""
-)
-
-
-def test_a_good_line_passes_and_each_kind_of_bad_line_is_named():
-    assert check_command(GOOD) == []
-    assert check_command(GOOD.replace("merge --base", "mrege --base"))[0].startswith(
-        "unknown stage 'mrege'"
+def test_a_shell_line_takes_each_flag_from_the_rule_name_of_its_spec():
+    contract = _stage_of(
+        _probe, inputs=("graded*", "base", "chat_template?"), outputs=("model", "shards*")
     )
-    assert check_command(GOOD.replace("--tuned t ", "")) == ["merge: missing --tuned"]
-    assert check_command(GOOD.replace("--tuned t", "--tuned t --tunned u")) == [
-        "merge: unknown flag --tunned"
-    ]
-    assert check_command(GOOD.replace("--base b", "--base b c")) == [
-        "merge: --base takes one value, given 2"
-    ]
-    bad = check_command(GOOD.replace("0.5", "2"))
-    assert len(bad) == 1 and bad[0].startswith("merge: --params: ") and "ratio" in bad[0]
-    bad = check_command(GOOD.replace('"seed": 1', '"sed": 1'))
-    assert "unknown key 'sed' (did you mean 'seed'?)" in bad[0]
+    head = "stillroom probe --graded {params.graded} --base {input.base:q}"
+    outs = " --out-model {output.model:q} --out-shards {params.shards}"
+    tail = f" --threads {{threads}} --params {{params.{PARAMS}:q}}"
+    # an optional input only where the rule declares it, after the outputs; the rule named like
+    # its stage unless it says otherwise
+    assert contract.shell() == head + outs + " --rule probe" + tail
+    optional = " --chat-template {input.chat_template:q}"
+    with_template = contract.shell("probe_more", optional=["chat_template"])
+    assert with_template == head + outs + optional + " --rule probe_more" + tail
+    assert contract.shell("probe_more", optional={"chat_template": "t.jinja"}) == with_template
+    with pytest.raises(ValueError, match=r"stage 'probe': no optional input base \(its inputs: "):
+        contract.shell(optional=["base"])
 
 
-def test_the_dry_run_reader_names_the_rule():
-    output = f"rule merge:\n    input: b\nShell command: {GOOD.replace('--tuned t ', '')}\n"
-    output += "rule all:\nShell command: None\n"
-    assert command_problems(output) == (1, ["rule merge: merge: missing --tuned"])
+def test_what_a_line_takes_that_its_rule_does_not_declare_is_named():
+    line = STAGES["merge"].shell()
+    declared = {"input": ["base", "base_prov"], "output": ["model"], "params": [PARAMS]}
+    assert shell_problems("merge", line, declared) == [
+        "takes input.tuned, which the rule does not declare"
+    ]
+    assert shell_problems("merge", line, {**declared, "input": ["base", "tuned"]}) == []
+    assert shell_problems("merge_again", line, {}) == [
+        f"takes input.base, input.tuned, output.model, params.{PARAMS}, which the rule does not "
+        "declare",
+        "names rule 'merge' (--rule), not its own",
+    ]
+    # a rule named by a placeholder is the job's (the rules a loop defines)
+    assert shell_problems("generate_x", STAGES["merge"].shell("{params.rule_name}"), {}) == [
+        f"takes input.base, input.tuned, output.model, params.rule_name, params.{PARAMS}, which "
+        "the rule does not declare"
+    ]
+
+
+def _filled(line: str) -> list[str]:
+    """A generated line as its job would run it: each `{kind.NAME}` a value naming what it came
+    from, several `NAME=PATH` for a params list."""
+    values = {"threads": "3", f"params.{PARAMS}": '{"seed": 1}'}
+
+    def value(match: re.Match) -> str:
+        key = match[1]
+        if key in values:
+            return shlex.quote(values[key])
+        kind, name = key.split(".")
+        return f"{name}-a={name}.1 {name}-b={name}.2" if kind == "params" else f"{kind}-{name}"
+
+    return shlex.split(re.sub(r"\{([\w.]+)(?::q)?\}", value, line))
+
+
+@pytest.mark.parametrize("name", sorted(STAGES))
+def test_every_stages_line_is_what_its_cli_parses(name):
+    # every optional input given: the line the CLI's parser (built from the same contract) reads
+    contract = STAGES[name]
+    optional = [s.rstrip("?") for s in contract.inputs if s.endswith("?")]
+    tokens = _filled(contract.shell("a_rule", optional=optional))
+    assert tokens[:2] == ["stillroom", name]
+    args = vars(build_parser().parse_args(tokens[1:]))
+    assert [args[k] for k in ("command", "rule", "threads", "params")] == [
+        name, "a_rule", 3, '{"seed": 1}'
+    ]  # fmt: skip
+
+    def expected(kind: str, spec: str) -> str | list[str]:
+        n = spec.rstrip("*?")
+        return [f"{n}-a={n}.1", f"{n}-b={n}.2"] if "*" in spec else f"{kind}-{n}"
+
+    for spec in contract.inputs:
+        assert args[spec.rstrip("*?")] == expected("input", spec), spec
+    for spec in contract.outputs:
+        assert args["out_" + spec.rstrip("*")] == expected("output", spec), spec
 
 
 def test_every_stage_declares_a_stage_params_and_no_other_seed():
@@ -117,11 +114,6 @@ def test_a_rule_named_like_its_stage_where_it_has_one():
     # the step that picks a merge ratio: one name for the rule, the CLI stage and the function
     assert STAGES["select_merge"].function.__name__ == "select_merge"
     assert "select" not in STAGES
-
-
-def _stage_of(function: Callable[..., Any], **kwargs: Any) -> Contract:
-    stage("probe", params=StageParams, outputs=("model",), help="a probe", **kwargs)(function)
-    return function.contract
 
 
 def test_a_signature_must_match_its_contract():
