@@ -267,13 +267,13 @@ def run(
         )
         for e in efforts
     }
-    for e, recs in records.items():
+    for recs in records.values():
         failed = [r for r in recs if r["error"]]
         if len(failed) > teacher.spec["max_failed_fraction"] * len(recs):
             raise TeacherError(
-                f"{len(failed)} of {len(recs)} samples of {e} failed for good (e.g. "
-                f"{failed[0]['key']}: {failed[0]['error']}); they stay in {journal.partial} and "
-                "are retried on the next run",
+                f"{len(failed)} of {len(recs)} samples failed for good (e.g. {failed[0]['key']}: "
+                f"{failed[0]['error']}); they stay in {journal.partial} and are retried on the "
+                "next run",
                 failed[0]["attempts"],
             )
     # the model the server answered as (a hosted API's dated snapshot behind an alias)
