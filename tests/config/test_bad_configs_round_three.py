@@ -119,7 +119,7 @@ CASES = [
                 _set("cost.gpus", {"generate_low_medium": 2}),
             )
         ),
-        "cost.gpus.generate_low_medium: not a rule of the workflow (one of …, generate, grade_eval,",
+        "cost.gpus.generate_low_medium: not a rule of the workflow (one of …, generate, grade_eval",
     ),
     (
         "gpu_type_by_rule naming no rule",

@@ -237,12 +237,8 @@ def test_a_generation_job_s_params_name_its_effort_or_its_group_s_efforts():
 def test_an_effort_group_s_job_writes_one_file_and_grading_takes_one_effort_of_it(tmp_path):
     shard = _shard(tmp_path, 10)
     group = str(tmp_path / "low+medium.jsonl")
-    m = generate.run(
-        shard=shard,
-        out_samples=group,
-        log=lambda _: None,
-        params={**PARAMS, "effort": None, "efforts": ["low", "medium"]},
-    )
+    params = {**PARAMS, "effort": None, "efforts": ["low", "medium"]}
+    m = generate.run(shard=shard, out_samples=group, log=lambda _: None, params=params)
     rows = read_jsonl(group)
     # each effort's records together, in the group's order, as its job alone writes them
     medium = [r for r in rows if r["effort"] == "medium"]
@@ -253,6 +249,17 @@ def test_an_effort_group_s_job_writes_one_file_and_grading_takes_one_effort_of_i
     _generate(shard, alone, effort="medium")
     assert _content(medium) == _content(read_jsonl(alone))
     assert m["samples"] == len(rows) and set(m["per_effort"]) == {"low", "medium"}
+    # a killed group job resumes from its one partial file: what it had is kept, the rest redone
+    fingerprint = {
+        **generate.fingerprint(generate.Params.parse(params)),
+        "efforts": params["efforts"],
+    }
+    kept = rows[: len(rows) // 2 + 1]  # all of low and a first medium record
+    write_jsonl(f"{group}.partial", [{"fingerprint": fingerprint}, *kept])
+    logged = []
+    generate.run(shard=shard, out_samples=group, log=logged.append, params=params)
+    assert f"resuming: {len(kept)} samples already done" in logged
+    assert read_jsonl(group)[: len(kept)] == kept and _content(read_jsonl(group)) == _content(rows)
     graded = str(tmp_path / "graded.jsonl")
     g = grade.run(samples=group, out_graded=graded, params={"effort": "medium"}, log=lambda _: None)
     assert [r["key"] for r in read_jsonl(graded)] == [r["key"] for r in medium]
