@@ -144,7 +144,7 @@ def test_kernel_recipe_grades_and_trains_on_gpus():
 def test_an_api_teacher_generates_on_the_cpu_partition(tmp_path):
     overlay = tmp_path / "api.yaml"
     overlay.write_text(yaml.safe_dump({"generation": {"teacher": "beam-api"}}))
-    gen = opts(plan([DISTILL, overlay])["generate"].sbatch)
+    gen = opts(plan([DISTILL, overlay])["generate[efforts=medium]"].sbatch)
     assert gen["-p"] == "cpu" and "--gpus" not in gen and gen["--cpus-per-task"] == "16"
 
 
