@@ -21,7 +21,9 @@ class Generation(Section):
     samples_per_prompt: Annotated[int, Field(ge=1, le=1024)]
     shards: Annotated[int, Field(ge=1, le=100_000)]
     effort_groups: list[Annotated[list[Effort], Field(min_length=2)]] = Field(
-        [], description="efforts generated together: one job (one server start) per shard and group"
+        [],
+        description="efforts generated together: one job (one server start) and one file per shard "
+        "and group",
     )
     effort_shards: dict[Effort, PositiveInt] = Field(
         {}, description="effort -> how many shards it runs on (a hash-random subset); unlisted: all"
