@@ -1,14 +1,17 @@
 # Grading, of teacher samples and of evaluation samples alike: each answer by the grader of its kind
-# (stillroom/stages/grade.py, stillroom/grading/).
+# (stillroom/stages/grade.py, stillroom/grading/). A teacher shard of one effort is graded from the
+# generation file holding it: an effort group's job wrote one for all its efforts.
 
 
 rule grade_generation:
     input:
-        **consumed(samples=PLAN.path("generated")),
+        **consumed(samples=lambda w: PLAN.generated(w.effort, w.teacher, w.shard)),
     output:
         **tracked(graded=PLAN.path("graded_shard")),
     params:
-        stage_params=stillroom.stages.grade.job_params(EXPERIMENT).as_param(),
+        stage_params=lambda w: stillroom.stages.grade.job_params(
+            EXPERIMENT, w.effort if PLAN.grouped(w.effort) else None
+        ).as_param(),
     resources:
         gpu=PLAN.kernel_grade_gpus,
         slurm_partition=partition_for(PLAN.kernel_grade_gpus),

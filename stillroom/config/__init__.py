@@ -36,7 +36,6 @@ from .experiment import SPLITS, TEACHERS_TABLE, Experiment
 from .generation import (
     PROCEDURAL_DETAIL,
     DatasetSelection,
-    EffortGroup,
     Generation,
     HFSpec,
     OpenAISpec,
@@ -71,7 +70,6 @@ __all__ = [
     "Experiment",
     "Forcing",
     "Generation",
-    "EffortGroup",
     "Grpo",
     "Heldout",
     "Kernels",

@@ -298,6 +298,8 @@ def _non_finite(value: Any, key: str) -> Iterable[str]:
 # floats only, so .inf and .nan are refused here anywhere inside it.
 Plain = Annotated[Any, AfterValidator(_finite)]
 Probability = Annotated[float, Field(ge=0, le=1)]
+# An effort level; no "+", which joins an effort group's efforts into its generation jobs' key
+# (stillroom/plan/generation.py).
 Effort = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]
 # A name the user chooses that becomes a path segment (results/<experiment>/gen/<teacher>/...).
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")]

@@ -608,7 +608,7 @@ class Cost(Section):
         None, description="the GPU type of every GPU rule not in gpu_type_by_rule"
     )
     gpu_type_by_rule: dict[str, Name] = Field(
-        {}, description="GPU type by rule (e.g. the teacher's generation rules on another type)"
+        {}, description="GPU type by rule (e.g. generate, the teacher's jobs, on another type)"
     )
     gpus: dict[str, Annotated[int, Field(ge=0)]] = Field(
         {},

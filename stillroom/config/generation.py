@@ -3,7 +3,6 @@ how the SFT dataset is chosen from the graded answers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from string import Template
 from typing import Annotated, Any, Literal, get_args
 
@@ -11,16 +10,6 @@ from pydantic import ConfigDict, Field, model_serializer, model_validator
 
 from .base import Effort, Plain, PositiveInt, Probability, Section, placeholders, tag
 from .data import KernelBookSource
-
-
-@dataclass(frozen=True)
-class EffortGroup:
-    """Efforts one teacher generates: ``together``, one job per shard serves them all (one server
-    start, an entry of generation.effort_groups); else one job per shard and effort."""
-
-    teacher: str
-    efforts: tuple[str, ...]
-    together: bool
 
 
 class Generation(Section):
@@ -39,7 +28,9 @@ class Generation(Section):
         "effort group)"
     )
     effort_groups: list[Annotated[list[Effort], Field(min_length=2)]] = Field(
-        [], description="efforts generated together: one job (one server start) per shard and group"
+        [],
+        description="efforts generated together: one job (one server start) and one file per shard "
+        "and group",
     )
     effort_shards: dict[Effort, PositiveInt] = Field(
         {}, description="effort -> how many shards it runs on (a hash-random subset); unlisted: all"
@@ -121,17 +112,6 @@ class Generation(Section):
 
     def efforts_of(self, teacher: str) -> list[str]:
         return [e for e in self.efforts if self.teacher_of(e) == teacher]
-
-    def effort_jobs(self) -> list[EffortGroup]:
-        """The efforts of each generation job: per teacher, its efforts outside effort_groups (one
-        effort a job); then each of effort_groups (all its efforts in one job)."""
-        grouped = {e for g in self.effort_groups for e in g}
-        singles = [
-            EffortGroup(t, tuple(e for e in self.efforts_of(t) if e not in grouped), False)
-            for t in self.used_teachers
-        ]
-        together = [EffortGroup(self.teacher_of(g[0]), tuple(g), True) for g in self.effort_groups]
-        return [g for g in singles if g.efforts] + together
 
     def mixing_warning(self, table: str) -> str | None:
         """What a config that mixes teachers across efforts is told when the workflow is built."""

@@ -17,9 +17,9 @@ from ..config.data import KernelSource
 from ..config.student_model import config_json, local_model
 from ..io import DataError
 from ..kernels import family, problemset
-from .generation import generation_rules, name_problems
+from .generation import gpu_key
 
-# rules/*.smk's own rules, by name (the generation rules are named by plan/generation.py)
+# rules/*.smk's rules, by name
 _RULE = re.compile(r"^\s*rule\s+(\w+)\s*:", re.MULTILINE)
 
 
@@ -44,7 +44,7 @@ def workflow_config(
 
 def _checked(resolved: dict[str, Any], root: Path) -> dict[str, Any]:
     exp = Experiment.parse(resolved)
-    problems = name_problems(exp.generation) + rule_problems(exp, root)
+    problems = rule_problems(exp, root)
     problems += kernel_problems(exp) + model_problems(exp, root)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
@@ -52,7 +52,8 @@ def _checked(resolved: dict[str, Any], root: Path) -> dict[str, Any]:
 
 
 def rule_problems(exp: Experiment, root: Path) -> list[str]:
-    """cost.gpus and cost.gpu_type_by_rule name rules of the workflow."""
+    """cost.gpus and cost.gpu_type_by_rule name rules of the workflow (cost.gpus also a training
+    phase's train-<phase>, another teacher's generate-<teacher>)."""
     cost = exp.cost
     named = [("gpus", r) for r in cost.gpus] + [
         ("gpu_type_by_rule", r) for r in cost.gpu_type_by_rule
@@ -62,7 +63,7 @@ def rule_problems(exp: Experiment, root: Path) -> list[str]:
     rules = {
         m for smk in sorted((root / "rules").glob("*.smk")) for m in _RULE.findall(smk.read_text())
     }
-    rules |= {r.name for r in generation_rules(exp.generation)}
+    rules |= {gpu_key(exp.generation, t) for t in exp.generation.used_teachers}
     rules |= {f"train-{ph.name}" for ph in exp.train.phases}
     problems = []
     for key, rule in named:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import Generation, Grpo, Server, Train
-from .generation import generation_rules
+from .generation import gpu_key
 
 
 def server_gpus(spec: Mapping[str, Any]) -> int:
@@ -67,8 +67,9 @@ def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
     answer."""
     layout = _layout(config, "train")
     evaluation = backend_gpus(config["eval"]["backend"])
-    # one teacher per generation rule (generation.effort_teachers): its server's GPUs
-    generation = generation_rules(Generation.parse(config["generation"], where="generation"))
+    # a teacher's generation jobs have its server's GPUs (generation.effort_teachers): charged as
+    # generate, or generate-<teacher> for another teacher than generation.teacher
+    generation = Generation.parse(config["generation"], where="generation")
     # a training phase with a layout of its own is charged as train-<phase name>
     phases = [
         (ph["name"], _layout(config, "train", i))
@@ -76,7 +77,10 @@ def stage_gpus(config: Mapping[str, Any]) -> dict[str, int]:
         if ph.get("distributed")
     ]
     gpus = {
-        **{r.name: backend_gpus(config["teachers"][r.teacher]) for r in generation},
+        **{
+            gpu_key(generation, t): backend_gpus(config["teachers"][t])
+            for t in generation.used_teachers
+        },
         "train": layout.nodes * layout.gpus_per_node,
         **{f"train-{name}": ly.nodes * ly.gpus_per_node for name, ly in phases},
         "evaluate": evaluation,

@@ -34,7 +34,7 @@ from ..config.evaluation import Architecture, ModelFigures
 from ..config.training import Layout, Lora, Train, TrainPhase
 from ..io import DataError
 from .cluster import backend_gpus, stage_gpus
-from .generation import generation_rules
+from .generation import RULE, effort_keys, gpu_key
 
 # The parts of the pipeline the bill sums, in the order they run (not train.phases, the steps of
 # a fine-tune's curriculum, which are billed within training)
@@ -700,10 +700,9 @@ class _Billing:
         train, student = exp.train, self.model_of("student")
         # (rule, what, model, GPUs holding one copy, bytes per parameter or None: as served)
         jobs: list[tuple[str, str, str | None, int, tuple[float, str] | None]] = []
-        for rule in generation_rules(exp.generation):
-            jobs.append(
-                (rule.name, "job", self.model_of(rule.teacher), self.gpus.get(rule.name, 0), None)
-            )
+        for teacher in exp.generation.used_teachers:
+            key = gpu_key(exp.generation, teacher)
+            jobs.append((key, "job", self.model_of(teacher), self.gpus.get(key, 0), None))
         if exp.grpo:
             layout = exp.grpo.layout
             jobs.append(
@@ -918,12 +917,10 @@ class _Billing:
         # procedural stand-in answers at once
         start = est.teacher_start_s if spec.backend in ("sglang", "hf") else 0.0
         # one job per shard serves one effort, or every effort of its group (one server start)
-        rules = generation_rules(gen)
-        units = [([e], r.name) for r in rules if not r.group.together for e in r.efforts]
-        units += [(list(r.efforts), r.name) for r in rules if r.group.together]
         price = spec.price
         all_tokens = 0.0
-        for efforts, rule in units:
+        for efforts in effort_keys(gen).values():
+            gpus = self.gpus.get(gpu_key(gen, gen.teacher_of(efforts[0])), 0)
             shards = gen.shards_of(efforts[0])
             per_job = {
                 e: prompts[e] / shards * gen.samples_per_prompt * self.teacher_tokens(e)
@@ -939,9 +936,10 @@ class _Billing:
                 others = [o for o in efforts if o != e]
                 row = self._gpu_row(
                     "generation",
-                    rule,
+                    RULE,
                     f"{name} · {e}" + (f" (one job with {', '.join(others)})" if others else ""),
                     [job_s] * shards,
+                    gpus,
                     tokens=out,
                     tokens_kind="output",
                     api_usd=(inp * price.input_per_mtok + out * price.output_per_mtok) / 1e6,
@@ -957,7 +955,7 @@ class _Billing:
                 start_hours = start * shards * row.gpus_per_job / 3600 * share
                 row.detail.update(
                     start_gpu_hours=start_hours,
-                    start_usd=start_hours * self.cost.gpu_rate(rule),
+                    start_usd=start_hours * self.cost.gpu_rate(RULE),
                 )
                 self.rows.append(row)
         if backend_gpus(spec.dump()) and (price.input_per_mtok or price.output_per_mtok):

@@ -1,65 +1,33 @@
-"""The workflow's generation rules, named from the config's effort groups: the config says which
-efforts a job serves (``Generation.effort_jobs``), the plan names the rules that run them."""
+"""The jobs of the workflow's one generation rule, ``generate`` (rules/generate.smk): one per
+(teacher, effort key, shard). An effort alone is its own key, so its file is
+gen/<teacher>/<effort>/shard-<shard>.jsonl; the efforts of one of generation.effort_groups share a
+job (one server start) and its one file, keyed by their names joined by JOIN."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-from ..config import EffortGroup, Generation
+from ..config import Generation
 
 RULE = "generate"
+# Joins a group's efforts into its key: "+" is not in an effort's name (config.base.Effort), and a
+# path segment, wildcard value and SLURM comment take it as it is.
+JOIN = "+"
 
 
-@dataclass(frozen=True)
-class GenerationRule:
-    """A rule of rules/generate.smk. Snakemake fixes a rule's output files, so an effort group
-    (several outputs a job) has a rule of its own, ``generate_<efforts>``; the efforts generated one
-    a job are ``generate`` for generation.teacher, ``generate_<teacher>`` for another teacher (its
-    jobs have its server's shape)."""
-
-    name: str
-    group: EffortGroup
-
-    @property
-    def teacher(self) -> str:
-        return self.group.teacher
-
-    @property
-    def efforts(self) -> tuple[str, ...]:
-        return self.group.efforts
-
-    def job_efforts(self, effort: str | None) -> str | list[str]:
-        """A job's efforts: its group's (a list, one job for all), else its {effort} wildcard's."""
-        return list(self.efforts) if self.group.together else effort
+def effort_keys(generation: Generation) -> dict[str, list[str]]:
+    """Each generation job's effort key -> the efforts it generates, in order: every effort outside
+    effort_groups alone, then each group."""
+    grouped = {e for g in generation.effort_groups for e in g}
+    alone = {e: [e] for e in generation.efforts if e not in grouped}
+    return alone | {JOIN.join(g): list(g) for g in generation.effort_groups}
 
 
-def rule_name(generation: Generation, group: EffortGroup) -> str:
-    if group.together:
-        return f"{RULE}_{'_'.join(group.efforts)}"
-    if group.teacher == generation.teacher:
-        return RULE
-    return f"{RULE}_{re.sub(r'[^A-Za-z0-9_]', '_', group.teacher)}"
+def effort_key(generation: Generation, effort: str) -> str:
+    """The key of the job that generates ``effort``."""
+    return next(k for k, efforts in effort_keys(generation).items() if effort in efforts)
 
 
-def generation_rules(generation: Generation) -> list[GenerationRule]:
-    return [GenerationRule(rule_name(generation, g), g) for g in generation.effort_jobs()]
-
-
-def name_problems(generation: Generation) -> list[str]:
-    """A teacher's rule is named after it: it may take a group's or another teacher's name."""
-    problems = []
-    names: dict[str, str] = {}
-    for rule in sorted(generation_rules(generation), key=lambda r: not r.group.together):
-        owner = (
-            f"effort group {list(rule.efforts)}"
-            if rule.group.together
-            else f"teacher '{rule.teacher}'"
-        )
-        if rule.name in names:
-            problems.append(
-                f"generation.effort_teachers: the rule {rule.name} of teacher '{rule.teacher}' "
-                f"has the name of the rule of {names[rule.name]}: rename the teacher"
-            )
-        names[rule.name] = owner
-    return problems
+def gpu_key(generation: Generation, teacher: str) -> str:
+    """The cost.gpus key of ``teacher``'s generation jobs: ``generate`` for generation.teacher,
+    ``generate-<teacher>`` for another (its server has a shape of its own), as a training phase
+    with a layout of its own is ``train-<phase>``."""
+    return RULE if teacher == generation.teacher else f"{RULE}-{teacher}"

@@ -18,7 +18,8 @@ PATHS = {
     "decontaminated": "pool/decontaminated.jsonl",
     "decontam_report": "pool/decontam_report.json",
     "shard": "shards/shard-{shard}.jsonl",
-    "generated": "gen/{teacher}/{effort}/shard-{shard}.jsonl",
+    # {efforts}: the job's effort key (plan/generation.py), the effort itself unless it is grouped
+    "generated": "gen/{teacher}/{efforts}/shard-{shard}.jsonl",
     "graded_shard": "graded/{teacher}/{effort}/shard-{shard}.jsonl",
     "dataset": "dataset/train.jsonl",
     "ablation_dataset": "dataset/select-{selection}.jsonl",

@@ -28,7 +28,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -189,8 +189,9 @@ def plan(
 ) -> dict[str, RulePlan]:
     """One entry per rule: how many jobs, and their sbatch line. Resources depend on the config,
     not on wildcards, except where the config gives jobs of one rule their own shapes (training
-    phases with a layout of their own): then one entry per shape, ``rule[wildcards]`` of its first
-    job (``train[phase=medium]``)."""
+    phases with a layout of their own, an effort group's generation jobs): then one entry per
+    shape, ``rule[wildcards]`` its jobs share and the other shapes' do not
+    (``train[phase=medium]``, ``generate[efforts=low+high+xhigh]``)."""
     settings = yaml.safe_load(PROFILE.read_text())
     arrays = {r.strip() for r in str(settings.get("slurm-array-jobs", "")).split(",") if r.strip()}
     shapes: dict[str, dict[str, list[Job]]] = {}
@@ -200,13 +201,25 @@ def plan(
     plans: dict[str, RulePlan] = {}
     for rule, by_line in shapes.items():
         for line, jobs in by_line.items():
-            key = rule if len(by_line) == 1 else f"{rule}[{jobs[0].wildcards}]"
+            key = rule if len(by_line) == 1 else f"{rule}[{_shape(jobs, by_line.values())}]"
             plans[key] = RulePlan(rule, len(jobs), line)
     for p in plans.values():
         p.array = p.rule in arrays and p.jobs > 1
         if p.array:
             p.sbatch += f" --array=1-{p.jobs}"
     return plans
+
+
+def _shape(jobs: list[Job], shapes: Iterable[list[Job]]) -> str:
+    """The wildcards every one of ``jobs`` has and not every job of the rule (its first job's, if
+    none)."""
+
+    def common(js: list[Job]) -> set[str]:
+        return set.intersection(*(set(j.wildcards.split(", ")) for j in js))
+
+    everywhere = set.intersection(*(common(js) for js in shapes))
+    own = [w for w in jobs[0].wildcards.split(", ") if w in common(jobs) - everywhere]
+    return ", ".join(own) or jobs[0].wildcards
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -595,14 +595,13 @@ def _regrade(file: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Grade ``records`` again as their grade stage did (its params, each kind's grader, hard
     limits per item); the records whose verdict changed."""
     from ..grading.dispatch import check_kinds, grader_info, item_limit
-    from ..grading.result import Options
     from ..grading.workers import grade_many
-    from ..stages.grade import item
+    from ..stages.grade import Params, item
 
     side = sidecar_path(file)
     if not side.is_file():
         raise DataError(f"{file}: no sidecar, so its grader's options are unknown; cannot regrade")
-    options = Options.parse(read_json(side).get("params") or {}, where=str(side))
+    options = Params.parse(read_json(side).get("params") or {}, where=str(side))
     kinds = {r["kind"] for r in records}
     check_kinds(kinds)
     timeout_s = item_limit(kinds, options)

@@ -146,9 +146,13 @@ def ledger(
             seconds, n_gpus = measured
             source = "sacct"
         else:
-            # a training phase with a layout of its own has its GPUs under train-<phase name>
-            phase = (prov.get("params") or {}).get("phase") or {}
-            own_gpus = gpus_per_rule.get(f"{prov['rule']}-{phase['name']}") if phase else None
+            # a training phase with a layout of its own has its GPUs under train-<phase name>,
+            # another teacher than generation.teacher its generation jobs' under generate-<teacher>
+            job = prov.get("params") or {}
+            part = (job.get("phase") or {}).get("name") or (
+                job.get("teacher") if prov["stage"] == "generate" else None
+            )
+            own_gpus = gpus_per_rule.get(f"{prov['rule']}-{part}") if part else None
             seconds, n_gpus, source = (
                 metrics.get("wall_s", 0.0),
                 gpus_per_rule.get(prov["rule"], 0) if own_gpus is None else own_gpus,

@@ -1,16 +1,16 @@
-"""Rules generate and generate_<efforts> (one per effort group): teacher samples for one (teacher,
-shard) at one effort, or at a group of efforts in one run.
+"""Rule generate: teacher samples for one (teacher, shard) at one effort, or at the efforts of an
+effort group in one run (one server start), into one file.
 
 Requests go out concurrently (the teacher's ``concurrency``). Each record is appended to
 ``<out>.partial`` and fsynced, so a job killed at any point resumes where it stopped without losing
 or duplicating a sample; samples that failed for good are recorded with their error and retried on
-the next run; the final file appears (atomically, sorted by key) only once every sample is present.
+the next run; the final file appears (atomically, sorted by effort, prompt and sample) only once
+every sample is present.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 
 from ..config import Effort, Experiment, StageParams, TeacherSpec
 from ..data.records import POOL_KEYS
-from ..io import DataError, Journal, read_jsonl
+from ..io import Journal, read_jsonl
 from ..provenance.sidecars import Notes, now
 from ..teachers import Completion, SkipSample, Teacher, TeacherError, make_teacher
 from ..teachers.budget import BudgetExhausted
@@ -27,8 +27,8 @@ from .contract import stage
 
 
 class Params(StageParams):
-    """One shard at ``effort``, or at several ``efforts`` (one output each, in order) in one run, so
-    that one server start serves them all."""
+    """One shard at ``effort``, or at several ``efforts`` (in order, each record naming its own) in
+    one run, so that one server start serves them all."""
 
     teacher: str
     spec: TeacherSpec
@@ -210,13 +210,13 @@ def _summary(records: list[dict[str, Any]], price: Mapping[str, float]) -> dict[
     "generate",
     params=Params,
     inputs=("shard",),
-    outputs=("samples*",),
+    outputs=("samples",),
     help="teacher samples for one (teacher, shard) at one effort, or at several in one run",
 )
 def run(
     *,
     shard: str,
-    out_samples: str | list[str],
+    out_samples: str,
     params: Mapping[str, Any] | Params,
     log: Callable[[str], None] = print,
     notes: Notes | None = None,
@@ -224,16 +224,11 @@ def run(
     p = Params.parse(params, where="generate")
     notes = Notes() if notes is None else notes
     efforts = p.efforts or [p.effort]
-    outs = [out_samples] if isinstance(out_samples, str) else list(out_samples)
-    if len(outs) != len(efforts):
-        raise DataError(f"generate: {len(efforts)} efforts {efforts} but {len(outs)} output paths")
     teacher_name, k = p.teacher, p.samples
     teacher = make_teacher(teacher_name, p.spec.dump(), notes)
     problems = read_jsonl(shard, required=POOL_KEYS)
-    journals = {
-        e: Journal(o, log, {**fingerprint(p), "effort": e})
-        for e, o in zip(efforts, outs, strict=True)
-    }
+    one = {"efforts": efforts} if p.efforts else {"effort": p.effort}
+    journal = Journal(out_samples, log, {**fingerprint(p), **one})
     # records that failed for good are not done: they are retried; records of prompts no longer in
     # the shard, or whose problem changed under the same id (a corrected answer), are dropped
     problem_of = {
@@ -243,44 +238,42 @@ def run(
         for i in range(k)
     }
     done = {
-        e: {
-            key: r
-            for key, r in journals[e].load().items()
-            if not r.get("error")
-            and key in problem_of
-            and all(r.get(f) == problem_of[key][f] for f in POOL_KEYS)
-        }
-        for e in efforts
+        key: r
+        for key, r in journal.load().items()
+        if not r.get("error")
+        and key in problem_of
+        and all(r.get(f) == problem_of[key][f] for f in POOL_KEYS)
     }
-    if any(done.values()):
-        log(f"resuming: {sum(map(len, done.values()))} samples already done")
+    if done:
+        log(f"resuming: {len(done)} samples already done")
     pending = [
         (problem, i, e)
         for e in efforts
         for problem in problems
         for i in range(k)
-        if sample_key(problem["prompt_id"], teacher_name, e, i) not in done[e]
+        if sample_key(problem["prompt_id"], teacher_name, e, i) not in done
     ]
-    with contextlib.ExitStack() as stack:
-        for journal in journals.values():
-            stack.enter_context(journal)
+    with journal:
 
         def sink(rec: dict[str, Any]) -> None:
-            journals[rec["effort"]].append([rec])
-            done[rec["effort"]][rec["key"]] = rec
+            journal.append([rec])
+            done[rec["key"]] = rec
 
         asyncio.run(_drive(teacher, pending, p.seed, sink, log))
     records = {
-        e: sorted(done[e].values(), key=lambda r: (r["prompt_id"], r["sample_index"]))
+        e: sorted(
+            (r for r in done.values() if r["effort"] == e),
+            key=lambda r: (r["prompt_id"], r["sample_index"]),
+        )
         for e in efforts
     }
-    for e, recs in records.items():
+    for recs in records.values():
         failed = [r for r in recs if r["error"]]
         if len(failed) > teacher.spec["max_failed_fraction"] * len(recs):
             raise TeacherError(
                 f"{len(failed)} of {len(recs)} samples failed for good (e.g. {failed[0]['key']}: "
-                f"{failed[0]['error']}); they stay in {journals[e].partial} and are retried on "
-                "the next run",
+                f"{failed[0]['error']}); they stay in {journal.partial} and are retried on the "
+                "next run",
                 failed[0]["attempts"],
             )
     # the model the server answered as (a hosted API's dated snapshot behind an alias)
@@ -292,9 +285,10 @@ def run(
             "served": served,
         }
     )
+    # each effort's records together, in the group's order: grading one reads them as they are
+    journal.finish([r for e in efforts for r in records[e]])
     per_effort = {}
     for e in efforts:
-        journals[e].finish(records[e])
         per_effort[e] = _summary(records[e], teacher.spec["price"])
         m = per_effort[e]
         log(

@@ -9,21 +9,31 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from ..config import Experiment
+from pydantic import Field
+
+from ..config import Effort, Experiment
 from ..grading.choice import item_letters
 from ..grading.dispatch import GRADER_INFO, check_kinds, grader_info, item_limit
 from ..grading.result import Options
-from ..io import read_jsonl, write_jsonl
+from ..io import DataError, read_jsonl, write_jsonl
 from .contract import stage
 
-Params = Options
+
+class Params(Options):
+    effort: Effort | None = Field(
+        None,
+        exclude_if=lambda v: v is None,
+        description="grade only the records of this effort (of a generation file that holds an "
+        "effort group's)",
+    )
 
 
-def job_params(exp: Experiment) -> Params:
-    """The params of every grade_generation and grade_eval job: eval's letters and boxed, and the
-    kernel validator's options."""
+def job_params(exp: Experiment, effort: str | None = None) -> Params:
+    """The params of a grade_generation or grade_eval job: eval's letters and boxed, the kernel
+    validator's options, and ``effort`` where its samples file holds an effort group's."""
     kernel = {"kernel": exp.kernels.validator} if exp.kernels else {}
-    return Params(seed=exp.seed, letters=exp.eval.letters, boxed=exp.eval.boxed, **kernel)
+    one = {"effort": effort} if effort else {}
+    return Params(seed=exp.seed, letters=exp.eval.letters, boxed=exp.eval.boxed, **kernel, **one)
 
 
 @stage(
@@ -37,7 +47,7 @@ def run(
     *,
     samples: str,
     out_graded: str,
-    params: Mapping[str, Any] | Options,
+    params: Mapping[str, Any] | Params,
     threads: int = 1,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -45,8 +55,12 @@ def run(
     # loads sympy (math_verify): imported here, not when the CLI imports this module for --help
     from ..grading.workers import grade_many
 
-    options = Options.parse(params, where="grade")
+    options = Params.parse(params, where="grade")
     rows = read_jsonl(samples, required=("key", "response", "answer", "kind"))
+    if options.effort:
+        rows = [r for r in rows if r.get("effort") == options.effort]
+        if not rows:
+            raise DataError(f"{samples}: no records of effort {options.effort} to grade")
     kinds = {r["kind"] for r in rows}
     check_kinds(kinds)
     timeout_s = item_limit(kinds, options)

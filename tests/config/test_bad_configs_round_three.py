@@ -110,17 +110,16 @@ CASES = [
         "sources.0.problems: relu_nosuch not in family elementwise",
     ),
     (
-        "effort teacher whose rule has a group's name",
+        # an effort group has no rule of its own any more: its jobs are generate's
+        "cost.gpus naming an effort group's rule of old",
         DEFAULT,
         _plain(
             _all(
-                _add_teacher("low-medium", {"backend": "procedural"}),
-                _set("generation.effort_teachers", {"high": "low-medium"}),
                 _set("generation.effort_groups", [["low", "medium"]]),
+                _set("cost.gpus", {"generate_low_medium": 2}),
             )
         ),
-        "generation.effort_teachers: the rule generate_low_medium of teacher 'low-medium' has the "
-        "name of the rule of effort group ['low', 'medium']: rename the teacher",
+        "cost.gpus.generate_low_medium: not a rule of the workflow (one of …, generate, grade_eval",
     ),
     (
         "gpu_type_by_rule naming no rule",

@@ -1,11 +1,13 @@
-"""A teacher per effort (generation.effort_teachers): which efforts each generation job serves, the
-rule the plan names for it, and the warning a config that mixes teachers gets when the workflow is
-built."""
+"""A teacher per effort (generation.effort_teachers): which efforts each generation job serves (its
+effort key), the key its GPUs are charged under, and the warning a config that mixes teachers gets
+when the workflow is built."""
 
 from __future__ import annotations
 
-from stillroom.config import EffortGroup, Generation
-from stillroom.plan.generation import generation_rules
+import pytest
+
+from stillroom.config import ConfigError, Generation
+from stillroom.plan.generation import JOIN, effort_key, effort_keys, gpu_key
 
 BEAM = {
     "teacher": "beam-api",
@@ -16,18 +18,37 @@ BEAM = {
 }
 
 
-def test_one_teacher_keeps_the_rules_it_had():
+def test_an_effort_alone_is_its_own_key_and_a_group_one_key_for_all():
     gen = Generation.parse({**BEAM, "teacher": "beam-sglang", "effort_groups": [["low", "high"]]})
     assert not gen.mixed and gen.used_teachers == ["beam-sglang"]
-    assert gen.effort_jobs() == [
-        EffortGroup("beam-sglang", ("medium", "xhigh"), together=False),
-        EffortGroup("beam-sglang", ("low", "high"), together=True),
-    ]
-    assert [r.name for r in generation_rules(gen)] == ["generate", "generate_low_high"]
+    # medium and xhigh keep the file they had alone (gen/<teacher>/<effort>/...)
+    assert effort_keys(gen) == {
+        "medium": ["medium"],
+        "xhigh": ["xhigh"],
+        "low+high": ["low", "high"],
+    }
+    assert effort_key(gen, "high") == "low+high" and effort_key(gen, "xhigh") == "xhigh"
+    assert gpu_key(gen, "beam-sglang") == "generate"
     assert gen.mixing_warning("tables/teachers.md") is None
 
 
-def test_each_teacher_generates_in_rules_of_its_own():
+def test_effort_keys_cannot_collide():
+    """Rule names joined efforts with "_", which efforts may hold: [a, b_c] and [a_b, c] both made
+    generate_a_b_c. "+" is in no effort's name, so two groups never share a key."""
+    gen = Generation.parse(
+        {
+            **BEAM,
+            "efforts": ["a", "b_c", "a_b", "c"],
+            "effort_shards": {},
+            "effort_groups": [["a", "b_c"], ["a_b", "c"]],
+        }
+    )
+    assert list(effort_keys(gen)) == ["a+b_c", "a_b+c"]
+    with pytest.raises(ConfigError, match=r"efforts\.0"):
+        Generation.parse({**BEAM, "efforts": [f"low{JOIN}high"], "effort_shards": {}})
+
+
+def test_each_teacher_s_jobs_are_charged_under_a_key_of_their_own():
     gen = Generation.parse(
         {
             **BEAM,
@@ -46,17 +67,17 @@ def test_each_teacher_generates_in_rules_of_its_own():
         "beam-sglang",
         "beam.sglang",
     ]
-    jobs = [
-        EffortGroup("beam-api", ("medium",), together=False),
-        EffortGroup("beam.sglang", ("xhigh",), together=False),
-        EffortGroup("beam-sglang", ("low", "high"), together=True),
+    assert effort_keys(gen) == {
+        "medium": ["medium"],
+        "xhigh": ["xhigh"],
+        "low+high": ["low", "high"],
+    }
+    # one rule, generate; another teacher's server shape is charged as generate-<teacher>
+    assert [gpu_key(gen, t) for t in gen.used_teachers] == [
+        "generate",
+        "generate-beam-sglang",
+        "generate-beam.sglang",
     ]
-    assert gen.effort_jobs() == jobs
-    # a rule name is an identifier: the teacher's other characters become "_"
-    rules = generation_rules(gen)
-    assert [(r.name, r.group) for r in rules] == list(
-        zip(["generate", "generate_beam_sglang", "generate_low_high"], jobs, strict=True)
-    )
 
 
 def test_the_warning_says_which_efforts_go_to_which_teacher_and_why_it_matters():
@@ -77,4 +98,4 @@ def test_the_warning_says_which_efforts_go_to_which_teacher_and_why_it_matters()
 
 def test_naming_the_default_teacher_for_an_effort_mixes_nothing():
     gen = Generation.parse({**BEAM, "effort_teachers": {"low": "beam-api"}})
-    assert not gen.mixed and [r.name for r in generation_rules(gen)] == ["generate"]
+    assert not gen.mixed and [gpu_key(gen, t) for t in gen.used_teachers] == ["generate"]

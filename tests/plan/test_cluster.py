@@ -32,7 +32,6 @@ def test_job_shapes_follow_the_config():
     # The cost ledger charges the same shapes when sacct has no answer.
     assert stage_gpus(resolve(yaml.safe_load(DISTILL.read_text()), root=REPO)) == {
         "generate": 2,
-        "generate_low_high_xhigh": 2,
         "train": 4,
         "train-efforts": 8,  # the seed's second phase on a whole node
         "evaluate": 1,
@@ -41,16 +40,17 @@ def test_job_shapes_follow_the_config():
     }
 
 
-def test_each_teacher_rule_is_charged_its_own_teachers_gpus():
+def test_each_teacher_s_generation_jobs_are_charged_its_own_gpus():
     """The API answers medium, the self-hosted server the grouped efforts: the cost ledger's
-    fallback charges each generation rule its teacher's GPUs."""
+    fallback charges each teacher's generation jobs its GPUs (generate-<teacher> for another than
+    generation.teacher)."""
     cfg = yaml.safe_load(DISTILL.read_text())
     cfg["generation"].update(
         teacher="beam-api",
         effort_teachers={"low": "beam-sglang", "high": "beam-sglang", "xhigh": "beam-sglang"},
     )
     gpus = stage_gpus(resolve(cfg, root=REPO))
-    assert gpus["generate"] == 0 and gpus["generate_low_high_xhigh"] == 2
+    assert gpus["generate"] == 0 and gpus["generate-beam-sglang"] == 2
 
 
 def test_a_training_phase_with_its_own_layout_gets_its_own_job_shape():

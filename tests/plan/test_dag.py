@@ -91,6 +91,25 @@ def test_every_effort_is_graded_from_its_teacher_on_its_shards():
             assert graded[f"{e}-{s}"] == f"results/tiny/graded/{teacher}/{e}/shard-{s}.jsonl"
 
 
+def test_an_effort_group_writes_one_file_that_each_of_its_efforts_is_graded_from():
+    plan = plan_of(
+        merge_configs(default_config(), {"generation": {"effort_groups": [["low", "high"]]}})
+    )
+    group = "results/tiny/gen/procedural/low+high/shard-00001.jsonl"
+    assert plan.generated("low", shard="00001") == plan.generated("high", shard="00001") == group
+    # an effort alone keeps its own file: its jobs are those of a run without groups
+    assert plan.generated("medium", shard="00001") == (
+        "results/tiny/gen/procedural/medium/shard-00001.jsonl"
+    )
+    assert plan.grouped("low") and not plan.grouped("medium")
+    assert plan.job_efforts("procedural", "low+high") == ["low", "high"]
+    assert re.fullmatch(plan.generation_constraints["efforts"], "low+high")
+    assert not re.fullmatch(plan.generation_constraints["efforts"], "low")
+    # the ledger charges the group's job once, whichever effort names it
+    cost = plan.cost_artifacts()
+    assert cost["gen-low-00000"] == cost["gen-high-00000"] != cost["gen-medium-00000"]
+
+
 def test_training_phases_chain_their_checkpoints_and_adapters_merge_into_them():
     plan = recipe_plan(REPO / "config/experiments/beam-distill-smoke.yaml")
     r = plan.results
@@ -148,7 +167,7 @@ def test_a_path_template_keeps_the_fields_not_given_as_wildcards_and_refuses_unk
     assert fill(PATHS["samples"], run=EVAL_RUNS["evaluate_budget"]) == (
         "eval/{model}/{bench}/budget-{budget}/samples.jsonl"
     )
-    assert fill(PATHS["generated"], effort="low") == "gen/{teacher}/low/shard-{shard}.jsonl"
+    assert fill(PATHS["generated"], efforts="low") == "gen/{teacher}/low/shard-{shard}.jsonl"
     with pytest.raises(KeyError, match="no field bench"):
         fill(PATHS["pool"], bench="heldout")
 

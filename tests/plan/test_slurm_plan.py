@@ -36,6 +36,8 @@ def test_the_plan_asks_no_controller_and_names_the_training_phases(tmp_path):
     assert "--gpus=4" in rules["train[phase=medium]"]
     assert "--gpus=8" in rules["train[phase=efforts]"]
     assert not [r for r in rules if "phase=-" in r or "phase=]" in r]
-    assert rules["generate"].split()[1] == "62"
+    # medium's jobs and the effort group's (twice the runtime), each shape named by its key
+    assert rules["generate[efforts=medium]"].split()[1] == "62"
+    assert rules["generate[efforts=low+high+xhigh]"].split()[1] == "20"
     # every call the plugin made was told there is no SLURM configuration: it failed at once
     assert set(calls.read_text().split()) == {os.devnull}

@@ -70,8 +70,8 @@ def test_ledger_sums_api_cost_per_teacher_and_effort_and_gpu_hours_per_rule(tmp_
         tmp_path,
         "g333",
         stage="generate",
-        rule="generate_high_xhigh",
-        params={"teacher": "beam", "efforts": ["high", "xhigh"]},
+        rule="generate",
+        params={"teacher": "api", "efforts": ["high", "xhigh"]},
         metrics=grouped,
         monkeypatch=monkeypatch,
     )
@@ -87,7 +87,8 @@ def test_ledger_sums_api_cost_per_teacher_and_effort_and_gpu_hours_per_rule(tmp_
     )
     rows = ledger(
         {"a": a, "b": b, "c": c, "t": t},
-        {"gpu_hour_usd": 2.0, "gpus": {"generate": 2}},
+        # another teacher's generation jobs have their GPUs under generate-<teacher>
+        {"gpu_hour_usd": 2.0, "gpus": {"generate": 2, "generate-api": 0}},
         usage=lambda job: (3600.0, 4) if job == "4242" else None,
     )
     api = {(r["teacher"], r["effort"]): r for r in rows["api"]}
@@ -95,10 +96,12 @@ def test_ledger_sums_api_cost_per_teacher_and_effort_and_gpu_hours_per_rule(tmp_
         api[("beam", "low")]["cost_usd"] == 4.0
         and api[("beam", "low")]["completion_tokens"] == 8000
     )
-    assert api[("beam", "xhigh")]["cost_usd"] == 1.5 and api[("beam", "high")]["jobs"] == 1
+    assert api[("api", "xhigh")]["cost_usd"] == 1.5 and api[("api", "high")]["jobs"] == 1
     gpu = {r["rule"]: r for r in rows["gpu"]}
+    # two jobs of beam on 2 GPUs each and one of api on none, all of rule generate
     assert (
-        gpu["generate"]["gpu_hours"] == round(2 * 100 * 2 / 3600, 4)
+        gpu["generate"]["jobs"] == 3
+        and gpu["generate"]["gpu_hours"] == round(2 * 100 * 2 / 3600, 4)
         and gpu["generate"]["source"] == "wall time"
     )
     assert (
@@ -106,7 +109,6 @@ def test_ledger_sums_api_cost_per_teacher_and_effort_and_gpu_hours_per_rule(tmp_
         and gpu["train"]["cost_usd"] == 8.0
         and gpu["train"]["source"] == "sacct"
     )
-    assert gpu["generate_high_xhigh"]["gpu_hours"] == 0.0  # no GPUs configured for that rule
 
 
 def test_jobs_started_in_the_same_millisecond_are_two_jobs_and_one_jobs_outputs_one(tmp_path):

@@ -2,6 +2,7 @@
 end to end."""
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from transformers import AutoTokenizer
 
 from stillroom.config import Train, resolve
 from stillroom.io import read_jsonl
+from stillroom.provenance.audit import audit
 
 from ..conftest import (
     EARLY_NICE,
@@ -33,7 +35,8 @@ def test_beam_distill_dag_builds_offline(dry_run):
     jobs = scheduled(proc)
     # medium on all 62 shards; low/high/xhigh on 20, all three in one job (one server start) per
     # shard
-    assert jobs["generate"] == 62 and jobs["generate_low_high_xhigh"] == 20
+    assert jobs["generate"] == 62 + 20
+    assert "gen/beam-sglang/low+high+xhigh/shard-00019.jsonl" in proc.stdout
     assert jobs["grade_generation"] == 62 + 3 * 20
     assert jobs["benchmark"] == 6 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
     # 5 models on 6 benchmarks, the 3 merges on the dev split the ratio is chosen on
@@ -62,15 +65,28 @@ def test_effort_shards_limit_an_effort_to_a_subset(tmp_path, small_cfg):
 @pytest.mark.slow
 def test_an_effort_group_is_generated_by_one_job(tmp_path, small_cfg):
     small_cfg["generation"]["effort_groups"] = [["low", "medium"]]
-    proc = run_snakemake(tmp_path, small_cfg, "results/small/gen/procedural/low/shard-00000.jsonl")
-    assert "generate_low_medium" in proc.stdout + proc.stderr
-    gen = tmp_path / "results" / "small" / "gen" / "procedural"
-    low, medium = (
-        read_jsonl(gen / "low" / "shard-00000.jsonl"),
-        read_jsonl(gen / "medium" / "shard-00000.jsonl"),
+    graded = "results/small/graded/procedural/{}/shard-00000.jsonl"
+    proc = run_snakemake(tmp_path, small_cfg, graded.format("low"), graded.format("medium"))
+    out = proc.stdout + proc.stderr
+    # one generate job writes both efforts' samples into one file; each is graded from it
+    assert re.search(r"^generate\s+1$", out, re.M) and re.search(
+        r"^grade_generation\s+2$", out, re.M
     )
-    assert {r["effort"] for r in low} == {"low"} and {r["effort"] for r in medium} == {"medium"}
+    rows = read_jsonl(tmp_path / "results/small/gen/procedural/low+medium/shard-00000.jsonl")
+    low = [r for r in rows if r["effort"] == "low"]
+    medium = [r for r in rows if r["effort"] == "medium"]
+    assert low and medium and len(low) + len(medium) == len(rows)
     assert [r["prompt_id"] for r in low] == [r["prompt_id"] for r in medium]
+    for effort, recs in (("low", low), ("medium", medium)):
+        assert [r["key"] for r in read_jsonl(tmp_path / graded.format(effort))] == [
+            r["key"] for r in recs
+        ]
+    # the audit follows a graded effort back to the group's file, and finds it whole
+    report = audit(graded.format("low"), root=tmp_path)
+    assert report.ok, report.problems
+    assert [n.path for n in report.nodes() if n.stage == "generate"] == [
+        "results/small/gen/procedural/low+medium/shard-00000.jsonl"
+    ]
 
 
 @pytest.mark.slow

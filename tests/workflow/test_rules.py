@@ -342,15 +342,17 @@ def test_a_config_mixing_teachers_is_warned_once_and_gets_the_teachers_table(tmp
     assert out.count(warning) == 1 and out.count("mixes teachers") == 1
     assert "~35% longer" in out and "results/tiny/tables/teachers.md compares" in out
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", dry.stdout, re.M))
-    # high by its own teacher's rule (one job shape per rule), on both shards
-    assert jobs["generate"] == "4" and jobs["generate_verbose"] == "2"
-    assert jobs["teacher_tables"] == "1"
+    # high by its own teacher (its job's shape from the {teacher} wildcard), on both shards
+    assert jobs["generate"] == "6" and jobs["teacher_tables"] == "1"
     assert "results/tiny/gen/verbose/high/shard-00001.jsonl" in dry.stdout
-    # each job's command names its own rule: the rules are defined in a loop, and a loop variable
-    # in a shell command would name the last rule for all of them
-    commands = re.findall(r"stillroom generate .*--out-samples (\S+) --rule (\w+)", dry.stdout)
+    # each job's params name the teacher of its file
+    commands = re.findall(
+        r"stillroom generate .*--out-samples (\S+) .*--params '(.*?)'", dry.stdout
+    )
     assert len(commands) == 6
-    assert all((rule == "generate_verbose") == ("/verbose/" in out) for out, rule in commands)
+    assert all(
+        (json.loads(p)["teacher"] == "verbose") == ("/verbose/" in out) for out, p in commands
+    )
     assert "results/tiny/tables/teachers.md" in re.search(r"rule all:\n\s+input: (.*)", out)[1]
     lint = _snakemake("--lint", cwd=tmp_path, configfiles=[mixed])
     assert "Congratulations, your workflow is in a good condition!" in lint.stdout + lint.stderr, (

@@ -29,9 +29,10 @@ def distill():
 
 def test_distillation_recipe_submissions(distill):
     counts = {rule: p.jobs for rule, p in distill.items()}
-    # 62 medium shards; low/high/xhigh share one job per shard on 20 shards; 5 benchmarks x 5
-    # models, and the 3 merges on the dev split.
-    assert counts["generate"] == 62 and counts["generate_low_high_xhigh"] == 20
+    # 62 medium shards; low/high/xhigh share one job per shard on 20 shards (twice the time); 5
+    # benchmarks x 5 models, and the 3 merges on the dev split.
+    medium, group = "generate[efforts=medium]", "generate[efforts=low+high+xhigh]"
+    assert counts[medium] == 62 and counts[group] == 20
     assert (
         counts["grade_generation"] == 62 + 3 * 20
         and counts["evaluate"] == 5 * 6 + 3
@@ -40,7 +41,7 @@ def test_distillation_recipe_submissions(distill):
         == 1  # the seed's phases
     )
 
-    gen = opts(distill["generate"].sbatch)  # the SGLang teacher: server.tp 2 on one node, one task
+    gen = opts(distill[medium].sbatch)  # the SGLang teacher: server.tp 2 on one node, one task
     assert (gen["-p"], gen["--gpus"], gen["--nodes"], gen["--cpus-per-task"]) == (
         "gpu",
         "2",
@@ -50,7 +51,8 @@ def test_distillation_recipe_submissions(distill):
     assert (gen["-t"], gen["--mem"], gen["-A"]) == ("360", "256000", "ACCOUNT")
     # one sbatch per job, no arrays: a requeued array task failed its siblings (profile.yaml)
     assert "--ntasks-per-gpu" not in gen and "--requeue" in gen and "--array" not in gen
-    assert opts(distill["generate_low_high_xhigh"].sbatch)["--gpus"] == "2"
+    grouped = opts(distill[group].sbatch)
+    assert grouped["--gpus"] == "2" and grouped["-t"] == "720"
 
     # the seed's second phase ran on a whole node: its job has its own shape
     assert opts(distill["train[phase=efforts]"].sbatch)["--gpus"] == "8"
@@ -142,7 +144,7 @@ def test_kernel_recipe_grades_and_trains_on_gpus():
 def test_an_api_teacher_generates_on_the_cpu_partition(tmp_path):
     overlay = tmp_path / "api.yaml"
     overlay.write_text(yaml.safe_dump({"generation": {"teacher": "beam-api"}}))
-    gen = opts(plan([DISTILL, overlay])["generate"].sbatch)
+    gen = opts(plan([DISTILL, overlay])["generate[efforts=medium]"].sbatch)
     assert gen["-p"] == "cpu" and "--gpus" not in gen and gen["--cpus-per-task"] == "16"
 
 
