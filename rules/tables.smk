@@ -2,12 +2,17 @@
 # accuracy/length plot; accuracy against thinking budget, forcing against the hard cutoff of the
 # same samples; the kernel track's rates; and, when generation.effort_teachers gives efforts to
 # different teachers, their trace lengths compared (stillroom/stages/tables.py).
+# Every table shares tables/: each rule's {bench} is one of the benchmarks it makes tables for
+# (the map rule all's targets come from), so "tables/{bench}.md" matches no other rule's file.
+TABLE_BENCHMARKS = PLAN.table_benchmarks()
 
 SELECTION = PLAN.selection
 SELECTION_ARG = f" --selection {SELECTION[0]}" if SELECTION else ""
 
 
 rule tables:
+    wildcard_constraints:
+        bench=one_of(TABLE_BENCHMARKS["tables"]),
     input:
         **consumed(graded=lambda w: list(PLAN.graded_models(w.bench).values()), selection=SELECTION),
     output:
@@ -52,6 +57,8 @@ rule tables:
 
 
 rule budget_tables:
+    wildcard_constraints:
+        bench=one_of(TABLE_BENCHMARKS["budget_tables"]),
     input:
         **consumed(graded=lambda w: list(PLAN.budget_graded(w.bench).values())),
     output:
@@ -97,6 +104,8 @@ rule budget_tables:
 
 
 rule effort_tables:
+    wildcard_constraints:
+        bench=one_of(TABLE_BENCHMARKS["effort_tables"]),
     input:
         **consumed(
             graded=lambda w: list(PLAN.effort_graded(w.bench).values()),
@@ -136,12 +145,9 @@ rule effort_tables:
         )
 
 
-# "tables/{bench}.md" would also match "tables/<bench>-budgets.md" and "tables/<bench>-efforts.md"
-ruleorder: budget_tables > tables
-ruleorder: effort_tables > tables
-
-
 rule kernel_tables:
+    wildcard_constraints:
+        bench=one_of(TABLE_BENCHMARKS["kernel_tables"]),
     input:
         **consumed(graded=lambda w: list(PLAN.graded_models(w.bench).values())),
     output:
@@ -177,9 +183,6 @@ rule kernel_tables:
             "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
             " --out-html {output.html}",
         )
-
-
-ruleorder: kernel_tables > tables  # "tables/{bench}.md" would also match "tables/<bench>-kernels.md"
 
 
 # Only a config whose efforts go to more than one teacher has this table (and the target in rule all).
@@ -219,5 +222,3 @@ if PLAN.generation.mixed:
                 "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
                 " --out-html {output.html}",
             )
-
-    ruleorder: teacher_tables > tables  # "tables/{bench}.md" would also match "tables/teachers.md"

@@ -275,7 +275,8 @@ class Plan:
     def table_benchmarks(self) -> dict[str, list[str] | None]:
         """The rules whose outputs no job reads, each with its benchmarks (a job each; None: one
         job): rule all asks for their files, sidecars too, since Snakemake checks only the outputs
-        something asks for, so one deleted would never be written again."""
+        something asks for, so one deleted would never be written again. A table rule's {bench}
+        is constrained to its benchmarks here (rules/tables.smk): all tables share tables/."""
         benchmarks = self.config["eval"]["benchmarks"]
         tables: dict[str, list[str] | None] = {
             "tables": benchmarks,
