@@ -71,7 +71,7 @@ if PLAN.select_on:
                 reported=list(PLAN.reported().values()),
             ),
         output:
-            **tracked(selection=PLAN.path("selection")),
+            **tracked(merge_choice=PLAN.path("merge_choice")),
         params:
             p=stillroom.stages.merge.select_job_params(EXPERIMENT).as_param(),
             graded=named(PLAN.dev_graded()),
@@ -87,5 +87,5 @@ if PLAN.select_on:
                 "select_merge",
                 "select_merge",
                 "--graded {params.graded} --dev {input.dev} --reported {params.reported}"
-                " --out-selection {output.selection}",
+                " --out-merge-choice {output.merge_choice}",
             )

@@ -6,15 +6,17 @@
 # (the map rule all's targets come from), so "tables/{bench}.md" matches no other rule's file.
 TABLE_BENCHMARKS = PLAN.table_benchmarks()
 
-SELECTION = PLAN.selection
-SELECTION_ARG = f" --selection {SELECTION[0]}" if SELECTION else ""
+MERGE_CHOICE = PLAN.merge_choice
+MERGE_CHOICE_ARG = f" --merge-choice {MERGE_CHOICE[0]}" if MERGE_CHOICE else ""
 
 
 rule tables:
     wildcard_constraints:
         bench=one_of(TABLE_BENCHMARKS["tables"]),
     input:
-        **consumed(graded=lambda w: list(PLAN.graded_models(w.bench).values()), selection=SELECTION),
+        **consumed(
+            graded=lambda w: list(PLAN.graded_models(w.bench).values()), merge_choice=MERGE_CHOICE
+        ),
     output:
         **tracked(
             markdown=PLAN.path("tables", ext="md"),
@@ -52,7 +54,7 @@ rule tables:
             "tables",
             "--graded {params.graded} --out-markdown {output.markdown} --out-csv {output.csv}"
             " --out-html {output.html}"
-            f" --out-latex {{output.latex}} --out-plot {{output.plot}}{SELECTION_ARG}",
+            f" --out-latex {{output.latex}} --out-plot {{output.plot}}{MERGE_CHOICE_ARG}",
         )
 
 

@@ -268,9 +268,9 @@ class Plan:
         }
 
     @property
-    def selection(self) -> list[str]:
+    def merge_choice(self) -> list[str]:
         """The merge chosen on dev, if any (the tables mark it)."""
-        return [self.path("selection")] if self.select_on else []
+        return [self.path("merge_choice")] if self.select_on else []
 
     def table_benchmarks(self) -> dict[str, list[str] | None]:
         """The rules whose outputs no job reads, each with its benchmarks (a job each; None: one
@@ -357,7 +357,7 @@ class Plan:
             self.checkpoint("base"),
             *self.cost_artifacts().values(),
             *(self.path("graded", run=run) for run in self.evaluations().values()),
-            *self.selection,
+            *self.merge_choice,
         ]
         return self.sidecars(artifacts)
 

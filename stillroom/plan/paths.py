@@ -28,7 +28,7 @@ PATHS = {
     # {run}: one of EVAL_RUNS
     "samples": "eval/{run}/samples.jsonl",
     "graded": "eval/{run}/graded.jsonl",
-    "selection": "merge/selected.json",
+    "merge_choice": "merge/selected.json",  # the merge chosen on dev
     # tables and ledgers, one file per {ext}
     "tables": "tables/{bench}.{ext}",
     "budget_tables": "tables/{bench}-budgets.{ext}",
