@@ -212,7 +212,7 @@ def stillroom_cli(stage, rule, args):
     )
 
 
-timing = PLAN.timing  # a rule's benchmark file
+timing = PLAN.timing  # a rule's timing file (Snakemake's benchmark: directive)
 
 
 def all_tables():

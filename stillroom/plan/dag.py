@@ -155,15 +155,15 @@ class Plan:
 
     @cached_property
     def benchmarks(self) -> dict[str, str]:
-        """Each benchmark's JSONL file: as configured, or materialised by rule benchmark from a
+        """Each benchmark's JSONL file: as configured, or materialised by rule eval_set from a
         dataset spec."""
         return {
-            name: (self.path("benchmark", bench=name) if isinstance(b, dict) else self.repo_path(b))
+            name: (self.path("eval_set", bench=name) if isinstance(b, dict) else self.repo_path(b))
             for name, b in self.config["benchmarks"].items()
         }
 
     def timing(self, rule: str, wildcards: str = "") -> str:
-        """A rule's benchmark file (wall time, memory, I/O of each job)."""
+        """A rule's timing file, Snakemake's benchmark: (wall time, memory, I/O of each job)."""
         suffix = f"-{wildcards}" if wildcards else ""
         return self.path("timing", job=f"{rule}{suffix}")
 
