@@ -1,8 +1,9 @@
 """The experiment config: typed sections (their keys, defaults, bounds and cross-checks, each
 defined once), strict YAML loading, and the resolved config the workflow and every stage read.
 
-``resolve`` is what the workflow runs while it is parsed: every check that needs no job's output
-fails there, before any job starts, with one message naming every bad key. The JSON schema for
+``checked_experiment`` (through ``workflow_experiment``) is what the workflow runs while it is
+parsed, its one parse of the config: every check that needs no job's output fails there, before any
+job starts, with one message naming every bad key; ``resolve`` is its dump. The JSON schema for
 editors (``stillroom schema``) is generated from the same definitions.
 """
 
