@@ -112,7 +112,7 @@ def experiment_dir(workdir: Path) -> Path:
 
 
 def rule_wall_times(results: Path, rules) -> dict[str, float]:
-    """Longest job of each rule in a run, from Snakemake's benchmark files
+    """Longest job of each rule in a run, from its timing files (Snakemake's benchmark:)
     (`timing/<rule>[-<wildcards>].tsv`; process start-up included, which a kill can hit too)."""
     times: dict[str, float] = {}
     by_length = sorted(rules, key=len, reverse=True)
@@ -319,7 +319,7 @@ def flatten(obj, prefix: str = "") -> dict[str, object]:
 
 def same_workflow_code(commit_a: str, commit_b: str) -> bool:
     """Two commits whose workflow (package, rules, configs, environments) is the same: a run that
-    spans a commit elsewhere (a benchmark script, the README) records both."""
+    spans a commit elsewhere (a bench script, the README) records both."""
     proc = subprocess.run(
         ["git", "-C", str(REPO), "diff", "--quiet", commit_a, commit_b, "--", *WORKFLOW_PATHS],
         capture_output=True,

@@ -69,7 +69,7 @@ def summarize(workdir: Path) -> None:
         share = 100 * sum(times) / total if total else 0.0
         print(f"{rule:<18}{len(times):>5}{sum(times):>9.1f}{share:>7.1f}%{max(times):>9.1f}")
     print(f"{'stage time, all jobs':<23}{total:>9.1f}{100:>7.1f}%")
-    # Snakemake's benchmark files time each job's whole process: the rest is start-up (imports)
+    # the timing files (benchmark:) time each job's whole process: the rest is start-up (imports)
     process = sum(
         float(tsv.read_text().splitlines()[1].split("\t")[0])
         for tsv in workdir.glob("results/*/timing/**/*.tsv")

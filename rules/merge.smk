@@ -63,7 +63,7 @@ if PLAN.select_on:
                 reported=list(PLAN.reported().values()),
             ),
         output:
-            **tracked(selection=PLAN.path("selection")),
+            **tracked(merge_choice=PLAN.path("merge_choice")),
         params:
             stage_params=stillroom.stages.merge.select_job_params(EXPERIMENT).as_param(),
             graded=named(PLAN.dev_graded()),

@@ -2,21 +2,21 @@
 # pool's shards (stillroom/stages/pool.py).
 
 
-rule benchmark:
+rule eval_set:
     output:
-        **tracked(benchmark=PLAN.path("benchmark")),
+        **tracked(benchmark=PLAN.path("eval_set")),
     params:
         stage_params=lambda w: stillroom.stages.pool.benchmark_job_params(
             EXPERIMENT, w.bench, REPO
         ).as_param(),
     log:
-        PLAN.log("benchmark-{bench}"),
+        PLAN.log("eval-set-{bench}"),
     benchmark:
-        timing("benchmark", "{bench}")
+        timing("eval_set", "{bench}")
     conda:
         ENV
     shell:
-        stillroom_cli("benchmark")
+        stillroom_cli("benchmark", "eval_set")
 
 
 rule pool:

@@ -2,13 +2,20 @@
 # accuracy/length plot; accuracy against thinking budget, forcing against the hard cutoff of the
 # same samples; the kernel track's rates; and, when generation.effort_teachers gives efforts to
 # different teachers, their trace lengths compared (stillroom/stages/tables.py).
+# Every table shares tables/: each rule's {bench} is one of the benchmarks it makes tables for
+# (the map rule all's targets come from), so "tables/{bench}.md" matches no other rule's file.
+TABLE_BENCHMARKS = PLAN.table_benchmarks()
 
-SELECTION = PLAN.selection
+MERGE_CHOICE = PLAN.merge_choice
 
 
 rule tables:
+    wildcard_constraints:
+        bench=one_of(TABLE_BENCHMARKS["tables"]),
     input:
-        **consumed(graded=lambda w: list(PLAN.graded_models(w.bench).values()), selection=SELECTION),
+        **consumed(
+            graded=lambda w: list(PLAN.graded_models(w.bench).values()), merge_choice=MERGE_CHOICE
+        ),
     output:
         **tracked(
             markdown=PLAN.path("tables", ext="md"),
@@ -43,10 +50,12 @@ rule tables:
     conda:
         ENV
     shell:
-        stillroom_cli("tables", optional=["selection"] if SELECTION else [])
+        stillroom_cli("tables", optional=["merge_choice"] if MERGE_CHOICE else [])
 
 
 rule budget_tables:
+    wildcard_constraints:
+        bench=one_of(TABLE_BENCHMARKS["budget_tables"]),
     input:
         **consumed(graded=lambda w: list(PLAN.budget_graded(w.bench).values())),
     output:
@@ -86,6 +95,8 @@ rule budget_tables:
 
 
 rule effort_tables:
+    wildcard_constraints:
+        bench=one_of(TABLE_BENCHMARKS["effort_tables"]),
     input:
         **consumed(
             graded=lambda w: list(PLAN.effort_graded(w.bench).values()),
@@ -122,12 +133,9 @@ rule effort_tables:
         stillroom_cli("effort_tables")
 
 
-# "tables/{bench}.md" would also match "tables/<bench>-budgets.md" and "tables/<bench>-efforts.md"
-ruleorder: budget_tables > tables
-ruleorder: effort_tables > tables
-
-
 rule kernel_tables:
+    wildcard_constraints:
+        bench=one_of(TABLE_BENCHMARKS["kernel_tables"]),
     input:
         **consumed(graded=lambda w: list(PLAN.graded_models(w.bench).values())),
     output:
@@ -158,9 +166,6 @@ rule kernel_tables:
         ENV
     shell:
         stillroom_cli("kernel_tables")
-
-
-ruleorder: kernel_tables > tables  # "tables/{bench}.md" would also match "tables/<bench>-kernels.md"
 
 
 # Only a config whose efforts go to more than one teacher has this table (and the target in rule all).
@@ -195,5 +200,3 @@ if PLAN.generation.mixed:
             ENV
         shell:
             stillroom_cli("teacher_tables")
-
-    ruleorder: teacher_tables > tables  # "tables/{bench}.md" would also match "tables/teachers.md"

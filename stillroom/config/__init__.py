@@ -1,8 +1,9 @@
 """The experiment config: typed sections (their keys, defaults, bounds and cross-checks, each
 defined once), strict YAML loading, and the resolved config the workflow and every stage read.
 
-``resolve`` is what the workflow runs while it is parsed: every check that needs no job's output
-fails there, before any job starts, with one message naming every bad key. The JSON schema for
+``checked_experiment`` (through ``workflow_experiment``) is what the workflow runs while it is
+parsed, its one parse of the config: every check that needs no job's output fails there, before any
+job starts, with one message naming every bad key; ``resolve`` is its dump. The JSON schema for
 editors (``stillroom schema``) is generated from the same definitions.
 """
 
@@ -100,9 +101,11 @@ __all__ = [
     "config_hash",
     "load_yaml",
     "merge_configs",
+    "checked_experiment",
     "resolve",
     "schema",
     "workflow_config",
+    "workflow_experiment",
 ]
 
 
@@ -211,14 +214,35 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def resolve(config: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]:
-    """The config checked, with every default filled in: what the rules pass to the stages. Local
-    paths are checked against ``root`` (the repository: config paths are relative to it)."""
+def checked_experiment(config: Mapping[str, Any], root: str | Path = ".") -> Experiment:
+    """The config parsed and checked, every default filled in. Local paths are checked against
+    ``root`` (the repository: config paths are relative to it)."""
     experiment = Experiment.parse(dict(config))
     problems = experiment.file_problems(Path(root))
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
-    return experiment.dump()
+    return experiment
+
+
+def resolve(config: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]:
+    """The config checked, with every default filled in: what the rules pass to the stages."""
+    return checked_experiment(config, root).dump()
+
+
+def workflow_experiment(
+    config: Mapping[str, Any],
+    configfiles: Iterable[str | Path],
+    default: str | Path,
+    root: str | Path,
+) -> Experiment:
+    """The checked experiment of a workflow run. Snakemake has merged the ``--configfile`` files and
+    ``--config`` values into ``config``; each file is read again here, to refuse duplicated keys.
+    Without a config file the embedded default is loaded, under any ``--config`` values."""
+    files = list(configfiles)
+    for path in files:
+        load_yaml(path)
+    merged = dict(config) if files else merge_configs(load_yaml(default), config)
+    return checked_experiment(merged, root)
 
 
 def workflow_config(
@@ -227,14 +251,8 @@ def workflow_config(
     default: str | Path,
     root: str | Path,
 ) -> dict[str, Any]:
-    """The resolved config of a workflow run. Snakemake has merged the ``--configfile`` files and
-    ``--config`` values into ``config``; each file is read again here, to refuse duplicated keys.
-    Without a config file the embedded default is loaded, under any ``--config`` values."""
-    files = list(configfiles)
-    for path in files:
-        load_yaml(path)
-    merged = dict(config) if files else merge_configs(load_yaml(default), config)
-    return resolve(merged, root)
+    """The resolved config of a workflow run (``workflow_experiment``, dumped)."""
+    return workflow_experiment(config, configfiles, default, root).dump()
 
 
 def merge_configs(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,30 +25,32 @@ _RULE = re.compile(r"^\s*rule\s+(\w+)\s*:", re.MULTILINE)
 
 def resolve(config: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]:
     """``stillroom.config.resolve``, and these checks."""
-    return _checked(cfg.resolve(config, root), Path(root))
+    exp = cfg.checked_experiment(config, root)
+    _check(exp, Path(root))
+    return exp.dump()
 
 
-def workflow_config(
+def workflow_experiment(
     config: Mapping[str, Any],
     configfiles: Iterable[str | Path],
     default: str | Path,
     root: str | Path,
     check: bool = True,
-) -> dict[str, Any]:
-    """``stillroom.config.workflow_config``, and these checks unless ``check`` is False (a cluster
-    job parsing the workflow again: its main process checked them, a model built per job costs
-    seconds)."""
-    resolved = cfg.workflow_config(config, configfiles, default, root)
-    return _checked(resolved, Path(root)) if check else resolved
+) -> Experiment:
+    """``stillroom.config.workflow_experiment``, and these checks unless ``check`` is False (a
+    cluster job parsing the workflow again: its main process checked them, a model built per job
+    costs seconds). The workflow's one parse of its config."""
+    exp = cfg.workflow_experiment(config, configfiles, default, root)
+    if check:
+        _check(exp, Path(root))
+    return exp
 
 
-def _checked(resolved: dict[str, Any], root: Path) -> dict[str, Any]:
-    exp = Experiment.parse(resolved)
+def _check(exp: Experiment, root: Path) -> None:
     problems = rule_problems(exp, root)
     problems += kernel_problems(exp) + model_problems(exp, root)
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
-    return resolved
 
 
 def rule_problems(exp: Experiment, root: Path) -> list[str]:

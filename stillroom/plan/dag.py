@@ -155,15 +155,15 @@ class Plan:
 
     @cached_property
     def benchmarks(self) -> dict[str, str]:
-        """Each benchmark's JSONL file: as configured, or materialised by rule benchmark from a
+        """Each benchmark's JSONL file: as configured, or materialised by rule eval_set from a
         dataset spec."""
         return {
-            name: (self.path("benchmark", bench=name) if isinstance(b, dict) else self.repo_path(b))
+            name: (self.path("eval_set", bench=name) if isinstance(b, dict) else self.repo_path(b))
             for name, b in self.config["benchmarks"].items()
         }
 
     def timing(self, rule: str, wildcards: str = "") -> str:
-        """A rule's benchmark file (wall time, memory, I/O of each job)."""
+        """A rule's timing file, Snakemake's benchmark: (wall time, memory, I/O of each job)."""
         suffix = f"-{wildcards}" if wildcards else ""
         return self.path("timing", job=f"{rule}{suffix}")
 
@@ -268,14 +268,15 @@ class Plan:
         }
 
     @property
-    def selection(self) -> list[str]:
+    def merge_choice(self) -> list[str]:
         """The merge chosen on dev, if any (the tables mark it)."""
-        return [self.path("selection")] if self.select_on else []
+        return [self.path("merge_choice")] if self.select_on else []
 
     def table_benchmarks(self) -> dict[str, list[str] | None]:
         """The rules whose outputs no job reads, each with its benchmarks (a job each; None: one
         job): rule all asks for their files, sidecars too, since Snakemake checks only the outputs
-        something asks for, so one deleted would never be written again."""
+        something asks for, so one deleted would never be written again. A table rule's {bench}
+        is constrained to its benchmarks here (rules/tables.smk): all tables share tables/."""
         benchmarks = self.config["eval"]["benchmarks"]
         tables: dict[str, list[str] | None] = {
             "tables": benchmarks,
@@ -355,7 +356,7 @@ class Plan:
             self.checkpoint("base"),
             *self.cost_artifacts().values(),
             *(self.path("graded", run=run) for run in self.evaluations().values()),
-            *self.selection,
+            *self.merge_choice,
         ]
         # an effort group's generation file is the cost artifact of each of its efforts
         return self.sidecars(dict.fromkeys(artifacts))

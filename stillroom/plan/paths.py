@@ -1,6 +1,6 @@
 """Every file the workflow writes, as one table of path templates under results/<experiment>: the
-rules' input:/output:/log:/benchmark: and the plan's enumerations (the cost ledger's artifacts,
-every sidecar, the tables) all format these, so each path is written once.
+rules' input:/output:/log:/benchmark: (timing) and the plan's enumerations (the cost ledger's
+artifacts, every sidecar, the tables) all format these, so each path is written once.
 
 A field left out stays ``{name}``, a Snakemake wildcard of the rule that declares the path."""
 
@@ -11,7 +11,7 @@ from string import Formatter
 from ..config import TEACHERS_TABLE
 
 PATHS = {
-    "benchmark": "benchmarks/{bench}.jsonl",  # a benchmark materialised from a dataset spec
+    "eval_set": "benchmarks/{bench}.jsonl",  # a benchmark materialised from a dataset spec
     "pool": "pool/pool.jsonl",
     "heldout": "pool/heldout.jsonl",
     "dev": "pool/dev.jsonl",
@@ -29,7 +29,7 @@ PATHS = {
     # {run}: one of EVAL_RUNS
     "samples": "eval/{run}/samples.jsonl",
     "graded": "eval/{run}/graded.jsonl",
-    "selection": "merge/selected.json",
+    "merge_choice": "merge/selected.json",  # the merge chosen on dev
     # tables and ledgers, one file per {ext}
     "tables": "tables/{bench}.{ext}",
     "budget_tables": "tables/{bench}-budgets.{ext}",
@@ -39,7 +39,7 @@ PATHS = {
     "cost": "cost/ledger.{ext}",
     "config": "config/{hash}.json",  # the resolved config's snapshot, named by its hash
     "log": "logs/{job}.log",
-    "timing": "timing/{job}.tsv",  # a rule's benchmark file (wall time, memory, I/O of each job)
+    "timing": "timing/{job}.tsv",  # a benchmark: file (wall time, memory, I/O of each job)
 }
 
 # An evaluation run, the {run} of PATHS' samples and graded, by the rule that samples it.

@@ -3,7 +3,7 @@ machine that has none of the raw data.
 
 The bundle of ``results/<experiment>`` holds the tables (CSV, Markdown, LaTeX) and plots, the cost
 ledger, the config snapshots, every sidecar of the experiment, the environment locks, the inputs
-the tables were built from (the graded evaluation records, the merge selection, for effort and
+the tables were built from (the graded evaluation records, the merge choice, for effort and
 teacher tables the graded teacher shards), the ``snakemake --report`` HTML and an audit transcript
 (the provenance walk of each table and its ``--recompute``), with ``MANIFEST.json`` listing every
 file with its sha256, size and kind. Raw generation shards, evaluation samples, datasets and
@@ -165,7 +165,7 @@ def collect(exp: Path, root: Path) -> dict[str, str]:
 
 
 def _dev_records(real: Path, root: Path) -> dict[str, str]:
-    """A merge selection's graded dev records (what "chosen on dev" rests on), with their
+    """A merge choice's graded dev records (what "chosen on dev" rests on), with their
     sidecars; nothing for another input."""
     prov = _read_sidecar(sidecar_path(real))
     if prov.get("stage") != "select_merge":
@@ -353,7 +353,7 @@ class BundleAudit:
     problems: list[Problem] = field(default_factory=list)
     not_in_bundle: dict[str, str] = field(default_factory=dict)  # input -> the consumer naming it
     recomputed: list[Recomputed] = field(default_factory=list)
-    selections: list[str] = field(default_factory=list)  # each merge choice, decided again
+    merge_choices: list[str] = field(default_factory=list)  # each decided again
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -370,7 +370,7 @@ class BundleAudit:
             "problems": [asdict(p) for p in self.problems],
             "not_in_bundle": self.not_in_bundle,
             "recomputed": [r.to_dict() for r in self.recomputed],
-            "selections": self.selections,
+            "merge_choices": self.merge_choices,
             "notes": self.notes,
         }
 
@@ -385,7 +385,7 @@ class BundleAudit:
             f"  {c['config']} config snapshots, {c['lock']} environment locks",
         ]
         lines += [r.text() for r in self.recomputed]
-        lines += self.selections
+        lines += self.merge_choices
         if self.not_in_bundle:
             lines.append(f"not in bundle (by design): {len(self.not_in_bundle)} recorded inputs")
             shown = sorted(self.not_in_bundle.items())
@@ -487,7 +487,7 @@ def _check(
     # a listed file that is gone or damaged is a problem already, not a file left out by design
     report.not_in_bundle = {p: by for p, by in report.not_in_bundle.items() if p not in listed}
     _recompute_tables(report, root, sidecars)
-    _check_selections(report, root, sidecars)
+    _check_merge_choices(report, root, sidecars)
     return report
 
 
@@ -620,8 +620,8 @@ def _recompute_tables(report: BundleAudit, root: Path, sidecars: dict[str, dict]
         ]
 
 
-def _check_selections(report: BundleAudit, root: Path, sidecars: dict[str, dict]) -> None:
-    """Each bundled merge selection decided again from its bundled dev records."""
+def _check_merge_choices(report: BundleAudit, root: Path, sidecars: dict[str, dict]) -> None:
+    """Each bundled merge choice decided again from its bundled dev records."""
     from ..stages.merge import SelectParams, decide
 
     for artifact, prov in sorted(sidecars.items()):
@@ -639,7 +639,7 @@ def _check_selections(report: BundleAudit, root: Path, sidecars: dict[str, dict]
         written = json.loads((root / artifact).read_text())
         chosen, accuracy, _ = decide(graded, SelectParams.parse(prov.get("params") or {}))
         shown = ", ".join(f"{m} {a:.3f}" for m, a in sorted(accuracy.items()))
-        report.selections.append(
+        report.merge_choices.append(
             f"merge choice {artifact}\n  {chosen} chosen on {written.get('benchmark')} by "
             f"{written.get('select_by')}, decided again from the bundled dev records ({shown})"
         )

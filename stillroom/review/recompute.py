@@ -303,10 +303,17 @@ def recompute(path: str | os.PathLike, root: str | os.PathLike | None = None) ->
     fn = getattr(stages, TABLE_STAGES[table.stage])
     outputs = {name: table.path(p) for name, p in table.prov["outputs"].items()}
     report = Recomputed(str(path), table.stage, dict(table.prov.get("params") or {}), [])
+    inputs = table.inputs()
+    unknown = sorted(set(inputs) - set(fn.contract.input_names))
+    if unknown:
+        raise DataError(
+            f"{sidecar_path(table.csv)}: input {', '.join(unknown)} is not an input of stage "
+            f"{table.stage} (a table built before its inputs were renamed); rebuild the table"
+        )
     with tempfile.TemporaryDirectory(prefix="stillroom-recompute-") as tmp:
         scratch = {name: Path(tmp) / p.name for name, p in outputs.items()}
         metrics = fn(
-            **table.inputs(),
+            **inputs,
             # a plot is an image of the same numbers (its bytes are the walk's): not drawn again
             **{f"out_{n}": None if p.suffix == ".png" else str(p) for n, p in scratch.items()},
             params=report.params,

@@ -168,7 +168,7 @@ def decide(
     "select_merge",
     params=SelectParams,
     inputs=("graded*", "dev", "reported*"),
-    outputs=("selection",),
+    outputs=("merge_choice",),
     help="choose the merge ratio by accuracy on a dev split disjoint from every reported benchmark",
 )
 def select_merge(
@@ -176,7 +176,7 @@ def select_merge(
     graded: Mapping[str, str],
     dev: str,
     reported: Mapping[str, str],
-    out_selection: str,
+    out_merge_choice: str,
     params: Mapping[str, Any] | SelectParams,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -199,7 +199,7 @@ def select_merge(
         )
     chosen, accuracy, tokens = decide(graded, p)
     write_json(
-        out_selection,
+        out_merge_choice,
         {
             "selected": chosen,
             "ratio": p.ratios[chosen],

@@ -51,7 +51,7 @@ def job_params(exp: Experiment, bench: str, base_random: bool) -> Params:
 @stage(
     "tables",
     params=Params,
-    inputs=("graded*", "selection?"),
+    inputs=("graded*", "merge_choice?"),
     outputs=("markdown", "csv", "html", "latex", "plot"),
     help="paired bootstrap tables and the accuracy/length plot",
 )
@@ -64,10 +64,10 @@ def run(
     out_plot: str | None,
     out_html: str | None = None,
     params: Mapping[str, Any] | Params,
-    selection: str | None = None,
+    merge_choice: str | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """The tables of one benchmark (analysis/tables/paired.py); ``selection`` (the select stage's
+    """The tables of one benchmark (analysis/tables/paired.py); ``merge_choice`` (select_merge's
     JSON) marks the merge chosen on dev; no ``out_plot``, no plot (the audit's recompute compares
     the numbers only).
 
@@ -79,7 +79,7 @@ def run(
     from ..analysis.tables import paired, plots, render
 
     p = Params.parse(params, where="tables")
-    table = paired.paired(graded, p, read_json(selection) if selection else None)
+    table = paired.paired(graded, p, read_json(merge_choice) if merge_choice else None)
     markdown = render.write(
         table, out_markdown, out_csv, out_latex, out_html=out_html, params=p.model_dump(mode="json")
     )

@@ -379,21 +379,21 @@ def test_bytes_changed_inside_the_archive_itself_are_named(archive):
 
 @pytest.mark.slow
 def test_the_bundle_of_a_run_holds_the_dev_records_of_its_merge_choice(done, tmp_path, capsys):
-    """ "chosen on dev" can be checked from the bundle alone: the selection's graded dev records are
+    """ "chosen on dev" can be checked from the bundle alone: the choice's graded dev records are
     in it, and `audit --bundle` decides the choice again from them."""
     from tests.conftest import as_built
 
     exp = as_built(done[0]) / "results/small"
     path, manifest = bundle.write(exp, tmp_path / "small.zip", report=False)
-    (selection,) = exp.rglob("selected.json")
-    prov = json.loads((selection.parent / "selected.json.prov.json").read_text())
+    (choice,) = exp.rglob("selected.json")
+    prov = json.loads((choice.parent / "selected.json.prov.json").read_text())
     dev = {e["path"] for e in prov["inputs"]["graded"]}
     kinds = {e["path"]: e["kind"] for e in manifest["files"]}
     assert dev and all(kinds.get(p) == "dev records" for p in dev), kinds
     assert main(["audit", "--bundle", str(path)]) == 0
     out = capsys.readouterr().out
-    chosen = json.loads(selection.read_text())["selected"]
-    assert f"merge choice {selection.relative_to(exp.parent.parent)}\n  {chosen} chosen on " in out
+    chosen = json.loads(choice.read_text())["selected"]
+    assert f"merge choice {choice.relative_to(exp.parent.parent)}\n  {chosen} chosen on " in out
 
 
 def test_the_readme_bundle_figures_are_the_scripts_sentence():

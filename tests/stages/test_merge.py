@@ -56,7 +56,7 @@ def test_select_stage_writes_the_choice_with_provenance(splits):
         str(root / "dev.jsonl"),
         "--reported",
         f"heldout={root / 'heldout.jsonl'}",
-        "--out-selection",
+        "--out-merge-choice",
         str(out),
         "--params",
         '{"benchmark": "dev", "ratios": {"merge-0.3": 0.3, "merge-0.7": 0.7}}',
@@ -81,7 +81,7 @@ def test_a_dev_split_overlapping_a_reported_benchmark_is_refused(splits):
             graded=g,
             dev=str(root / "dev.jsonl"),
             reported={"leaky": str(root / "leaky.jsonl")},
-            out_selection=str(root / "s.json"),
+            out_merge_choice=str(root / "s.json"),
             params={"benchmark": "dev", "ratios": {"merge-0.3": 0.3, "merge-0.7": 0.7}},
             log=lambda _: None,
         )
@@ -97,7 +97,7 @@ def test_select_takes_each_merges_ratio_from_params_not_its_name(splits):
         graded=renamed,
         dev=str(root / "dev.jsonl"),
         reported={"heldout": str(root / "heldout.jsonl")},
-        out_selection=str(out),
+        out_merge_choice=str(out),
         log=lambda _: None,
     )
     select_merge(

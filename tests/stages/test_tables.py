@@ -474,6 +474,28 @@ def test_teachers_table_built_by_the_cli_loads_typed_and_recomputes(tmp_path, mo
     assert recompute("t.md").ok
 
 
+def test_a_table_recording_an_input_its_stage_no_longer_takes_is_refused_by_name(
+    tmp_path, monkeypatch
+):
+    """A sidecar written before an input was renamed (the tables' merge choice was `selection`):
+    the recompute names the input and says to rebuild, not a TypeError from the stage."""
+    monkeypatch.chdir(tmp_path)
+    graded = {
+        f"{e}-00000": _traces(tmp_path / f"{e}.jsonl", t, e, range(10), lambda i, s: 50 + i + s)
+        for e, t in TEACHERS.items()
+    }
+    params = {"reference": "api", "teachers": TEACHERS, "n_resamples": 200, "seed": 5}
+    args = ["teacher_tables", "--graded", *(f"{n}={p}" for n, p in graded.items())]
+    args += ["--out-markdown", "t.md", "--out-csv", "t.csv", "--out-html", "t.html"]
+    assert main([*args, "--params", json.dumps(params)]) == 0
+    side = tmp_path / "t.csv.prov.json"
+    prov = json.loads(side.read_text())
+    prov["inputs"]["selection"] = prov["inputs"]["graded"][0]
+    side.write_text(json.dumps(prov))
+    with pytest.raises(DataError, match=r"input selection is not an input of stage teacher_tables"):
+        recompute("t.md")
+
+
 def test_load_names_what_is_wrong_with_a_csv(tmp_path):
     (tmp_path / "x.csv").write_text("a,b\n1,2\n")
     with pytest.raises(DataError, match="x.csv: not a stillroom table: its columns"):

@@ -1,6 +1,7 @@
 """The workflow's files as Snakemake users expect them: one rules/<stage>.smk per
-stillroom/stages/<stage>.py, every rule with a log (its job's stdout and stderr), a benchmark and a
-conda environment, nothing written while the workflow is parsed, and a clean `snakemake --lint`."""
+stillroom/stages/<stage>.py, every rule with a log (its job's stdout and stderr), a timing file
+(`benchmark:`) and a conda environment, nothing written while the workflow is parsed, and a clean
+`snakemake --lint`."""
 
 from __future__ import annotations
 
