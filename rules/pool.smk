@@ -2,21 +2,21 @@
 # pool's shards (stillroom/stages/pool.py).
 
 
-rule eval_set:
+rule benchmark:
     output:
-        **tracked(benchmark=PLAN.path("eval_set")),
+        **tracked(benchmark=PLAN.path("benchmark")),
     params:
         stage_params=lambda w: stillroom.stages.pool.benchmark_job_params(
             EXPERIMENT, w.bench, REPO
         ).as_param(),
     log:
-        PLAN.log("eval-set-{bench}"),
+        PLAN.log("benchmark-{bench}"),
     benchmark:
-        timing("eval_set", "{bench}")
+        timing("benchmark", "{bench}")
     conda:
         ENV
     shell:
-        stillroom_cli("benchmark", "eval_set")
+        stillroom_cli("benchmark")
 
 
 rule pool:

@@ -155,10 +155,10 @@ class Plan:
 
     @cached_property
     def benchmarks(self) -> dict[str, str]:
-        """Each benchmark's JSONL file: as configured, or materialised by rule eval_set from a
+        """Each benchmark's JSONL file: as configured, or materialised by rule benchmark from a
         dataset spec."""
         return {
-            name: (self.path("eval_set", bench=name) if isinstance(b, dict) else self.repo_path(b))
+            name: (self.path("benchmark", bench=name) if isinstance(b, dict) else self.repo_path(b))
             for name, b in self.config["benchmarks"].items()
         }
 

@@ -11,7 +11,7 @@ from string import Formatter
 from ..config import TEACHERS_TABLE
 
 PATHS = {
-    "eval_set": "benchmarks/{bench}.jsonl",  # a benchmark materialised from a dataset spec
+    "benchmark": "benchmarks/{bench}.jsonl",  # a benchmark materialised from a dataset spec
     "pool": "pool/pool.jsonl",
     "heldout": "pool/heldout.jsonl",
     "dev": "pool/dev.jsonl",

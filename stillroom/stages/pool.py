@@ -26,7 +26,7 @@ class BenchmarkParams(StageParams):
 
 
 def benchmark_job_params(exp: Experiment, bench: str, root: Path) -> BenchmarkParams:
-    """The params of rule eval_set's job for ``bench``: its dataset spec, a local file resolved
+    """The params of rule benchmark's job for ``bench``: its dataset spec, a local file resolved
     against the repository ``root``."""
     return BenchmarkParams(
         seed=exp.seed, name=bench, spec=local_spec(exp.benchmarks[bench].dump(), root)

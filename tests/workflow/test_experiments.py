@@ -38,7 +38,7 @@ def test_beam_distill_dag_builds_offline(dry_run):
     assert jobs["generate"] == 62 + 20
     assert "gen/beam-sglang/low+high+xhigh/shard-00019.jsonl" in proc.stdout
     assert jobs["grade_generation"] == 62 + 3 * 20
-    assert jobs["eval_set"] == 6 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
+    assert jobs["benchmark"] == 6 and jobs["pretrained"] == 1 and "tokenizer" not in jobs
     # 5 models on 6 benchmarks, the 3 merges on the dev split the ratio is chosen on
     assert jobs["evaluate"] == 5 * 6 + 3 and jobs["tables"] == 6 and jobs["select_merge"] == 1
     assert jobs["train"] == 2  # the seed's two phases
@@ -160,7 +160,7 @@ def test_autotriton_8b_dag_builds_offline(dry_run):
     _, proc = dry_run([REPO / "config" / "experiments" / "autotriton-8b.yaml"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = scheduled(proc)
-    assert jobs["eval_set"] == 2 and jobs["pretrained"] == 1 and jobs["grpo"] == 1
+    assert jobs["benchmark"] == 2 and jobs["pretrained"] == 1 and jobs["grpo"] == 1
     assert (
         jobs["evaluate"] == 3 * 2 and jobs["tables"] == 2 and jobs["kernel_tables"] == 2
     )  # base, sft, grpo
