@@ -272,7 +272,9 @@ def test_the_smoke_twin_runs_the_recipe_end_to_end():
 
     r = workdir / "results" / "beam-distill-smoke"
     # the teacher's traces came through the served model, at every effort, and were graded
-    gen = read_jsonl(r / "gen" / "beam-sglang" / "xhigh" / "shard-00000.jsonl")
+    # low, high and xhigh share one job and one file (generation.effort_groups)
+    gen = read_jsonl(r / "gen" / "beam-sglang" / "low+high+xhigh" / "shard-00000.jsonl")
+    assert {g["effort"] for g in gen} == {"low", "high", "xhigh"}
     assert gen and all(g["model"].endswith("results/stand-ins/beam-tiny") for g in gen)
     assert all(g["response"].startswith("<think>") for g in gen)
     dataset = json.loads((r / "dataset" / "train.jsonl.prov.json").read_text())["metrics"]
