@@ -56,16 +56,19 @@ def block(first: str) -> list[str]:
     return found[0][1]
 
 
-def bundle_figures():
-    """scripts/readme_bundle_figures.py as a module: the file and words of the bundle figures."""
+def script_module(name: str):
+    """scripts/<name>.py as a module (scripts/ is no package): what a docs test compares with."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "bundle_figures", REPO / "scripts" / "readme_bundle_figures.py"
-    )
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def bundle_figures():
+    """scripts/readme_bundle_figures.py as a module: the file and words of the bundle figures."""
+    return script_module("readme_bundle_figures")
 
 
 def repo_copy(dest: Path) -> Path:

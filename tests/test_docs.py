@@ -3,13 +3,12 @@ the repository, and docs/config.md is what scripts/config_reference.py writes fr
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 from stillroom.config import schema
 
 from .conftest import REPO
-from .readme import documents
+from .readme import documents, script_module
 
 # [text](target): a target without a scheme, outside code spans and fenced blocks
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -51,11 +50,7 @@ def test_the_readme_links_every_page_under_docs():
 
 
 def test_the_config_reference_is_the_generators_output():
-    spec = importlib.util.spec_from_file_location(
-        "config_reference", REPO / "scripts" / "config_reference.py"
-    )
-    reference = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(reference)
+    reference = script_module("config_reference")
     written = reference.render(schema())
     assert reference.OUT.read_text() == written, (
         "docs/config.md is stale: run python scripts/config_reference.py"
@@ -82,10 +77,6 @@ def test_every_config_key_has_a_description():
 
 def test_the_documented_figures_are_the_scripts():
     # the bill, memory and size figures quoted in docs/ are what the code gives today (seconds)
-    spec = importlib.util.spec_from_file_location(
-        "doc_figures", REPO / "scripts" / "doc_figures.py"
-    )
-    figures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(figures)
+    figures = script_module("doc_figures")
     stale = [page for page, text in figures.rendered().items() if (REPO / page).read_text() != text]
     assert not stale, f"{stale}: stale figures, run python scripts/doc_figures.py"
