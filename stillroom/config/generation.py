@@ -40,6 +40,12 @@ class Generation(Section):
         description="effort -> a key of teachers that generates it; unlisted: teacher. Mixing "
         "teachers across efforts mixes their styles and lengths into the effort levels",
     )
+    servers: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        1,
+        description="servers of each self-hosted (sglang) teacher, one allocation each, started "
+        "once and serving their share of the shards (shard i goes to server i mod servers) to "
+        "the generation jobs in that allocation; more servers, shorter wall time, one start each",
+    )
 
     @model_validator(mode="after")
     def _efforts(self) -> Generation:

@@ -21,7 +21,7 @@ from ..config.data import local_spec, repo_path
 from ..kernels.problemset import FAMILY_FILE, kernel_files, solution_files
 from .cluster import backend_gpus, stage_gpus, student_mem_mb, train_resources
 from .estimate import student_parameters
-from .generation import effort_key, effort_keys
+from .generation import effort_key, effort_keys, server_of, teacher_servers
 from .paths import EVAL_RUNS, PATHS, fill
 
 
@@ -312,6 +312,20 @@ class Plan:
             for e in self.efforts
         }
 
+    def services(self) -> list[str]:
+        """The service file of every server a full run starts (rules/serve.smk), one start each:
+        each served teacher's servers, then each checkpoint with an evaluation job when
+        evaluation is served. A rerun starts only those with a stale client."""
+        teachers = [
+            self.path("teacher_service", teacher=t, server=server)
+            for t in self.generation.used_teachers
+            if self.teacher_served(t)
+            for server in teacher_servers(self.generation, t)
+        ]
+        models = {run.split("/")[0]: None for run in self.evaluations().values()}
+        served = [self.path("model_service", model=m) for m in models] if self.eval_served else []
+        return teachers + served
+
     def cost_artifacts(self) -> dict[str, str]:
         """What the cost ledger charges for: generation shards, every checkpoint, every
         evaluation's samples."""
@@ -374,6 +388,30 @@ class Plan:
     def teacher_gpus(self, teacher: str) -> int:
         """GPUs of the teacher's server inside the job (0 for an API)."""
         return backend_gpus(self.config["teachers"][teacher])
+
+    def teacher_served(self, teacher: str) -> bool:
+        """The teacher is a server its generation jobs share (sglang): started once per server
+        allocation (rules/serve.smk), not in each job."""
+        return self.teacher_backend(teacher) == "sglang"
+
+    def teacher_service(self, teacher: str, shard: str) -> dict[str, str]:
+        """A generation job's `server` input: its teacher's server for this shard, if served."""
+        if not self.teacher_served(teacher):
+            return {}
+        return {
+            "server": self.path(
+                "teacher_service", teacher=teacher, server=server_of(self.generation, shard)
+            )
+        }
+
+    @property
+    def eval_served(self) -> bool:
+        """Each evaluated checkpoint is a server its evaluation jobs share (eval.backend sglang)."""
+        return self.eval_backend == "sglang"
+
+    def model_service(self, model: str) -> dict[str, str]:
+        """An evaluation job's `server` input: its checkpoint's server, if served."""
+        return {"server": self.path("model_service", model=model)} if self.eval_served else {}
 
     @property
     def eval_backend(self) -> str:

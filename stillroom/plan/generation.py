@@ -26,6 +26,18 @@ def effort_key(generation: Generation, effort: str) -> str:
     return next(k for k, efforts in effort_keys(generation).items() if effort in efforts)
 
 
+def teacher_servers(generation: Generation, teacher: str) -> list[str]:
+    """The {server} names of ``teacher``'s servers: generation.servers, no more than it has shards
+    (a server with no shard would start for nothing)."""
+    shards = max(generation.shards_of(e) for e in generation.efforts_of(teacher))
+    return [f"{i:03d}" for i in range(min(generation.servers, shards))]
+
+
+def server_of(generation: Generation, shard: str | int) -> str:
+    """The {server} of the server that a shard's generation jobs are clients of."""
+    return f"{int(shard) % generation.servers:03d}"
+
+
 def gpu_key(generation: Generation, teacher: str) -> str:
     """The cost.gpus key of ``teacher``'s generation jobs: ``generate`` for generation.teacher,
     ``generate-<teacher>`` for another (its server has a shape of its own), as a training phase

@@ -20,6 +20,8 @@ PATHS = {
     "shard": "shards/shard-{shard}.jsonl",
     # {efforts}: the job's effort key (plan/generation.py), the effort itself unless it is grouped
     "generated": "gen/{teacher}/{efforts}/shard-{shard}.jsonl",
+    # a running server's address, for its clients in the same allocation (a Snakemake service)
+    "teacher_service": "serve/{teacher}/server-{server}.json",
     "graded_shard": "graded/{teacher}/{effort}/shard-{shard}.jsonl",
     "dataset": "dataset/train.jsonl",
     "ablation_dataset": "dataset/select-{selection}.jsonl",
@@ -29,6 +31,7 @@ PATHS = {
     # {run}: one of EVAL_RUNS
     "samples": "eval/{run}/samples.jsonl",
     "graded": "eval/{run}/graded.jsonl",
+    "model_service": "serve/models/{model}.json",  # a checkpoint served for its evaluations
     "merge_choice": "merge/selected.json",  # the merge chosen on dev
     # tables and ledgers, one file per {ext}
     "tables": "tables/{bench}.{ext}",
