@@ -4,10 +4,12 @@
 
 EVAL_BACKEND = PLAN.eval_backend
 EVAL_GPUS = PLAN.eval_gpus  # an in-process model: 1
-# One core a job: a served model computes in its server, and an in-process one on a GPU. On a CPU,
+# eval.backend sglang: each checkpoint's server (rule serve_model) serves all of its evaluation jobs
+# One core a job (none for a client of a shared server, whose server holds the allocation's): a
+# served model computes in its server, and an in-process one on a GPU. On a CPU,
 # two single-threaded evaluations of a small student beat one with two threads: each job spends its
 # first seconds importing, on one core. SLURM: the profile's set-threads.
-EVAL_THREADS = 1
+EVAL_THREADS = 0 if PLAN.eval_served else 1
 
 
 rule evaluate:
@@ -15,6 +17,7 @@ rule evaluate:
         **consumed(
             model=PLAN.checkpoint("{model}"), problems=lambda w: PLAN.benchmark_file(w.bench)
         ),
+        server=lambda w: PLAN.model_service(w.model),
     output:
         **tracked(samples=PLAN.eval_path("samples", "evaluate")),
     params:
@@ -23,9 +26,7 @@ rule evaluate:
         ).as_param(),
     threads: EVAL_THREADS
     resources:
-        gpu=EVAL_GPUS,
-        nodes=1,
-        mem_mb=PLAN.student_mem_mb("evaluate"),  # from the student's size
+        **PLAN.eval_resources("evaluate"),
     log:
         PLAN.log("evaluate/{model}-{bench}"),
     benchmark:
@@ -33,7 +34,7 @@ rule evaluate:
     conda:
         conda_env(EVAL_BACKEND)
     shell:
-        stillroom_cli("evaluate")
+        stillroom_cli("evaluate", optional=PLAN.served_inputs("evaluate"))
 
 
 rule evaluate_budget:
@@ -41,6 +42,7 @@ rule evaluate_budget:
         **consumed(
             model=PLAN.checkpoint("{model}"), problems=lambda w: PLAN.benchmark_file(w.bench)
         ),
+        server=lambda w: PLAN.model_service(w.model),
     output:
         **tracked(samples=PLAN.eval_path("samples", "evaluate_budget")),
     params:
@@ -49,9 +51,7 @@ rule evaluate_budget:
         ).as_param(),
     threads: EVAL_THREADS
     resources:
-        gpu=EVAL_GPUS,
-        nodes=1,
-        mem_mb=PLAN.student_mem_mb("evaluate_budget"),  # from the student's size
+        **PLAN.eval_resources("evaluate_budget"),
     log:
         PLAN.log("evaluate/{model}-{bench}-budget-{budget}"),
     benchmark:
@@ -59,7 +59,7 @@ rule evaluate_budget:
     conda:
         conda_env(EVAL_BACKEND)
     shell:
-        stillroom_cli("evaluate", "evaluate_budget")
+        stillroom_cli("evaluate", "evaluate_budget", optional=PLAN.served_inputs("evaluate"))
 
 
 rule evaluate_effort:
@@ -67,6 +67,7 @@ rule evaluate_effort:
         **consumed(
             model=PLAN.checkpoint("{model}"), problems=lambda w: PLAN.benchmark_file(w.bench)
         ),
+        server=lambda w: PLAN.model_service(w.model),
     output:
         **tracked(samples=PLAN.eval_path("samples", "evaluate_effort")),
     params:
@@ -75,9 +76,7 @@ rule evaluate_effort:
         ).as_param(),
     threads: EVAL_THREADS
     resources:
-        gpu=EVAL_GPUS,
-        nodes=1,
-        mem_mb=PLAN.student_mem_mb("evaluate_effort"),  # from the student's size
+        **PLAN.eval_resources("evaluate_effort"),
     log:
         PLAN.log("evaluate/{model}-{bench}-effort-{effort}"),
     benchmark:
@@ -85,4 +84,4 @@ rule evaluate_effort:
     conda:
         conda_env(EVAL_BACKEND)
     shell:
-        stillroom_cli("evaluate", "evaluate_effort")
+        stillroom_cli("evaluate", "evaluate_effort", optional=PLAN.served_inputs("evaluate"))

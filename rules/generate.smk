@@ -11,6 +11,8 @@ rule generate:
             shard=PLAN.path("shard"),
             teacher=lambda w: PLAN.teacher_files(w.teacher),
         ),
+        # a self-hosted teacher's server for this shard (rule serve_teacher), shared
+        server=lambda w: PLAN.teacher_service(w.teacher, w.shard),
     output:
         **tracked(samples=PLAN.path("generated")),
     wildcard_constraints:
@@ -19,9 +21,11 @@ rule generate:
         stage_params=lambda w: stillroom.stages.generate.job_params(
             EXPERIMENT, w.teacher, PLAN.job_efforts(w.teacher, w.efforts)
         ).as_param(),
+    # a client of a shared server holds no CPU, GPU or node: the server's job holds them
+    threads: lambda w: 0 if PLAN.teacher_served(w.teacher) else 1
     resources:
-        gpu=lambda w: PLAN.teacher_gpus(w.teacher),
-        nodes=1,
+        gpu=lambda w: 0 if PLAN.teacher_served(w.teacher) else PLAN.teacher_gpus(w.teacher),
+        nodes=lambda w: 0 if PLAN.teacher_served(w.teacher) else 1,
         slurm_partition=lambda w: partition_for(PLAN.teacher_gpus(w.teacher)),
     log:
         PLAN.log("generate/{teacher}-{efforts}-{shard}"),
@@ -30,4 +34,4 @@ rule generate:
     conda:
         lambda w: conda_env(PLAN.teacher_backend(w.teacher))
     shell:
-        stillroom_cli("generate")
+        stillroom_cli("generate", optional=PLAN.served_inputs("generate"))

@@ -47,6 +47,9 @@ STAGES: dict[str, Contract] = contracts(
 # Stage-shaped commands no rule runs: a user builds a stand-in model with one, so `stillroom --help`
 # lists them with the user commands.
 USER_STAGES = {"tiny"}
+# Commands a rule runs that are no stage: `serve` runs a server until Snakemake stops it, writing
+# its service file (rules/serve.smk), not an artifact with provenance.
+RULE_COMMANDS = ("serve",)
 
 
 def _named(values: list[str]) -> dict[str, str]:
@@ -111,6 +114,10 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
     for spec in stage.inputs:
         key = spec.rstrip("*?")
         value = getattr(args, key)
+        # an optional input given empty is absent: a rule whose jobs have it or not (a served
+        # teacher's `server`) passes `--NAME ''` for the jobs without it
+        if spec.endswith("?") and value == "":
+            value = None
         inputs[key] = _named(value) if spec.endswith("*") else value
     outputs = {spec.rstrip("*"): getattr(args, "out_" + spec.rstrip("*")) for spec in stage.outputs}
     params = _load_params(args.params)
@@ -244,7 +251,7 @@ def _command_list(sub: argparse._SubParsersAction) -> str:
     """`stillroom --help`'s list of commands: the user commands, then the stage commands the rules
     run, each with its one-line summary."""
     summaries = {a.dest: a.help or "" for a in sub._choices_actions}
-    stages = [n for n in STAGES if n not in USER_STAGES]
+    stages = [n for n in STAGES if n not in USER_STAGES] + list(RULE_COMMANDS)
     users = [n for n in summaries if n not in stages]
     width = max(shutil.get_terminal_size().columns - 2, 60)
     lines = []
@@ -393,6 +400,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="leave out the snakemake --report HTML (the manifest says so)",
     )
+    serve = command(
+        "serve",
+        "run a server for the jobs of its allocation until Snakemake stops it",
+        "start an OpenAI-compatible server (a teacher's, or eval.backend's for one checkpoint) "
+        "from its command template, keep its service file current (starting, ready, failed) for "
+        "the jobs that are its clients, and stop it on SIGTERM (runtime/service.py)",
+    )
+    serve.add_argument("--name", required=True, help="what the server serves, for its log")
+    serve.add_argument(
+        "--spec", required=True, help="the server section (JSON), its command template's values"
+    )
+    serve.add_argument("--model", help="the checkpoint served: the template's {model_path}")
+    serve.add_argument("--out-service", required=True, metavar="PATH", help="the service file")
+    serve.add_argument("--server-log", metavar="PATH", help="where the server's output goes")
     for name, stage in STAGES.items():
         p = sub.add_parser(name, help=stage.help, description=stage.help)
         for spec in stage.inputs:
@@ -461,6 +482,13 @@ def main(argv: list[str] | None = None) -> int:
             from .plan.slurm import print_plan
 
             print_plan(args.configfile)
+        elif args.command == "serve":
+            from .runtime.service import serve
+
+            spec = _load_params(args.spec)
+            if args.model:
+                spec["model_path"] = args.model
+            return serve(args.name, spec, args.out_service, args.server_log, _logger("serve"))
         elif args.command == "schema":
             from .config import schema
 

@@ -483,10 +483,12 @@ class Journal:
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
-    def finish(self, records: Iterable[Mapping[str, Any]]) -> int:
-        """Write ``out`` (atomically) and remove the partial file."""
+    def finish(self, records: Iterable[Mapping[str, Any]], keep: bool = False) -> int:
+        """Write ``out`` (atomically) and remove the partial file, or ``keep`` it: a job run again
+        under the same fingerprint then writes ``out`` from it without redoing a record."""
         n = write_jsonl(self.out, records)
-        self.partial.unlink(missing_ok=True)
+        if not keep:
+            self.partial.unlink(missing_ok=True)
         return n
 
 

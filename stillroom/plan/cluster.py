@@ -106,9 +106,13 @@ STUDENT_FULL_MEM_MB = {
     "evaluate": 128_000,
     "evaluate_budget": 128_000,
     "evaluate_effort": 128_000,
+    "serve_model": 128_000,
 }
 STUDENT_FULL_PARAMS = 4e9
 STUDENT_MIN_MEM_MB = 8000
+# A client of a server its allocation shares (an evaluation or generation job): its tokenizer, the
+# requests in flight and its samples; the model's memory is its server's.
+CLIENT_MEM_MB = 4000
 
 
 def student_mem_mb(rule: str, params: float | None, attempt: int) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 from ..config import LOCAL_DATA, Experiment
 from ..config.data import local_spec, repo_path
 from ..kernels.problemset import FAMILY_FILE, kernel_files, solution_files
-from .cluster import backend_gpus, stage_gpus, student_mem_mb, train_resources
+from .cluster import CLIENT_MEM_MB, backend_gpus, stage_gpus, student_mem_mb, train_resources
 from .estimate import student_parameters
 from .generation import effort_key, effort_keys, server_of, teacher_servers
 from .paths import EVAL_RUNS, PATHS, fill
@@ -394,24 +394,34 @@ class Plan:
         allocation (rules/serve.smk), not in each job."""
         return self.teacher_backend(teacher) == "sglang"
 
-    def teacher_service(self, teacher: str, shard: str) -> dict[str, str]:
-        """A generation job's `server` input: its teacher's server for this shard, if served."""
+    def teacher_service(self, teacher: str, shard: str) -> list[str]:
+        """A generation job's `server` input: its teacher's server for this shard, if served
+        (none: the job's shell line passes `--server ''`, which the stage takes as absent)."""
         if not self.teacher_served(teacher):
-            return {}
-        return {
-            "server": self.path(
-                "teacher_service", teacher=teacher, server=server_of(self.generation, shard)
-            )
-        }
+            return []
+        return [
+            self.path("teacher_service", teacher=teacher, server=server_of(self.generation, shard))
+        ]
+
+    def served_inputs(self, stage: str) -> list[str]:
+        """The optional inputs of ``stage``'s shell lines: `server` where some of its jobs are
+        clients of a shared server (the others pass `--server=`); none, and the lines are as
+        before, where none is."""
+        if stage == "generate":
+            served = any(self.teacher_served(t) for t in self.generation.used_teachers)
+        else:
+            served = self.eval_served
+        return ["server"] if served else []
 
     @property
     def eval_served(self) -> bool:
         """Each evaluated checkpoint is a server its evaluation jobs share (eval.backend sglang)."""
         return self.eval_backend == "sglang"
 
-    def model_service(self, model: str) -> dict[str, str]:
-        """An evaluation job's `server` input: its checkpoint's server, if served."""
-        return {"server": self.path("model_service", model=model)} if self.eval_served else {}
+    def model_service(self, model: str) -> list[str]:
+        """An evaluation job's `server` input: its checkpoint's server, if served (as
+        teacher_service)."""
+        return [self.path("model_service", model=model)] if self.eval_served else []
 
     @property
     def eval_backend(self) -> str:
@@ -440,6 +450,17 @@ class Plan:
         """mem_mb of ``rule``'s jobs, which hold the student: a resource function of the attempt
         that follows the student's size (stillroom/plan/cluster.py student_mem_mb)."""
         return lambda wildcards, attempt: student_mem_mb(rule, self.student_parameters, attempt)
+
+    def eval_resources(self, rule: str) -> dict[str, Any]:
+        """GPUs, nodes and mem_mb of an evaluation rule's jobs: the student's share, or, when its
+        server is shared (eval_served), a client's, which holds none of them (rules/serve.smk)."""
+        if self.eval_served:
+            return {
+                "gpu": 0,
+                "nodes": 0,
+                "mem_mb": lambda wildcards, attempt: CLIENT_MEM_MB * attempt,
+            }
+        return {"gpu": self.eval_gpus, "nodes": 1, "mem_mb": self.student_mem_mb(rule)}
 
     @property
     def chat_template(self) -> dict[str, str]:

@@ -72,9 +72,9 @@ class Contract:
     def shell(self, rule: str | None = None, *, optional: Iterable[str] = ()) -> str:
         """The command line of a rule that runs this stage, as a Snakemake shell template: each
         input `--NAME {input.NAME:q}`, each output `--out-NAME {output.NAME:q}`, then the optional
-        inputs the rule declares (``optional``, by name), the rule's name (default: the stage's),
-        threads and params. A "*" spec's values are the rule's param NAME, `NAME=PATH` pairs or
-        paths (an input list would drop the names)."""
+        inputs the rule declares (``optional``, by name, `--NAME={input.NAME:q}`), the rule's name
+        (default: the stage's), threads and params. A "*" spec's values are the rule's param NAME,
+        `NAME=PATH` pairs or paths (an input list would drop the names)."""
         chosen = set(optional)
         unknown = chosen - {s.rstrip("*?") for s in self.inputs if s.endswith("?")}
         if unknown:
@@ -84,7 +84,10 @@ class Contract:
             )
         args = [_arg(f"--{flag(s)}", "input", s) for s in self.inputs if not s.endswith("?")]
         args += [_arg(f"--out-{flag(s)}", "output", s) for s in self.outputs]
-        args += [_arg(f"--{flag(s)}", "input", s) for s in self.inputs if s.rstrip("*?") in chosen]
+        # `--NAME=VALUE`: a job of the rule without the input (an empty list) passes `--NAME=`
+        args += [
+            _arg(f"--{flag(s)}", "input", s, "=") for s in self.inputs if s.rstrip("*?") in chosen
+        ]
         tail = f"--rule {rule or self.name} --threads {{threads}} --params {{params.{PARAMS}:q}}"
         return " ".join([f"stillroom {self.name}", *args, tail])
 
@@ -95,11 +98,11 @@ def flag(spec: str) -> str:
     return spec.rstrip("*?").replace("_", "-")
 
 
-def _arg(option: str, kind: str, spec: str) -> str:
+def _arg(option: str, kind: str, spec: str, sep: str = " ") -> str:
     """One flag of a shell template and its value: a "*" spec's from the rule's param of its name
     (written space-separated), any other from the rule's input or output of its name, quoted."""
     name = spec.rstrip("*?")
-    return f"{option} {{params.{name}}}" if "*" in spec else f"{option} {{{kind}.{name}:q}}"
+    return f"{option} {{params.{name}}}" if "*" in spec else f"{option}{sep}{{{kind}.{name}:q}}"
 
 
 def shell_problems(rule: str, shell: str, declared: Mapping[str, Collection[str]]) -> list[str]:

@@ -125,13 +125,19 @@ def _needs(p: Params, lm) -> int:
 
 @contextlib.contextmanager
 def open_lm(
-    model_dir: str, backend: Any = None, threads: int = 1, notes: Notes | None = None
+    model_dir: str,
+    backend: Any = None,
+    threads: int = 1,
+    notes: Notes | None = None,
+    service: str | None = None,
+    log: Callable[[str], None] = print,
 ) -> Iterator[Any]:
     """The model to evaluate, served as ``backend`` (eval.backend; default in process) says:
-    ``hf`` (in process, runtime/lm.py), ``sglang`` (a server started inside the job for this
-    checkpoint by the sglang teacher's launcher, from a command template with ``{model_path}`` and
-    ``{port}``, always stopped; the weights it reports go to ``notes``) or ``openai`` (an already
-    running server at ``base_url``)."""
+    ``hf`` (in process, runtime/lm.py), ``sglang`` (the checkpoint's server that this job's
+    allocation shares, through its service file ``service`` (rule serve_model); given none, a server
+    started inside the job from the command template with ``{model_path}`` and ``{port}``, always
+    stopped; the weights it reports go to ``notes``) or ``openai`` (an already running server at
+    ``base_url``)."""
     from ..runtime.served import ServedLM
 
     spec = parse_backend(backend or {"backend": "hf"})
@@ -152,30 +158,31 @@ def open_lm(
     else:
         import asyncio
 
-        from ..teachers.sglang import SGLangTeacher
+        from ..runtime.service import Server, note_weights, wait_ready
 
         server = {**spec.server.dump(), "model_path": model_dir}
-        # the served name (e.g. --served-model-name)
-        model = spec.model or model_dir
-        teacher_spec = {"backend": "sglang", "model": model, "server": server}
-        teacher = SGLangTeacher(f"eval:{os.path.basename(model_dir)}", teacher_spec, notes)
+        model = spec.model or model_dir  # the served name (e.g. --served-model-name)
+        role = f"eval:{os.path.basename(model_dir)}"
+        own = None if service else Server(role, server)
         try:
-            asyncio.run(teacher.astart())
+            if own is None:
+                ready = wait_ready(service, server["startup_timeout_s"] + 60, log)
+                base_url, info = ready["base_url"], ready.get("model_info")
+            else:
+                info, base_url = asyncio.run(own.astart()), own.base_url
+            note_weights(notes, role, info)
             yield ServedLM(
-                model_dir,
-                teacher.spec["base_url"],
-                model,
-                concurrency=spec.concurrency,
-                stop_by=spec.stop_by,
+                model_dir, base_url, model, concurrency=spec.concurrency, stop_by=spec.stop_by
             )
         finally:
-            teacher.stop()
+            if own is not None:
+                own.stop()
 
 
 @stage(
     "evaluate",
     params=Params,
-    inputs=("model", "problems"),
+    inputs=("model", "problems", "server?"),
     outputs=("samples",),
     help="sample answers to a benchmark, k per problem",
 )
@@ -184,6 +191,7 @@ def run(
     model: str,
     problems: str,
     out_samples: str,
+    server: str | None = None,
     params: Mapping[str, Any] | Params,
     threads: int = 1,
     log: Callable[[str], None] = print,
@@ -207,13 +215,15 @@ def run(
     done = journal.load()
     if done:
         log(f"resuming: {len(done)} samples already done")
-    with open_lm(model, p.backend, threads, notes) as lm, journal:
+    with open_lm(model, p.backend, threads, notes, server, log) as lm, journal:
         records, generated, seconds = _sample_all(
             lm, rows, p, log, journal, done, p.context_length or context_length(model)
         )
         stops = lm.stops.dump()
     records.sort(key=lambda r: (r["prompt_id"], r["sample_index"]))
-    journal.finish(records)
+    # a served job's journal stays: Snakemake reruns every client of a server it starts, and
+    # deletes a failed group's finished outputs; these come back from it without a request
+    journal.finish(records, keep=server is not None)
     cut = sum(r["finish_reason"] == "length" for r in records)
     clamped = sum("context_limit" in r for r in records)
     return {

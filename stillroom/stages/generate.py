@@ -209,7 +209,7 @@ def _summary(records: list[dict[str, Any]], price: Mapping[str, float]) -> dict[
 @stage(
     "generate",
     params=Params,
-    inputs=("shard",),
+    inputs=("shard", "server?"),
     outputs=("samples",),
     help="teacher samples for one (teacher, shard) at one effort, or at several in one run",
 )
@@ -218,6 +218,7 @@ def run(
     shard: str,
     out_samples: str,
     params: Mapping[str, Any] | Params,
+    server: str | None = None,
     log: Callable[[str], None] = print,
     notes: Notes | None = None,
 ) -> dict[str, Any]:
@@ -225,7 +226,7 @@ def run(
     notes = Notes() if notes is None else notes
     efforts = p.efforts or [p.effort]
     teacher_name, k = p.teacher, p.samples
-    teacher = make_teacher(teacher_name, p.spec.dump(), notes)
+    teacher = make_teacher(teacher_name, p.spec.dump(), notes, server)
     problems = read_jsonl(shard, required=POOL_KEYS)
     one = {"efforts": efforts} if p.efforts else {"effort": p.effort}
     journal = Journal(out_samples, log, {**fingerprint(p), **one})
@@ -286,7 +287,9 @@ def run(
         }
     )
     # each effort's records together, in the group's order: grading one reads them as they are
-    journal.finish([r for e in efforts for r in records[e]])
+    # a served job's journal stays: Snakemake reruns every client of a server it starts, and
+    # deletes a failed group's finished outputs; these come back from it without a request
+    journal.finish([r for e in efforts for r in records[e]], keep=server is not None)
     per_effort = {}
     for e in efforts:
         per_effort[e] = _summary(records[e], teacher.spec["price"])

@@ -11,8 +11,11 @@ from .base import Completion, SkipSample, Teacher, TeacherError
 __all__ = ["Completion", "SkipSample", "Teacher", "TeacherError", "make_teacher"]
 
 
-def make_teacher(name: str, spec: Mapping[str, Any], notes: Notes | None = None) -> Teacher:
-    """The backend ``spec`` names; ``notes``: as ``Teacher``'s."""
+def make_teacher(
+    name: str, spec: Mapping[str, Any], notes: Notes | None = None, service: str | None = None
+) -> Teacher:
+    """The backend ``spec`` names; ``notes``: as ``Teacher``'s; ``service``: the service file of
+    the server a self-hosted teacher's job is a client of (none: it starts its own)."""
     backend = spec.get("backend")
     if backend == "procedural":
         from .procedural import ProceduralTeacher
@@ -29,7 +32,7 @@ def make_teacher(name: str, spec: Mapping[str, Any], notes: Notes | None = None)
     if backend == "sglang":
         from .sglang import SGLangTeacher
 
-        return SGLangTeacher(name, spec, notes)
+        return SGLangTeacher(name, spec, notes, service)
     raise ValueError(
         f"teachers.{name}.backend: {backend!r} is not one of procedural, openai, sglang, hf"
     )

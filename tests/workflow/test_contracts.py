@@ -38,7 +38,7 @@ def test_a_shell_line_takes_each_flag_from_the_rule_name_of_its_spec():
     # an optional input only where the rule declares it, after the outputs; the rule named like
     # its stage unless it says otherwise
     assert contract.shell() == head + outs + " --rule probe" + tail
-    optional = " --chat-template {input.chat_template:q}"
+    optional = " --chat-template={input.chat_template:q}"
     with_template = contract.shell("probe_more", optional=["chat_template"])
     assert with_template == head + outs + optional + " --rule probe_more" + tail
     assert contract.shell("probe_more", optional={"chat_template": "t.jinja"}) == with_template

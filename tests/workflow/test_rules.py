@@ -317,7 +317,7 @@ def test_a_student_whose_template_cannot_be_marked_is_refused_at_dag_build(tmp_p
         configfiles=[REPO / "config" / "config.yaml", overlay],
     )
     assert plan.returncode == 0, plan.stdout[-2000:] + plan.stderr[-2000:]
-    assert f"--chat-template {tmp_path / 'train.jinja'}" in plan.stdout
+    assert f"--chat-template={tmp_path / 'train.jinja'}" in plan.stdout
 
 
 def _mixed_config(tmp_path, config):

@@ -1,0 +1,230 @@
+"""An OpenAI-compatible server (SGLang, vLLM, ``transformers serve``) started from a command
+template: started in a job for that job alone (``Server``), or once per allocation for every job
+there (``serve``, the body of ``stillroom serve``, which rules/serve.smk runs as a Snakemake service
+job) and reached by those jobs through its service file (``wait_ready``).
+
+The service file is the one channel between the server and its clients: JSON, replaced atomically,
+``state`` "starting" (written before the server is launched, so that the clients, which Snakemake
+starts once the file exists, wait for it rather than for Snakemake's latency-wait), then "ready"
+(healthy; the weights it loaded) or "failed" (why, with its log's tail), so that a server that
+never comes up fails its clients at once instead of at their timeout.
+
+SGLang pins its own torch and CUDA stack, so it lives in its own environment (``envs/sglang.yaml``)
+and is reached only over HTTP; the command template says which Python runs it. The server gets its
+own process group, so that stopping it takes its workers down too, and dies with its parent: a
+SIGKILL of the job (Snakemake kills a failed group's jobs) leaves no server behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..io import write_json
+from ..provenance.sidecars import Notes, describe_model, now
+
+POLL_S = 0.5
+
+
+class ServerError(RuntimeError):
+    """The server did not come up, or its service file says so."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _exit_on_sigterm(signum, frame):
+    """A SIGTERM handler: unwind (finally blocks, atexit) instead of dying on the spot."""
+    raise SystemExit(128 + signum)
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before exec: SIGKILL it when the process that started it dies
+    (Linux prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+
+
+class Server:
+    """One server from ``spec`` (a teacher's or eval.backend's ``server`` section, with its
+    ``model_path``): ``astart`` launches it on a free port and waits for its health endpoint,
+    ``stop`` terminates its process group."""
+
+    def __init__(self, name: str, spec: Mapping[str, Any]):
+        self.name, self.spec = name, spec
+        self.port = free_port(spec["host"])
+        self.root = f"http://{spec['host']}:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.log_path: str | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.root + "/v1"
+
+    def command(self) -> list[str]:
+        values = {k: v for k, v in self.spec.items() if isinstance(v, str | int | float)}
+        return shlex.split(
+            self.spec["command"].format(**values, port=self.port, python=sys.executable)
+        )
+
+    async def astart(self, log_path: str | None = None) -> dict[str, Any] | None:
+        """Launch and wait until healthy; the weights the server reports loading (SGLang's
+        ``/get_model_info``), or None where it has no such endpoint."""
+        import aiohttp
+
+        if log_path is None:
+            fd, self.log_path = tempfile.mkstemp(prefix=f"stillroom-{self.name}-", suffix=".log")
+            out = os.fdopen(fd, "wb")
+        else:
+            self.log_path, out = log_path, open(log_path, "ab")
+        env = {**os.environ, **{k: str(v) for k, v in self.spec.get("env", {}).items()}}
+        # its own process group (stop kills it whole) in the job's session: a new session would be
+        # a new scheduler autogroup, which runs at full weight whatever the job's niceness
+        with out:
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                process_group=0,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+        deadline = time.monotonic() + self.spec["startup_timeout_s"]
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as client:
+            while True:
+                if self.proc.poll() is not None:
+                    raise ServerError(
+                        f"{self.name}: server exited with {self.proc.returncode} before it was "
+                        f"healthy; log tail:\n{self.log_tail()}"
+                    )
+                try:
+                    async with client.get(self.root + self.spec["health_path"]) as resp:
+                        if resp.status == 200:
+                            break
+                except (TimeoutError, aiohttp.ClientError):
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise ServerError(
+                        f"{self.name}: server not healthy after {self.spec['startup_timeout_s']} s "
+                        f"at {self.root}{self.spec['health_path']}; log tail:\n{self.log_tail()}"
+                    )
+                await asyncio.sleep(0.2)
+            return await self._model_info(client)
+
+    async def _model_info(self, client) -> dict[str, Any] | None:
+        import aiohttp
+
+        try:
+            async with client.get(self.root + "/get_model_info") as resp:
+                info = await resp.json(content_type=None) if resp.status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            info = None
+        return info if isinstance(info, dict) else None
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
+                return "".join(fh.readlines()[-lines:])
+        except (OSError, TypeError):
+            return ""
+
+    def stop(self) -> None:
+        """Terminate the server's process group; kill it if it does not exit in time."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, self.spec["stop_timeout_s"]), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def note_weights(notes: Notes | None, role: str, info: Mapping[str, Any] | None) -> None:
+    """Record the weights a server loaded, where it says (SGLang: their path or hub id, pinned to a
+    commit by ``describe_model``); other servers are identified by the model id they answer as."""
+    if notes is not None and info and isinstance(info.get("model_path"), str):
+        notes.add_resolved({**describe_model(info["model_path"], role), "server": dict(info)})
+
+
+def serve(
+    name: str,
+    spec: Mapping[str, Any],
+    out: str | Path,
+    server_log: str | None = None,
+    log: Callable[[str], None] = print,
+) -> int:
+    """Run one server until it is stopped (SIGTERM: Snakemake's, once every client is done; exit
+    0) or dies (the service file says "failed"; exit 1), keeping ``out`` current for its clients.
+    The server's own output is appended to ``server_log`` (the job's log)."""
+    server = Server(name, spec)
+    record = {"name": name, "base_url": server.base_url, "host": socket.gethostname()}
+    record |= {"pid": os.getpid(), "started": now()}
+    write_json(out, {"state": "starting", **record})
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    log(f"starting server {name} at {server.root}: {shlex.join(server.command())}")
+    try:
+        t0 = time.monotonic()
+        try:
+            info = asyncio.run(server.astart(server_log))
+        except ServerError as exc:
+            write_json(out, {"state": "failed", **record, "error": str(exc)})
+            log(str(exc))
+            return 1
+        write_json(out, {"state": "ready", **record, "model_info": info, "ready": now()})
+        log(f"server {name} healthy after {time.monotonic() - t0:.1f} s; serving")
+        code = server.proc.wait()
+        error = f"{name}: server exited with {code} while serving; log tail:\n{server.log_tail()}"
+        write_json(out, {"state": "failed", **record, "error": error})
+        log(error)
+        return 1
+    except SystemExit:
+        log(f"stopping server {name}: its clients are done")
+        return 0
+    finally:
+        server.stop()
+
+
+def wait_ready(path: str | Path, timeout_s: float, log: Callable[[str], None] = print) -> dict:
+    """The service file of a server this job is a client of, once the server is ready: a server
+    that failed, or is not ready within ``timeout_s``, is an error naming the file."""
+    deadline, said = time.monotonic() + timeout_s, False
+    while True:
+        try:
+            state = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            state = {"state": "absent"}
+        if state.get("state") == "ready":
+            return state
+        if state.get("state") == "failed":
+            raise ServerError(f"{path}: the server failed: {state.get('error')}")
+        if time.monotonic() > deadline:
+            raise ServerError(
+                f"{path}: the server is not ready after {timeout_s:.0f} s (state "
+                f"{state.get('state')!r}); see its serve job's log"
+            )
+        if not said:
+            log(f"waiting for the server of {path} ({state.get('state')})")
+            said = True
+        time.sleep(POLL_S)
