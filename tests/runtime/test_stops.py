@@ -183,7 +183,7 @@ def served(tmp_path):
     import urllib.request
     from pathlib import Path
 
-    from stillroom.teachers.sglang import free_port
+    from stillroom.runtime.service import free_port
 
     @contextlib.contextmanager
     def serve(model):

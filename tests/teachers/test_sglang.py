@@ -53,10 +53,10 @@ def _gone(pid):
 
 
 def test_server_is_started_used_and_stopped(tmp_path):
-    from stillroom.teachers.sglang import SGLangTeacher
+    from stillroom.runtime.service import Server
 
     seen = []
-    original = SGLangTeacher.stop
+    original = Server.stop
 
     def spy(self):
         if self.proc is not None:
@@ -64,7 +64,7 @@ def test_server_is_started_used_and_stopped(tmp_path):
             seen.append((pid, os.getpgid(pid), os.getsid(pid)))
         original(self)
 
-    SGLangTeacher.stop = spy
+    Server.stop = spy
     try:
         out = str(tmp_path / "gen.jsonl")
         m = generate.run(
@@ -74,7 +74,7 @@ def test_server_is_started_used_and_stopped(tmp_path):
             params=_params(_spec("{python} " + STANDIN + " {port} 0.5")),
         )
     finally:
-        SGLangTeacher.stop = original
+        Server.stop = original
     rows = read_jsonl(out)
     assert m["samples"] == len(rows) == 20 and all(r["model"] == "stand-in-served" for r in rows)
     assert seen and all(_gone(pid) for pid, _, _ in seen)
