@@ -11,8 +11,10 @@ import pytest
 import yaml
 
 from stillroom import cli
-from stillroom.config import ConfigError, load_yaml, merge_configs, resolve
+from stillroom.config import ConfigError, Experiment, load_yaml, merge_configs, resolve
+from stillroom.plan.dag import Plan
 from stillroom.plan.estimate import EstimateError, bill, count_rows, makespan, markdown
+from stillroom.plan.generation import teacher_servers
 
 from ..conftest import REPO, recipe_files, small_config
 
@@ -678,3 +680,99 @@ def test_the_activation_formula_matches_a_measured_step(family, method, checkpoi
             f"{formula / 2**20:.2f} MiB ({formula / measured - 1:+.1%})"
         )
     assert formula == pytest.approx(measured, rel=0.1)
+
+
+def typed_recipe(name: str) -> dict:
+    """A shipped recipe with its overlays, typed only (a twin's stand-ins need not be built)."""
+    config: dict = {}
+    for path in recipe_files(REPO / "config" / "experiments" / f"{name}.yaml"):
+        config = merge_configs(config, yaml.safe_load(path.read_text()))
+    return Experiment.parse(config).dump()
+
+
+@pytest.mark.parametrize("name", ["beam-distill", "beam-distill-smoke"])
+def test_the_bill_starts_the_servers_the_plan_starts(name):
+    """Each server the plan starts (Plan.services: a served teacher's generation.servers, each
+    evaluated checkpoint) is billed one start, whatever the shards, efforts and benchmarks."""
+    typed = typed_recipe(name)
+    plan = Plan(Experiment.parse(typed), typed, REPO)
+    p = bill(Experiment.parse(typed), REPO)
+    services = plan.services()
+    models = {run.split("/")[0] for run in plan.evaluations().values()}
+    served = [s for s in services if s in {plan.path("model_service", model=m) for m in models}]
+    assert len(served) == len(models) == p.parts["evaluation"]["starts"]
+    assert p.parts["generation"]["starts"] == len(services) - len(served)
+    teacher = plan.generation.teacher
+    assert p.parts["generation"]["starts"] == len(teacher_servers(plan.generation, teacher))
+    # the jobs: each client once, and each server's own
+    clients = sum(r.jobs for r in p.rows if r.part == "evaluation" and "starts" not in r.detail)
+    assert clients == len(plan.evaluations())
+    assert p.parts["evaluation"]["jobs"] == clients + len(served)
+
+
+def test_starts_follow_the_servers_and_the_backends():
+    # no more servers than the teacher has shards
+    many = estimate(merge_configs(DISTILL, {"generation": {"servers": 100}}))
+    assert many.parts["generation"]["starts"] == 62
+    one = estimate(merge_configs(DISTILL, {"generation": {"servers": 1}}))
+    assert one.parts["generation"]["starts"] == 1
+    # the same tokens, fewer starts: cheaper, and longer on one server
+    assert one.parts["generation"]["usd"] < estimate(DISTILL).parts["generation"]["usd"]
+    tokens = sum(r.job_hours for r in rows(one, "generate") if "starts" not in r.detail) * 3600
+    assert one.parts["generation"]["wall_s"] == pytest.approx(420 + tokens)
+    # a model in process loads in each evaluation job; an API starts nothing
+    in_process = copy.deepcopy(DISTILL)
+    in_process["eval"]["backend"] = {"backend": "hf"}
+    hf = estimate(in_process)
+    ev = hf.parts["evaluation"]
+    assert ev["starts"] == ev["jobs"] == 5 * 6 + 3 + 3 * 2 * 4 + 2 * 2 * 4
+    api = copy.deepcopy(DISTILL)
+    api["generation"]["teacher"] = "beam-api"
+    assert "starts" not in estimate(api).parts["generation"]
+    assert "teacher start" not in markdown(estimate(api))
+
+
+def test_each_effort_is_billed_at_its_own_teacher():
+    """generation.effort_teachers: an effort's jobs at its teacher's GPUs, throughput, start,
+    servers, price and max_tokens, never the main teacher's."""
+    config = copy.deepcopy(DISTILL)
+    fp8 = copy.deepcopy(config["teachers"]["beam-sglang"])
+    fp8["server"].update(model_path="reflection/beam-fp8", tp=4)
+    config["teachers"]["beam-fp8"] = fp8
+    config["generation"]["effort_teachers"] = {e: "beam-fp8" for e in ("low", "high", "xhigh")}
+    figures = {"teacher_tokens_per_s": 6000, "teacher_start_s": 600}
+    config["cost"]["estimate"]["models"]["reflection/beam-fp8"] = {
+        "params_b": 501,
+        "serve_bytes_per_param": 1.0,
+        **figures,
+    }
+    p = estimate(config)
+    by_teacher: dict = {}
+    for r in rows(p, "generate"):
+        by_teacher.setdefault(r.teacher, []).append(r)
+    (medium, main_start), (*others, start) = by_teacher["beam-sglang"], by_teacher["beam-fp8"]
+    assert medium.gpu_hours == pytest.approx(medium.tokens / 10_000 / 3600 * 2)
+    assert main_start.detail["starts"] == 8 and main_start.gpus_per_job == 2
+    assert [r.effort for r in others] == ["low", "high", "xhigh"]
+    for r in others:
+        assert r.gpus_per_job == 4 and r.gpu_hours == pytest.approx(r.tokens / 6000 / 3600 * 4)
+    # its own servers: 8 of its 20 shards' worth, each started in 600 s on its 4 GPUs
+    assert start.detail["starts"] == 8 and start.gpu_hours == pytest.approx(8 * 600 * 4 / 3600)
+    assert p.parts["generation"]["starts"] == 16
+    # an API teacher for the other efforts: its price and max_tokens, no GPUs, no start
+    config = copy.deepcopy(DISTILL)
+    config["generation"]["effort_teachers"] = {e: "beam-api" for e in ("low", "high", "xhigh")}
+    api = config["teachers"]["beam-api"]
+    api["price"] = {"input_per_mtok": 1.0, "output_per_mtok": 4.0}
+    api["sampling"]["max_tokens"] = 2000
+    p = estimate(config)
+    (medium, main_start, low, high, xhigh) = rows(p, "generate")
+    assert (medium.teacher, main_start.detail["starts"]) == ("beam-sglang", 8)
+    assert medium.api_usd == 0 and medium.gpus_per_job == 2
+    prompts = p.inputs["prompts_per_effort"]["high"]
+    assert high.tokens == pytest.approx(prompts * 2000, rel=1e-4)  # capped at its own max_tokens
+    assert low.tokens == pytest.approx(prompts * 1580, rel=1e-4)
+    for r in (low, high, xhigh):
+        assert r.teacher == "beam-api" and r.gpu_usd == 0
+        assert r.api_usd == pytest.approx((r.input_tokens * 1.0 + r.tokens * 4.0) / 1e6)
+    assert p.parts["generation"]["starts"] == 8
