@@ -488,9 +488,10 @@ class Estimate(_Figures):
 
     teacher_tokens_per_s: PositiveFloat = Field(
         10_000.0,
-        description="output tokens per second of one generation job: the teacher's server (or "
-        "API) at the teacher's concurrency. Default: a self-hosted reasoning MoE on one node "
-        "(8-12k/s reported for NVFP4 Beam on 2 GPUs with SGLang)",
+        description="output tokens per second of one teacher server, whatever the jobs it serves "
+        "(sglang), or of one generation job (hf, an API) at the teacher's concurrency. Default: "
+        "a self-hosted reasoning MoE on one node (8-12k/s reported for NVFP4 Beam on 2 GPUs "
+        "with SGLang)",
     )
     teacher_start_s: Seconds = Field(
         600.0,
@@ -528,8 +529,9 @@ class Estimate(_Figures):
     )
     eval_tokens_per_s: PositiveFloat = Field(
         5000.0,
-        description="output tokens per second of one evaluation job: its backend at "
-        "eval.backend.concurrency (served) or eval.batch_size (in process)",
+        description="output tokens per second of one evaluated model's server, whatever the jobs "
+        "it serves (sglang, at eval.backend.concurrency), or of one evaluation job (openai; hf "
+        "at eval.batch_size)",
     )
     eval_start_s: Seconds = Field(
         120.0,
