@@ -38,14 +38,15 @@ def beam_distill_bill() -> str:
     from stillroom.plan.estimate import bill
 
     b = bill(_config("beam-distill.yaml"), REPO)
-    (medium,) = [r for r in b.rows if r.rule == "generate" and r.effort == "medium"]
+    gen = b.parts["generation"]
     start_s = b.inputs["figures"]["teacher_start_s"]
-    start = medium.detail["start_gpu_hours"] / medium.gpu_hours
-    both = b.parts["generation"]["usd"] + b.parts["training"]["usd"]
+    share = gen["start_gpu_hours"] / gen["gpu_hours"]
+    per_mtok = gen["usd"] / gen["output_tokens"] * 1e6
+    both = gen["usd"] + b.parts["training"]["usd"]
     return (
-        f"`beam-distill` comes to ${medium.usd:,.0f} for generation at medium, {start:.0%} of its "
-        f"GPU-hours the {start_s:g} s start-up assumed per shard job, and ${both:,.0f} for "
-        f"generation and training"
+        f"`beam-distill` comes to ${gen['usd']:,.0f} for generation, ${per_mtok:.2f} per million "
+        f"output tokens, {share:.1%} of its GPU-hours the {start_s:g} s start-up assumed once per "
+        f"server ({gen['starts']} servers), and ${both:,.0f} for generation and training"
     )
 
 

@@ -463,6 +463,12 @@ class ModelFigures(_Figures):
         None, description="cost.estimate.eval_start_s of this model's evaluation jobs"
     )
     merge_s: Seconds | None = Field(None, description="cost.estimate.merge_s of its merges")
+    teacher_tokens_per_s: PositiveFloat | None = Field(
+        None, description="cost.estimate.teacher_tokens_per_s of a teacher serving this model"
+    )
+    teacher_start_s: Seconds | None = Field(
+        None, description="cost.estimate.teacher_start_s of a teacher serving this model"
+    )
     nf4_params_per_s: PositiveFloat | None = Field(
         None, description="cost.estimate.nf4_params_per_s of its staged loads (e.g. on a GPU)"
     )
@@ -482,16 +488,17 @@ class Estimate(_Figures):
 
     teacher_tokens_per_s: PositiveFloat = Field(
         10_000.0,
-        description="output tokens per second of one generation job: the teacher's server (or "
-        "API) at the teacher's concurrency. Default: a self-hosted reasoning MoE on one node "
-        "(8-12k/s reported for NVFP4 Beam on 2 GPUs with SGLang)",
+        description="output tokens per second of one teacher server, whatever the jobs it serves "
+        "(sglang), or of one generation job (hf, an API) at the teacher's concurrency. Default: "
+        "a self-hosted reasoning MoE on one node (8-12k/s reported for NVFP4 Beam on 2 GPUs "
+        "with SGLang)",
     )
     teacher_start_s: Seconds = Field(
         600.0,
-        description="seconds from job start to the teacher's first token, paid by every generation "
-        "job of a teacher run in the job (a started server, sglang, or a model in process, hf; "
-        "none for an API or the procedural teacher); default: a large model's weights loaded "
-        "from a local cache",
+        description="seconds from a start to the teacher's first token: paid once per server of a "
+        "served teacher (sglang: generation.servers, each serving its shards' jobs), by every "
+        "generation job of a teacher run in the job (hf), never by an API or the procedural "
+        "teacher; default: a large model's weights loaded from a local cache",
     )
     teacher_output_tokens: PositiveInt | dict[Effort, PositiveInt] = Field(
         2000,
@@ -522,13 +529,15 @@ class Estimate(_Figures):
     )
     eval_tokens_per_s: PositiveFloat = Field(
         5000.0,
-        description="output tokens per second of one evaluation job: its backend at "
-        "eval.backend.concurrency (served) or eval.batch_size (in process)",
+        description="output tokens per second of one evaluated model's server, whatever the jobs "
+        "it serves (sglang, at eval.backend.concurrency), or of one evaluation job (openai; hf "
+        "at eval.batch_size)",
     )
     eval_start_s: Seconds = Field(
         120.0,
-        description="seconds from job start to the evaluated model's first token, paid by every "
-        "evaluation job whose model runs in the job (backend sglang or hf; none for openai)",
+        description="seconds from a start to the evaluated model's first token: paid once per "
+        "evaluated model when eval.backend is sglang (one server serves all its evaluation "
+        "jobs), by every evaluation job with backend hf (the model in process), never by openai",
     )
     eval_output_tokens: PositiveInt | dict[str, PositiveInt] = Field(
         2000,
@@ -543,6 +552,13 @@ class Estimate(_Figures):
         120.0,
         description="seconds per merge job (two checkpoints read); an adapter merge (one "
         "checkpoint and the adapter) is billed the same",
+    )
+    reported_usd_per_mtok: (
+        Annotated[list[PositiveFloat], Field(min_length=2, max_length=2)] | None
+    ) = Field(
+        None,
+        description="the source's own cost of a million teacher output tokens, [low, high]: shown "
+        "beside the bill's generation dollars per million output tokens (not used to bill)",
     )
     grpo_step_s: PositiveFloat = Field(
         60.0, description="seconds per GRPO step (generation, rewards and update)"
@@ -587,6 +603,13 @@ class Estimate(_Figures):
         "(train_start_s) gains the model's quantised parameters / (this x fsdp_size; one "
         "device-map process alone). Default: measured on one CPU core by bench/staged_load.py",
     )
+
+    @model_validator(mode="after")
+    def _reported(self) -> Estimate:
+        low_high = self.reported_usd_per_mtok
+        if low_high and low_high[0] > low_high[1]:
+            raise ValueError(f"reported_usd_per_mtok: [low, high], got {list(low_high)}")
+        return self
 
 
 class GpuType(_Figures):

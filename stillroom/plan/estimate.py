@@ -34,7 +34,7 @@ from ..config.evaluation import Architecture, ModelFigures
 from ..config.training import Layout, Lora, Train, TrainPhase
 from ..io import DataError
 from .cluster import backend_gpus, stage_gpus
-from .generation import RULE, effort_keys, gpu_key
+from .generation import RULE, effort_keys, gpu_key, server_of, teacher_servers
 
 # The parts of the pipeline the bill sums, in the order they run (not train.phases, the steps of
 # a fine-tune's curriculum, which are billed within training)
@@ -345,13 +345,6 @@ def markdown(p: Bill) -> str:
                 f"{r.api_usd:,.2f} |"
             )
         t = p.parts[part]
-        if t.get("start_gpu_hours"):
-            start = p.inputs["figures"]["teacher_start_s"]
-            lines.append(
-                f"| {part} | | of which the teacher's start-up ({start:g} s in each job) | | | | "
-                f"{t['start_gpu_hours']:,.2f} ({t['start_gpu_hours'] / t['gpu_hours']:.0%}) | | "
-                f"{t['start_usd']:,.2f} | |"
-            )
         lines.append(
             f"| **{part}** | | | {t['jobs']} | | | **{t['gpu_hours']:,.2f}** | "
             f"**{_duration(t['wall_s'])}** | **{t['gpu_usd']:,.2f}** | **{t['api_usd']:,.2f}** |"
@@ -365,6 +358,7 @@ def markdown(p: Bill) -> str:
         f"${t['api_usd']:,.2f}); generation and training ${t['generation_training_usd']:,.2f}; "
         f"wall {_duration(t['wall_s'])} with the parts one after another.",
     ]
+    lines += _starts_and_tokens(p)
     for phase, m in i.get("train_memory", {}).items():
         lines += [
             "",
@@ -376,6 +370,47 @@ def markdown(p: Bill) -> str:
     if p.notes:
         lines += ["", *(f"- {n}" for n in p.notes)]
     return "\n".join(lines) + "\n"
+
+
+def _starts_and_tokens(p: Bill) -> list[str]:
+    """Generation's dollars per million output tokens (beside the source's reported figure) and
+    each part's model starts."""
+    lines = []
+    gen, ev = p.parts.get("generation", {}), p.parts.get("evaluation", {})
+    if gen.get("output_tokens"):
+        per = gen["usd"] / gen["output_tokens"] * 1e6
+        line = (
+            f"Generation: ${gen['usd']:,.2f} for {_si(gen['output_tokens'])} output tokens, "
+            f"**${per:.2f} per million output tokens**"
+        )
+        reported = p.inputs["figures"].get("reported_usd_per_mtok")
+        if reported:
+            low, high = reported
+            mid = (low + high) / 2
+            line += (
+                f" (the source's own: ${low:.2f}–{high:.2f}, cost.estimate.reported_usd_per_mtok; "
+                f"{per / mid - 1:+.0%} from its middle)"
+            )
+        if gen.get("starts"):
+            alone = (gen["usd"] - gen["start_usd"]) / gen["output_tokens"] * 1e6
+            line += (
+                f"; ${alone:.2f} for the tokens alone, without the "
+                f"{_n(gen['starts'], 'teacher start')}: {gen['start_gpu_hours']:,.2f} GPU-hours, "
+                f"{gen['start_gpu_hours'] / gen['gpu_hours']:.1%} of generation's"
+            )
+        lines += ["", line + "."]
+    if ev:
+        lines += [
+            "",
+            f"Evaluation: {_n(ev.get('starts', 0), 'model start')} for its {_n(ev['jobs'], 'job')}"
+            + (
+                f", {ev['start_gpu_hours']:,.2f} GPU-hours "
+                f"({ev['start_gpu_hours'] / ev['gpu_hours']:.1%} of evaluation's)."
+                if ev.get("starts")
+                else "."
+            ),
+        ]
+    return lines
 
 
 def _rates(inputs: Mapping[str, Any]) -> str:
@@ -464,7 +499,11 @@ class _Billing:
         self.slots = self.est.parallel_jobs
         self.notes: list[str] = []
         self.rows: list[Row] = []
+        # each allocation's seconds, by part: a job's, or a server's with the jobs it serves
         self.durations: dict[str, list[float]] = {p: [] for p in PARTS}
+        # Snakemake jobs of the parts whose allocations are not one job each (servers' clients and
+        # the servers' own jobs); the others' are their durations
+        self.jobs: dict[str, int] = dict.fromkeys(("generation", "evaluation"), 0)
         self.at_least: dict[str, float] = dict.fromkeys(PARTS, 0.0)  # e.g. a daily API budget
         # each training job's memory per GPU (by phase name, "" for one run): its terms in GB
         self.memory: dict[str, dict[str, Any]] = {}
@@ -494,7 +533,8 @@ class _Billing:
         return getattr(self.est, key) if value is None else value
 
     def teacher_tokens(self, effort: str) -> float:
-        spec = self.exp.teachers[self.exp.generation.teacher]
+        """Mean output tokens of a sample at ``effort``, capped by its own teacher's max_tokens."""
+        spec = self.exp.teachers[self.exp.generation.teacher_of(effort)]
         tokens = self._per(self.est.teacher_output_tokens, effort)
         cap = getattr(getattr(spec, "sampling", None), "max_tokens", None)
         return float(min(tokens, cap) if cap else tokens)
@@ -829,7 +869,7 @@ class _Billing:
             if not rs:
                 continue
             parts[part] = {
-                "jobs": len(self.durations[part]),
+                "jobs": self.jobs.get(part, len(self.durations[part])),
                 "gpu_hours": sum(r.gpu_hours for r in rs),
                 "job_hours": sum(r.job_hours for r in rs),
                 "wall_s": self.wall[part],
@@ -837,11 +877,15 @@ class _Billing:
                 "api_usd": sum(r.api_usd for r in rs),
                 "usd": sum(r.usd for r in rs),
             }
-            start = [r.detail["start_gpu_hours"] for r in rs if "start_gpu_hours" in r.detail]
-            if start:
-                # the teacher's start-up in every job: its share of the part, shown on its own
-                parts[part]["start_gpu_hours"] = sum(start)
-                parts[part]["start_usd"] = sum(r.detail["start_usd"] for r in rs)
+            started = [r for r in rs if "starts" in r.detail]
+            if started:
+                # the models' start-ups (servers or in-process loads): their count and share
+                parts[part]["starts"] = sum(r.detail["starts"] for r in started)
+                parts[part]["start_gpu_hours"] = sum(r.gpu_hours for r in started)
+                parts[part]["start_usd"] = sum(r.gpu_usd for r in started)
+            out = [r.tokens for r in rs if r.tokens_kind == "output"]
+            if out:
+                parts[part]["output_tokens"] = sum(out)
         total = {
             key: sum(t[key] for t in parts.values())
             for key in ("jobs", "gpu_hours", "job_hours", "wall_s", "gpu_usd", "api_usd", "usd")
@@ -910,35 +954,59 @@ class _Billing:
         )
 
     def generation(self, prompts: dict[str, float]) -> None:
+        for teacher in self.exp.generation.used_teachers:
+            self.teacher_generation(teacher, prompts)
+
+    def teacher_generation(self, name: str, prompts: dict[str, float]) -> None:
+        """The generation jobs of one teacher, at its own spec: its GPUs, backend, throughput and
+        start (cost.estimate.models' figures of its model), sampling cap, price and budget.
+
+        A served teacher (sglang) starts once per server (stillroom/plan/generation.py
+        teacher_servers, rules/serve.smk) and serves its shards' jobs, of every effort key, in that
+        server's allocation: an allocation holds its GPUs for the start and its clients' tokens at
+        the server's throughput. A teacher in process (hf) loads in each job; an API or the
+        procedural stand-in answers at once. The effort rows bill the tokens' time; the start-up
+        is a row of its own, so its share is read, not derived."""
         gen, est = self.exp.generation, self.est
-        name = gen.teacher
         spec = self.exp.teachers[name]
-        # a model started in the job (server or in process) loads first; an API or the
-        # procedural stand-in answers at once
-        start = est.teacher_start_s if spec.backend in ("sglang", "hf") else 0.0
-        # one job per shard serves one effort, or every effort of its group (one server start)
+        model = self.model_of(name)
+        per_s = self.figure(model, "teacher_tokens_per_s")
+        loads = spec.backend in ("sglang", "hf")
+        start = self.figure(model, "teacher_start_s") if loads else 0.0
+        served = spec.backend == "sglang"
+        gpus = self.gpus.get(gpu_key(gen, name), 0)
         price = spec.price
+        # seconds of tokens on each allocation: a served teacher's servers, else each job's own
+        alloc: dict[str, float] = dict.fromkeys(teacher_servers(gen, name), 0.0) if served else {}
         all_tokens = 0.0
-        for efforts in effort_keys(gen).values():
-            gpus = self.gpus.get(gpu_key(gen, gen.teacher_of(efforts[0])), 0)
+        jobs = 0
+        for key, efforts in effort_keys(gen).items():
+            if gen.teacher_of(efforts[0]) != name:
+                continue
             shards = gen.shards_of(efforts[0])
+            jobs += shards
             per_job = {
                 e: prompts[e] / shards * gen.samples_per_prompt * self.teacher_tokens(e)
                 for e in efforts
             }
-            job_s = start + sum(per_job.values()) / est.teacher_tokens_per_s
-            self.durations["generation"] += [job_s] * shards
+            for shard in range(shards):
+                where = server_of(gen, shard) if served else f"{key}/{shard}"
+                alloc[where] = alloc.get(where, 0.0) + sum(per_job.values()) / per_s
             for e in efforts:
-                share = per_job[e] / sum(per_job.values())
                 out = per_job[e] * shards
                 inp = prompts[e] * gen.samples_per_prompt * est.prompt_tokens
                 all_tokens += out
                 others = [o for o in efforts if o != e]
+                # the effort's seconds in each allocation (its jobs on the teacher's servers)
+                on: dict[str, float] = {}
+                for shard in range(shards):
+                    where = server_of(gen, shard) if served else str(shard)
+                    on[where] = on.get(where, 0.0) + per_job[e] / per_s
                 row = self._gpu_row(
                     "generation",
                     RULE,
                     f"{name} · {e}" + (f" (one job with {', '.join(others)})" if others else ""),
-                    [job_s] * shards,
+                    list(on.values()),
                     gpus,
                     tokens=out,
                     tokens_kind="output",
@@ -946,18 +1014,21 @@ class _Billing:
                     input_tokens=inp,
                     teacher=name,
                     effort=e,
-                    detail={"prompts": round(prompts[e]), "share_of_job": round(share, 4)},
+                    detail={"prompts": round(prompts[e])},
                 )
-                # a job serving a group is shared: each effort carries its share of the job
-                row.gpu_hours *= share
-                row.job_hours *= share
-                row.gpu_usd *= share
-                start_hours = start * shards * row.gpus_per_job / 3600 * share
-                row.detail.update(
-                    start_gpu_hours=start_hours,
-                    start_usd=start_hours * self.cost.gpu_rate(RULE),
-                )
+                row.jobs = shards
+                row.wall_s = makespan([start + s for s in on.values()], self.slots)
                 self.rows.append(row)
+        self.jobs["generation"] += jobs + (len(alloc) if served else 0)
+        self.durations["generation"] += [start + s for s in alloc.values()]
+        if start:
+            what = (
+                f"{name}: the teacher's start-up, once per server: {_n(len(alloc), 'server')} "
+                f"serving its {_n(jobs, 'job')}"
+                if served
+                else f"{name}: the teacher's start-up, in each of its {_n(jobs, 'job')}"
+            )
+            self._start_row("generation", RULE, what, len(alloc), start, gpus, teacher=name)
         if backend_gpus(spec.dump()) and (price.input_per_mtok or price.output_per_mtok):
             self.notes.append(
                 f"teachers.{name}: runs on the job's own GPUs and has a price: the ledger charges "
@@ -969,11 +1040,21 @@ class _Billing:
             # the budget resets once a day: the last day's share can run at full speed
             floor = max(0.0, math.ceil(days) - 1) * 86400
             if floor > makespan(self.durations["generation"], self.slots):
-                self.at_least["generation"] = floor
+                self.at_least["generation"] = max(self.at_least["generation"], floor)
                 self.notes.append(
                     f"teachers.{name}.budget: {_si(all_tokens)} output tokens at "
                     f"{_si(budget.daily_output_tokens)} a day take {math.ceil(days)} days"
                 )
+
+    def _start_row(
+        self, part: str, rule: str, what: str, starts: int, start_s: float, gpus: int, **kw: Any
+    ) -> None:
+        """A row of model starts (servers or in-process loads), each ``start_s`` on ``gpus``."""
+        row = self._gpu_row(
+            part, rule, what, [start_s] * starts, gpus, tokens=None, tokens_kind="", **kw
+        )
+        row.detail.update(starts=starts, start_s=start_s)
+        self.rows.append(row)
 
     def training(
         self, rows: dict[str, float], ablation: Mapping[str, dict[str, float]] | None = None
@@ -1072,15 +1153,23 @@ class _Billing:
         )
 
     def evaluation(self, problems: dict[str, int]) -> None:
+        """Every evaluation job. With eval.backend sglang each evaluated model is one server,
+        started once, serving all its jobs (of every rule) in its allocation at the model's
+        throughput; with hf each job loads its model; an API (openai) starts nothing. The start-ups
+        are rows of their own, each model's under the first rule it has jobs of."""
         exp, est, ev = self.exp, self.est, self.exp.eval
         force = ev.budget_force
         student = self.model_of("student")
-        start = (
-            self.figure(student, "eval_start_s") if ev.backend.backend in ("sglang", "hf") else 0.0
-        )
+        loads = ev.backend.backend in ("sglang", "hf")
+        start = self.figure(student, "eval_start_s") if loads else 0.0
+        served = ev.backend.backend == "sglang"
         per_s = self.figure(student, "eval_tokens_per_s")
+        gpus = {}
         models = exp.models
-        merges = [m for m in exp.model_ids if m.kind == "merge"]
+        merges = [m.name for m in exp.model_ids if m.kind == "merge"]
+        # seconds of tokens on each allocation: a served model's server, else each job's own
+        alloc: dict[str, float] = {}
+        starts: dict[str, int] = {}  # rule -> the starts its row carries
 
         def tokens(bench: str, scale: float = 1.0, budget: int | None = None) -> float:
             t = self._per(est.eval_output_tokens, bench) * scale
@@ -1089,20 +1178,28 @@ class _Billing:
                 return float(min(t, budget + force.answer_tokens))
             return float(min(t, ev.max_new_tokens))
 
-        def add(rule: str, label: str, jobs: list[tuple[str, float]]) -> None:
-            # jobs: (benchmark, output tokens per sample) of one model each
-            out = [problems[b] * ev.samples * t for b, t in jobs]
-            seconds = [start + o / per_s for o in out]
-            self.durations["evaluation"] += seconds
-            self.rows.append(
-                self._gpu_row(
-                    "evaluation", rule, label, seconds, tokens=sum(out), tokens_kind="output"
-                )
+        def add(rule: str, label: str, jobs: list[tuple[str, str, float]]) -> None:
+            # jobs: (model, benchmark, output tokens per sample), one job each
+            out = [problems[b] * ev.samples * t for _, b, t in jobs]
+            seconds = [o / per_s for o in out]
+            on: dict[str, float] = {}
+            for i, ((model, _, _), s) in enumerate(zip(jobs, seconds, strict=True)):
+                where = model if served else f"{rule}/{i}"
+                if where not in alloc:
+                    starts[rule] = starts.get(rule, 0) + 1
+                alloc[where] = alloc.get(where, 0.0) + s
+                on[where] = on.get(where, 0.0) + s
+            self.jobs["evaluation"] += len(jobs)
+            gpus[rule] = self.gpus.get(rule, 0)
+            row = self._gpu_row(
+                "evaluation", rule, label, seconds, tokens=sum(out), tokens_kind="output"
             )
+            row.wall_s = makespan([start + s for s in on.values()], self.slots)
+            self.rows.append(row)
 
-        reported = [(b, tokens(b)) for _ in models for b in ev.benchmarks]
+        reported = [(m, b, tokens(b)) for m in models for b in ev.benchmarks]
         select_on = exp.merge.select_on
-        dev = [(select_on, tokens(select_on)) for _ in merges] if select_on else []
+        dev = [(m, select_on, tokens(select_on)) for m in merges] if select_on else []
         label = f"{_n(len(models), 'model')} x {_n(len(ev.benchmarks), 'benchmark')}"
         if dev:
             label += f" + {_n(len(merges), 'merge')} x {select_on}"
@@ -1115,8 +1212,8 @@ class _Billing:
                 f"{_n(len(b_models), 'model')} x {_n(len(b_benches), 'benchmark')} x "
                 f"{_n(len(force.budgets), 'budget')}",
                 [
-                    (b, tokens(b, budget=budget))
-                    for _ in b_models
+                    (m, b, tokens(b, budget=budget))
+                    for m in b_models
                     for b in b_benches
                     for budget in force.budgets
                 ],
@@ -1131,12 +1228,24 @@ class _Billing:
                 f"{_n(len(per.models), 'model')} x {_n(len(benches), 'benchmark')} x "
                 f"{_n(len(efforts), 'effort')}",
                 [
-                    (b, tokens(b, scale=self.teacher_tokens(e) / reference))
-                    for _ in per.models
+                    (m, b, tokens(b, scale=self.teacher_tokens(e) / reference))
+                    for m in per.models
                     for b in benches
                     for e in efforts
                 ],
             )
+        self.durations["evaluation"] += [start + s for s in alloc.values()]
+        if served:
+            self.jobs["evaluation"] += len(alloc)
+        for rule, n in starts.items():
+            if start:
+                what = (
+                    f"the models' start-up, one server per model: {_n(n, 'server')}, each "
+                    "serving all its model's evaluation jobs"
+                    if served
+                    else f"the model's start-up, in each of {_n(n, 'job')}"
+                )
+                self._start_row("evaluation", rule, what, n, start, gpus[rule])
 
 
 def student_parameters(exp: Experiment, root: str | Path = ".") -> float | None:
