@@ -7,6 +7,8 @@
 # resources are its members' sum, and the server's are the allocation's.
 import json
 
+SERVICE_STARTING = """echo '{{"state": "starting"}}' > {output.service:q}"""
+
 
 rule serve_teacher:
     output:
@@ -25,8 +27,11 @@ rule serve_teacher:
     conda:
         lambda w: conda_env(PLAN.teacher_backend(w.teacher))
     shell:
-        # exec: Snakemake's stop must reach the server's parent, not a shell that would leave it
-        "exec stillroom serve --name teacher:{wildcards.teacher}/{wildcards.server} "
+        # The service file at once (Snakemake starts the clients when it exists, and waits for it
+        # only --latency-wait seconds), then exec: Snakemake's stop must reach the server's
+        # parent, not a shell that would leave it running.
+        f"{SERVICE_STARTING} && exec stillroom serve "
+        "--name teacher:{wildcards.teacher}/{wildcards.server} "
         "--spec {params.spec:q} --out-service {output.service:q} --server-log {log:q} "
         ">> {log:q} 2>&1"
 
@@ -47,6 +52,7 @@ rule serve_model:
     conda:
         conda_env(PLAN.eval_backend)
     shell:
-        "exec stillroom serve --name model:{wildcards.model} --model {input.model:q} "
+        f"{SERVICE_STARTING} && exec stillroom serve "
+        "--name model:{wildcards.model} --model {input.model:q} "
         "--spec {params.spec:q} --out-service {output.service:q} --server-log {log:q} "
         ">> {log:q} 2>&1"

@@ -38,7 +38,7 @@ from .stages import (
     tables,
     train,
 )
-from .stages.contract import Contract, contracts, flag
+from .stages.contract import SERVICE_INPUTS, Contract, contracts, flag
 
 # Every stage, by CLI name, as its module declares it (stages/contract.py).
 STAGES: dict[str, Contract] = contracts(
@@ -152,7 +152,9 @@ def run_stage(name: str, args: argparse.Namespace) -> None:
             flat_outputs.update({f"{key}[{i}]": v for i, v in enumerate(value)})
         else:
             flat_outputs[key] = value
-    flat_inputs = {k: v for k, v in inputs.items() if v is not None}
+    # a shared server's service file is no artifact (Snakemake deletes it with the server): the
+    # weights the server loaded are in the job's notes, the server it used in its metrics
+    flat_inputs = {k: v for k, v in inputs.items() if v is not None and k not in SERVICE_INPUTS}
     write_sidecars(
         flat_outputs,
         flat_inputs,

@@ -47,6 +47,7 @@ class ServedLM(ChatTokens):
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout_s = timeout_s
         self.name = model
+        self.served_by: dict[str, Any] | None = None  # a shared server's identity (service.py)
 
     def complete(
         self,

@@ -206,6 +206,12 @@ def serve(
         server.stop()
 
 
+def identity(ready: Mapping[str, Any]) -> dict[str, Any]:
+    """What a client records of the server it used (its metrics' ``server``): which server, where,
+    and since when, so that the cost ledger bills the allocation of a shared server once."""
+    return {k: ready.get(k) for k in ("name", "host", "pid", "started")}
+
+
 def wait_ready(path: str | Path, timeout_s: float, log: Callable[[str], None] = print) -> dict:
     """The service file of a server this job is a client of, once the server is ready: a server
     that failed, or is not ready within ``timeout_s``, is an error naming the file."""

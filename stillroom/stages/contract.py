@@ -23,6 +23,9 @@ EXTRAS = ("threads", "log", "notes")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# Inputs that are a shared server's service file (rules/serve.smk), not an artifact: no sidecar
+# records them.
+SERVICE_INPUTS = frozenset({"server"})
 # The rule's param holding its job's params (its stage's StageParams as JSON), for `--params`.
 PARAMS = "stage_params"
 

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from pydantic import Field
@@ -98,6 +99,62 @@ def slurm_usage(job_id: str) -> tuple[float, int] | None:
     return parse_sacct(out.stdout)
 
 
+def _job_gpus(prov: Mapping[str, Any], gpus_per_rule: Mapping[str, int]) -> int:
+    """The GPUs a job held, from its rule's shape: a training phase with a layout of its own has
+    its GPUs under train-<phase name>, another teacher than generation.teacher its generation
+    jobs' under generate-<teacher>."""
+    job = prov.get("params") or {}
+    part = (job.get("phase") or {}).get("name") or (
+        job.get("teacher") if prov["stage"] == "generate" else None
+    )
+    own_gpus = gpus_per_rule.get(f"{prov['rule']}-{part}") if part else None
+    return gpus_per_rule.get(prov["rule"], 0) if own_gpus is None else own_gpus
+
+
+def _server_key(server: Mapping[str, Any] | None) -> tuple | None:
+    return tuple(server.get(k) for k in ("name", "host", "pid", "started")) if server else None
+
+
+def _end(prov: Mapping[str, Any]) -> float:
+    started = datetime.fromisoformat(prov["started_at"]).timestamp()
+    return started + prov.get("metrics", {}).get("wall_s", 0.0)
+
+
+def shared_servers(
+    sidecars: list[Mapping[str, Any]],
+    gpus_per_rule: Mapping[str, int],
+    usage: Callable[[str], tuple[float, int] | None],
+) -> dict[tuple, tuple[float, str]]:
+    """Each client of a shared server (rules/serve.smk) -> its GPU-hours and their source: the
+    server's allocation (sacct's, where its jobs share a SLURM job id; else the server's GPUs from
+    its start to its last client's end), split among its clients by wall time. A client resumed
+    whole never reached its server and is charged nothing."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for prov in sidecars:
+        key = _server_key(prov.get("metrics", {}).get("server"))
+        if key is not None:
+            groups[key].append(prov)
+    shares: dict[tuple, tuple[float, str]] = {}
+    for key, clients in groups.items():
+        job_ids = {c.get("slurm_job_id") for c in clients}
+        measured = usage(next(iter(job_ids))) if len(job_ids) == 1 and None not in job_ids else None
+        if measured:
+            hours, source = measured[0] * measured[1] / 3600, "sacct (shared server)"
+        else:
+            start = datetime.fromisoformat(key[3]).timestamp()
+            span = max(_end(c) for c in clients) - start
+            hours, source = span * _job_gpus(clients[0], gpus_per_rule) / 3600, "server wall time"
+        walls = [c.get("metrics", {}).get("wall_s", 0.0) for c in clients]
+        for client, wall in zip(clients, walls, strict=True):
+            share = wall / sum(walls) if sum(walls) > 0 else 1 / len(clients)
+            shares[_client_key(client)] = (hours * share, source)
+    return shares
+
+
+def _client_key(prov: Mapping[str, Any]) -> tuple:
+    return (prov["rule"], tuple(sorted(prov["outputs"].values())))
+
+
 def ledger(
     artifacts: Mapping[str, str],
     params: Mapping[str, Any] | Params,
@@ -127,6 +184,7 @@ def ledger(
     # one job.
     ids = [p.get("slurm_job_id") for p in sidecars if p.get("slurm_job_id")]
     own = {i for i in ids if ids.count(i) == 1}
+    served = shared_servers(sidecars, gpus_per_rule, usage)
     for prov in sidecars:
         metrics = prov.get("metrics", {})
         if prov["stage"] == "generate":
@@ -142,22 +200,16 @@ def ledger(
                     row[key] += m.get(key, 0)
                 row["jobs"] += 1
         measured = usage(prov["slurm_job_id"]) if prov.get("slurm_job_id") in own else None
-        if measured:
+        if "server" in metrics:
+            # a client of a shared server: its share (by wall time) of that server's allocation
+            hours, source = served.get(_client_key(prov), (0.0, "resumed, no request"))
+            seconds, n_gpus = hours * 3600, 1
+        elif measured:
             seconds, n_gpus = measured
             source = "sacct"
         else:
-            # a training phase with a layout of its own has its GPUs under train-<phase name>,
-            # another teacher than generation.teacher its generation jobs' under generate-<teacher>
-            job = prov.get("params") or {}
-            part = (job.get("phase") or {}).get("name") or (
-                job.get("teacher") if prov["stage"] == "generate" else None
-            )
-            own_gpus = gpus_per_rule.get(f"{prov['rule']}-{part}") if part else None
-            seconds, n_gpus, source = (
-                metrics.get("wall_s", 0.0),
-                gpus_per_rule.get(prov["rule"], 0) if own_gpus is None else own_gpus,
-                "wall time",
-            )
+            seconds, n_gpus = metrics.get("wall_s", 0.0), _job_gpus(prov, gpus_per_rule)
+            source = "wall time"
         g = gpu[prov["rule"]]
         g["jobs"] += 1
         g["gpu_hours"] += seconds * n_gpus / 3600

@@ -158,22 +158,24 @@ def open_lm(
     else:
         import asyncio
 
-        from ..runtime.service import Server, note_weights, wait_ready
+        from ..runtime.service import Server, identity, note_weights, wait_ready
 
         server = {**spec.server.dump(), "model_path": model_dir}
         model = spec.model or model_dir  # the served name (e.g. --served-model-name)
         role = f"eval:{os.path.basename(model_dir)}"
-        own = None if service else Server(role, server)
+        own, served_by = (None if service else Server(role, server)), None
         try:
             if own is None:
                 ready = wait_ready(service, server["startup_timeout_s"] + 60, log)
-                base_url, info = ready["base_url"], ready.get("model_info")
+                base_url, info, served_by = ready["base_url"], ready.get("model_info"), ready
             else:
                 info, base_url = asyncio.run(own.astart()), own.base_url
             note_weights(notes, role, info)
-            yield ServedLM(
+            lm = ServedLM(
                 model_dir, base_url, model, concurrency=spec.concurrency, stop_by=spec.stop_by
             )
+            lm.served_by = served_by and identity(served_by)
+            yield lm
         finally:
             if own is not None:
                 own.stop()
@@ -220,6 +222,7 @@ def run(
             lm, rows, p, log, journal, done, p.context_length or context_length(model)
         )
         stops = lm.stops.dump()
+        served_by = lm.served_by if server else None
     records.sort(key=lambda r: (r["prompt_id"], r["sample_index"]))
     # a served job's journal stays: Snakemake reruns every client of a server it starts, and
     # deletes a failed group's finished outputs; these come back from it without a request
@@ -238,6 +241,8 @@ def run(
         "stops": stops,
         **({"resumed": len(done)} if done else {}),
         **({"context_clamped": clamped} if clamped else {}),
+        # a client of a shared server: the ledger bills that server once, not each client
+        **({"server": served_by} if server else {}),
     }
 
 

@@ -304,4 +304,7 @@ def run(
         **total,
         "prompts": len(problems),
         **({"per_effort": per_effort} if len(efforts) > 1 else {}),
+        # a client of a shared server (None: resumed whole, it sent no request): the ledger bills
+        # that server once, not each client
+        **({"server": teacher.served_by} if server else {}),
     }

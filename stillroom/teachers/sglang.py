@@ -14,7 +14,14 @@ from typing import Any
 
 from ..config import SGLangSpec
 from ..provenance.sidecars import Notes
-from ..runtime.service import Server, ServerError, _exit_on_sigterm, note_weights, wait_ready
+from ..runtime.service import (
+    Server,
+    ServerError,
+    _exit_on_sigterm,
+    identity,
+    note_weights,
+    wait_ready,
+)
 from .base import TeacherError
 from .openai import OpenAITeacher
 
@@ -32,6 +39,7 @@ class SGLangTeacher(OpenAITeacher):
         super().__init__(name, spec, notes)
         self.service = service
         self.server: Server | None = None
+        self.served_by: dict[str, Any] | None = None  # the shared server used (service.identity)
 
     async def astart(self) -> None:
         server = self.spec["server"]
@@ -42,6 +50,7 @@ class SGLangTeacher(OpenAITeacher):
                     wait_ready, self.service, server["startup_timeout_s"] + 60
                 )
                 self.spec["base_url"], info = ready["base_url"], ready.get("model_info")
+                self.served_by = identity(ready)
             else:
                 self.server = Server(f"teacher '{self.name}'", server)
                 atexit.register(self.stop)

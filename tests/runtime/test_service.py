@@ -27,7 +27,9 @@ def _spec(command: str, **over) -> dict:
     return ServerSpec(command=command, startup_timeout_s=30, stop_timeout_s=5, **over).dump()
 
 
-def _serve(tmp_path: Path, spec: dict, name: str = "teacher:t/000") -> tuple[subprocess.Popen, Path]:
+def _serve(
+    tmp_path: Path, spec: dict, name: str = "teacher:t/000"
+) -> tuple[subprocess.Popen, Path]:
     service = tmp_path / "serve" / "server-000.json"
     service.parent.mkdir(parents=True, exist_ok=True)
     log = tmp_path / "serve.log"
