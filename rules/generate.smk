@@ -2,7 +2,7 @@
 # effort goes to its teacher (generation.effort_teachers, default generation.teacher), whose server
 # shapes the job. {efforts} is the job's effort key (stillroom/plan/generation.py): an effort alone,
 # or the efforts of one of generation.effort_groups joined by "+", generated into one file by one
-# job per shard, so one server start serves them all.
+# job per shard. A self-hosted teacher's jobs are clients of its server (rules/serve.smk).
 
 
 rule generate:

@@ -111,11 +111,11 @@ class OpenAIBackend(_Served):
 
 
 class SGLangBackend(_Served):
-    """A server per checkpoint, started inside the evaluation job from ``server.command``
-    (with ``{model_path}`` and ``{port}``)."""
+    """A server per checkpoint, started once (rule serve_model) for all of that checkpoint's
+    evaluation jobs, from ``server.command`` (with ``{model_path}`` and ``{port}``)."""
 
     backend: Literal["sglang"] = Field(
-        description="a server started per checkpoint inside the evaluation job"
+        description="a server per checkpoint, started once for all of its evaluation jobs"
     )
     server: Server = Field(description="the server started for each checkpoint")
     stop_by: Literal["token_ids", "strings"] = Field("token_ids", description=STOP_BY)

@@ -29,8 +29,7 @@ class Generation(Section):
     )
     effort_groups: list[Annotated[list[Effort], Field(min_length=2)]] = Field(
         [],
-        description="efforts generated together: one job (one server start) and one file per shard "
-        "and group",
+        description="efforts generated together: one job and one file per shard and group",
     )
     effort_shards: dict[Effort, PositiveInt] = Field(
         {}, description="effort -> how many shards it runs on (a hash-random subset); unlisted: all"
@@ -69,14 +68,14 @@ class Generation(Section):
                 problems.append(
                     f"effort_groups.{i}: efforts of one group need the same effort_shards"
                 )
-            # One job serves a group through one server start, and a server is one teacher's:
-            # splitting the group per teacher would quietly undo the shared start it asks for.
+            # One job generates a group from one server, and a server is one teacher's: splitting
+            # the group per teacher would quietly undo the one job it asks for.
             by = {e: self.teacher_of(e) for e in group}
             if len(set(by.values())) > 1:
                 problems.append(
                     f"effort_groups.{i}: {group} mixes teachers "
-                    f"({', '.join(f'{e}: {t}' for e, t in by.items())}); a group shares one "
-                    "server start, so its efforts need one teacher: put the efforts of each "
+                    f"({', '.join(f'{e}: {t}' for e, t in by.items())}); a group is one job "
+                    "with one server, so its efforts need one teacher: put the efforts of each "
                     "teacher in a group of their own"
                 )
         problems += self._teacher_problems()
@@ -342,7 +341,8 @@ class OpenAISpec(_TeacherSpec):
 
 
 class Server(Section):
-    """A server started inside the job from ``command``, a str.format template. ``{port}`` (free,
+    """A server started from ``command``, a str.format template, once for the jobs it serves (rules
+    serve_teacher and serve_model; a job without one starts its own). ``{port}`` (free,
     chosen per job) and ``{python}`` are filled in; every other key here fills its ``{key}``."""
 
     model_config = ConfigDict(extra="allow")
@@ -395,7 +395,8 @@ class Server(Section):
 
 
 class SGLangSpec(OpenAISpec):
-    """A server (SGLang, or any OpenAI-compatible one) started inside each shard job."""
+    """A server (SGLang, or any OpenAI-compatible one) started once per server allocation
+    (generation.servers of them; rule serve_teacher) for the generation jobs of its shards."""
 
     backend: Literal["sglang"] = Field(  # type: ignore[assignment]
         description="a server the shard job starts from server.command"

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -68,6 +68,8 @@ class Job:
     resources: dict[str, Any]
     wildcards: str = ""
     sbatch: str = ""
+    # a server's allocation (rules/serve.smk): the jobs of each rule it holds besides the server
+    clients: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -76,6 +78,7 @@ class RulePlan:
     jobs: int
     sbatch: str
     array: bool = False
+    clients: dict[str, int] = field(default_factory=dict)  # in all its allocations, by rule
 
 
 def _value(raw: str) -> Any:
@@ -87,12 +90,16 @@ def _value(raw: str) -> Any:
 
 def parse_dry_run(text: str) -> list[Job]:
     """The jobs of a ``snakemake --dry-run`` log, each with its rule, wildcards, threads and
-    resources."""
-    jobs, block = [], None
+    resources; a group (a server and its clients, indented under "Group job") as one job, as it
+    is submitted (``_group``)."""
+    jobs, block, groups = [], None, []
     for line in text.splitlines():
-        head = re.match(r"^(?:local)?rule (\w+):$", line)
+        if re.search(r"\] Group job \S+", line):
+            groups.append([])
+            continue
+        head = re.match(r"^(\s*)(?:local)?rule (\w+):$", line)
         if head:
-            block = {"rule": head.group(1)}
+            block = {"rule": head.group(2), "grouped": bool(head.group(1)) and bool(groups)}
             continue
         item = re.match(r"^\s+(wildcards|threads|resources): (.*)$", line)
         if block is not None and item:
@@ -102,16 +109,32 @@ def parse_dry_run(text: str) -> list[Job]:
                 resources = dict(
                     kv.split("=", 1) for kv in block["resources"].split(", ") if "=" in kv
                 )
-                jobs.append(
-                    Job(
-                        block["rule"],
-                        int(block.get("threads", 1)),
-                        {k: _value(v) for k, v in resources.items()},
-                        block.get("wildcards", ""),
-                    )
+                job = Job(
+                    block["rule"],
+                    int(block.get("threads", 1)),
+                    {k: _value(v) for k, v in resources.items()},
+                    block.get("wildcards", ""),
                 )
+                (groups[-1] if block["grouped"] else jobs).append(job)
                 block = None
-    return jobs
+    return jobs + [_group(members) for members in groups if members]
+
+
+def _group(members: list[Job]) -> Job:
+    """A group's one sbatch job, its resources as Snakemake sums a service group's (members run at
+    once: each number summed, runtime the longest), named by its server's rule."""
+    server = next((j for j in members if j.rule.startswith("serve_")), members[0])
+    resources = dict(server.resources)
+    for key, value in server.resources.items():
+        if isinstance(value, int):
+            values = [v for j in members if isinstance(v := j.resources.get(key, 0), int)]
+            resources[key] = max(values) if key == "runtime" else sum(values)
+    clients: dict[str, int] = {}
+    for job in members:
+        if job is not server:
+            clients[job.rule] = clients.get(job.rule, 0) + 1
+    threads = sum(j.threads for j in members)
+    return Job(server.rule, threads, resources, server.wildcards, clients=clients)
 
 
 def dry_run_jobs(
@@ -202,7 +225,11 @@ def plan(
     for rule, by_line in shapes.items():
         for line, jobs in by_line.items():
             key = rule if len(by_line) == 1 else f"{rule}[{_shape(jobs, by_line.values())}]"
-            plans[key] = RulePlan(rule, len(jobs), line)
+            clients: dict[str, int] = {}
+            for job in jobs:
+                for client, n in job.clients.items():
+                    clients[client] = clients.get(client, 0) + n
+            plans[key] = RulePlan(rule, len(jobs), line, clients=clients)
     for p in plans.values():
         p.array = p.rule in arrays and p.jobs > 1
         if p.array:
@@ -219,7 +246,7 @@ def _shape(jobs: list[Job], shapes: Iterable[list[Job]]) -> str:
 
     everywhere = set.intersection(*(common(js) for js in shapes))
     own = [w for w in jobs[0].wildcards.split(", ") if w in common(jobs) - everywhere]
-    return ", ".join(own) or jobs[0].wildcards
+    return ",".join(own) or jobs[0].wildcards.replace(", ", ",")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -236,8 +263,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def print_plan(configfiles: Sequence[str | Path] | None) -> None:
     """The plan of ``configfiles`` (none: the embedded default), one line per rule or shape."""
-    for key, p in sorted(plan(configfiles or [REPO / "config" / "config.yaml"]).items()):
-        print(f"{key:<26} {p.jobs:>5} job(s)  {p.sbatch}")
+    plans = plan(configfiles or [REPO / "config" / "config.yaml"])
+    width = max(26, *(len(key) for key in plans))
+    for key, p in sorted(plans.items()):
+        held = ", ".join(f"{n} {rule}" for rule, n in sorted(p.clients.items()))
+        line = f"{key:<{width}} {p.jobs:>5} job(s)  {p.sbatch}"
+        print(line + (f"  # with {held} jobs" if held else ""))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

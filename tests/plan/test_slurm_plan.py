@@ -2,6 +2,7 @@
 (issue 42, stumble 7). The sbatch lines themselves: tests/workflow/test_slurm_profile.py."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -36,8 +37,10 @@ def test_the_plan_asks_no_controller_and_names_the_training_phases(tmp_path):
     assert "--gpus=4" in rules["train[phase=medium]"]
     assert "--gpus=8" in rules["train[phase=efforts]"]
     assert not [r for r in rules if "phase=-" in r or "phase=]" in r]
-    # medium's jobs and the effort group's (twice the runtime), each shape named by its key
-    assert rules["generate[efforts=medium]"].split()[1] == "62"
-    assert rules["generate[efforts=low+high+xhigh]"].split()[1] == "20"
+    # the teacher's 8 servers, each an allocation with its shards' jobs (62 medium, 20 grouped)
+    servers = [line for rule, line in rules.items() if rule.startswith("serve_teacher")]
+    assert sum(int(line.split()[1]) for line in servers) == 8
+    held = [int(n) for line in servers for n in re.findall(r"with (\d+) generate jobs", line)]
+    assert sum(held) == 62 + 20
     # every call the plugin made was told there is no SLURM configuration: it failed at once
     assert set(calls.read_text().split()) == {os.devnull}

@@ -10,8 +10,9 @@ import pytest
 import yaml
 from transformers import AutoTokenizer
 
-from stillroom.config import Train, resolve
+from stillroom.config import Experiment, Train, load_yaml, resolve
 from stillroom.io import read_jsonl
+from stillroom.plan.dag import Plan
 from stillroom.provenance.audit import audit
 
 from ..conftest import (
@@ -294,6 +295,16 @@ def test_the_smoke_twin_runs_the_recipe_end_to_end():
     for name in ("aime24", "aime25"):
         assert (tables / f"{name}-efforts.md").exists() and (tables / f"{name}-budgets.md").exists()
     assert (r / "cost" / "ledger.md").exists()
+    # serve once, use many: one server start per served model (the plan's services: the teacher's
+    # one server and the four evaluated checkpoints), counted from the servers' own logs, where
+    # every generation and evaluation job used to start its own (51 starts)
+    twin = Experiment.parse(load_yaml(REPO / "config" / "experiments" / "beam-distill-smoke.yaml"))
+    services = Plan(twin, twin.dump(), REPO).services()
+    starts = [log.read_text().count("healthy after") for log in (r / "logs" / "serve").glob("*")]
+    assert len(services) == 5 and sorted(starts) == [1] * len(services)
+    # the clients used those servers, and say which
+    sidecar = json.loads((r / "eval" / "sft" / "gpqa" / "samples.jsonl.prov.json").read_text())
+    assert sidecar["metrics"]["server"]["name"] == "model:sft"
     # served evaluation: long answers continued in request-sized segments
     rows = read_jsonl(r / "eval" / "base" / "aime24" / "samples.jsonl")
     assert any(len(row.get("segments", [])) == 2 for row in rows)

@@ -29,30 +29,43 @@ def distill():
 
 def test_distillation_recipe_submissions(distill):
     counts = {rule: p.jobs for rule, p in distill.items()}
-    # 62 medium shards; low/high/xhigh share one job per shard on 20 shards (twice the time); 5
-    # benchmarks x 5 models, and the 3 merges on the dev split.
-    medium, group = "generate[efforts=medium]", "generate[efforts=low+high+xhigh]"
-    assert counts[medium] == 62 and counts[group] == 20
+    # serve once, use many: the teacher's 8 servers (generation.servers), each one allocation
+    # holding the server and its shards' jobs (62 medium, 20 low+high+xhigh); each checkpoint's
+    # server likewise holds its evaluations (5 models x 6 benchmarks and the 3 merges on dev)
+    teacher = {k: p for k, p in distill.items() if k.startswith("serve_teacher")}
+    models = {k: p for k, p in distill.items() if k.startswith("serve_model")}
+    assert sum(p.jobs for p in teacher.values()) == 8
+    assert sum(p.clients["generate"] for p in teacher.values()) == 62 + 20
+    assert sum(p.jobs for p in models.values()) == 5
+    assert sum(p.clients.get("evaluate", 0) for p in models.values()) == 5 * 6 + 3
+    assert not any(k.startswith(("generate", "evaluate")) for k in distill)  # all are clients
     assert (
         counts["grade_generation"] == 62 + 3 * 20
-        and counts["evaluate"] == 5 * 6 + 3
         and counts["train[phase=medium]"]
         == counts["train[phase=efforts]"]
         == 1  # the seed's phases
     )
-
-    gen = opts(distill[medium].sbatch)  # the SGLang teacher: server.tp 2 on one node, one task
-    assert (gen["-p"], gen["--gpus"], gen["--nodes"], gen["--cpus-per-task"]) == (
-        "gpu",
-        "2",
-        "1",
-        "16",
-    )
-    assert (gen["-t"], gen["--mem"], gen["-A"]) == ("360", "256000", "ACCOUNT")
-    # one sbatch per job, no arrays: a requeued array task failed its siblings (profile.yaml)
-    assert "--ntasks-per-gpu" not in gen and "--requeue" in gen and "--array" not in gen
-    grouped = opts(distill[group].sbatch)
-    assert grouped["--gpus"] == "2" and grouped["-t"] == "720"
+    for p in teacher.values():
+        # the SGLang teacher: server.tp 2 on one node, one task; its clients ask no CPU or GPU
+        gen = opts(p.sbatch)
+        assert (gen["-p"], gen["--gpus"], gen["--nodes"], gen["--cpus-per-task"]) == (
+            "gpu",
+            "2",
+            "1",
+            "16",
+        )
+        per_allocation = p.clients["generate"] // p.jobs
+        assert (gen["-t"], gen["--mem"]) == ("2880", str(256000 + 4000 * per_allocation))
+        # one sbatch per allocation, no arrays: a requeued array task failed its siblings
+        assert "--ntasks-per-gpu" not in gen and "--requeue" in gen and "--array" not in gen
+    for p in models.values():  # an SGLang server of one GPU per checkpoint
+        ev = opts(p.sbatch)
+        assert (ev["-p"], ev["--gpus"], ev["-t"], ev["--cpus-per-task"]) == (
+            "gpu",
+            "1",
+            "2880",
+            "16",
+        )
 
     # the seed's second phase ran on a whole node: its job has its own shape
     assert opts(distill["train[phase=efforts]"].sbatch)["--gpus"] == "8"
@@ -66,8 +79,6 @@ def test_distillation_recipe_submissions(distill):
     )
     assert "--gres" not in train and "--ntasks-per-gpu" not in train
 
-    ev = opts(distill["evaluate"].sbatch)  # an SGLang server of one GPU per checkpoint (6 x 5 + 3)
-    assert (ev["-p"], ev["--gpus"], ev["-t"]) == ("gpu", "1", "720") and "--array" not in ev
     for rule in (
         "pool",
         "decontam",
@@ -170,7 +181,10 @@ def test_memory_of_the_student_holding_jobs_follows_the_students_size(tmp_path, 
     assert opts(distill["train[phase=medium]"].sbatch)["--mem"] == "1000000"
     assert opts(distill["train[phase=efforts]"].sbatch)["--mem"] == "1000000"
     assert opts(distill["merge"].sbatch)["--mem"] == "256000"
-    assert opts(distill["evaluate"].sbatch)["--mem"] == "128000"
+    for p in (p for k, p in distill.items() if k.startswith("serve_model")):
+        # the checkpoint's server holds the student; each of its clients 4 GB
+        per_allocation = sum(p.clients.values()) // p.jobs
+        assert opts(p.sbatch)["--mem"] == str(128000 + 4000 * per_allocation), p
     third = opts(plan([path], extra=["--attempt", "3"])["evaluate"].sbatch)
     assert third["--mem"] == "24000"  # a retry asks more, as the profile's `* attempt` did
 
