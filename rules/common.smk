@@ -28,6 +28,7 @@ import stillroom.stages.grade
 import stillroom.stages.grpo
 import stillroom.stages.merge
 import stillroom.stages.pool
+import stillroom.stages.serve
 import stillroom.stages.student
 import stillroom.stages.tables
 import stillroom.stages.train
@@ -211,6 +212,19 @@ def stillroom_cli(stage, rule=None, *, optional=()):
     optional inputs the rule declares (`optional`, by name), told its rule's name (by default the
     stage's), params and threads; everything the stage prints goes to the rule's log."""
     return f"{STAGES[stage].shell(rule, optional=optional)} >> {{log:q}} 2>&1"
+
+
+def serve_cli(name, *, model=False):
+    """A serve rule's shell command (rules/serve.smk): `stillroom serve`, which runs a server until
+    Snakemake stops it. The service file is written at once, "starting" (Snakemake starts the
+    clients when it exists, and waits for it only --latency-wait seconds); then exec, so that
+    Snakemake's stop reaches the server's parent, not a shell that would leave the server running."""
+    starting = """echo '{{"state": "starting"}}' > {output.service:q}"""
+    served = " --model {input.model:q}" if model else ""
+    return (
+        f"{starting} && exec stillroom serve --name {name}{served} --spec {{params.spec:q}} "
+        "--out-service {output.service:q} --server-log {log:q} >> {log:q} 2>&1"
+    )
 
 
 def check_stage_rules():

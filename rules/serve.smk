@@ -1,13 +1,11 @@
-# Servers started once per allocation (stillroom/runtime/service.py, `stillroom serve`): each
-# self-hosted teacher's generation.servers, and, when eval.backend is sglang, each evaluated
+# Servers started once per allocation (stillroom/stages/serve.py, stillroom/runtime/service.py):
+# each self-hosted teacher's generation.servers, and, when eval.backend is sglang, each evaluated
 # checkpoint. A server's output is a Snakemake service file, so Snakemake puts the server and every
 # job that reads that file and has to run into one group: one allocation on the cluster, one server
 # start, the clients at once; when the last client ends, Snakemake stops the server (SIGTERM).
 # The clients (rules generate, evaluate*) hold no CPU, GPU or node of their own: a group's
-# resources are its members' sum, and the server's are the allocation's.
-import json
-
-SERVICE_STARTING = """echo '{{"state": "starting"}}' > {output.service:q}"""
+# resources are its members' sum, and the server's are the allocation's. No benchmark: (timing)
+# file: Snakemake stops a service, which writes none, and would fail its group for the missing file.
 
 
 rule serve_teacher:
@@ -17,7 +15,7 @@ rule serve_teacher:
         teacher=one_of(t for t in PLAN.generation.used_teachers if PLAN.teacher_served(t)),
         server=r"\d{3}",
     params:
-        spec=lambda w: json.dumps(EXPERIMENT.teachers[w.teacher].server.dump()),
+        spec=lambda w: stillroom.stages.serve.teacher_spec(EXPERIMENT, w.teacher),
     resources:
         gpu=lambda w: PLAN.teacher_gpus(w.teacher),
         nodes=1,
@@ -27,13 +25,7 @@ rule serve_teacher:
     conda:
         lambda w: conda_env(PLAN.teacher_backend(w.teacher))
     shell:
-        # The service file at once (Snakemake starts the clients when it exists, and waits for it
-        # only --latency-wait seconds), then exec: Snakemake's stop must reach the server's
-        # parent, not a shell that would leave it running.
-        f"{SERVICE_STARTING} && exec stillroom serve "
-        "--name teacher:{wildcards.teacher}/{wildcards.server} "
-        "--spec {params.spec:q} --out-service {output.service:q} --server-log {log:q} "
-        ">> {log:q} 2>&1"
+        serve_cli("teacher:{wildcards.teacher}/{wildcards.server}")
 
 
 rule serve_model:
@@ -42,7 +34,7 @@ rule serve_model:
     output:
         service=service(PLAN.path("model_service")),
     params:
-        spec=lambda w: json.dumps(EXPERIMENT.eval.backend.server.dump()),
+        spec=lambda w: stillroom.stages.serve.model_spec(EXPERIMENT),
     resources:
         gpu=PLAN.eval_gpus,
         nodes=1,
@@ -52,7 +44,4 @@ rule serve_model:
     conda:
         conda_env(PLAN.eval_backend)
     shell:
-        f"{SERVICE_STARTING} && exec stillroom serve "
-        "--name model:{wildcards.model} --model {input.model:q} "
-        "--spec {params.spec:q} --out-service {output.service:q} --server-log {log:q} "
-        ">> {log:q} 2>&1"
+        serve_cli("model:{wildcards.model}", model=True)

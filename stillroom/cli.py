@@ -48,7 +48,7 @@ STAGES: dict[str, Contract] = contracts(
 # lists them with the user commands.
 USER_STAGES = {"tiny"}
 # Commands a rule runs that are no stage: `serve` runs a server until Snakemake stops it, writing
-# its service file (rules/serve.smk), not an artifact with provenance.
+# its service file, not an artifact with provenance (rules/serve.smk, stillroom/stages/serve.py).
 RULE_COMMANDS = ("serve",)
 
 
@@ -485,12 +485,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print_plan(args.configfile)
         elif args.command == "serve":
-            from .runtime.service import serve
+            from .stages.serve import run as serve
 
-            spec = _load_params(args.spec)
-            if args.model:
-                spec["model_path"] = args.model
-            return serve(args.name, spec, args.out_service, args.server_log, _logger("serve"))
+            log = _logger("serve")
+            return serve(args.name, args.spec, args.out_service, args.model, args.server_log, log)
         elif args.command == "schema":
             from .config import schema
 

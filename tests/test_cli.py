@@ -182,6 +182,8 @@ def test_help_lists_the_user_commands_apart_from_the_stages_the_rules_run():
     users = sections["user commands"]
     stages = sections["stage commands (run by the workflow's rules; see rules/*.smk)"]
     ruled = set(re.findall(r'stillroom_cli\(\s*"(\w+)"', _rules_text()))
+    # the servers' rules run `stillroom serve` (rules/common.smk serve_cli)
+    ruled |= set(re.findall(r"exec stillroom (\w+)", _rules_text()))
     assert set(stages) == ruled, "the stage list is exactly what the rules run"
     assert {"config", "estimate", "plan", "show", "audit", "bundle"} <= set(users)
     assert not set(users) & ruled
