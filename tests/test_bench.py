@@ -33,6 +33,12 @@ SMOKE: dict[str, list[tuple[list[str], str]]] = {
             r"chaos run wall +\d+\.\d+ s \(cost x\d+\.\d+\)",
         )
     ],
+    "server_starts.py": [
+        (
+            ["--configfile", str(REPO / "config" / "experiments" / "beam-distill.yaml")],
+            r"beam-distill +\d+ +\d+ +\d+\.\d +\d+\.\d\d",
+        )
+    ],
     "code_grading.py": [(["--rounds", "1"], r"no bubblewrap +all +\d+ +\d+")],
     "dag_build_time.py": [
         (
