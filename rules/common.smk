@@ -211,7 +211,10 @@ def stillroom_cli(stage, rule=None, *, optional=()):
     (stillroom/stages/contract.py) and the rule's input, output or param of that name, with the
     optional inputs the rule declares (`optional`, by name), told its rule's name (by default the
     stage's), params and threads; everything the stage prints goes to the rule's log."""
-    return f"{STAGES[stage].shell(rule, optional=optional)} >> {{log:q}} 2>&1"
+    line = f"{STAGES[stage].shell(rule, optional=optional)} >> {{log:q}} 2>&1"
+    # A client of a shared server is exec'd: Snakemake's kill of a failed group reaches the stage,
+    # not a shell that would leave it running and writing after its outputs were removed.
+    return f"exec {line}" if "server" in optional else line
 
 
 def serve_cli(name, *, model=False):

@@ -206,7 +206,7 @@ class Decoding(Section):
     backend: Backend = Field(
         HFBackend(),
         description="what decodes: hf (in the job), openai (a running server) or sglang (a server "
-        "the job starts)",
+        "per checkpoint, started once for its evaluation jobs)",
     )
     context_length: PositiveInt | None = Field(
         None,

@@ -39,7 +39,7 @@ class Generation(Section):
         description="effort -> a key of teachers that generates it; unlisted: teacher. Mixing "
         "teachers across efforts mixes their styles and lengths into the effort levels",
     )
-    servers: Annotated[int, Field(ge=1, le=10_000)] = Field(
+    servers: Annotated[int, Field(ge=1, le=999)] = Field(
         1,
         description="servers of each self-hosted (sglang) teacher, one allocation each, started "
         "once and serving their share of the shards (shard i goes to server i mod servers) to "
@@ -141,7 +141,11 @@ class Price(Section):
 
 
 class _TeacherSpec(Section):
-    concurrency: PositiveInt = Field(1, description="requests in flight per shard job")
+    concurrency: PositiveInt = Field(
+        1,
+        description="requests in flight per shard job (a shared server sees this times the jobs "
+        "its allocation holds)",
+    )
     price: Price = Field(Price(), description="the teacher's token prices, for each shard's cost")
     max_failed_fraction: Probability = Field(
         0.0, description="samples allowed to fail for good before the shard job fails"
@@ -342,8 +346,8 @@ class OpenAISpec(_TeacherSpec):
 
 class Server(Section):
     """A server started from ``command``, a str.format template, once for the jobs it serves (rules
-    serve_teacher and serve_model; a job without one starts its own). ``{port}`` (free,
-    chosen per job) and ``{python}`` are filled in; every other key here fills its ``{key}``."""
+    serve_teacher and serve_model; a job without one starts its own). ``{port}`` (free, chosen
+    at each start) and ``{python}`` are filled in; every other key here fills its ``{key}``."""
 
     model_config = ConfigDict(extra="allow")
     __pydantic_extra__: dict[str, Plain]

@@ -396,7 +396,7 @@ class Plan:
 
     def teacher_service(self, teacher: str, shard: str) -> list[str]:
         """A generation job's `server` input: its teacher's server for this shard, if served
-        (none: the job's shell line passes `--server ''`, which the stage takes as absent)."""
+        (none: the job's shell line passes `--server=`, which the stage takes as absent)."""
         if not self.teacher_served(teacher):
             return []
         return [

@@ -21,7 +21,7 @@ PATHS = {
     # {efforts}: the job's effort key (plan/generation.py), the effort itself unless it is grouped
     "generated": "gen/{teacher}/{efforts}/shard-{shard}.jsonl",
     # a running server's address, for its clients in the same allocation (a Snakemake service)
-    "teacher_service": "serve/{teacher}/server-{server}.json",
+    "teacher_service": "serve/teachers/{teacher}/server-{server}.json",
     "graded_shard": "graded/{teacher}/{effort}/shard-{shard}.jsonl",
     "dataset": "dataset/train.jsonl",
     "ablation_dataset": "dataset/select-{selection}.jsonl",

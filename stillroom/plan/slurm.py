@@ -264,7 +264,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def print_plan(configfiles: Sequence[str | Path] | None) -> None:
     """The plan of ``configfiles`` (none: the embedded default), one line per rule or shape."""
     plans = plan(configfiles or [REPO / "config" / "config.yaml"])
-    width = max(26, *(len(key) for key in plans))
+    width = max([26, *(len(key) for key in plans)])
     for key, p in sorted(plans.items()):
         held = ", ".join(f"{n} {rule}" for rule, n in sorted(p.clients.items()))
         line = f"{key:<{width}} {p.jobs:>5} job(s)  {p.sbatch}"

@@ -12,12 +12,16 @@ never comes up fails its clients at once instead of at their timeout.
 SGLang pins its own torch and CUDA stack, so it lives in its own environment (``envs/sglang.yaml``)
 and is reached only over HTTP; the command template says which Python runs it. The server gets its
 own process group, so that stopping it takes its workers down too, and dies with its parent: a
-SIGKILL of the job (Snakemake kills a failed group's jobs) leaves no server behind.
+SIGKILL of the job (Snakemake kills a failed group's jobs) kills the server's main process (its
+workers go with it where the server watches its parent, as SGLang's do).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import ctypes
+import functools
 import json
 import os
 import shlex
@@ -47,17 +51,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _exit_on_sigterm(signum, frame):
+def exit_on_sigterm(signum, frame):
     """A SIGTERM handler: unwind (finally blocks, atexit) instead of dying on the spot."""
     raise SystemExit(128 + signum)
 
 
-def _die_with_parent() -> None:
-    """In the server's process, before exec: SIGKILL it when the process that started it dies
-    (Linux prctl PR_SET_PDEATHSIG)."""
-    import ctypes
+# Looked up here, not in the forked child: an import there can deadlock on a lock another thread
+# of the parent held when it forked.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
 
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+
+def _die_with_parent(parent: int) -> None:
+    """In the server's process, before exec: SIGKILL it when the process that started it dies
+    (Linux prctl PR_SET_PDEATHSIG), and exit at once if that already happened."""
+    _PRCTL(1, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class Server:
@@ -93,6 +102,9 @@ class Server:
         else:
             self.log_path, out = log_path, open(log_path, "ab")
         env = {**os.environ, **{k: str(v) for k, v in self.spec.get("env", {}).items()}}
+        # stopped on SIGTERM (Snakemake's, SLURM's) and at exit, whoever started it
+        atexit.register(self.stop)
+        signal.signal(signal.SIGTERM, exit_on_sigterm)
         # its own process group (stop kills it whole) in the job's session: a new session would be
         # a new scheduler autogroup, which runs at full weight whatever the job's niceness
         with out:
@@ -102,7 +114,7 @@ class Server:
                 stderr=subprocess.STDOUT,
                 env=env,
                 process_group=0,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=functools.partial(_die_with_parent, os.getpid()) if _PRCTL else None,
             )
         deadline = time.monotonic() + self.spec["startup_timeout_s"]
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as client:
@@ -145,20 +157,22 @@ class Server:
             return ""
 
     def stop(self) -> None:
-        """Terminate the server's process group; kill it if it does not exit in time."""
+        """Terminate the server's process group; kill it if it does not exit in time. A group
+        whose leader has exited is killed too: its workers may live on."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        for sig, wait in ((signal.SIGTERM, self.spec["stop_timeout_s"]), (signal.SIGKILL, 10)):
+        if proc.poll() is None:
             try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=self.spec["stop_timeout_s"])
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        proc.wait(timeout=10)
 
 
 def note_weights(notes: Notes | None, role: str, info: Mapping[str, Any] | None) -> None:
@@ -178,19 +192,22 @@ def serve(
     """Run one server until it is stopped (SIGTERM: Snakemake's, once every client is done; exit
     0) or dies (the service file says "failed"; exit 1), keeping ``out`` current for its clients.
     The server's own output is appended to ``server_log`` (the job's log)."""
-    server = Server(name, spec)
-    record = {"name": name, "base_url": server.base_url, "host": socket.gethostname()}
-    record |= {"pid": os.getpid(), "started": now()}
-    write_json(out, {"state": "starting", **record})
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    log(f"starting server {name} at {server.root}: {shlex.join(server.command())}")
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    record = {"name": name, "host": socket.gethostname(), "pid": os.getpid(), "started": now()}
+    server = None
     try:
         t0 = time.monotonic()
         try:
+            server = Server(name, spec)
+            record["base_url"] = server.base_url
+            write_json(out, {"state": "starting", **record})
+            log(f"starting server {name} at {server.root}: {shlex.join(server.command())}")
             info = asyncio.run(server.astart(server_log))
-        except ServerError as exc:
-            write_json(out, {"state": "failed", **record, "error": str(exc)})
-            log(str(exc))
+        except (ServerError, OSError, KeyError, ValueError, ImportError) as exc:
+            # anything that keeps it from serving fails its clients now, not at their timeout
+            error = str(exc) if isinstance(exc, ServerError) else f"{name}: {exc!r}"
+            write_json(out, {"state": "failed", **record, "error": error})
+            log(error)
             return 1
         write_json(out, {"state": "ready", **record, "model_info": info, "ready": now()})
         log(f"server {name} healthy after {time.monotonic() - t0:.1f} s; serving")
@@ -203,7 +220,8 @@ def serve(
         log(f"stopping server {name}: its clients are done")
         return 0
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
 
 
 def identity(ready: Mapping[str, Any]) -> dict[str, Any]:
@@ -212,25 +230,45 @@ def identity(ready: Mapping[str, Any]) -> dict[str, Any]:
     return {k: ready.get(k) for k in ("name", "host", "pid", "started")}
 
 
+def _ready(path: str | Path, deadline: float, timeout_s: float) -> dict | None:
+    """One look at a service file: its record once the server is ready, None while it starts; an
+    error when it failed or ``deadline`` (of a ``timeout_s`` wait) has passed."""
+    try:
+        state = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        state = {"state": "absent"}  # not written yet, or being replaced
+    if state.get("state") == "ready":
+        return state
+    if state.get("state") == "failed":
+        raise ServerError(f"{path}: the server failed: {state.get('error')}")
+    if time.monotonic() > deadline:
+        raise ServerError(
+            f"{path}: the server is not ready after {timeout_s:.0f} s (state "
+            f"{state.get('state')!r}); see its serve job's log"
+        )
+    return None
+
+
 def wait_ready(path: str | Path, timeout_s: float, log: Callable[[str], None] = print) -> dict:
     """The service file of a server this job is a client of, once the server is ready: a server
     that failed, or is not ready within ``timeout_s``, is an error naming the file."""
-    deadline, said = time.monotonic() + timeout_s, False
-    while True:
-        try:
-            state = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
-            state = {"state": "absent"}
-        if state.get("state") == "ready":
-            return state
-        if state.get("state") == "failed":
-            raise ServerError(f"{path}: the server failed: {state.get('error')}")
-        if time.monotonic() > deadline:
-            raise ServerError(
-                f"{path}: the server is not ready after {timeout_s:.0f} s (state "
-                f"{state.get('state')!r}); see its serve job's log"
-            )
-        if not said:
-            log(f"waiting for the server of {path} ({state.get('state')})")
-            said = True
+    deadline = time.monotonic() + timeout_s
+    if (state := _ready(path, deadline, timeout_s)) is None:
+        log(f"waiting for the server of {path}")
+    while state is None:
         time.sleep(POLL_S)
+        state = _ready(path, deadline, timeout_s)
+    return state
+
+
+async def await_ready(
+    path: str | Path, timeout_s: float, log: Callable[[str], None] = print
+) -> dict:
+    """``wait_ready`` for a client inside an event loop."""
+    deadline = time.monotonic() + timeout_s
+    if (state := _ready(path, deadline, timeout_s)) is None:
+        log(f"waiting for the server of {path}")
+    while state is None:
+        await asyncio.sleep(POLL_S)
+        state = _ready(path, deadline, timeout_s)
+    return state

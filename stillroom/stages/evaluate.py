@@ -2,7 +2,8 @@
 and sample indices for every model so that the tables can pair them.
 
 The model runs in process (``hf``: batched sampling on CPU or one GPU) or behind an
-OpenAI-compatible server (``sglang`` started in the job, or ``openai``: runtime/served.py), as
+OpenAI-compatible server (``sglang``: the checkpoint's server shared by its evaluation jobs, rules
+serve_model; or ``openai``: runtime/served.py), as
 ``open_lm`` picks. Either way long answers are continued while cut off (``request_tokens`` <
 ``max_new_tokens``) or budget-forced (``budget``; runtime/decoding.py). Answers end at the model's
 stop set (runtime/stops.py), which the samples' sidecar records.
@@ -217,12 +218,18 @@ def run(
     done = journal.load()
     if done:
         log(f"resuming: {len(done)} samples already done")
-    with open_lm(model, p.backend, threads, notes, server, log) as lm, journal:
-        records, generated, seconds = _sample_all(
-            lm, rows, p, log, journal, done, p.context_length or context_length(model)
-        )
-        stops = lm.stops.dump()
-        served_by = lm.served_by if server else None
+    keys = [f"{r['prompt_id']}/{p.model_name}/{s}" for r in rows for s in range(p.samples)]
+    if server and all(key in done for key in keys):
+        # a served job rebuilt whole from its journal reaches no server (nor bills one)
+        records, generated, seconds = [done[key] for key in keys], 0, 0.0
+        stops, served_by = fingerprint["stops"], None
+    else:
+        with open_lm(model, p.backend, threads, notes, server, log) as lm, journal:
+            records, generated, seconds = _sample_all(
+                lm, rows, p, log, journal, done, p.context_length or context_length(model)
+            )
+            stops = lm.stops.dump()
+            served_by = getattr(lm, "served_by", None)
     records.sort(key=lambda r: (r["prompt_id"], r["sample_index"]))
     # a served job's journal stays: Snakemake reruns every client of a server it starts, and
     # deletes a failed group's finished outputs; these come back from it without a request

@@ -6,22 +6,12 @@ Either way it generates through the ``openai`` backend.
 
 from __future__ import annotations
 
-import asyncio
-import atexit
-import signal
 from collections.abc import Mapping
 from typing import Any
 
 from ..config import SGLangSpec
 from ..provenance.sidecars import Notes
-from ..runtime.service import (
-    Server,
-    ServerError,
-    _exit_on_sigterm,
-    identity,
-    note_weights,
-    wait_ready,
-)
+from ..runtime.service import Server, ServerError, await_ready, identity, note_weights
 from .base import TeacherError
 from .openai import OpenAITeacher
 
@@ -46,15 +36,11 @@ class SGLangTeacher(OpenAITeacher):
         role = f"teacher:{self.name}"
         try:
             if self.service:
-                ready = await asyncio.to_thread(
-                    wait_ready, self.service, server["startup_timeout_s"] + 60
-                )
+                ready = await await_ready(self.service, server["startup_timeout_s"] + 60)
                 self.spec["base_url"], info = ready["base_url"], ready.get("model_info")
                 self.served_by = identity(ready)
             else:
                 self.server = Server(f"teacher '{self.name}'", server)
-                atexit.register(self.stop)
-                signal.signal(signal.SIGTERM, _exit_on_sigterm)
                 info = await self.server.astart()
                 self.spec["base_url"] = self.server.base_url
         except ServerError as exc:
