@@ -205,7 +205,11 @@ def serve(
             info = asyncio.run(server.astart(server_log))
         except (ServerError, OSError, KeyError, ValueError, ImportError) as exc:
             # anything that keeps it from serving fails its clients now, not at their timeout
-            error = str(exc) if isinstance(exc, ServerError) else f"{name}: {exc!r}"
+            error = (
+                str(exc)
+                if isinstance(exc, ServerError)
+                else f"{name}: cannot start `{spec.get('command')}`: {exc!r}"
+            )
             write_json(out, {"state": "failed", **record, "error": error})
             log(error)
             return 1

@@ -27,17 +27,28 @@ def _spec(command: str, **over) -> dict:
     return ServerSpec(command=command, startup_timeout_s=30, stop_timeout_s=5, **over).dump()
 
 
-def _serve(
-    tmp_path: Path, spec: dict, name: str = "teacher:t/000"
-) -> tuple[subprocess.Popen, Path]:
-    service = tmp_path / "serve" / "server-000.json"
-    service.parent.mkdir(parents=True, exist_ok=True)
-    log = tmp_path / "serve.log"
-    cmd = [sys.executable, "-m", "stillroom", "serve", "--name", name, "--spec", json.dumps(spec)]
-    cmd += ["--out-service", str(service), "--server-log", str(log)]
-    with open(log, "ab") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
-    return proc, service
+@pytest.fixture
+def serve(tmp_path):
+    """Start `stillroom serve` (the serve job, a process); every one started is killed after the
+    test, whatever it asserted."""
+    started: list[subprocess.Popen] = []
+
+    def start(spec: dict, name: str = "teacher:t/000") -> tuple[subprocess.Popen, Path]:
+        service = tmp_path / "serve" / "server-000.json"
+        service.parent.mkdir(parents=True, exist_ok=True)
+        log = tmp_path / "serve.log"
+        cmd = [sys.executable, "-m", "stillroom", "serve", "--name", name]
+        cmd += ["--spec", json.dumps(spec), "--out-service", str(service)]
+        cmd += ["--server-log", str(log)]
+        with open(log, "ab") as fh:
+            started.append(subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT))
+        return started[-1], service
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
 
 
 def _alive(pid: int) -> bool:
@@ -76,11 +87,11 @@ def _shard(tmp_path: Path, n: int = 6) -> str:
     return str(path)
 
 
-def test_one_server_serves_its_clients_and_stops_on_sigterm(tmp_path):
+def test_one_server_serves_its_clients_and_stops_on_sigterm(tmp_path, serve):
     marker = f"served-{os.getpid()}-a"
     # the stand-in takes 1 s to come up: the service file says "starting" first
     spec = _spec(f"{{python}} {STANDIN} {{port}} 1 {marker}")
-    proc, service = _serve(tmp_path, spec)
+    proc, service = serve(spec)
     assert _until(service.exists), (tmp_path / "serve.log").read_text()
     states = [json.loads(service.read_text())["state"]]
     ready = wait_ready(service, 30)
@@ -109,10 +120,10 @@ def test_one_server_serves_its_clients_and_stops_on_sigterm(tmp_path):
     assert log.count("healthy after") == 1 and "stopping server teacher:t/000" in log
 
 
-def test_a_killed_serve_job_takes_its_server_with_it(tmp_path):
+def test_a_killed_serve_job_takes_its_server_with_it(tmp_path, serve):
     """Snakemake SIGKILLs the jobs of a failed group: the server must not outlive its job."""
     marker = f"served-{os.getpid()}-b"
-    proc, service = _serve(tmp_path, _spec(f"{{python}} {STANDIN} {{port}} 0 {marker}"))
+    proc, service = serve(_spec(f"{{python}} {STANDIN} {{port}} 0 {marker}"))
     wait_ready(service, 30)
     (server_pid,) = _servers(marker)
     proc.kill()
@@ -120,9 +131,9 @@ def test_a_killed_serve_job_takes_its_server_with_it(tmp_path):
     assert _until(lambda: not _alive(server_pid), 10)
 
 
-def test_a_server_that_dies_fails_its_clients_at_once(tmp_path):
+def test_a_server_that_dies_fails_its_clients_at_once(tmp_path, serve):
     cmd = "{python} -c \"import sys; print('CUDA error: no device'); sys.exit(3)\" {port}"
-    proc, service = _serve(tmp_path, _spec(cmd))
+    proc, service = serve(_spec(cmd))
     assert proc.wait(timeout=30) == 1
     state = json.loads(service.read_text())
     assert state["state"] == "failed" and "CUDA error: no device" in state["error"]
@@ -132,19 +143,33 @@ def test_a_server_that_dies_fails_its_clients_at_once(tmp_path):
     assert time.monotonic() - start < 5  # not the client's timeout
 
 
+def test_a_server_that_cannot_be_launched_fails_its_clients_at_once(serve):
+    """A command that names no program (or a template key nothing fills) is no ServerError, and
+    still fails the service rather than leaving it "starting" until every client times out."""
+    for command in ("/nonexistent/python {port}", "{python} {no_such_key} {port}"):
+        proc, service = serve(_spec(command))
+        assert proc.wait(timeout=30) == 1
+        state = json.loads(service.read_text())
+        assert state["state"] == "failed" and (
+            "nonexistent" in state["error"] or "no_such_key" in state["error"]
+        )
+        with pytest.raises(ServerError, match="the server failed"):
+            wait_ready(service, 600)
+
+
 def test_a_client_waits_no_longer_than_its_timeout(tmp_path):
     absent = tmp_path / "serve" / "server-009.json"
     with pytest.raises(ServerError, match=r"server-009.json: the server is not ready after 1 s"):
         wait_ready(absent, 1)
 
 
-def test_a_served_jobs_journal_brings_its_records_back_without_a_request(tmp_path):
+def test_a_served_jobs_journal_brings_its_records_back_without_a_request(tmp_path, serve):
     """Snakemake reruns every client of a server it starts (the service is an input made again)
     and deletes the finished outputs of a failed group: a served job keeps its journal, so its
     records come back without a request, even with its server gone."""
     marker = f"served-{os.getpid()}-c"
     spec = _spec(f"{{python}} {STANDIN} {{port}} 0 {marker}")
-    proc, service = _serve(tmp_path, spec)
+    proc, service = serve(spec)
     wait_ready(service, 30)
     out = tmp_path / "gen.jsonl"
     args = {"shard": _shard(tmp_path), "out_samples": str(out), "params": _client_params(spec)}
