@@ -458,7 +458,7 @@ BROKEN = [
         DISTILL,
         _set("generation.effort_teachers", {"low": "beam-api"}),
         "generation.effort_groups.0: ['low', 'high', 'xhigh'] mixes teachers (low: beam-api, "
-        "high: beam-sglang, xhigh: beam-sglang); a group shares one server start",
+        "high: beam-sglang, xhigh: beam-sglang); a group is one job with one server",
     ),
     (
         "effort group of another teacher",

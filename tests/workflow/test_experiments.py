@@ -34,8 +34,7 @@ def test_beam_distill_dag_builds_offline(dry_run):
     workdir, proc = dry_run([REPO / "config" / "experiments" / "beam-distill.yaml"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = scheduled(proc)
-    # medium on all 62 shards; low/high/xhigh on 20, all three in one job (one server start) per
-    # shard
+    # medium on all 62 shards; low/high/xhigh on 20, all three in one job (one file) per shard
     assert jobs["generate"] == 62 + 20
     assert "gen/beam-sglang/low+high+xhigh/shard-00019.jsonl" in proc.stdout
     assert jobs["grade_generation"] == 62 + 3 * 20
@@ -265,7 +264,7 @@ def start_twin(workdir: Path) -> Started:
 def test_the_smoke_twin_runs_the_recipe_end_to_end():
     """beam-distill-smoke through every path the recipe takes: hub-shaped local datasets, a Qwen3
     student trained through TRL's template in two phases over 2 gloo ranks, the teacher and every
-    evaluated checkpoint served by a real OpenAI-compatible server started inside the job,
+    evaluated checkpoint served by a real OpenAI-compatible server started once for its jobs,
     per-effort and budget-forced evaluation, the dev split choosing the merge by tokens, IFEval
     and lettered multiple choice."""
     workdir, run = started(start_twin)
